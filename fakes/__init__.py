@@ -1,0 +1,1 @@
+"""What surrounds the offload stack in a real engine, simulated deterministically."""

@@ -1,0 +1,214 @@
+"""In-process tier with LMCache semantics, in virtual (or real) time.
+
+- Keys: prefix-chain chunk keys over tier ids (``reference.keys.chunk_keys``); a partial
+  chunk is not keyed, so it is neither stored nor hit.
+- Lookup: the contiguous prefix of full chunks held and visible.
+- Completion: asynchronous; a submitted retrieve or store answers ``latency_s`` later
+  (plus bytes over bandwidth), observed only by ``poll``.
+- State grid: state images kept at every block boundary (``"block"``, the in-process
+  connector) or only on the chunk grid (``"chunk"``, the multiprocess server, which
+  silently drops the rest).
+- Capacity: at most ``capacity_chunks`` chunks, least recently used evicted first.
+- Like the real server, a retrieve whose start is off the chunk grid or whose ids lie
+  outside ``[0, 2**32)`` is never answered.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Sequence
+
+from reference.interfaces import (
+    Clock,
+    LookupQuery,
+    LookupResult,
+    Page,
+    State,
+    TierReply,
+)
+from reference.keys import chunk_keys
+from reference.types import Geometry, OperationId, StateGrid
+
+_U32_LIMIT = 2**32
+
+
+@dataclass
+class _Pending:
+    op: OperationId
+    ready_at: float
+    reply: TierReply | None  # None: never answered
+    on_ready: object = None  # callable run once when the reply is first seen
+
+
+class MemoryTier:
+    """The embedded tier. ``visibility_delay_s`` models a store acknowledged before it
+    is visible to lookups (0 by default)."""
+
+    def __init__(
+        self,
+        clock: Clock,
+        geometry: Geometry,
+        state_grid: StateGrid = "block",
+        capacity_chunks: int | None = None,
+        latency_s: float = 2e-3,
+        bandwidth_bytes_s: float = 20e9,
+        page_bytes: int = 64 * 1024,
+        visibility_delay_s: float = 0.0,
+    ):
+        if state_grid not in ("block", "chunk"):
+            raise ValueError(f"state_grid must be 'block' or 'chunk', got {state_grid!r}")
+        if capacity_chunks is not None and capacity_chunks <= 0:
+            raise ValueError(f"capacity_chunks must be positive, got {capacity_chunks}")
+        self.clock = clock
+        self.block_size = geometry.block_size
+        self.chunk_size = geometry.chunk_size
+        self.state_grid: StateGrid = state_grid
+        self.capacity_chunks = capacity_chunks
+        self.latency_s = latency_s
+        self.bandwidth_bytes_s = bandwidth_bytes_s
+        self.page_bytes = page_bytes
+        self.visibility_delay_s = visibility_delay_s
+        # chunk key -> (visible_at, pages of the chunk)
+        self._chunks: OrderedDict[bytes, tuple[float, tuple[Page, ...]]] = OrderedDict()
+        self._states: dict[int, tuple[float, State]] = {}
+
+    # -- lookup ------------------------------------------------------------------
+    def lookup(self, query: LookupQuery) -> LookupResult:
+        now = self.clock.now()
+        hit = 0
+        for key in chunk_keys(query.tier_ids, self.chunk_size):
+            entry = self._chunks.get(key)
+            if entry is None or entry[0] > now:
+                break
+            self._chunks.move_to_end(key)
+            hit += self.chunk_size
+        states = tuple(
+            pos
+            for pos, key in query.state_candidates
+            if key in self._states and self._states[key][0] <= now
+        )
+        return LookupResult(kv_hit=hit, state_positions=states)
+
+    def on_state_grid(self, position: int) -> bool:
+        grid = self.chunk_size if self.state_grid == "chunk" else self.block_size
+        return position > 0 and position % grid == 0
+
+    # -- asynchronous operations ---------------------------------------------------
+    def _cost(self, num_pages: int) -> float:
+        return self.latency_s + num_pages * self.page_bytes / self.bandwidth_bytes_s
+
+    def _answerable(self, tier_ids: Sequence[int], start: int, end: int) -> bool:
+        if start % self.chunk_size or start < 0 or end < start:
+            return False
+        return all(0 <= t < _U32_LIMIT for t in tier_ids)
+
+    def submit_retrieve(
+        self,
+        op: OperationId,
+        tier_ids: Sequence[int],
+        start: int,
+        end: int,
+        state_key: int | None,
+    ) -> _Pending:
+        num_pages = (end - start) // self.block_size
+        ready = self.clock.now() + self._cost(num_pages)
+        if not self._answerable(tier_ids, start, end):
+            return _Pending(op, ready, None)
+        pending = _Pending(op, ready, None)
+        # The data is read when the reply is first seen, so an eviction between the
+        # lookup and this point turns into a failed retrieve, as in LMCache.
+        pending.on_ready = lambda: self._read(tier_ids, start, end, state_key)
+        return pending
+
+    def _read(
+        self, tier_ids: Sequence[int], start: int, end: int, state_key: int | None
+    ) -> TierReply:
+        keys = chunk_keys(tier_ids[: self.ceil_chunk(end)], self.chunk_size)
+        pages: list[Page] = []
+        first, last = start // self.chunk_size, -(-end // self.chunk_size)
+        if last > len(keys):
+            return TierReply(ok=False, error=f"range [{start}, {end}) is not keyed")
+        for key in keys[first:last]:
+            entry = self._chunks.get(key)
+            if entry is None:
+                return TierReply(ok=False, error="chunk evicted before retrieve")
+            self._chunks.move_to_end(key)
+            pages.extend(entry[1])
+        state = None
+        if state_key is not None:
+            if state_key not in self._states:
+                return TierReply(ok=False, error="state image evicted before retrieve")
+            state = self._states[state_key][1]
+        skip = (start - first * self.chunk_size) // self.block_size
+        want = (end - start) // self.block_size
+        return TierReply(ok=True, pages=pages[skip : skip + want], state=state)
+
+    def ceil_chunk(self, tokens: int) -> int:
+        return -(-tokens // self.chunk_size) * self.chunk_size
+
+    def submit_store(
+        self,
+        op: OperationId,
+        tier_ids: Sequence[int],
+        start: int,
+        end: int,
+        pages: Sequence[Page],
+        states: Sequence[tuple[int, int, State]],
+    ) -> _Pending:
+        ready = self.clock.now() + self._cost(len(pages))
+        if not self._answerable(tier_ids, start, end):
+            return _Pending(op, ready, None)
+        pending = _Pending(op, ready, None)
+        pending.on_ready = lambda: self._write(tier_ids, start, end, pages, states)
+        return pending
+
+    def _write(
+        self,
+        tier_ids: Sequence[int],
+        start: int,
+        end: int,
+        pages: Sequence[Page],
+        states: Sequence[tuple[int, int, State]],
+    ) -> TierReply:
+        visible_at = self.clock.now() + self.visibility_delay_s
+        per_chunk = self.chunk_size // self.block_size
+        keys = chunk_keys(tier_ids[:end], self.chunk_size)
+        for i, key in enumerate(keys[start // self.chunk_size :]):
+            chunk_pages = tuple(pages[i * per_chunk : (i + 1) * per_chunk])
+            if len(chunk_pages) < per_chunk:
+                break  # a partial chunk is not keyed
+            if key not in self._chunks:
+                self._chunks[key] = (visible_at, chunk_pages)
+            self._chunks.move_to_end(key)
+        for position, key, state in states:
+            if self.on_state_grid(position):
+                self._states[key] = (visible_at, state)
+        self._evict()
+        return TierReply(ok=True)
+
+    def _evict(self) -> None:
+        if self.capacity_chunks is None:
+            return
+        while len(self._chunks) > self.capacity_chunks:
+            self._chunks.popitem(last=False)
+
+    def drop_chunk(self, tier_ids: Sequence[int], index: int) -> bool:
+        """Remove the ``index``-th chunk of a prompt (an eviction by someone else)."""
+        keys = chunk_keys(tier_ids, self.chunk_size)
+        if index >= len(keys):
+            return False
+        return self._chunks.pop(keys[index], None) is not None
+
+    def poll(self, ticket: object) -> TierReply | None:
+        assert isinstance(ticket, _Pending)
+        if ticket.reply is None and ticket.on_ready is not None:
+            if self.clock.now() < ticket.ready_at:
+                return None
+            ticket.reply = ticket.on_ready()  # type: ignore[operator]
+            ticket.on_ready = None
+        return ticket.reply
+
+    @property
+    def num_chunks(self) -> int:
+        return len(self._chunks)

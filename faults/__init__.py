@@ -1,0 +1,1 @@
+"""Fault injectors, plans, planted regressions, properties, scenarios and the CLI."""

@@ -1,0 +1,1 @@
+"""The reference offload stack: the executable specification kvfault tests against."""

@@ -1,0 +1,81 @@
+"""HBM block pool with a prefix cache keyed by the seeded block-hash chain."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Sequence
+
+
+class OutOfBlocks(RuntimeError):
+    pass
+
+
+class BlockPool:
+    """Blocks are handed out to requests; a freed block keeps its cached content (and
+    its chain hash) until it is reused, least recently freed first."""
+
+    def __init__(self, num_blocks: int):
+        if num_blocks <= 0:
+            raise ValueError(f"num_blocks must be positive, got {num_blocks}")
+        self.num_blocks = num_blocks
+        self._free: OrderedDict[int, None] = OrderedDict((b, None) for b in range(num_blocks))
+        self._cached: dict[int, int] = {}  # chain hash -> block
+        self._hash_of: dict[int, int] = {}  # block -> chain hash
+        self._refs: dict[int, int] = {}
+
+    @property
+    def num_free(self) -> int:
+        return len(self._free)
+
+    def match(self, chain: Sequence[int]) -> list[int]:
+        """Cached blocks holding the longest prefix of ``chain``."""
+        hit: list[int] = []
+        for h in chain:
+            block = self._cached.get(h)
+            if block is None:
+                break
+            hit.append(block)
+        return hit
+
+    def allocate(self, chain: Sequence[int], num_blocks: int, use_cache: bool) -> tuple[list[int], int]:
+        """Blocks for a request of ``num_blocks``; reuses cached prefix blocks when
+        ``use_cache``. Returns the blocks and how many came from the cache."""
+        hit = self.match(chain) if use_cache else []
+        hit = hit[:num_blocks]
+        need = num_blocks - len(hit)
+        reusable = [b for b in hit if b in self._free]
+        if need > self.num_free - len(reusable):
+            raise OutOfBlocks(f"need {need} blocks, {self.num_free - len(reusable)} free")
+        for b in hit:
+            self._free.pop(b, None)
+            self._refs[b] = self._refs.get(b, 0) + 1
+        fresh = []
+        for _ in range(need):
+            b, _ = self._free.popitem(last=False)
+            self._uncache(b)
+            self._refs[b] = 1
+            fresh.append(b)
+        return hit + fresh, len(hit)
+
+    def can_allocate(self, num_blocks: int) -> bool:
+        return num_blocks <= self.num_free
+
+    def commit(self, block: int, chain_hash: int) -> None:
+        """``block`` now holds the content named ``chain_hash``."""
+        if self._cached.get(chain_hash, block) != block:
+            return  # another block already holds this content
+        self._uncache(block)
+        self._cached[chain_hash] = block
+        self._hash_of[block] = chain_hash
+
+    def _uncache(self, block: int) -> None:
+        h = self._hash_of.pop(block, None)
+        if h is not None and self._cached.get(h) == block:
+            del self._cached[h]
+
+    def free(self, blocks: Sequence[int]) -> None:
+        for b in blocks:
+            self._refs[b] -= 1
+            if self._refs[b] == 0:
+                del self._refs[b]
+                self._free[b] = None

@@ -1,0 +1,84 @@
+"""Keys: the ids every tier key site uses, tier chunk keys, and seeded hash chains.
+
+Every lookup, save and load key goes through ``tier_token_ids`` (fix 1 of the seed).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from array import array
+from typing import Sequence
+
+from reference.types import TEXT_CACHE_SEED, Request
+
+_U32 = 0xFFFFFFFF
+_CHAIN_TAG = 0x6B766661756C74  # "kvfault": ints only, so no PYTHONHASHSEED salt
+_SEED_IDS = 4  # the 64-bit seed is folded into this many ids, 16 bits each
+
+
+def media_cache_seed(media: Sequence[bytes]) -> int:
+    """A 64-bit digest of the media content; -1 when there is none (text)."""
+    if not media:
+        return TEXT_CACHE_SEED
+    h = hashlib.blake2b(digest_size=8)
+    for item in media:
+        h.update(len(item).to_bytes(8, "little"))
+        h.update(item)
+    return int.from_bytes(h.digest(), "little")
+
+
+def tier_token_ids(seq: Request, end: int | None = None) -> tuple[int, ...]:
+    """The token ids used for every tier key of ``seq[:end]``.
+
+    Text (``cache_seed == -1``) keys on exactly the prompt ids. Otherwise each 16-bit
+    quarter of the 64-bit seed is XORed into one of the first four ids: the map is
+    one-to-one for a fixed prompt, so different media give different ids, and every id
+    stays in ``[0, 2**32)`` (the real LMCache server never answers ids outside it).
+    """
+    ids = seq.prompt_token_ids if end is None else seq.prompt_token_ids[:end]
+    if seq.cache_seed == TEXT_CACHE_SEED:
+        return tuple(ids)
+    seed = seq.cache_seed & 0xFFFFFFFFFFFFFFFF
+    head = tuple(
+        ((ids[i] & _U32) ^ ((seed >> (16 * i)) & 0xFFFF)) & _U32
+        for i in range(min(_SEED_IDS, len(ids)))
+    )
+    return head + tuple(ids[_SEED_IDS:])
+
+
+def chunk_keys(tier_ids: Sequence[int], chunk_size: int) -> list[bytes]:
+    """Prefix-chain keys of every full chunk: key_i = H(key_{i-1} || packed chunk i).
+
+    Partial chunks are not keyed (as in LMCache). Ids must lie in ``[0, 2**32)``.
+    """
+    full = len(tier_ids) - len(tier_ids) % chunk_size
+    packed = array("I", tier_ids[:full]).tobytes()
+    step = chunk_size * 4
+    keys: list[bytes] = []
+    prev = b"\x00" * 16
+    for off in range(0, len(packed), step):
+        prev = hashlib.blake2b(prev + packed[off : off + step], digest_size=16).digest()
+        keys.append(prev)
+    return keys
+
+
+def block_hash_chain(
+    token_ids: Sequence[int], block_size: int, seed: int, upto: int | None = None
+) -> list[int]:
+    """Hash chain over full blocks starting from ``seed`` (the HBM prefix cache and any
+    side chain, e.g. names of hybrid state images). Starts from ``cache_seed``, so two
+    pictures with the same placeholder ids never share a chain. Python's tuple hash of
+    ints does not depend on PYTHONHASHSEED."""
+    end = len(token_ids) if upto is None else upto
+    end -= end % block_size
+    chain: list[int] = []
+    prev = hash((_CHAIN_TAG, seed))
+    for off in range(0, end, block_size):
+        prev = hash((prev, tuple(token_ids[off : off + block_size])))
+        chain.append(prev)
+    return chain
+
+
+def state_image_key(chain: Sequence[int], position: int, block_size: int) -> int:
+    """Name of the state image after ``position`` tokens (a block boundary > 0)."""
+    return chain[position // block_size - 1]

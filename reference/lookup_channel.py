@@ -1,0 +1,152 @@
+"""The lookup channel between a scheduler and its worker's tier: pyzmq over ``ipc://``.
+
+One lookup server per engine binds ``lookup_socket_path`` under a private directory
+(mode 0700). Startup refuses a path already served by a live server. pyzmq is imported
+here only, so paths that need no socket never import it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import tempfile
+import threading
+from typing import Any
+
+from reference.errors import EngineIdentityConflict
+from reference.interfaces import LookupClient, LookupQuery, LookupResult
+
+_PING = b"ping"
+_PROBE_TIMEOUT_MS = 200
+
+
+def private_rpc_dir(prefix: str = "kvfault-rpc-") -> str:
+    """A fresh directory only this user can enter (0700)."""
+    path = tempfile.mkdtemp(prefix=prefix)
+    os.chmod(path, stat.S_IRWXU)
+    return path
+
+
+def remove_rpc_dir(path: str) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _encode_query(query: LookupQuery) -> bytes:
+    return json.dumps(
+        {"ids": list(query.tier_ids), "states": [list(c) for c in query.state_candidates]}
+    ).encode()
+
+
+def _decode_query(frame: bytes) -> LookupQuery:
+    obj = json.loads(frame)
+    if not isinstance(obj, dict) or not isinstance(obj.get("ids"), list):
+        raise ValueError("lookup frame must be an object with an 'ids' list")
+    ids = tuple(int(t) for t in obj["ids"])
+    states = tuple((int(p), int(k)) for p, k in obj.get("states", []))
+    return LookupQuery(ids, states)
+
+
+def path_is_live(path: str, zmq_context: Any) -> bool:
+    """Whether a live lookup server answers a ping on ``path``."""
+    import zmq
+
+    if not os.path.exists(path):
+        return False
+    sock = zmq_context.socket(zmq.REQ)
+    sock.setsockopt(zmq.LINGER, 0)
+    try:
+        sock.connect(f"ipc://{path}")
+        sock.send(_PING)
+        return bool(sock.poll(_PROBE_TIMEOUT_MS))
+    finally:
+        sock.close()
+
+
+class LookupServer:
+    """Answers lookups from ``backend`` on ``path`` in a background thread until
+    ``close``. A malformed frame gets an error reply; the server keeps serving."""
+
+    def __init__(
+        self,
+        path: str,
+        engine_id: str,
+        backend: LookupClient,
+        refuse_live_path: bool = True,
+    ):
+        import zmq
+
+        self.path = path
+        self.engine_id = engine_id
+        self._backend = backend
+        self._ctx = zmq.Context()
+        if refuse_live_path and path_is_live(path, self._ctx):
+            self._ctx.term()
+            raise EngineIdentityConflict(path, engine_id)
+        self._sock = self._ctx.socket(zmq.REP)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        self._sock.bind(f"ipc://{path}")
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self.errors = 0
+        self._thread = threading.Thread(
+            target=self._serve, name=f"lookup-{engine_id}", daemon=True
+        )
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            if not self._sock.poll(20):
+                continue
+            frame = self._sock.recv()
+            if frame == _PING:
+                self._sock.send(b"pong")
+                continue
+            try:
+                query = _decode_query(frame)
+                with self._lock:
+                    result = self._backend.lookup(query)
+                reply = {"kv_hit": result.kv_hit, "states": list(result.state_positions)}
+            except (ValueError, TypeError, KeyError) as exc:
+                self.errors += 1
+                reply = {"error": f"malformed lookup frame: {exc}"}
+            self._sock.send(json.dumps(reply).encode())
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self._sock.close()
+        self._ctx.term()
+        # Remove the socket file only if it is still ours to remove.
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+
+class ZmqLookupClient:
+    """The scheduler side: a REQ socket connected to the engine's lookup path."""
+
+    def __init__(self, path: str, timeout_s: float = 5.0):
+        import zmq
+
+        self.path = path
+        self._timeout_ms = int(timeout_s * 1000)
+        self._ctx = zmq.Context()
+        self._sock = self._ctx.socket(zmq.REQ)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        self._sock.connect(f"ipc://{path}")
+
+    def lookup(self, query: LookupQuery) -> LookupResult:
+        self._sock.send(_encode_query(query))
+        if not self._sock.poll(self._timeout_ms):
+            raise TimeoutError(f"lookup server on {self.path} did not answer")
+        reply = json.loads(self._sock.recv())
+        if "error" in reply:
+            raise ValueError(reply["error"])
+        return LookupResult(int(reply["kv_hit"]), tuple(int(p) for p in reply["states"]))
+
+    def close(self) -> None:
+        self._sock.close()
+        self._ctx.term()

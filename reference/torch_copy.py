@@ -1,0 +1,536 @@
+"""The device restore path: a pinned host pool, device KV pages, and a copy engine that
+restores scattered blocks from the pool into the pages as one batched operation.
+
+Device-agnostic through ``torch.cuda`` (CUDA and HIP builds of torch). The engine never
+blocks: it enqueues on its own side stream, records an event as the fence, and reports
+completion only through ``event.query()``.
+
+How a restore moves its bytes (``TorchCopyEngine.method``):
+
+- ``mapped``: the pinned pool is viewed as device memory (unified addressing: pinned host
+  memory is readable by the device at its host address), so one gather kernel
+  (``index_select``) reads every source block across the bus into a device buffer, and one
+  device-local ``index_copy_`` scatters it into the destination blocks. Two launches per
+  restore, whatever the number of blocks.
+- ``staged``: used where the device cannot map the pool (probe failed). The host gathers
+  the blocks into a pinned staging buffer, one host-to-device DMA moves it, and one
+  ``index_copy_`` scatters it. Slower (a host memcpy first), still one transfer.
+
+Only this module imports torch; the rest of ``reference/`` never does.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+
+from reference.errors import RestoreFenceError
+from reference.types import OperationId
+
+Method = Literal["auto", "mapped", "staged"]
+
+# __cuda_array_interface__ typestrs of the word types a block may be moved as.
+_TYPESTR = {
+    torch.int64: "<i8",
+    torch.int32: "<i4",
+    torch.int16: "<i2",
+    torch.uint8: "|u1",
+    torch.complex128: "<c16",
+}
+
+
+def device_available() -> bool:
+    """True when torch sees a CUDA or HIP device."""
+    return torch.cuda.is_available() and torch.cuda.device_count() > 0
+
+
+def device_backend() -> str:
+    """``"hip"`` on a ROCm build of torch, ``"cuda"`` otherwise."""
+    return "hip" if getattr(torch.version, "hip", None) else "cuda"
+
+
+def word_dtype(row_bytes: int, widest: torch.dtype = torch.int64) -> torch.dtype:
+    """The widest word type, up to ``widest``, that divides a row of ``row_bytes``.
+
+    A block moves as words of this type: the bytes are copied, never interpreted.
+    """
+    order = [torch.complex128, torch.int64, torch.int32, torch.int16, torch.uint8]
+    width = _itemsize(widest)
+    for dt in order:
+        if _itemsize(dt) <= width and row_bytes % _itemsize(dt) == 0:
+            return dt
+    return torch.uint8
+
+
+def _itemsize(dt: torch.dtype) -> int:
+    return torch.empty((), dtype=dt).element_size()
+
+
+class _MappedArray:
+    """A ``__cuda_array_interface__`` over pinned host memory, so torch sees it as a
+    device tensor at the same address (unified virtual addressing)."""
+
+    def __init__(self, ptr: int, shape: tuple[int, ...], dtype: torch.dtype):
+        self.__cuda_array_interface__ = {
+            "data": (ptr, False),
+            "shape": shape,
+            "typestr": _TYPESTR[dtype],
+            "strides": None,
+            "version": 3,
+        }
+
+
+def map_pinned(host: torch.Tensor, device: torch.device) -> torch.Tensor | None:
+    """A device tensor aliasing the pinned, contiguous ``host`` tensor, or None where the
+    device cannot read it in place (no unified addressing, an old torch, a HIP build
+    without the interface). The caller keeps ``host`` alive as long as the view."""
+    if not (host.is_pinned() and host.is_contiguous()) or host.dtype not in _TYPESTR:
+        return None
+    try:
+        view = torch.as_tensor(
+            _MappedArray(host.data_ptr(), tuple(host.shape), host.dtype), device=device
+        )
+    except Exception:  # noqa: BLE001 - any failure means: no mapped path here
+        return None
+    if view.data_ptr() != host.data_ptr() or view.device.type != "cuda":
+        return None
+    return view
+
+
+@dataclass(frozen=True, eq=False)
+class HostPage:
+    """A handle to one slot of a ``PinnedHostPool``. It goes stale when its slot is freed
+    (an eviction); the copy engine refuses a stale page at enqueue."""
+
+    pool: PinnedHostPool
+    slot: int
+    generation: int
+
+    @property
+    def live(self) -> bool:
+        return self.pool.generation(self.slot) == self.generation
+
+    @property
+    def tensor(self) -> torch.Tensor:
+        """The slot's pinned storage (a view; valid while the page is live)."""
+        return self.pool.buffer[self.slot]
+
+
+class HostPageBatch(Sequence[HostPage]):
+    """Pages of one pool held as two int64 arrays (slots, generations): what a tier
+    built on ``PinnedHostPool`` returns for a retrieve. The copy engine checks and
+    indexes a batch without a Python loop per block; indexing yields ``HostPage``s."""
+
+    def __init__(
+        self, pool: PinnedHostPool, slots: torch.Tensor, generations: torch.Tensor
+    ):
+        if slots.shape != generations.shape or slots.dim() != 1:
+            raise ValueError("slots and generations must be 1-d and of one length")
+        self.pool = pool
+        self.slots = slots.to(torch.int64)
+        self.generations = generations.to(torch.int64)
+
+    def __len__(self) -> int:
+        return self.slots.numel()
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return HostPageBatch(self.pool, self.slots[i], self.generations[i])
+        return HostPage(self.pool, int(self.slots[i]), int(self.generations[i]))
+
+    def stale(self) -> torch.Tensor:
+        """Positions of pages whose slot was freed since the batch was taken."""
+        current = self.pool.generations.index_select(0, self.slots)
+        return torch.nonzero(current != self.generations).flatten()
+
+
+class PinnedHostPool:
+    """Tier-side pinned host memory: ``num_slots`` pages of ``page_shape`` and ``dtype``.
+
+    ``put`` copies a page in and returns a live ``HostPage``; ``free`` makes every handle
+    to that slot stale. Slots are handed out in FIFO order so a freed slot is not reused
+    at once (a stale handle then still points at unrelated but valid memory).
+    """
+
+    def __init__(
+        self,
+        num_slots: int,
+        page_shape: tuple[int, ...],
+        dtype: torch.dtype = torch.bfloat16,
+    ):
+        if num_slots <= 0:
+            raise ValueError(f"num_slots must be positive, got {num_slots}")
+        self.page_shape = tuple(page_shape)
+        self.dtype = dtype
+        self.buffer = torch.empty(
+            (num_slots, *self.page_shape), dtype=dtype, pin_memory=True
+        )
+        self.row_bytes = self.buffer[0].numel() * self.buffer.element_size()
+        self._free: deque[int] = deque(range(num_slots))
+        # one counter per slot, bumped on free; a tensor so a batch checks in one op
+        self.generations = torch.zeros(num_slots, dtype=torch.int64)
+        self._mapped: dict[tuple[torch.dtype, str], torch.Tensor | None] = {}
+
+    @property
+    def num_slots(self) -> int:
+        return self.buffer.shape[0]
+
+    @property
+    def num_free(self) -> int:
+        return len(self._free)
+
+    def generation(self, slot: int) -> int:
+        return int(self.generations[slot])
+
+    def alloc(self) -> HostPage:
+        """A live page whose content is whatever the slot held; raises when full."""
+        if not self._free:
+            raise MemoryError(f"pinned host pool is full ({self.num_slots} slots)")
+        slot = self._free.popleft()
+        return HostPage(self, slot, self.generation(slot))
+
+    def put(self, page: torch.Tensor) -> HostPage:
+        """Copy ``page`` (any device, same element count) into a fresh slot.
+
+        Blocking when ``page`` lives on a device: stores are not on the restore path.
+        """
+        hp = self.alloc()
+        self.buffer[hp.slot].copy_(page.reshape(self.page_shape))
+        return hp
+
+    def free(self, page: HostPage) -> None:
+        """Return the slot; every handle to it goes stale. Freeing a stale handle is a
+        no-op (an eviction racing a release)."""
+        if page.pool is not self or not page.live:
+            return
+        self.generations[page.slot] += 1
+        self._free.append(page.slot)
+
+    def batch(self, pages: Sequence[HostPage]) -> HostPageBatch:
+        """The same pages as one ``HostPageBatch`` (generations as the handles say)."""
+        if any(p.pool is not self for p in pages):
+            raise ValueError("a page of another pool")
+        return HostPageBatch(
+            self,
+            torch.tensor([p.slot for p in pages], dtype=torch.int64),
+            torch.tensor([p.generation for p in pages], dtype=torch.int64),
+        )
+
+    def take(self, slots: Sequence[int]) -> HostPageBatch:
+        """Live handles to ``slots`` as they are now, as one batch (no copy)."""
+        idx = torch.as_tensor(slots, dtype=torch.int64).reshape(-1)
+        return HostPageBatch(self, idx, self.generations.index_select(0, idx))
+
+    def rows(self, word: torch.dtype) -> torch.Tensor:
+        """The pool as ``[num_slots, words]`` host rows of ``word``."""
+        return self.buffer.view(self.num_slots, -1).view(word)
+
+    def mapped_rows(
+        self, word: torch.dtype, device: torch.device
+    ) -> torch.Tensor | None:
+        """The pool as device-readable ``[num_slots, words]`` rows, or None (see
+        ``map_pinned``). Cached per word type and device."""
+        key = (word, str(device))
+        if key not in self._mapped:
+            self._mapped[key] = map_pinned(self.rows(word), device)
+        return self._mapped[key]
+
+
+class DeviceKvPages:
+    """HBM: ``num_blocks`` KV pages of ``page_shape`` and ``dtype`` on a device, plus one
+    recurrent-state tensor per request. Implements ``reference.interfaces.KvPages``.
+
+    ``read`` returns a view of the page (clone it to keep a snapshot); ``write`` copies on
+    the current stream.
+    """
+
+    def __init__(
+        self,
+        num_blocks: int,
+        page_shape: tuple[int, ...],
+        dtype: torch.dtype = torch.bfloat16,
+        device: torch.device | str | None = None,
+    ):
+        if num_blocks <= 0:
+            raise ValueError(f"num_blocks must be positive, got {num_blocks}")
+        self.device = torch.device(device) if device is not None else _default_device()
+        self.page_shape = tuple(page_shape)
+        self.dtype = dtype
+        self.num_blocks = num_blocks
+        self.pages = torch.empty(
+            (num_blocks, *self.page_shape), dtype=dtype, device=self.device
+        )
+        self.row_bytes = self.pages[0].numel() * self.pages.element_size()
+        self._states: dict[str, torch.Tensor] = {}
+
+    def rows(self, word: torch.dtype) -> torch.Tensor:
+        """The pages as ``[num_blocks, words]`` device rows of ``word``."""
+        return self.pages.view(self.num_blocks, -1).view(word)
+
+    def read(self, block: int) -> torch.Tensor:
+        return self.pages[block]
+
+    def write(self, block: int, page: Any) -> None:
+        self.pages[block].copy_(torch.as_tensor(page).reshape(self.page_shape))
+
+    def read_state(self, req_id: str) -> torch.Tensor | None:
+        return self._states.get(req_id)
+
+    def write_state(self, req_id: str, state: Any | None) -> None:
+        if state is None:
+            self._states.pop(req_id, None)
+        else:
+            self._states[req_id] = torch.as_tensor(state).to(self.device)
+
+
+def _default_device() -> torch.device:
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+@dataclass(eq=False)
+class RestoreTicket:
+    """One enqueued restore. ``event`` is its fence; ``keep`` holds what the copy still
+    reads (staging buffers, index tensors) until the fence is observed complete."""
+
+    op: OperationId
+    req_id: str
+    num_blocks: int
+    nbytes: int
+    event: Any
+    state: torch.Tensor | None = None
+    keep: list[Any] = field(default_factory=list)
+    done: bool = False
+
+
+class TorchCopyEngine:
+    """Restores tier pages into ``DeviceKvPages`` on a side stream; implements
+    ``reference.interfaces.CopyEngine``.
+
+    ``enqueue`` only enqueues (it never waits on the device) and raises
+    ``RestoreFenceError`` when the restore cannot be fenced: pages and blocks disagree, a
+    block is out of range or repeated, a page is stale (evicted) or of the wrong size, or
+    the device refused the work. ``is_complete`` polls the ticket's event and never blocks.
+    A restore is ordered after the work already queued on the stream that is current at
+    enqueue (the forward may still read pages being replaced).
+    """
+
+    def __init__(
+        self,
+        kv: DeviceKvPages,
+        pool: PinnedHostPool | None = None,
+        method: Method = "auto",
+        widest_word: torch.dtype = torch.int64,
+        stream: Any | None = None,
+    ):
+        self.kv = kv
+        self.pool = pool
+        self.device = kv.device
+        self.stream = (
+            stream if stream is not None else torch.cuda.Stream(device=self.device)
+        )
+        self.word = word_dtype(kv.row_bytes, widest_word)
+        self._kv_rows = kv.rows(self.word)
+        self._mapped: torch.Tensor | None = None
+        if pool is not None:
+            if pool.row_bytes != kv.row_bytes:
+                raise ValueError(
+                    f"pool pages are {pool.row_bytes} bytes, device pages {kv.row_bytes}"
+                )
+            if method in ("auto", "mapped"):
+                self._mapped = _probe_mapped(pool, self.word, self.device)
+        if method == "mapped" and self._mapped is None:
+            raise RuntimeError(
+                f"the device cannot read the pinned pool in place ({device_backend()}); "
+                "use method='staged' or 'auto'"
+            )
+        self.method: str = "mapped" if self._mapped is not None else "staged"
+        self.in_flight = 0  # tickets enqueued and not yet observed complete
+
+    # -- CopyEngine -------------------------------------------------------------------
+
+    def enqueue(
+        self,
+        op: OperationId,
+        pages: Sequence[Any],
+        blocks: Sequence[int],
+        state: Any | None,
+        req_id: str,
+    ) -> RestoreTicket:
+        """Enqueue one restore of ``pages[i]`` into ``blocks[i]`` (and ``state`` into the
+        request's state slot, published when the copy completes). Returns its ticket."""
+        dst = self._check_blocks(op, pages, blocks)
+        slots = self._pool_slots(op, pages)
+        try:
+            return self._enqueue(op, pages, slots, dst, state, req_id)
+        except RestoreFenceError:
+            raise
+        except (RuntimeError, ValueError, TypeError) as exc:
+            raise RestoreFenceError(
+                f"{op}: the device refused the restore: {exc}"
+            ) from exc
+
+    def is_complete(self, ticket: object) -> bool:
+        """True once the ticket's copy has completed on the device; never blocks."""
+        if not isinstance(ticket, RestoreTicket):
+            raise TypeError(f"not a restore ticket: {ticket!r}")
+        if ticket.done:
+            return True
+        if not ticket.event.query():
+            return False
+        ticket.done = True
+        self.in_flight -= 1
+        if ticket.state is not None:
+            # published only now, so nothing reads a state that is still being copied
+            self.kv._states[ticket.req_id] = ticket.state
+            ticket.state = None
+        ticket.keep.clear()
+        return True
+
+    # -- housekeeping -----------------------------------------------------------------
+
+    def synchronize(self) -> None:
+        """Wait for every restore enqueued so far (teardown and benchmarks only; the
+        worker never calls this)."""
+        self.stream.synchronize()
+
+    # -- internals --------------------------------------------------------------------
+
+    def _check_blocks(
+        self, op: OperationId, pages: Sequence[Any], blocks: Sequence[int]
+    ) -> list[int]:
+        if len(pages) != len(blocks):
+            raise RestoreFenceError(
+                f"{op}: {len(pages)} pages for {len(blocks)} blocks"
+            )
+        dst = [int(b) for b in blocks]
+        bad = [b for b in dst if not 0 <= b < self.kv.num_blocks]
+        if bad:
+            raise RestoreFenceError(
+                f"{op}: blocks {bad[:4]} outside [0, {self.kv.num_blocks})"
+            )
+        if len(set(dst)) != len(dst):
+            raise RestoreFenceError(f"{op}: a destination block is named twice")
+        return dst
+
+    def _pool_slots(self, op: OperationId, pages: Sequence[Any]) -> list[int] | None:
+        """Pool slots of ``pages`` when every page is a live page of our pool, None when
+        some are foreign tensors (they go through a staging buffer)."""
+        slots: list[int] = []
+        for i, page in enumerate(pages):
+            if isinstance(page, HostPage):
+                if page.pool is not self.pool:
+                    raise RestoreFenceError(f"{op}: page {i} is from another pool")
+                if not page.live:
+                    raise RestoreFenceError(
+                        f"{op}: page {i} (slot {page.slot}) was evicted before its restore"
+                    )
+                slots.append(page.slot)
+            elif isinstance(page, torch.Tensor):
+                if page.numel() * page.element_size() != self.kv.row_bytes:
+                    raise RestoreFenceError(
+                        f"{op}: page {i} is {page.numel() * page.element_size()} bytes, "
+                        f"a block is {self.kv.row_bytes}"
+                    )
+                return None
+            else:
+                raise RestoreFenceError(f"{op}: page {i} is a {type(page).__name__}")
+        return slots
+
+    def _enqueue(
+        self,
+        op: OperationId,
+        pages: Sequence[Any],
+        slots: list[int] | None,
+        dst: list[int],
+        state: Any | None,
+        req_id: str,
+    ) -> RestoreTicket:
+        n = len(dst)
+        keep: list[Any] = []
+        host_state = _pinned(state) if state is not None else None
+        # Indices travel as one pinned [2, n] tensor and one asynchronous copy: a
+        # pageable copy would wait for the side stream, which may be busy.
+        idx_host = torch.tensor([slots or [0] * n, dst], dtype=torch.int64).pin_memory()
+        staging: torch.Tensor | None = None
+        if slots is None:
+            staging = torch.empty(
+                (n, self._kv_rows.shape[1]), dtype=self.word, pin_memory=True
+            )
+            torch.stack([_as_row(p, self.word) for p in pages], out=staging)
+        elif self.method == "staged":
+            staging = torch.empty(
+                (n, self._kv_rows.shape[1]), dtype=self.word, pin_memory=True
+            )
+            torch.index_select(self.pool.rows(self.word), 0, idx_host[0], out=staging)
+        keep += [idx_host, staging, host_state]
+
+        current = torch.cuda.current_stream(self.device)
+        with torch.cuda.stream(self.stream):
+            self.stream.wait_stream(current)
+            dev_state = None
+            if n:
+                idx = idx_host.to(self.device, non_blocking=True)
+                if staging is None:
+                    rows = torch.index_select(self._mapped, 0, idx[0])  # reads the bus
+                else:
+                    rows = staging.to(self.device, non_blocking=True)
+                self._kv_rows.index_copy_(0, idx[1], rows)
+            if host_state is not None:
+                dev_state = host_state.to(self.device, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record(self.stream)
+        self.in_flight += 1
+        return RestoreTicket(
+            op=op,
+            req_id=req_id,
+            num_blocks=n,
+            nbytes=n * self.kv.row_bytes,
+            event=event,
+            state=dev_state,
+            keep=keep,
+        )
+
+
+def _pinned(t: Any) -> torch.Tensor:
+    t = t.tensor if isinstance(t, HostPage) else torch.as_tensor(t)
+    if t.device.type != "cpu" or t.is_pinned():
+        return t
+    return t.pin_memory()
+
+
+def _as_row(page: torch.Tensor, word: torch.dtype) -> torch.Tensor:
+    return page.detach().reshape(-1).contiguous().view(torch.uint8).view(word)
+
+
+def _probe_mapped(
+    pool: PinnedHostPool, word: torch.dtype, device: torch.device
+) -> torch.Tensor | None:
+    """The pool's mapped rows if a gather through them returns the right bytes, else
+    None. Runs once per engine, synchronously (construction is not on the restore path)."""
+    mapped = pool.mapped_rows(word, device)
+    if mapped is None:
+        return None
+    host = pool.rows(word)
+    probe = [0, pool.num_slots - 1]
+    saved = host[probe].clone()
+    try:
+        host[probe] = _random_rows(len(probe), host.shape[1], word)
+        got = torch.index_select(
+            mapped, 0, torch.tensor(probe, dtype=torch.int64, device=device)
+        ).cpu()
+        ok = torch.equal(got.view(torch.uint8), host[probe].view(torch.uint8))
+    except Exception:  # noqa: BLE001 - a device that cannot read the pool falls back
+        ok = False
+    finally:
+        host[probe] = saved
+    return mapped if ok else None
+
+
+def _random_rows(n: int, words: int, word: torch.dtype) -> torch.Tensor:
+    nbytes = n * words * _itemsize(word)
+    raw = torch.randint(0, 256, (nbytes,), dtype=torch.uint8)
+    return raw.view(word).view(n, words)

@@ -1,0 +1,102 @@
+"""Typed trace events and the recorder every component of a run writes to.
+
+Checkers (``faults.properties``) read a trace; nothing in the stack reads it back.
+A trace has a digest so two runs can be compared for determinism.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+from reference.types import OperationId
+
+
+class Ev(str, enum.Enum):
+    LOOKUP = "lookup"
+    KEY = "key"
+    DISPATCH = "dispatch"
+    RETRIEVE_SUBMIT = "retrieve_submit"
+    RETRIEVE_TERMINAL = "retrieve_terminal"
+    COPY_ENQUEUE = "copy_enqueue"
+    COPY_FENCE_ERROR = "copy_fence_error"
+    COPY_COMPLETE = "copy_complete"
+    FINISHED_REPORTED = "finished_reported"
+    COMPLETION_APPLIED = "completion_applied"
+    BOUND_RESTART = "bound_restart"
+    STOP = "stop"
+    FORWARD_START = "forward_start"
+    FORWARD_END = "forward_end"
+    SAVE = "save"
+    SAVE_DONE = "save_done"
+    ANCHOR = "anchor"
+    STATE_SAVE = "state_save"
+    BIND = "bind"
+    UNBIND = "unbind"
+    ARRIVE = "arrive"
+    OUTPUT = "output"
+    RESTART = "restart"
+    FAULT = "fault"
+
+
+@dataclass(frozen=True)
+class TraceEvent:
+    t: float
+    step: int
+    kind: Ev
+    op: OperationId | None = None
+    req_id: str | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "t": round(self.t, 9),
+            "step": self.step,
+            "kind": self.kind.value,
+            "op": str(self.op) if self.op else None,
+            "req_id": self.req_id,
+            "data": self.data,
+        }
+
+
+class Trace:
+    """Append-only list of events; time and step come from the owner's callbacks."""
+
+    def __init__(self, now: Callable[[], float], step: Callable[[], int] | None = None):
+        self._now = now
+        self._step = step or (lambda: -1)
+        self.events: list[TraceEvent] = []
+
+    def bind_step(self, step: Callable[[], int]) -> None:
+        self._step = step
+
+    def record(
+        self,
+        kind: Ev,
+        op: OperationId | None = None,
+        req_id: str | None = None,
+        **data: Any,
+    ) -> TraceEvent:
+        if req_id is None and op is not None:
+            req_id = op.req_id
+        ev = TraceEvent(self._now(), self._step(), kind, op, req_id, data)
+        self.events.append(ev)
+        return ev
+
+    def of(self, *kinds: Ev) -> Iterator[TraceEvent]:
+        return (e for e in self.events if e.kind in kinds)
+
+    def digest(self) -> str:
+        h = hashlib.sha256()
+        for ev in self.events:
+            h.update(json.dumps(ev.as_json(), sort_keys=True, default=str).encode())
+            h.update(b"\n")
+        return h.hexdigest()
+
+    def to_jsonl(self) -> str:
+        return "\n".join(
+            json.dumps(e.as_json(), sort_keys=True, default=str) for e in self.events
+        )

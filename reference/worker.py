@@ -1,0 +1,177 @@
+"""Worker-side restore engine (DESIGN §3.5).
+
+``start_load`` only enqueues retrieves. ``get_finished`` is the only place the worker
+polls, between forwards: it advances retrieves and restore copies, enqueues copies two
+at a time in the order the loads arrived, applies the transfer deadline, and reports
+terminal operations on the completion channel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from reference.deadline import LoadClock, RestoreDeadline
+from reference.errors import RestoreFenceError, TransferUnprovable
+from reference.interfaces import (
+    Clock,
+    CompletionChannel,
+    CopyEngine,
+    KvPages,
+    Tier,
+    TierReply,
+)
+from reference.trace import Ev, Trace
+from reference.types import Completion, LoadOp, OperationId, Outcome, SaveOp
+
+
+@dataclass
+class _Load:
+    load: LoadOp
+    ticket: object
+    clock: LoadClock
+    reply: TierReply | None = None
+    copy: object = None
+
+
+@dataclass
+class _Save:
+    save: SaveOp
+    ticket: object
+    submitted_at: float
+
+
+@dataclass
+class RestoreWorker:
+    clock: Clock
+    tier: Tier
+    copy_engine: CopyEngine
+    kv: KvPages
+    channel: CompletionChannel
+    trace: Trace
+    deadline: RestoreDeadline = field(default_factory=RestoreDeadline)
+    slots: int = 2
+    _loads: dict[OperationId, _Load] = field(default_factory=dict, init=False)
+    _saves: dict[OperationId, _Save] = field(default_factory=dict, init=False)
+
+    def __post_init__(self) -> None:
+        if self.slots < 1:
+            raise ValueError(f"restore slots must be >= 1, got {self.slots}")
+
+    def has_pending(self) -> bool:
+        return bool(self._loads or self._saves)
+
+    # -- enqueue only ------------------------------------------------------------------
+    def start_load(self, loads: list[LoadOp]) -> None:
+        for load in loads:
+            ticket = self.tier.submit_retrieve(
+                load.op, load.tier_ids, load.start, load.kv_end, load.state_key
+            )
+            self._loads[load.op] = _Load(load, ticket, LoadClock(self.clock.now()))
+            self.trace.record(
+                Ev.RETRIEVE_SUBMIT, op=load.op, start=load.start, end=load.kv_end
+            )
+
+    def start_save(self, saves: list[SaveOp]) -> None:
+        """Submit stores of what HBM holds now (after the step's forward)."""
+        for save in saves:
+            pages = [self.kv.read(b) for b in save.blocks]
+            state = self.kv.read_state(save.op.req_id)
+            states = [(pos, key, state) for pos, key in save.states]
+            ticket = self.tier.submit_store(
+                save.op, save.tier_ids, save.start, save.end, pages, states
+            )
+            self._saves[save.op] = _Save(save, ticket, self.clock.now())
+            self.trace.record(Ev.SAVE, op=save.op, start=save.start, end=save.end)
+
+    # -- the poll, between forwards ----------------------------------------------------
+    def get_finished(self) -> list[Completion]:
+        out: list[Completion] = []
+        self._poll_retrieves(out)
+        self._poll_copies(out)
+        self._enqueue_copies()
+        self._poll_saves(out)
+        self.channel.put(out)
+        for c in out:
+            self.trace.record(Ev.FINISHED_REPORTED, op=c.op, outcome=c.outcome.value)
+        self._check_deadlines()
+        return out
+
+    def _poll_retrieves(self, out: list[Completion]) -> None:
+        now = self.clock.now()
+        for op, entry in list(self._loads.items()):
+            if entry.clock.retrieved_at is not None:
+                continue
+            reply = self.tier.poll(entry.ticket)
+            if reply is None:
+                continue
+            entry.reply = reply
+            entry.clock.retrieved_at = now
+            self.trace.record(Ev.RETRIEVE_TERMINAL, op=op, ok=reply.ok, error=reply.error)
+            if not reply.ok:
+                del self._loads[op]
+                out.append(Completion(op, Outcome.FAILED, reply.error or "retrieve failed"))
+
+    def _in_flight(self) -> list[_Load]:
+        return [e for e in self._loads.values() if e.copy is not None]
+
+    def _poll_copies(self, out: list[Completion]) -> None:
+        for entry in self._in_flight():
+            if self.copy_engine.is_complete(entry.copy):
+                op = entry.load.op
+                del self._loads[op]
+                self.trace.record(
+                    Ev.COPY_COMPLETE,
+                    op=op,
+                    pages=len(entry.load.blocks),
+                    digest=hash(tuple(entry.reply.pages)) if entry.reply else None,
+                )
+                out.append(Completion(op, Outcome.FINISHED))
+
+    def _enqueue_copies(self) -> None:
+        free = self.slots - len(self._in_flight())
+        for entry in self._loads.values():
+            if free <= 0:
+                return
+            if entry.copy is not None:
+                continue
+            if entry.reply is None:
+                return  # in order: nothing overtakes a load whose retrieve is pending
+            load = entry.load
+            assert entry.reply.ok
+            try:
+                entry.copy = self.copy_engine.enqueue(
+                    load.op,
+                    entry.reply.pages,
+                    load.blocks,
+                    entry.reply.state,
+                    load.op.req_id,
+                )
+            except RestoreFenceError as exc:
+                entry.clock.fence_failed = True
+                self.trace.record(Ev.COPY_FENCE_ERROR, op=load.op, error=str(exc))
+                return
+            entry.clock.enqueued_at = self.clock.now()
+            free -= 1
+            self.trace.record(Ev.COPY_ENQUEUE, op=load.op, pages=len(load.blocks))
+
+    def _poll_saves(self, out: list[Completion]) -> None:
+        now = self.clock.now()
+        for op, entry in list(self._saves.items()):
+            reply = self.tier.poll(entry.ticket)
+            if reply is not None:
+                outcome = Outcome.FINISHED if reply.ok else Outcome.FAILED
+                out.append(Completion(op, outcome, reply.error))
+            elif now - entry.submitted_at > self.deadline.deadline_s:
+                # A store is best effort: an unanswered one fails, it never stops the engine.
+                out.append(Completion(op, Outcome.FAILED, "store not answered"))
+            else:
+                continue
+            del self._saves[op]
+
+    def _check_deadlines(self) -> None:
+        now = self.clock.now()
+        for op, entry in self._loads.items():
+            start = self.deadline.clock_start(entry.clock)
+            if start is not None and now - start > self.deadline.deadline_s:
+                phase = "retrieve" if entry.clock.retrieved_at is None else "restore copy"
+                raise TransferUnprovable(op, now - start, phase, self.deadline.deadline_s)
