@@ -21,6 +21,7 @@ Only this module imports torch; the rest of ``reference/`` never does.
 
 from __future__ import annotations
 
+from array import array
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -361,11 +362,15 @@ class TorchCopyEngine:
         req_id: str,
     ) -> RestoreTicket:
         """Enqueue one restore of ``pages[i]`` into ``blocks[i]`` (and ``state`` into the
-        request's state slot, published when the copy completes). Returns its ticket."""
+        request's state slot, published when the copy completes). Returns its ticket.
+
+        ``pages`` is a ``HostPageBatch`` (fast: checked and indexed without a Python
+        loop per block), a sequence of ``HostPage``, or host tensors of one block each
+        (gathered through a pinned staging buffer)."""
         dst = self._check_blocks(op, pages, blocks)
-        slots = self._pool_slots(op, pages)
+        slots, foreign = self._sources(op, pages)
         try:
-            return self._enqueue(op, pages, slots, dst, state, req_id)
+            return self._enqueue(op, slots, foreign, dst, state, req_id)
         except RestoreFenceError:
             raise
         except (RuntimeError, ValueError, TypeError) as exc:
@@ -401,72 +406,92 @@ class TorchCopyEngine:
 
     def _check_blocks(
         self, op: OperationId, pages: Sequence[Any], blocks: Sequence[int]
-    ) -> list[int]:
+    ) -> torch.Tensor:
         if len(pages) != len(blocks):
             raise RestoreFenceError(
                 f"{op}: {len(pages)} pages for {len(blocks)} blocks"
             )
-        dst = [int(b) for b in blocks]
-        bad = [b for b in dst if not 0 <= b < self.kv.num_blocks]
-        if bad:
-            raise RestoreFenceError(
-                f"{op}: blocks {bad[:4]} outside [0, {self.kv.num_blocks})"
-            )
-        if len(set(dst)) != len(dst):
-            raise RestoreFenceError(f"{op}: a destination block is named twice")
+        dst = _int64(blocks)
+        if dst.numel():
+            lo, hi = int(dst.min()), int(dst.max())
+            if lo < 0 or hi >= self.kv.num_blocks:
+                raise RestoreFenceError(
+                    f"{op}: block {lo if lo < 0 else hi} outside "
+                    f"[0, {self.kv.num_blocks})"
+                )
+            if int(torch.bincount(dst).max()) > 1:
+                raise RestoreFenceError(f"{op}: a destination block is named twice")
         return dst
 
-    def _pool_slots(self, op: OperationId, pages: Sequence[Any]) -> list[int] | None:
-        """Pool slots of ``pages`` when every page is a live page of our pool, None when
-        some are foreign tensors (they go through a staging buffer)."""
-        slots: list[int] = []
+    def _sources(
+        self, op: OperationId, pages: Sequence[Any]
+    ) -> tuple[torch.Tensor | None, list[torch.Tensor] | None]:
+        """``(slots, None)`` when every page is a live page of our pool; ``(None,
+        rows)`` when some are host tensors (they go through a staging buffer)."""
+        if not len(pages):
+            return torch.empty(0, dtype=torch.int64), None
+        if isinstance(pages, HostPageBatch) or all(
+            isinstance(p, HostPage) for p in pages
+        ):
+            batch = pages if isinstance(pages, HostPageBatch) else None
+            if batch is None:
+                if any(p.pool is not self.pool for p in pages):
+                    raise RestoreFenceError(f"{op}: a page is from another pool")
+                batch = self.pool.batch(pages)
+            if batch.pool is not self.pool:
+                raise RestoreFenceError(f"{op}: the pages are from another pool")
+            stale = batch.stale()
+            if stale.numel():
+                i = int(stale[0])
+                raise RestoreFenceError(
+                    f"{op}: {stale.numel()} page(s) evicted before the restore "
+                    f"(first: page {i}, slot {int(batch.slots[i])})"
+                )
+            return batch.slots, None
+        rows: list[torch.Tensor] = []
         for i, page in enumerate(pages):
             if isinstance(page, HostPage):
-                if page.pool is not self.pool:
-                    raise RestoreFenceError(f"{op}: page {i} is from another pool")
                 if not page.live:
                     raise RestoreFenceError(
-                        f"{op}: page {i} (slot {page.slot}) was evicted before its restore"
+                        f"{op}: page {i} (slot {page.slot}) was evicted before the "
+                        "restore"
                     )
-                slots.append(page.slot)
-            elif isinstance(page, torch.Tensor):
-                if page.numel() * page.element_size() != self.kv.row_bytes:
-                    raise RestoreFenceError(
-                        f"{op}: page {i} is {page.numel() * page.element_size()} bytes, "
-                        f"a block is {self.kv.row_bytes}"
-                    )
-                return None
-            else:
+                page = page.tensor
+            if not isinstance(page, torch.Tensor):
                 raise RestoreFenceError(f"{op}: page {i} is a {type(page).__name__}")
-        return slots
+            nbytes = page.numel() * page.element_size()
+            if nbytes != self.kv.row_bytes:
+                raise RestoreFenceError(
+                    f"{op}: page {i} is {nbytes} bytes, a block is {self.kv.row_bytes}"
+                )
+            rows.append(_as_row(page, self.word))
+        return None, rows
 
     def _enqueue(
         self,
         op: OperationId,
-        pages: Sequence[Any],
-        slots: list[int] | None,
-        dst: list[int],
+        slots: torch.Tensor | None,
+        foreign: list[torch.Tensor] | None,
+        dst: torch.Tensor,
         state: Any | None,
         req_id: str,
     ) -> RestoreTicket:
-        n = len(dst)
-        keep: list[Any] = []
+        n = dst.numel()
+        words = self._kv_rows.shape[1]
         host_state = _pinned(state) if state is not None else None
-        # Indices travel as one pinned [2, n] tensor and one asynchronous copy: a
-        # pageable copy would wait for the side stream, which may be busy.
-        idx_host = torch.tensor([slots or [0] * n, dst], dtype=torch.int64).pin_memory()
+        # Both index lists travel as one pinned [2, n] tensor in one asynchronous copy:
+        # a copy from pageable memory would wait for the side stream, which may be busy.
+        idx_host = torch.empty((2, n), dtype=torch.int64, pin_memory=True)
+        idx_host[1].copy_(dst)
         staging: torch.Tensor | None = None
-        if slots is None:
-            staging = torch.empty(
-                (n, self._kv_rows.shape[1]), dtype=self.word, pin_memory=True
-            )
-            torch.stack([_as_row(p, self.word) for p in pages], out=staging)
-        elif self.method == "staged":
-            staging = torch.empty(
-                (n, self._kv_rows.shape[1]), dtype=self.word, pin_memory=True
-            )
-            torch.index_select(self.pool.rows(self.word), 0, idx_host[0], out=staging)
-        keep += [idx_host, staging, host_state]
+        if foreign is not None:
+            staging = torch.empty((n, words), dtype=self.word, pin_memory=True)
+            torch.stack(foreign, out=staging)
+        else:
+            idx_host[0].copy_(slots)
+            if self.method == "staged":
+                staging = torch.empty((n, words), dtype=self.word, pin_memory=True)
+                torch.index_select(self.pool.rows(self.word), 0, slots, out=staging)
 
         current = torch.cuda.current_stream(self.device)
         with torch.cuda.stream(self.stream):
@@ -475,7 +500,8 @@ class TorchCopyEngine:
             if n:
                 idx = idx_host.to(self.device, non_blocking=True)
                 if staging is None:
-                    rows = torch.index_select(self._mapped, 0, idx[0])  # reads the bus
+                    # the gather kernel reads the pinned pool across the bus
+                    rows = torch.index_select(self._mapped, 0, idx[0])
                 else:
                     rows = staging.to(self.device, non_blocking=True)
                 self._kv_rows.index_copy_(0, idx[1], rows)
@@ -491,8 +517,18 @@ class TorchCopyEngine:
             nbytes=n * self.kv.row_bytes,
             event=event,
             state=dev_state,
-            keep=keep,
+            keep=[idx_host, staging, host_state],
         )
+
+
+def _int64(seq: Sequence[int]) -> torch.Tensor:
+    """A 1-d int64 CPU tensor of ``seq`` (a tensor, or a sequence of ints)."""
+    if isinstance(seq, torch.Tensor):
+        return seq.detach().to("cpu", torch.int64).reshape(-1)
+    if not len(seq):
+        return torch.empty(0, dtype=torch.int64)
+    # array() converts in C; far cheaper per block than torch.tensor over a tuple
+    return torch.frombuffer(array("q", seq), dtype=torch.int64)
 
 
 def _pinned(t: Any) -> torch.Tensor:
