@@ -1,0 +1,403 @@
+"""Tests for `kvfault prove` (faults/prove.py) against throwaway git repositories."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from faults import prove as prove_mod
+from faults.prove import ProofResult, SideRun, Verdict, decide, main, prove
+
+ROOT = Path(__file__).resolve().parents[1]
+
+BROKEN = '#!/bin/sh\necho "checking keys"\necho "KeyError: media key missing" >&2\nexit 1\n'
+FIXED = '#!/bin/sh\necho "checking keys"\necho "all good"\nexit 0\n'
+
+
+def git(repo: Path, *args: str) -> str:
+    proc = subprocess.run(
+        ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.com",
+         "-c", "commit.gpgsign=false", *args],
+        capture_output=True, text=True, check=True,
+    )
+    return proc.stdout
+
+
+def worktrees(repo: Path) -> list[str]:
+    return [line for line in git(repo, "worktree", "list", "--porcelain").splitlines()
+            if line.startswith("worktree ")]
+
+
+@pytest.fixture(autouse=True)
+def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """No user git config leaks in; temp dirs land where the test can inspect them."""
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", os.devnull)
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    return tmp
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """Two commits: `broken` (check.sh exits 1 with a KeyError) and `fixed` (exits 0)."""
+    r = tmp_path / "repo"
+    r.mkdir()
+    git(r, "init", "-q", "-b", "main")
+    (r / "check.sh").write_text(BROKEN)
+    (r / "check.sh").chmod(0o755)
+    (r / "notes.txt").write_text("v1\n")
+    git(r, "add", ".")
+    git(r, "commit", "-q", "-m", "broken")
+    git(r, "tag", "broken")
+    (r / "check.sh").write_text(FIXED)
+    git(r, "commit", "-q", "-am", "fixed")
+    git(r, "tag", "fixed")
+    return r
+
+
+def cli(repo: Path, *args: str) -> int:
+    return main(["-C", str(repo), *args])
+
+
+def verdict_line(out: str) -> str:
+    return out.rstrip().splitlines()[-1]
+
+
+def assert_clean(repo: Path, tmp: Path) -> None:
+    assert len(worktrees(repo)) == 1, worktrees(repo)
+    assert list(tmp.iterdir()) == []
+
+
+# ------------------------------------------------------------------- decide()
+
+
+def side(rc: int | None, matched: bool | None = None, error: str | None = None) -> SideRun:
+    return SideRun(rev="r", sha="0" * 40, returncode=rc, seconds=0.1, tail="",
+                   matched=matched, error=error)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "verdict", "in_reason"),
+    [
+        ([side(1)], [side(0)], Verdict.FIXED, "old fails (exit 1)"),
+        ([side(1, True)], [side(0, False)], Verdict.FIXED, "matches --expect"),
+        ([side(1, False)], [side(0)], Verdict.NOT_REPRODUCED, "does not match --expect"),
+        ([side(0)], [side(0)], Verdict.NOT_REPRODUCED, "old passes"),
+        ([side(1)], [side(2)], Verdict.STILL_FAILING, "new fails (exit 2)"),
+        ([side(0)], [side(1)], Verdict.STILL_FAILING, "regressed"),
+        ([side(None, error="timed out after 1 s")], [], Verdict.ERROR, "timed out"),
+        ([side(1)], [side(0), side(None, error="command not found: x")], Verdict.ERROR,
+         "new"),
+        ([side(1), side(0), side(1)], [side(0)] * 3, Verdict.FLAKY, "old disagrees"),
+        ([side(1, True), side(1, False)], [side(0)], Verdict.FLAKY, "old"),
+        ([side(1)] * 2, [side(0), side(3)], Verdict.FLAKY, "new disagrees"),
+        ([side(0), side(1)], [side(0), side(1)], Verdict.FLAKY, "old and new"),
+        ([], [side(0)], Verdict.ERROR, "no runs"),
+    ],
+)
+def test_decide(old: list[SideRun], new: list[SideRun], verdict: Verdict,
+                in_reason: str) -> None:
+    got, reason = decide(old, new)
+    assert got is verdict
+    assert in_reason in reason
+
+
+def test_exit_codes() -> None:
+    codes = {v: ProofResult(v, [], [], "").exit_code for v in Verdict}
+    assert codes == {Verdict.FIXED: 0, Verdict.STILL_FAILING: 1, Verdict.NOT_REPRODUCED: 2,
+                     Verdict.FLAKY: 2, Verdict.ERROR: 2}
+
+
+# ------------------------------------------------------------------ verdicts
+
+
+def test_fixed(repo: Path, isolated: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli(repo, "--old", "broken", "--new", "fixed", "--", "sh", "check.sh") == 0
+    out = capsys.readouterr().out
+    assert verdict_line(out).startswith("FIXED: old fails (exit 1)")
+    # Both tails, in order, with stderr interleaved.
+    assert out.index("KeyError: media key missing") < out.index("all good")
+    assert "exec, no shell" in out
+    assert_clean(repo, isolated)
+
+
+def test_still_failing(repo: Path, isolated: Path,
+                       capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli(repo, "--old", "broken", "--new", "broken", "--", "sh", "check.sh") == 1
+    assert verdict_line(capsys.readouterr().out).startswith("STILL FAILING: new fails (exit 1)")
+    assert_clean(repo, isolated)
+
+
+def test_not_reproduced(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli(repo, "--old", "fixed", "--new", "fixed", "--", "sh", "check.sh") == 2
+    assert verdict_line(capsys.readouterr().out).startswith("NOT REPRODUCED: old passes")
+
+
+def test_expect_matches(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli(repo, "--old", "broken", "--new", "fixed", "--expect", r"KeyError: media \w+",
+               "--", "sh", "check.sh") == 0
+    out = capsys.readouterr().out
+    assert "output matches --expect" in out
+    assert verdict_line(out).startswith("FIXED:")
+
+
+def test_expect_does_not_match(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Old fails, but for another reason than the one the reviewer expects.
+    assert cli(repo, "--old", "broken", "--new", "fixed", "--expect", "TimeoutError",
+               "--", "sh", "check.sh") == 2
+    line = verdict_line(capsys.readouterr().out)
+    assert line.startswith("NOT REPRODUCED: old fails (exit 1) but its output does not match")
+
+
+def test_shell_mode_single_string(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli(repo, "--old", "broken", "--new", "fixed", "--",
+               "./check.sh && echo shell-ran-the-and") == 0
+    out = capsys.readouterr().out
+    assert "via /bin/sh -c" in out
+    assert "shell-ran-the-and" in out
+
+
+def test_error_command_not_found(repo: Path, isolated: Path,
+                                 capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli(repo, "--old", "broken", "--new", "fixed", "--",
+               "no-such-command-kvfault", "x") == 2
+    line = verdict_line(capsys.readouterr().out)
+    assert line.startswith("ERROR: old (broken @ ")
+    assert "command not found: no-such-command-kvfault" in line
+    assert_clean(repo, isolated)
+
+
+def test_error_command_not_found_in_shell(repo: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli(repo, "--old", "broken", "--new", "fixed", "--", "no-such-command-kvfault") == 2
+    assert "command not found (exit 127" in verdict_line(capsys.readouterr().out)
+
+
+def test_error_timeout_kills_command(repo: Path, isolated: Path,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    start = time.monotonic()
+    assert cli(repo, "--old", "broken", "--new", "fixed", "--timeout", "0.3",
+               "--", "sleep", "20") == 2
+    assert time.monotonic() - start < 5
+    line = verdict_line(capsys.readouterr().out)
+    assert line.startswith("ERROR: old") and "timed out after 0.3 s" in line
+    assert_clean(repo, isolated)
+
+
+# --------------------------------------------------------------------- repeat
+
+# Counts its calls in a file outside the worktrees; fails on the calls whose parity is
+# FLIP_PARITY on the side named by FLIP_SIDE, otherwise behaves like check.sh.
+FLAKY_CMD = (
+    'n=$(cat "$COUNTER" 2>/dev/null || echo 0); n=$((n+1)); echo $n > "$COUNTER"; '
+    'if [ "$KVFAULT_PROVE_SIDE" = "$FLIP_SIDE" ] && [ $((n % 2)) = 0 ]; then '
+    'echo "flipped on call $n"; [ "$FLIP_SIDE" = new ] && exit 1 || exit 0; fi; '
+    "sh check.sh"
+)
+
+
+@pytest.mark.parametrize("flaky_side", ["old", "new"])
+def test_repeat_flaky_side(repo: Path, tmp_path: Path, isolated: Path, flaky_side: str,
+                           monkeypatch: pytest.MonkeyPatch,
+                           capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("COUNTER", str(tmp_path / "counter"))
+    monkeypatch.setenv("FLIP_SIDE", flaky_side)
+    assert cli(repo, "--old", "broken", "--new", "fixed", "--repeat", "3", "--",
+               FLAKY_CMD) == 2
+    out = capsys.readouterr().out
+    line = verdict_line(out)
+    assert line.startswith(f"FLAKY: {flaky_side} disagrees with itself"), line
+    other = "new" if flaky_side == "old" else "old"
+    assert f"{other}:" not in line
+    assert (tmp_path / "counter").read_text().strip() == "6"  # 3 runs per side
+    assert "flipped on call" in out  # the odd run's tail is shown too
+    assert_clean(repo, isolated)
+
+
+def test_repeat_consistent_gives_verdict(repo: Path) -> None:
+    result = prove(repo, "broken", "fixed", ["sh", "check.sh"], repeat=3)
+    assert result.verdict is Verdict.FIXED
+    assert [r.returncode for r in result.old] == [1, 1, 1]
+    assert [r.returncode for r in result.new] == [0, 0, 0]
+    assert result.old_sha == git(repo, "rev-parse", "broken^{commit}").strip()
+    assert all(r.sha == result.new_sha for r in result.new)
+    assert all(r.seconds >= 0 for r in result.old + result.new)
+    assert "KeyError" in result.old[0].tail and "all good" in result.new[0].tail
+
+
+def test_tail_keeps_last_lines(repo: Path) -> None:
+    result = prove(repo, "broken", "fixed", ["seq 1 100; sh check.sh"], tail_lines=5)
+    assert result.new[0].tail.splitlines() == ["97", "98", "99", "100", "checking keys",
+                                               "all good"][-5:]
+
+
+# -------------------------------------------------------------- bad arguments
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--old", "broken", "--new", "fixed", "sh", "check.sh"], "missing '--'"),
+        (["--old", "broken", "--new", "fixed", "--"], "missing command"),
+        (["--old", "broken", "--new", "fixed"], "missing command"),
+        (["--old", "broken", "--", "true"], "--old REV and --new REV are required"),
+        (["--old", "nope-not-a-rev", "--new", "fixed", "--", "true"],
+         "unknown --old revision: 'nope-not-a-rev'"),
+        (["--old", "broken", "--new", "deadbeef" * 5, "--", "true"], "unknown --new"),
+        (["--old", "broken", "--new", "fixed", "--repeat", "0", "--", "true"],
+         "--repeat must be at least 1"),
+        (["--old", "broken", "--new", "fixed", "--expect", "(unclosed", "--", "true"],
+         "invalid --expect regex"),
+        (["--old", "broken", "--new", "fixed", "--timeout", "0", "--", "true"],
+         "--timeout must be a positive"),
+        (["--old", "broken", "--new", "fixed", "--repeat", "x", "--", "true"],
+         "invalid int value"),
+    ],
+)
+def test_bad_arguments_one_line(repo: Path, isolated: Path, args: list[str], message: str,
+                                capsys: pytest.CaptureFixture[str]) -> None:
+    try:
+        rc = cli(repo, *args)
+    except SystemExit as exc:  # argparse's own errors (bad int) exit from parse_args
+        rc = exc.code
+    assert rc == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.splitlines()
+    assert len(lines) == 1, captured.err
+    assert lines[0].startswith("kvfault prove: error: ")
+    assert message in lines[0]
+    assert_clean(repo, isolated)
+
+
+def test_not_a_git_repository(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    assert main(["-C", str(plain), "--old", "a", "--new", "b", "--", "true"]) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines() == [f"kvfault prove: error: not a git repository: {plain}"]
+
+
+def test_module_entry_point_no_traceback(repo: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "faults.prove", "-C", str(repo), "--old", "nope",
+         "--new", "fixed", "--", "true"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert proc.stderr.splitlines() == [
+        f"kvfault prove: error: unknown --old revision: 'nope' is not a commit in {repo}"]
+
+
+# ----------------------------------------------------- cleanup and isolation
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie still answers kill(0); it is dead for our purposes.
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.exists() and stat.read_text().split(") ")[-1].startswith("Z"))
+
+
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_interrupt_removes_worktrees(repo: Path, tmp_path: Path, isolated: Path,
+                                     signum: int, code: int) -> None:
+    pidfile = tmp_path / "cmd.pid"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "faults.prove", "-C", str(repo), "--old", "broken",
+         "--new", "fixed", "--", "sh", "-c", f'echo $$ > "{pidfile}"; exec sleep 60'],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while not (pidfile.exists() and pidfile.read_text().strip()):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "CMD never started"
+            time.sleep(0.02)
+        cmd_pid = int(pidfile.read_text())
+        assert len(worktrees(repo)) == 3  # main + old + new while CMD runs
+        assert len(list(isolated.iterdir())) == 1
+        proc.send_signal(signum)
+        out, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == code, err
+    assert "interrupted" in err and "Traceback" not in err
+    assert out == ""
+    assert_clean(repo, isolated)
+    deadline = time.monotonic() + 5
+    while _alive(cmd_pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not _alive(cmd_pid), "CMD outlived the interrupted proof"
+
+
+def _snapshot(repo: Path) -> dict[str, object]:
+    files = {str(p.relative_to(repo)): p.read_bytes()
+             for p in sorted(repo.rglob("*")) if p.is_file() and ".git" not in p.parts}
+    return {
+        "files": files,
+        "index": (repo / ".git" / "index").read_bytes(),
+        "HEAD": (repo / ".git" / "HEAD").read_bytes(),
+        "refs": git(repo, "show-ref"),
+        "stash": git(repo, "stash", "list"),
+        "status": git(repo, "status", "--porcelain=v1", "--untracked-files=all"),
+    }
+
+
+def test_dirty_working_tree_untouched(repo: Path, isolated: Path,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    (repo / "check.sh").write_text('#!/bin/sh\necho DIRTY-EDIT\nexit 3\n')  # modified
+    (repo / "notes.txt").write_text("v2 staged\n")
+    git(repo, "add", "notes.txt")  # staged
+    (repo / "notes.txt").write_text("v3 unstaged on top\n")
+    (repo / "scratch.txt").write_bytes(b"untracked \x00\xff bytes\n")  # untracked
+    (repo / "sub").mkdir()
+    (repo / "sub" / "new.py").write_text("print('untracked dir')\n")
+    before = _snapshot(repo)
+    status = str(before["status"]).splitlines()
+    assert {"MM notes.txt", " M check.sh", "?? scratch.txt", "?? sub/new.py"} <= set(status)
+    assert cli(repo, "--old", "broken", "--new", "fixed", "--", "sh", "check.sh") == 0
+    out = capsys.readouterr().out
+    assert "DIRTY-EDIT" not in out  # the proof ran the committed heads, not the edit
+    assert _snapshot(repo) == before
+    assert_clean(repo, isolated)
+
+
+def test_cmd_sees_worktree_not_users_repo(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A GIT_DIR pointing at the user's repository must not leak into CMD.
+    monkeypatch.setenv("GIT_DIR", str(repo / ".git"))
+    script = ('git rev-parse HEAD; pwd; '
+              'test "$(git rev-parse HEAD)" = "$KVFAULT_PROVE_SHA" || exit 9; sh check.sh')
+    result = prove(repo, "broken", "fixed", [script])
+    assert result.verdict is Verdict.FIXED, result.reason
+    assert result.old[0].tail.splitlines()[0] == result.old_sha
+    assert result.new[0].tail.splitlines()[0] == result.new_sha
+    assert str(repo) not in result.old[0].tail.splitlines()[1]
+
+
+def test_argparse_keeps_double_dash() -> None:
+    # `run` relies on argparse keeping '--' in REMAINDER to tell a missing '--'; guard
+    # against an argparse that changes this.
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    prove_mod.add_arguments(parser)
+    args = parser.parse_args(["--old", "a", "--new", "b", "--", "pytest", "-x", "--", "y"])
+    assert args.cmd == ["--", "pytest", "-x", "--", "y"]
+    assert (args.repeat, args.timeout, args.expect, args.repo) == (1, None, None, ".")

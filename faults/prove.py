@@ -1,0 +1,641 @@
+"""`kvfault prove`: a reviewer's two-head proof for any git repository.
+
+``kvfault prove --old REV --new REV [--expect REGEX] [--repeat K] [--timeout S] -- CMD...``
+checks both revisions out in temporary ``git worktree``s, runs CMD in each (cwd = the
+worktree root) and prints a verdict:
+
+=============== ==== ==============================================================
+verdict         exit meaning
+=============== ==== ==============================================================
+FIXED           0    old fails (and matches ``--expect`` when given), new passes
+STILL FAILING   1    new fails (whatever old did)
+NOT REPRODUCED  2    old passes, or old fails without matching ``--expect``
+FLAKY           2    with ``--repeat``: a side disagrees with itself (named)
+ERROR           2    bad rev, not a repository, command not found, timeout, ...
+=============== ==== ==============================================================
+
+CMD after ``--`` with several words is executed directly (no shell); a single word is
+run by ``/bin/sh -c`` so a quoted pipeline (``-- "make && ./check.sh"``) works.
+
+The user's working tree, index, HEAD and stash are never touched: everything happens in
+worktrees under a fresh temporary directory, removed afterwards, also on failure,
+SIGINT and SIGTERM.
+
+Only the standard library is used, so this module works in any environment that has
+git and Python.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import enum
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+__all__ = [
+    "EXIT_CODES",
+    "ProofResult",
+    "ProveError",
+    "SideRun",
+    "Verdict",
+    "add_arguments",
+    "decide",
+    "format_report",
+    "main",
+    "outcome",
+    "prove",
+    "run",
+]
+
+DEFAULT_TAIL = 20
+
+# Shell exit statuses that mean "the command itself could not be started" (POSIX sh:
+# 126 = found but not executable, 127 = not found). Only consulted in shell mode; in
+# exec mode the OSError from exec tells us directly.
+_SHELL_CANNOT_RUN = {126: "command not executable", 127: "command not found"}
+
+# Variables that would make git (and a CMD that calls git) look at the user's
+# repository instead of the worktree it runs in.
+_GIT_LOCATION_VARS = (
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_INDEX_FILE",
+    "GIT_COMMON_DIR",
+    "GIT_PREFIX",
+    "GIT_OBJECT_DIRECTORY",
+)
+
+
+class Verdict(str, enum.Enum):
+    """The outcome of a proof; the value is what gets printed."""
+
+    FIXED = "FIXED"
+    STILL_FAILING = "STILL FAILING"
+    NOT_REPRODUCED = "NOT REPRODUCED"
+    FLAKY = "FLAKY"
+    ERROR = "ERROR"
+
+
+EXIT_CODES: dict[Verdict, int] = {
+    Verdict.FIXED: 0,
+    Verdict.STILL_FAILING: 1,
+    Verdict.NOT_REPRODUCED: 2,
+    Verdict.FLAKY: 2,
+    Verdict.ERROR: 2,
+}
+
+
+class ProveError(Exception):
+    """A bad argument or a setup failure; ``str(exc)`` is the one line to show."""
+
+
+class _Interrupted(BaseException):
+    """SIGINT/SIGTERM arrived; a BaseException so no ``except Exception`` swallows it."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+@dataclass
+class SideRun:
+    """One execution of CMD at one revision.
+
+    ``returncode`` is None when the command never ran to an exit status (``error`` then
+    says why: not found, timed out). ``matched`` is whether the full output matched
+    ``--expect`` (None when no ``--expect`` was given). ``tail`` is the last lines of
+    stdout and stderr interleaved as the command wrote them.
+    """
+
+    rev: str
+    sha: str
+    returncode: int | None
+    seconds: float
+    tail: str
+    matched: bool | None
+    error: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.error is None and self.returncode == 0
+
+
+@dataclass
+class ProofResult:
+    """Everything ``kvfault prove`` found; ``exit_code`` is what the CLI exits with."""
+
+    verdict: Verdict
+    old: list[SideRun]
+    new: list[SideRun]
+    reason: str
+    command: list[str] = field(default_factory=list)
+    shell: bool = False
+    expect: str | None = None
+    old_rev: str = ""
+    new_rev: str = ""
+    old_sha: str = ""
+    new_sha: str = ""
+    repo: str = ""
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.verdict]
+
+
+# --------------------------------------------------------------------------- verdict
+
+
+def outcome(side_run: SideRun) -> str:
+    """The observable outcome of one run, as compared across ``--repeat`` runs.
+
+    One of ``error``, ``pass``, ``fail``, ``fail (matches --expect)`` and
+    ``fail (does not match --expect)``. Two runs of one side that give different
+    outcomes make that side FLAKY.
+    """
+    if side_run.error is not None:
+        return "error"
+    if side_run.returncode == 0:
+        return "pass"
+    if side_run.matched is None:
+        return "fail"
+    return "fail (matches --expect)" if side_run.matched else "fail (does not match --expect)"
+
+
+def _describe_counts(runs: Sequence[SideRun]) -> str:
+    counts = Counter(outcome(r) for r in runs)
+    return ", ".join(f"{n}x {name}" for name, n in counts.most_common())
+
+
+def decide(old: Sequence[SideRun], new: Sequence[SideRun]) -> tuple[Verdict, str]:
+    """The verdict rule, as a pure function of the runs of both sides.
+
+    In order: any run that could not run (error), or a side without runs, gives ERROR
+    (a proof stops at its first error, so the other side may have no runs); a side whose
+    runs disagree
+    gives FLAKY naming the side(s); new failing gives STILL FAILING (even when old
+    passed: then the new head regressed); old passing, or old failing without matching
+    ``--expect``, gives NOT REPRODUCED; otherwise FIXED. Returns (verdict, reason).
+    """
+    for side, runs in (("old", old), ("new", new)):
+        for r in runs:
+            if r.error is not None:
+                return Verdict.ERROR, f"{side} ({r.rev} @ {r.sha[:12]}): {r.error}"
+    if not old or not new:
+        return Verdict.ERROR, "a side has no runs"
+
+    flaky = [(side, runs) for side, runs in (("old", old), ("new", new))
+             if len({outcome(r) for r in runs}) > 1]
+    if flaky:
+        names = " and ".join(side for side, _ in flaky)
+        detail = "; ".join(f"{side}: {_describe_counts(runs)}" for side, runs in flaky)
+        verb = "disagree with themselves" if len(flaky) > 1 else "disagrees with itself"
+        return Verdict.FLAKY, f"{names} {verb} ({detail})"
+
+    # Every run of a side now has the same outcome, so the first stands for all.
+    o, n = old[0], new[0]
+    if not n.passed:
+        reason = f"new fails (exit {n.returncode})"
+        if o.passed:
+            reason += "; old passes, so the new head regressed"
+        return Verdict.STILL_FAILING, reason
+    if o.passed:
+        return Verdict.NOT_REPRODUCED, "old passes (exit 0); nothing to fix"
+    if o.matched is False:
+        return (Verdict.NOT_REPRODUCED,
+                f"old fails (exit {o.returncode}) but its output does not match --expect")
+    how = ", output matches --expect" if o.matched else ""
+    return Verdict.FIXED, f"old fails (exit {o.returncode}{how}) and new passes"
+
+
+# ----------------------------------------------------------------------- signals
+
+
+class _Signals:
+    """SIGINT/SIGTERM become `_Interrupted`, but only where we can afford it.
+
+    While `deferred()` is active (creating and removing worktrees) a signal is only
+    recorded and raised when the block ends, so a Ctrl-C cannot leave a half-created,
+    locked worktree behind. Handlers can only be set from the main thread; elsewhere
+    this does nothing and the caller's own handling applies.
+    """
+
+    def __init__(self) -> None:
+        self._previous: dict[int, object] = {}
+        self._deferring = False
+        self._pending: int | None = None
+
+    def install(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            self._previous[signum] = signal.signal(signum, self._handle)
+
+    def restore(self) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)  # type: ignore[arg-type]
+        self._previous.clear()
+
+    def _handle(self, signum: int, _frame: object) -> None:
+        if self._deferring:
+            self._pending = self._pending or signum
+            return
+        raise _Interrupted(signum)
+
+    @contextlib.contextmanager
+    def deferred(self) -> Iterator[None]:
+        outer = self._deferring
+        self._deferring = True
+        try:
+            yield
+        finally:
+            self._deferring = outer
+            if not outer and self._pending is not None:
+                signum, self._pending = self._pending, None
+                raise _Interrupted(signum)
+
+
+# --------------------------------------------------------------------------- git
+
+
+def _clean_env() -> dict[str, str]:
+    env = dict(os.environ)
+    for name in _GIT_LOCATION_VARS:
+        env.pop(name, None)
+    return env
+
+
+def _git(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    # core.hooksPath=/dev/null: `worktree add` would otherwise run the user's
+    # post-checkout hook, which may do anything to anything.
+    # start_new_session: a terminal Ctrl-C goes to our process group only, so git is
+    # never killed half-way through creating or removing a worktree.
+    try:
+        return subprocess.run(
+            ["git", "-c", "core.hooksPath=/dev/null", "-C", str(repo), *args],
+            capture_output=True, text=True, stdin=subprocess.DEVNULL,
+            env=_clean_env(), start_new_session=True, check=False,
+        )
+    except FileNotFoundError:
+        raise ProveError("git not found on PATH") from None
+
+
+def _first_line(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[0] if lines else "(no message)"
+
+
+def _check_repo(repo: Path) -> None:
+    if not repo.is_dir():
+        raise ProveError(f"no such directory: {repo}")
+    proc = _git(repo, "rev-parse", "--git-dir")
+    if proc.returncode != 0:
+        raise ProveError(f"not a git repository: {repo}")
+
+
+def _resolve(repo: Path, which: str, rev: str) -> str:
+    # A rev starting with '-' would be parsed by git as an option.
+    if not rev or rev.startswith("-"):
+        raise ProveError(f"invalid --{which} revision: {rev!r}")
+    proc = _git(repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
+    if proc.returncode != 0 or not proc.stdout.strip():
+        raise ProveError(f"unknown --{which} revision: {rev!r} is not a commit in {repo}")
+    return proc.stdout.strip()
+
+
+def _listed_worktrees(repo: Path) -> set[str]:
+    proc = _git(repo, "worktree", "list", "--porcelain")
+    return {os.path.realpath(line[len("worktree "):])
+            for line in proc.stdout.splitlines() if line.startswith("worktree ")}
+
+
+def _add_worktree(repo: Path, path: Path, sha: str) -> None:
+    proc = _git(repo, "worktree", "add", "--detach", "--quiet", str(path), sha)
+    if proc.returncode != 0:
+        raise ProveError(f"git worktree add {sha[:12]} failed: {_first_line(proc.stderr)}")
+
+
+def _remove_worktrees(repo: Path, paths: Sequence[Path], tmp: Path | None) -> None:
+    # --force twice: also removes a worktree git left locked ("initializing").
+    for path in paths:
+        _git(repo, "worktree", "remove", "--force", "--force", str(path))
+    if tmp is not None:
+        shutil.rmtree(tmp, ignore_errors=True)
+    # Prune only when one of ours is still registered: a bare `worktree prune` also
+    # drops the user's own stale entries (say, a worktree on an unmounted disk), and
+    # we promise to leave the user's things alone.
+    ours = {os.path.realpath(p) for p in paths}
+    if ours & _listed_worktrees(repo):
+        _git(repo, "worktree", "prune")
+
+
+# ------------------------------------------------------------------ running CMD
+
+
+def _kill_group(proc: subprocess.Popen[bytes], grace: float = 2.0) -> None:
+    """Stop CMD and everything it started (it leads its own process group)."""
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, None)):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.wait(timeout=wait)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _reap_group(pgid: int) -> None:
+    # CMD has exited; kill what it left running in its group (servers, sleepers) so no
+    # orphan outlives the worktree it runs in.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def _tail(text: str, lines: int) -> str:
+    if lines <= 0:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _run_once(
+    *,
+    command: list[str],
+    shell: bool,
+    cwd: Path,
+    env: dict[str, str],
+    timeout: float | None,
+    log_path: Path,
+    expect: re.Pattern[str] | None,
+    tail_lines: int,
+    rev: str,
+    sha: str,
+) -> SideRun:
+    error: str | None = None
+    returncode: int | None = None
+    # Output goes to a file rather than a pipe: no reader thread, no deadlock on a
+    # chatty command, and a crash still leaves it on disk.
+    with open(log_path, "wb") as log:
+        start = time.monotonic()
+        try:
+            proc = subprocess.Popen(
+                command[0] if shell else command, shell=shell, cwd=cwd, env=env,
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        except FileNotFoundError:
+            error = f"command not found: {command[0]}"
+        except PermissionError:
+            error = f"command not executable: {command[0]}"
+        except OSError as exc:
+            error = f"cannot run {command[0]}: {exc.strerror or exc}"
+        else:
+            try:
+                returncode = proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                _kill_group(proc)
+                error = f"timed out after {timeout:g} s"
+            except BaseException:
+                _kill_group(proc)
+                raise
+            finally:
+                _reap_group(proc.pid)
+        seconds = time.monotonic() - start
+    if shell and returncode in _SHELL_CANNOT_RUN:
+        error = f"{_SHELL_CANNOT_RUN[returncode]} (exit {returncode} from /bin/sh)"
+    text = log_path.read_bytes().decode("utf-8", errors="replace")
+    matched = bool(expect.search(text)) if expect is not None else None
+    return SideRun(rev=rev, sha=sha, returncode=returncode, seconds=seconds,
+                   tail=_tail(text, tail_lines), matched=matched, error=error)
+
+
+# --------------------------------------------------------------------- the proof
+
+
+def _validate(command: Sequence[str], repeat: int, timeout: float | None,
+              tail_lines: int, expect: str | None) -> re.Pattern[str] | None:
+    if not command or not command[0]:
+        raise ProveError("missing command: put it after '--', e.g. -- pytest -x tests/")
+    if repeat < 1:
+        raise ProveError(f"--repeat must be at least 1, got {repeat}")
+    if timeout is not None and not timeout > 0:
+        raise ProveError(f"--timeout must be a positive number of seconds, got {timeout:g}")
+    if tail_lines < 0:
+        raise ProveError(f"--tail must be 0 or more, got {tail_lines}")
+    if expect is None:
+        return None
+    try:
+        return re.compile(expect, re.MULTILINE)
+    except re.error as exc:
+        raise ProveError(f"invalid --expect regex {expect!r}: {exc}") from None
+
+
+def prove(
+    repo: str | os.PathLike[str],
+    old: str,
+    new: str,
+    command: Sequence[str],
+    *,
+    expect: str | None = None,
+    repeat: int = 1,
+    timeout: float | None = None,
+    tail_lines: int = DEFAULT_TAIL,
+    progress: TextIO | None = None,
+) -> ProofResult:
+    """Run COMMAND at revisions OLD and NEW of the repository at REPO and decide.
+
+    ``command`` with one element runs through ``/bin/sh -c``; with more it is executed
+    directly. Each side runs ``repeat`` times, old side first, in its own worktree
+    (cwd = the worktree root, stdin = /dev/null, environment plus ``KVFAULT_PROVE_SIDE``,
+    ``KVFAULT_PROVE_REV``, ``KVFAULT_PROVE_SHA``, ``KVFAULT_PROVE_RUN``). A run that
+    cannot start or exceeds ``timeout`` seconds stops the proof with ERROR.
+
+    Raises ProveError for bad arguments and setup failures (not a repository, unknown
+    revision, worktree creation failed); raises `_Interrupted` on SIGINT/SIGTERM. In
+    every case the worktrees are removed and the user's working tree is untouched.
+    """
+    pattern = _validate(command, repeat, timeout, tail_lines, expect)
+    command = list(command)
+    shell = len(command) == 1
+    repo_path = Path(repo).resolve() if Path(repo).exists() else Path(repo)
+    _check_repo(repo_path)
+    old_sha = _resolve(repo_path, "old", old)
+    new_sha = _resolve(repo_path, "new", new)
+    sides = (("old", old, old_sha), ("new", new, new_sha))
+    runs: dict[str, list[SideRun]] = {"old": [], "new": []}
+
+    signals = _Signals()
+    signals.install()
+    tmp: Path | None = None
+    added: list[Path] = []
+    try:
+        try:
+            with signals.deferred():
+                tmp = Path(tempfile.mkdtemp(prefix="kvfault-prove-"))
+                for side, _rev, sha in sides:
+                    added.append(tmp / side)  # before `add`: a half-made one is removed too
+                    _add_worktree(repo_path, tmp / side, sha)
+            env = _clean_env()
+            stop = False
+            for side, rev, sha in sides:
+                for i in range(1, repeat + 1):
+                    if progress is not None:
+                        print(f"kvfault prove: {side} {rev} ({sha[:12]}) run {i}/{repeat} ...",
+                              file=progress, flush=True)
+                    env.update(KVFAULT_PROVE_SIDE=side, KVFAULT_PROVE_REV=rev,
+                               KVFAULT_PROVE_SHA=sha, KVFAULT_PROVE_RUN=str(i))
+                    r = _run_once(command=command, shell=shell, cwd=tmp / side, env=env,
+                                  timeout=timeout, log_path=tmp / f"{side}-{i}.log",
+                                  expect=pattern, tail_lines=tail_lines, rev=rev, sha=sha)
+                    runs[side].append(r)
+                    if r.error is not None:  # the verdict is ERROR whatever comes next
+                        stop = True
+                        break
+                if stop:
+                    break
+        finally:
+            with signals.deferred():
+                _remove_worktrees(repo_path, added, tmp)
+    finally:
+        signals.restore()
+
+    verdict, reason = decide(runs["old"], runs["new"])
+    return ProofResult(verdict=verdict, old=runs["old"], new=runs["new"], reason=reason,
+                       command=command, shell=shell, expect=expect, old_rev=old,
+                       new_rev=new, old_sha=old_sha, new_sha=new_sha, repo=str(repo_path))
+
+
+# ------------------------------------------------------------------------ report
+
+
+def _run_line(side: str, i: int, total: int, r: SideRun) -> str:
+    status = r.error if r.error is not None else f"exit {r.returncode}"
+    line = f"{side} {r.rev} ({r.sha[:12]}) run {i}/{total}: {status}, {r.seconds:.2f} s"
+    if r.matched is not None and not r.passed:  # a signature only matters on failure
+        line += ", output matches --expect" if r.matched else ", output does not match --expect"
+    return line
+
+
+def format_report(result: ProofResult) -> str:
+    """The human-readable report: header, each run with output tails, the verdict last.
+
+    For each side the tail of the first run of each distinct outcome is shown (so a
+    FLAKY side shows both behaviours); repeated identical outcomes show one line each.
+    """
+    cmd = result.command[0] if result.shell else shlex.join(result.command)
+    mode = "via /bin/sh -c" if result.shell else "exec, no shell"
+    out = [
+        f"kvfault prove in {result.repo}",
+        f"  old:     {result.old_rev} = {result.old_sha[:12]}",
+        f"  new:     {result.new_rev} = {result.new_sha[:12]}",
+        f"  command: {cmd}  ({mode}; cwd = worktree root)",
+    ]
+    if result.expect is not None:
+        out.append(f"  expect:  /{result.expect}/")
+    for side, runs in (("old", result.old), ("new", result.new)):
+        shown: set[str] = set()
+        for i, r in enumerate(runs, 1):
+            out.append("")
+            out.append(f"== {_run_line(side, i, len(runs), r)}")
+            if outcome(r) in shown:
+                out.append("   (same outcome as above; output not repeated)")
+                continue
+            shown.add(outcome(r))
+            out.extend(f"   | {line}" for line in (r.tail.splitlines() or ["(no output)"]))
+    total = sum(r.seconds for r in (*result.old, *result.new))
+    out.append("")
+    out.append(f"{result.verdict.value}: {result.reason}  [{total:.2f} s of runs]")
+    return "\n".join(out)
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add `prove`'s options to PARSER (a subcommand parser or a standalone one).
+
+    Everything after ``--`` lands in ``args.cmd`` with the ``--`` kept (argparse keeps
+    it for REMAINDER); `run` checks it is there. Required options are checked by `run`,
+    not by argparse, so a missing one gives the same one-line error as a bad value.
+    """
+    parser.add_argument("--old", metavar="REV", help="the revision expected to fail")
+    parser.add_argument("--new", metavar="REV", help="the revision expected to pass")
+    parser.add_argument("--expect", metavar="REGEX",
+                        help="old only counts as failing if its output matches REGEX "
+                             "(re.search, MULTILINE, over stdout+stderr)")
+    parser.add_argument("--repeat", metavar="K", type=int, default=1,
+                        help="run each side K times; FLAKY if a side disagrees with itself")
+    parser.add_argument("--timeout", metavar="S", type=float, default=None,
+                        help="seconds per run before it is killed (ERROR); default: none")
+    parser.add_argument("--tail", metavar="N", type=int, default=DEFAULT_TAIL,
+                        help=f"output lines shown per run (default {DEFAULT_TAIL})")
+    parser.add_argument("-C", dest="repo", metavar="DIR", default=".",
+                        help="the git repository (default: current directory)")
+    parser.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ...",
+                        help="the command; one quoted word runs through /bin/sh -c")
+
+
+def _command_from(raw: Sequence[str]) -> list[str]:
+    if not raw:
+        raise ProveError("missing command: put it after '--', e.g. -- pytest -x tests/")
+    if raw[0] != "--":
+        raise ProveError(f"missing '--' before the command (got {shlex.join(raw)!r}); "
+                         "write: kvfault prove --old A --new B -- CMD ...")
+    return list(raw[1:])
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the proof described by ARGS (from `add_arguments`); return the exit code.
+
+    Prints the report on stdout and progress on stderr. Bad arguments and setup
+    failures print one line on stderr and return 2; SIGINT/SIGTERM return 130/143
+    after removing the worktrees.
+    """
+    try:
+        if not args.old or not args.new:
+            raise ProveError("both --old REV and --new REV are required")
+        command = _command_from(args.cmd)
+        result = prove(args.repo, args.old, args.new, command, expect=args.expect,
+                       repeat=args.repeat, timeout=args.timeout, tail_lines=args.tail,
+                       progress=sys.stderr)
+    except ProveError as exc:
+        print(f"kvfault prove: error: {exc}", file=sys.stderr)
+        return 2
+    except (_Interrupted, KeyboardInterrupt) as exc:
+        signum = exc.signum if isinstance(exc, _Interrupted) else signal.SIGINT
+        name = signal.Signals(signum).name
+        print(f"kvfault prove: interrupted by {name}; worktrees removed", file=sys.stderr)
+        return 128 + signum
+    print(format_report(result), flush=True)
+    return result.exit_code
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse prints usage plus the error; we promise one line, exit 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m faults.prove ...``: the same as ``kvfault prove ...``."""
+    parser = _OneLineParser(prog="kvfault prove",
+                            description="Prove that NEW fixes what fails at OLD.")
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
