@@ -48,6 +48,7 @@ from typing import TextIO
 
 __all__ = [
     "EXIT_CODES",
+    "Interrupted",
     "ProofResult",
     "ProveError",
     "SideRun",
@@ -103,8 +104,12 @@ class ProveError(Exception):
     """A bad argument or a setup failure; ``str(exc)`` is the one line to show."""
 
 
-class _Interrupted(BaseException):
-    """SIGINT/SIGTERM arrived; a BaseException so no ``except Exception`` swallows it."""
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM arrived during a proof (``signum`` says which).
+
+    A KeyboardInterrupt, so code that already handles Ctrl-C handles SIGTERM the same
+    way, and no ``except Exception`` swallows it. Raised after the worktrees are gone.
+    """
 
     def __init__(self, signum: int) -> None:
         super().__init__(signum)
@@ -225,7 +230,7 @@ def decide(old: Sequence[SideRun], new: Sequence[SideRun]) -> tuple[Verdict, str
 
 
 class _Signals:
-    """SIGINT/SIGTERM become `_Interrupted`, but only where we can afford it.
+    """SIGINT/SIGTERM become `Interrupted`, but only where we can afford it.
 
     While `deferred()` is active (creating and removing worktrees) a signal is only
     recorded and raised when the block ends, so a Ctrl-C cannot leave a half-created,
@@ -253,7 +258,7 @@ class _Signals:
         if self._deferring:
             self._pending = self._pending or signum
             return
-        raise _Interrupted(signum)
+        raise Interrupted(signum)
 
     @contextlib.contextmanager
     def deferred(self) -> Iterator[None]:
@@ -265,7 +270,7 @@ class _Signals:
             self._deferring = outer
             if not outer and self._pending is not None:
                 signum, self._pending = self._pending, None
-                raise _Interrupted(signum)
+                raise Interrupted(signum)
 
 
 # --------------------------------------------------------------------------- git
@@ -463,8 +468,9 @@ def prove(
     cannot start or exceeds ``timeout`` seconds stops the proof with ERROR.
 
     Raises ProveError for bad arguments and setup failures (not a repository, unknown
-    revision, worktree creation failed); raises `_Interrupted` on SIGINT/SIGTERM. In
-    every case the worktrees are removed and the user's working tree is untouched.
+    revision, worktree creation failed); raises `Interrupted` on SIGINT/SIGTERM. In
+    every case the worktrees are removed first and the user's working tree is untouched.
+    Also kills what CMD left running in its process group when it exits.
     """
     pattern = _validate(command, repeat, timeout, tail_lines, expect)
     command = list(command)
@@ -477,10 +483,10 @@ def prove(
     runs: dict[str, list[SideRun]] = {"old": [], "new": []}
 
     signals = _Signals()
-    signals.install()
     tmp: Path | None = None
     added: list[Path] = []
     try:
+        signals.install()
         try:
             with signals.deferred():
                 tmp = Path(tempfile.mkdtemp(prefix="kvfault-prove-"))
@@ -613,8 +619,8 @@ def run(args: argparse.Namespace) -> int:
     except ProveError as exc:
         print(f"kvfault prove: error: {exc}", file=sys.stderr)
         return 2
-    except (_Interrupted, KeyboardInterrupt) as exc:
-        signum = exc.signum if isinstance(exc, _Interrupted) else signal.SIGINT
+    except KeyboardInterrupt as exc:
+        signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
         name = signal.Signals(signum).name
         print(f"kvfault prove: interrupted by {name}; worktrees removed", file=sys.stderr)
         return 128 + signum
