@@ -101,7 +101,7 @@ class MemoryTier:
     def _answerable(self, tier_ids: Sequence[int], start: int, end: int) -> bool:
         if start % self.chunk_size or start < 0 or end < start:
             return False
-        return all(0 <= t < _U32_LIMIT for t in tier_ids)
+        return not tier_ids or (min(tier_ids) >= 0 and max(tier_ids) < _U32_LIMIT)
 
     def submit_retrieve(
         self,

@@ -68,6 +68,7 @@ class DeterministicModel:
         ids = req.prompt_token_ids
         first = start // bs
         parent = self.initial_page_parent(req) if first == 0 else kv.read(blocks[first - 1])
+        parent = 0 if parent is None else parent
         state = None
         if self.hybrid:
             state = kv.read_state(req.req_id)
@@ -87,8 +88,11 @@ class DeterministicModel:
         """The output tokens, read from every page of the prompt and the final state."""
         n = -(-req.prompt_len // self.geometry.block_size)
         pages = tuple(kv.read(blocks[b]) for b in range(n))
-        state = kv.read_state(req.req_id) if self.hybrid else None
-        fp = hash((_OUT_TAG, pages, state))
+        state = kv.read_state(req.req_id) if self.hybrid else 0
+        # None hashes by address in Python 3.11: map a missing page to 0 so outputs
+        # are the same in every process.
+        pages = tuple(0 if p is None else p for p in pages)
+        fp = hash((_OUT_TAG, pages, 0 if state is None else state))
         return tuple(hash((fp, k)) & 0xFFFF for k in range(req.max_output_tokens))
 
     # -- the cold run, computed directly (what recompute would produce) ------------
@@ -112,6 +116,6 @@ class DeterministicModel:
 
     def cold_output(self, req: Request) -> tuple[int, ...]:
         pages = tuple(self.cold_pages(req))
-        state = self.cold_state_at(req, req.prompt_len) if self.hybrid else None
+        state = self.cold_state_at(req, req.prompt_len) if self.hybrid else 0
         fp = hash((_OUT_TAG, pages, state))
         return tuple(hash((fp, k)) & 0xFFFF for k in range(req.max_output_tokens))

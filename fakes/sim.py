@@ -3,21 +3,30 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, Callable
 
 from fakes.clock import VirtualClock
 from fakes.copy_engine import SimCopyEngine
 from fakes.kv_pages import SimKvPages
 from fakes.memory_tier import MemoryTier
 from fakes.model import ConstantForwardTimer, DeterministicModel
+from reference.channel import QueueChannel
 from reference.engine import Collaborators, Engine, EngineConfig
-from reference.interfaces import ForwardTimer, Tier
+from reference.interfaces import ForwardTimer, LookupClient, Tier
 from reference.rules import Rules
 from reference.trace import Trace
+
+# wrap(role, collaborator) -> collaborator; roles: "timer", "tier", "channel", "copy"
+Wrap = Callable[[str, Any], Any]
+
+
+def no_wrap(role: str, part: Any) -> Any:
+    return part
 
 
 @dataclass
 class SimWorld:
-    """One simulated host: a clock, a trace and the tiers engines share."""
+    """One simulated host: a clock and the trace every engine on it writes to."""
 
     clock: VirtualClock = field(default_factory=VirtualClock)
     trace: Trace = field(init=False)
@@ -25,7 +34,7 @@ class SimWorld:
     def __post_init__(self) -> None:
         self.trace = Trace(self.clock.now)
 
-    def memory_tier(self, config: EngineConfig, **kwargs) -> MemoryTier:
+    def memory_tier(self, config: EngineConfig, **kwargs: Any) -> MemoryTier:
         return MemoryTier(self.clock, config.geometry, config.state_grid, **kwargs)
 
     def engine(
@@ -35,17 +44,21 @@ class SimWorld:
         timer: ForwardTimer | None = None,
         rules: Rules | None = None,
         name: str = "engine",
-        **parts,
+        lookup: LookupClient | None = None,
+        wrap: Wrap = no_wrap,
     ) -> Engine:
+        """An engine on this world; ``wrap`` lets a fault injector replace any
+        collaborator with a wrapper around it."""
         clock = self.clock
-        model = DeterministicModel(config.model_kind, config.geometry)
-        collaborators = Collaborators(
+        parts = Collaborators(
             clock=clock,
-            model=model,
-            timer=timer or ConstantForwardTimer(),
-            tier=tier or self.memory_tier(config),
+            model=DeterministicModel(config.model_kind, config.geometry),
+            timer=wrap("timer", timer or ConstantForwardTimer()),
+            # A tier handed in is already assembled (and wrapped) by its owner.
+            tier=tier if tier is not None else wrap("tier", self.memory_tier(config)),
             kv_factory=SimKvPages,
-            copy_factory=lambda kv: SimCopyEngine(clock, kv),
-            **parts,
+            copy_factory=lambda kv: wrap("copy", SimCopyEngine(clock, kv)),
+            channel_factory=lambda: wrap("channel", QueueChannel()),
+            lookup=lookup,
         )
-        return Engine(config, collaborators, self.trace, rules, name)
+        return Engine(config, parts, self.trace, rules, name)

@@ -126,9 +126,7 @@ class HostPageBatch(Sequence[HostPage]):
     built on ``PinnedHostPool`` returns for a retrieve. The copy engine checks and
     indexes a batch without a Python loop per block; indexing yields ``HostPage``s."""
 
-    def __init__(
-        self, pool: PinnedHostPool, slots: torch.Tensor, generations: torch.Tensor
-    ):
+    def __init__(self, pool: PinnedHostPool, slots: torch.Tensor, generations: torch.Tensor):
         if slots.shape != generations.shape or slots.dim() != 1:
             raise ValueError("slots and generations must be 1-d and of one length")
         self.pool = pool
@@ -167,9 +165,7 @@ class PinnedHostPool:
             raise ValueError(f"num_slots must be positive, got {num_slots}")
         self.page_shape = tuple(page_shape)
         self.dtype = dtype
-        self.buffer = torch.empty(
-            (num_slots, *self.page_shape), dtype=dtype, pin_memory=True
-        )
+        self.buffer = torch.empty((num_slots, *self.page_shape), dtype=dtype, pin_memory=True)
         self.row_bytes = self.buffer[0].numel() * self.buffer.element_size()
         self._free: deque[int] = deque(range(num_slots))
         # one counter per slot, bumped on free; a tensor so a batch checks in one op
@@ -230,9 +226,7 @@ class PinnedHostPool:
         """The pool as ``[num_slots, words]`` host rows of ``word``."""
         return self.buffer.view(self.num_slots, -1).view(word)
 
-    def mapped_rows(
-        self, word: torch.dtype, device: torch.device
-    ) -> torch.Tensor | None:
+    def mapped_rows(self, word: torch.dtype, device: torch.device) -> torch.Tensor | None:
         """The pool as device-readable ``[num_slots, words]`` rows, or None (see
         ``map_pinned``). Cached per word type and device."""
         key = (word, str(device))
@@ -262,9 +256,7 @@ class DeviceKvPages:
         self.page_shape = tuple(page_shape)
         self.dtype = dtype
         self.num_blocks = num_blocks
-        self.pages = torch.empty(
-            (num_blocks, *self.page_shape), dtype=dtype, device=self.device
-        )
+        self.pages = torch.empty((num_blocks, *self.page_shape), dtype=dtype, device=self.device)
         self.row_bytes = self.pages[0].numel() * self.pages.element_size()
         self._states: dict[str, torch.Tensor] = {}
 
@@ -330,9 +322,7 @@ class TorchCopyEngine:
         self.kv = kv
         self.pool = pool
         self.device = kv.device
-        self.stream = (
-            stream if stream is not None else torch.cuda.Stream(device=self.device)
-        )
+        self.stream = stream if stream is not None else torch.cuda.Stream(device=self.device)
         self.word = word_dtype(kv.row_bytes, widest_word)
         self._kv_rows = kv.rows(self.word)
         self._mapped: torch.Tensor | None = None
@@ -374,9 +364,7 @@ class TorchCopyEngine:
         except RestoreFenceError:
             raise
         except (RuntimeError, ValueError, TypeError) as exc:
-            raise RestoreFenceError(
-                f"{op}: the device refused the restore: {exc}"
-            ) from exc
+            raise RestoreFenceError(f"{op}: the device refused the restore: {exc}") from exc
 
     def is_complete(self, ticket: object) -> bool:
         """True once the ticket's copy has completed on the device; never blocks."""
@@ -408,16 +396,13 @@ class TorchCopyEngine:
         self, op: OperationId, pages: Sequence[Any], blocks: Sequence[int]
     ) -> torch.Tensor:
         if len(pages) != len(blocks):
-            raise RestoreFenceError(
-                f"{op}: {len(pages)} pages for {len(blocks)} blocks"
-            )
+            raise RestoreFenceError(f"{op}: {len(pages)} pages for {len(blocks)} blocks")
         dst = _int64(blocks)
         if dst.numel():
             lo, hi = int(dst.min()), int(dst.max())
             if lo < 0 or hi >= self.kv.num_blocks:
                 raise RestoreFenceError(
-                    f"{op}: block {lo if lo < 0 else hi} outside "
-                    f"[0, {self.kv.num_blocks})"
+                    f"{op}: block {lo if lo < 0 else hi} outside [0, {self.kv.num_blocks})"
                 )
             if int(torch.bincount(dst).max()) > 1:
                 raise RestoreFenceError(f"{op}: a destination block is named twice")
@@ -430,9 +415,7 @@ class TorchCopyEngine:
         rows)`` when some are host tensors (they go through a staging buffer)."""
         if not len(pages):
             return torch.empty(0, dtype=torch.int64), None
-        if isinstance(pages, HostPageBatch) or all(
-            isinstance(p, HostPage) for p in pages
-        ):
+        if isinstance(pages, HostPageBatch) or all(isinstance(p, HostPage) for p in pages):
             batch = pages if isinstance(pages, HostPageBatch) else None
             if batch is None:
                 if any(p.pool is not self.pool for p in pages):
@@ -453,8 +436,7 @@ class TorchCopyEngine:
             if isinstance(page, HostPage):
                 if not page.live:
                     raise RestoreFenceError(
-                        f"{op}: page {i} (slot {page.slot}) was evicted before the "
-                        "restore"
+                        f"{op}: page {i} (slot {page.slot}) was evicted before the restore"
                     )
                 page = page.tensor
             if not isinstance(page, torch.Tensor):

@@ -1,0 +1,232 @@
+"""Properties checked over a run's trace (DESIGN §7).
+
+Each checker reads only the trace and what the run was made from (requests, geometry,
+the model's cold run): never the name of a rule variant or a fault. A planted regression
+is caught when one of these finds a violation in its run.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Callable
+
+from faults.scenarios import RunResult
+from reference.trace import Ev, TraceEvent
+from reference.worker import page_digest
+
+
+@dataclass(frozen=True)
+class Violation:
+    prop: str
+    message: str
+    op: str | None = None
+    t: float | None = None
+
+    def __str__(self) -> str:
+        where = f" [{self.op}]" if self.op else ""
+        when = f" at t={self.t:.3f}s" if self.t is not None else ""
+        return f"{self.prop}: {self.message}{where}{when}"
+
+
+Checker = Callable[[RunResult], list[Violation]]
+
+
+def correctness(run: RunResult) -> list[Violation]:
+    """Every output equals the cold run's; every restored range equals recompute; a run
+    that ended normally answered every request."""
+    model = run.model
+    bs = run.config.geometry.block_size
+    out: list[Violation] = []
+    for ev in run.trace.of(Ev.OUTPUT):
+        req = run.requests[ev.req_id]
+        if tuple(ev.data["tokens"]) != model.cold_output(req):
+            out.append(Violation("correctness", f"output of {ev.req_id} differs from its cold run", t=ev.t))
+    dispatch = {str(e.op): e for e in run.trace.of(Ev.DISPATCH)}
+    for ev in run.trace.of(Ev.COPY_COMPLETE):
+        d = dispatch.get(str(ev.op))
+        if d is None or ev.data.get("digest") is None:
+            continue
+        req = run.requests[ev.req_id]
+        expected = page_digest(model.cold_pages(req)[d.data["start"] // bs : d.data["kv_end"] // bs])
+        if ev.data["digest"] != expected:
+            out.append(Violation("correctness", "restored pages differ from recompute", str(ev.op), ev.t))
+    if not run.stop and not run.hung and not run.startup_error:
+        answered = {e.req_id for e in run.trace.of(Ev.OUTPUT)}
+        missing = sorted(set(run.requests) - answered)
+        if missing:
+            out.append(Violation("correctness", f"{len(missing)} requests never answered, e.g. {missing[0]}"))
+    return out
+
+
+def keys(run: RunResult) -> list[Violation]:
+    """No key is shared by requests of different media at any key site."""
+    seeds: dict[tuple[str, str], set[int]] = defaultdict(set)
+    first_seen: dict[tuple[str, str], TraceEvent] = {}
+    for ev in run.trace.of(Ev.KEY):
+        if ev.data["first"] is None:
+            continue
+        k = (ev.data["site"], ev.data["first"])
+        seeds[k].add(ev.data["seed"])
+        first_seen.setdefault(k, ev)
+    return [
+        Violation("keys", f"{site} key {key[:16]} shared by {len(s)} different media seeds", t=first_seen[(site, key)].t)
+        for (site, key), s in sorted(seeds.items())
+        if len(s) > 1
+    ]
+
+
+def identity(run: RunResult) -> list[Violation]:
+    """No two live servers on one host share a lookup socket."""
+    live: dict[str, str] = {}
+    out = []
+    for ev in run.trace.of(Ev.BIND, Ev.UNBIND):
+        path, server = ev.data["path"], ev.data["server"]
+        if ev.kind is Ev.BIND:
+            if path in live and live[path] != server:
+                out.append(Violation("identity", f"{server} binds {path}, already served by live {live[path]}", t=ev.t))
+            live.setdefault(path, server)
+        elif live.get(path) == server:
+            del live[path]
+    return out
+
+
+def grid(run: RunResult) -> list[Violation]:
+    """Under the multiprocess tier every state image requested lies on the chunk grid
+    (the server silently drops the rest, so such an anchor is lost)."""
+    chunk = run.config.geometry.chunk_size
+    return [
+        Violation("grid", f"state image at {ev.data['position']} is off the {chunk}-token chunk grid: lost", str(ev.op), ev.t)
+        for ev in run.trace.of(Ev.STATE_SAVE)
+        if ev.data["grid"] == "chunk" and ev.data["position"] % chunk
+    ]
+
+
+def hybrid(run: RunResult) -> list[Violation]:
+    """A hybrid's hit claims exactly the joint boundary: the last state image at or
+    below the KV hit and below the prompt end — never less, never the whole prompt."""
+    out = []
+    for ev in run.trace.of(Ev.LOOKUP):
+        d = ev.data
+        if d["claim"] >= d["prompt_len"]:
+            out.append(Violation("hybrid", f"{ev.req_id} claims its whole prompt ({d['claim']})", t=ev.t))
+        if not d["hybrid"]:
+            continue
+        joint = max((p for p in d["states"] if p <= d["kv_hit"] and p < d["prompt_len"]), default=0)
+        if d["claim"] != joint:
+            out.append(
+                Violation(
+                    "hybrid",
+                    f"{ev.req_id} claims {d['claim']} of {d['prompt_len']} tokens; the joint boundary is {joint}",
+                    t=ev.t,
+                )
+            )
+    return out
+
+
+@dataclass
+class _LoadLife:
+    dispatched: float
+    submitted: float | None = None
+    retrieved: float | None = None
+    enqueued: float | None = None
+    copied: float | None = None
+    reported: float | None = None
+    applied: float | None = None
+
+
+def _load_lives(run: RunResult) -> dict[str, _LoadLife]:
+    """Each load's timeline, keyed by op, in dispatch order; a restart starts afresh."""
+    lives: dict[str, _LoadLife] = {}
+    fields = {
+        Ev.RETRIEVE_SUBMIT: "submitted",
+        Ev.RETRIEVE_TERMINAL: "retrieved",
+        Ev.COPY_ENQUEUE: "enqueued",
+        Ev.COPY_COMPLETE: "copied",
+        Ev.FINISHED_REPORTED: "reported",
+        Ev.COMPLETION_APPLIED: "applied",
+    }
+    for ev in run.trace.events:
+        if ev.kind is Ev.RESTART:
+            lives = {k: v for k, v in lives.items() if v.applied is not None}
+        elif ev.kind is Ev.DISPATCH:
+            lives[str(ev.op)] = _LoadLife(ev.t)
+        elif ev.kind in fields and ev.op is not None and str(ev.op) in lives:
+            life = lives[str(ev.op)]
+            if getattr(life, fields[ev.kind]) is None:
+                setattr(life, fields[ev.kind], ev.t)
+    return lives
+
+
+def no_false_stop(run: RunResult) -> list[Violation]:
+    """When every retrieve and copy completed within the deadline of its own clock, as
+    the polling worker saw it, and no completion was lost, the engine never stops."""
+    stop = next(iter(run.trace.of(Ev.STOP)), None)
+    if stop is None or stop.op is None:
+        return []
+    deadline = run.config.transfer_deadline_s
+    for op, life in _load_lives(run).items():
+        if life.submitted is None:
+            continue
+        if (life.retrieved if life.retrieved is not None else stop.t) - life.submitted > deadline:
+            return []
+        if life.enqueued is not None and (life.copied if life.copied is not None else stop.t) - life.enqueued > deadline:
+            return []
+        if life.reported is not None and life.applied is None:
+            return []  # a completion was lost on the way: stopping is right
+        if life.retrieved is not None and life.enqueued is None and life.reported is None:
+            # retrieved but never enqueued: a fence kept raising
+            if any(e.op is not None and str(e.op) == op for e in run.trace.of(Ev.COPY_FENCE_ERROR)):
+                return []
+    return [Violation("no_false_stop", f"engine stopped ({stop.data['error']}) though every transfer finished within {deadline:g}s of its own clock", str(stop.op), stop.t)]
+
+
+def liveness(run: RunResult) -> list[Violation]:
+    """Nothing hangs; a load never reported terminal stops the engine, with an error
+    naming it, within one bound after the last load dispatched before it finished."""
+    if run.hung:
+        return [Violation("liveness", "the engine neither finished nor stopped within the run's limit")]
+    lives = _load_lives(run)
+    stop = next(iter(run.trace.of(Ev.STOP)), None)
+    stuck = [op for op, life in lives.items() if life.applied is None]
+    if not stuck:
+        return []
+    if stop is None:
+        return [Violation("liveness", "a load was never terminal and the engine did not stop", stuck[0])]
+    out = []
+    if stop.op is not None and str(stop.op) not in stuck:
+        out.append(Violation("liveness", f"stop names {stop.op}, which had finished", str(stop.op), stop.t))
+    order = list(lives)
+    first = stuck[0]
+    before = [lives[o].applied for o in order[: order.index(first)] if lives[o].applied is not None]
+    ref = max([lives[first].dispatched, *before])
+    slack = _longest_gap(run) + run.config.idle_tick_s
+    limit = ref + run.config.bound_s + slack
+    if stop.t > limit + 1e-9:
+        out.append(
+            Violation(
+                "liveness",
+                f"stopped {stop.t - ref:.1f}s after the last load ahead of {first} finished; the bound is {run.config.bound_s:g}s",
+                first,
+                stop.t,
+            )
+        )
+    return out
+
+
+def _longest_gap(run: RunResult) -> float:
+    """The longest forward: bounds are checked at step starts, so a stop may come that
+    much after the bound ran out."""
+    return max((e.data["duration"] for e in run.trace.of(Ev.FORWARD_START)), default=0.0)
+
+
+PROPERTIES: dict[str, Checker] = {
+    "correctness": correctness,
+    "keys": keys,
+    "identity": identity,
+    "grid": grid,
+    "hybrid": hybrid,
+    "no_false_stop": no_false_stop,
+    "liveness": liveness,
+}
+# "determinism" compares two runs; faults.runner checks it.

@@ -1,0 +1,333 @@
+"""Named, parameterised workloads from the seed's validation (DESIGN §8).
+
+A scenario assembles engines on a simulated host, runs its workload and returns a
+``RunResult`` (the trace plus what the checkers need). It takes the stack's ``Rules``
+(fixed or a planted legacy variant) and extra injectors from a fault plan; it never
+asserts anything itself: ``faults.properties`` judges the trace.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from fakes.model import DeterministicModel
+from fakes.sim import SimWorld
+from fakes.workloads import Workloads, resend
+from faults.injectors import Injector, LostCompletion, SlowForward, wrap_all
+from reference.engine import Engine, EngineConfig, RunOutcome
+from reference.errors import EngineIdentityConflict
+from reference.identity import lookup_socket_path
+from reference.rules import Rules
+from reference.trace import Ev, Trace
+from reference.types import Geometry, Request
+
+
+@dataclass
+class RunContext:
+    """Everything one run of a scenario is made from; one seed drives the workload."""
+
+    seed: int = 0
+    rules: Rules = field(default_factory=Rules)
+    injectors: list[Injector] = field(default_factory=list)
+    # Wraps request ids before they enter the stack (the hash-order shuffle uses it).
+    request_map: Callable[[Request], Request] = lambda r: r
+    ports: tuple[int, int] = (35849, 34969)
+
+
+@dataclass
+class RunResult:
+    scenario: str
+    seed: int
+    trace: Trace
+    config: EngineConfig
+    requests: dict[str, Request]
+    outcomes: list[RunOutcome]
+    injectors: list[Injector]
+    notes: dict[str, object] = field(default_factory=dict)
+    startup_error: str | None = None
+
+    @property
+    def model(self) -> DeterministicModel:
+        return DeterministicModel(self.config.model_kind, self.config.geometry)
+
+    @property
+    def stop(self):
+        return next((o.stopped for o in self.outcomes if o.stopped), None)
+
+    @property
+    def hung(self) -> bool:
+        return any(o.hung for o in self.outcomes)
+
+    @property
+    def sim_seconds(self) -> float:
+        return self.trace.events[-1].t if self.trace.events else 0.0
+
+
+class _Run:
+    """Shared plumbing: one world, injectors bound to its trace, request bookkeeping."""
+
+    def __init__(
+        self,
+        name: str,
+        ctx: RunContext,
+        config: EngineConfig,
+        own_injectors: Sequence[Injector] = (),
+    ):
+        self.name = name
+        self.ctx = ctx
+        self.config = config
+        self.world = SimWorld()
+        # The scenario's own faults (part of its workload) come before the plan's.
+        self.injectors = [*own_injectors, *ctx.injectors]
+        self.wrap = wrap_all(self.injectors)
+        for inj in self.injectors:
+            inj.bind(self.world.trace)
+        self._tier = None
+        self.requests: dict[str, Request] = {}
+        self.outcomes: list[RunOutcome] = []
+        self.notes: dict[str, object] = {}
+        self.workloads = Workloads(ctx.seed)
+
+    def engine(self, name: str = "engine", **kwargs) -> Engine:
+        if "tier" not in kwargs:
+            # One tier per run: it outlives engine restarts.
+            if self._tier is None:
+                self._tier = self.wrap("tier", self.world.memory_tier(self.config))
+            kwargs["tier"] = self._tier
+        return self.world.engine(
+            self.config, rules=self.ctx.rules, name=name, wrap=self.wrap, **kwargs
+        )
+
+    def submit(self, engine: Engine, reqs: Sequence[Request]) -> list[Request]:
+        out = []
+        for r in reqs:
+            r = self.ctx.request_map(r)
+            self.requests[r.req_id] = r
+            engine.add_request(r)
+            out.append(r)
+        return out
+
+    def run(self, engine: Engine, **kwargs) -> RunOutcome:
+        outcome = engine.run(**kwargs)
+        self.outcomes.append(outcome)
+        return outcome
+
+    def stopped(self) -> bool:
+        return any(o.stopped or o.hung for o in self.outcomes)
+
+    def result(self, startup_error: str | None = None) -> RunResult:
+        return RunResult(
+            self.name,
+            self.ctx.seed,
+            self.world.trace,
+            self.config,
+            self.requests,
+            self.outcomes,
+            self.injectors,
+            self.notes,
+            startup_error,
+        )
+
+    def hit_rate(self, reqs: Sequence[Request]) -> float:
+        claims = {
+            e.req_id: e.data["claim"] for e in self.world.trace.of(Ev.LOOKUP)
+        }
+        total = sum(r.prompt_len for r in reqs)
+        return sum(claims.get(r.req_id, 0) for r in reqs) / total if total else 0.0
+
+
+def _renamed(run: _Run, reqs: Sequence[Request], tag: str, at: float = 0.0) -> list[Request]:
+    return [resend(r, f"{r.req_id}-{tag}", at) for r in reqs]
+
+
+# -- the scenarios ------------------------------------------------------------------
+
+
+def two_servers(ctx: RunContext) -> RunResult:
+    """Two servers on one host, each with its own tier and a real ipc lookup socket;
+    prompts cross: X stored on S1 and Y on S2, then X sent to S2 and Y to S1, then
+    both restarted and each prompt sent to its own server again."""
+    from reference.lookup_channel import (
+        LookupServer,
+        ZmqLookupClient,
+        private_rpc_dir,
+        remove_rpc_dir,
+    )
+
+    config = EngineConfig(geometry=Geometry(16, 256, 2048, 1024), model_kind="dense")
+    run = _Run("two_servers", ctx, config)
+    rpc_dir = private_rpc_dir()
+    servers: list[LookupServer] = []
+    clients: list[ZmqLookupClient] = []
+    startup_error = None
+    try:
+        tiers, paths = [], []
+        for rank, port in enumerate(ctx.ports):
+            tier = run.wrap("tier", run.world.memory_tier(config))
+            eid = ctx.rules.identity.engine_id(port, 0)
+            path = lookup_socket_path(rpc_dir, eid, 0)
+            try:
+                server = LookupServer(path, eid, tier, ctx.rules.identity.refuse_live_path)
+            except EngineIdentityConflict as exc:
+                startup_error = str(exc).replace(rpc_dir + os.sep, "")
+                run.world.trace.record(Ev.STOP, error="EngineIdentityConflict", server=f"S{rank + 1}", message=startup_error)
+                break
+            servers.append(server)
+            tiers.append(tier)
+            paths.append(path)
+            run.world.trace.record(Ev.BIND, server=f"S{rank + 1}", path=os.path.basename(path))
+        if startup_error is None:
+            # Schedulers connect once both servers are up, as after a host start.
+            clients = [ZmqLookupClient(p) for p in paths]
+            engines = [
+                run.engine(f"S{i + 1}", tier=tiers[i], lookup=clients[i]) for i in range(2)
+            ]
+            x, y = run.workloads.gsm8k_fewshot(2, prefix_tokens=1024).requests
+            plan = [(0, x, "a"), (1, y, "a"), (1, x, "b"), (0, y, "b")]
+            for idx, req, tag in plan:
+                run.submit(engines[idx], _renamed(run, [req], tag))
+                run.run(engines[idx])
+            for e in engines:
+                e.restart()
+            for idx, req in ((0, x), (1, y)):
+                run.submit(engines[idx], _renamed(run, [req], "c"))
+                run.run(engines[idx])
+    finally:
+        for c in clients:
+            c.close()
+        for i, s in enumerate(servers):
+            s.close()
+            run.world.trace.record(Ev.UNBIND, server=f"S{i + 1}", path=os.path.basename(s.path))
+        remove_rpc_dir(rpc_dir)
+    return run.result(startup_error)
+
+
+def two_images(ctx: RunContext) -> RunResult:
+    """Two pictures with the same text (identical token ids): A is stored, the engine
+    restarts, B must not hit A; then both are sent again and each hits its own."""
+    config = EngineConfig(
+        geometry=Geometry(16, 256, 2048, 256), model_kind="hybrid", state_grid="block"
+    )
+    run = _Run("two_images", ctx, config)
+    engine = run.engine()
+    a, b = run.workloads.multimodal_same_text(2).requests
+    for batch in ([a], [b], [a, b]):
+        run.submit(engine, _renamed(run, batch, f"p{len(run.outcomes)}"))
+        run.run(engine)
+        if run.stopped():
+            break
+        engine.restart()
+    return run.result()
+
+
+def restart_tier_kept(ctx: RunContext) -> RunResult:
+    """GSM8K-like few-shot pass 1 stores; the engine restarts with the tier kept; pass 2
+    loads. Hybrid model on the multiprocess tier (state images only on the chunk grid)."""
+    config = EngineConfig(
+        geometry=Geometry(16, 256, 2048, 1024), model_kind="hybrid", state_grid="chunk"
+    )
+    run = _Run("restart_tier_kept", ctx, config)
+    engine = run.engine()
+    reqs = run.workloads.gsm8k_fewshot(24).requests
+    run.submit(engine, _renamed(run, reqs, "pass1"))
+    run.run(engine)
+    if not run.stopped():
+        engine.restart()
+        pass2 = run.submit(engine, _renamed(run, reqs, "pass2"))
+        run.run(engine)
+        run.notes["pass2_hit_rate"] = round(run.hit_rate(pass2), 4)
+    return run.result()
+
+
+def chunk_aligned_hybrid(ctx: RunContext) -> RunResult:
+    """A 2048-token prompt (128-token blocks, 256-token chunks) sent twice on a hybrid,
+    the engine restarted in between: the second send loads 1920 tokens."""
+    config = EngineConfig(
+        geometry=Geometry(128, 256, 2048, 256), model_kind="hybrid", state_grid="block"
+    )
+    run = _Run("chunk_aligned_hybrid", ctx, config)
+    engine = run.engine()
+    (req,) = run.workloads.chunk_aligned(2048).requests
+    run.submit(engine, _renamed(run, [req], "first"))
+    run.run(engine)
+    if not run.stopped():
+        engine.restart()
+        (second,) = run.submit(engine, _renamed(run, [req], "second"))
+        run.run(engine)
+        claims = [e.data["claim"] for e in run.world.trace.of(Ev.LOOKUP) if e.req_id == second.req_id]
+        run.notes["second_send_loaded"] = claims[0] if claims else None
+    return run.result()
+
+
+_BURST_CONFIG = EngineConfig(
+    geometry=Geometry(16, 256, 2048, 512), model_kind="hybrid", state_grid="chunk"
+)
+
+
+def _store_then_restart(run: _Run, engine: Engine, reqs: Sequence[Request]) -> None:
+    run.submit(engine, _renamed(run, reqs, "store"))
+    run.run(engine)
+    engine.restart()
+
+
+def restart_burst(ctx: RunContext) -> RunResult:
+    """A restarted server gets 64 restoring requests at once (plus two cold ones that
+    keep the forwards busy), behind a 29 s first forward (kernel compile) and a 21 s
+    step under host load. Healthy: the engine must not stop."""
+    run = _Run("restart_burst", ctx, _BURST_CONFIG, [SlowForward({0: 29.0, 1: 21.0})])
+    engine = run.engine()
+    reqs = run.workloads.burst(64, 1024).requests
+    _store_then_restart(run, engine, reqs)
+    cold = run.workloads.burst(2, 4096).requests
+    run.submit(engine, _renamed(run, reqs, "burst") + _renamed(run, cold, "cold"))
+    run.run(engine)
+    return run.result()
+
+
+def lost_completion_burst(ctx: RunContext) -> RunResult:
+    """A restart burst of 64 restores while further restoring requests keep arriving
+    every 2 s for 150 s; the completion of the 32nd load is lost. The engine must stop
+    with an error naming that load, one bound after the loads ahead of it finished."""
+    run = _Run("lost_completion_burst", ctx, _BURST_CONFIG, [LostCompletion([32])])
+    engine = run.engine()
+    burst = run.workloads.burst(64, 1024).requests
+    stream = run.workloads.burst(75, 1024).requests
+    _store_then_restart(run, engine, burst + stream)
+    t0 = run.world.clock.now()
+    arrivals = _renamed(run, burst, "burst", t0) + [
+        resend(r, f"{r.req_id}-stream", t0 + 2.0 * (i + 1)) for i, r in enumerate(stream)
+    ]
+    run.submit(engine, arrivals)
+    run.run(engine, max_sim_seconds=600.0)
+    return run.result()
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    description: str
+    run: Callable[[RunContext], RunResult]
+    properties: tuple[str, ...]
+
+
+_ALL = (
+    "correctness",
+    "keys",
+    "no_false_stop",
+    "liveness",
+    "determinism",
+)
+
+SCENARIOS: dict[str, Scenario] = {
+    s.name: s
+    for s in (
+        Scenario("two_servers", "two servers on one host cross prompts over real ipc lookup sockets", two_servers, (*_ALL, "identity")),
+        Scenario("two_images", "two pictures with the same text: B must not hit A", two_images, (*_ALL, "hybrid")),
+        Scenario("restart_tier_kept", "GSM8K-like pass 1 stores, restart with the tier kept, pass 2 loads (hybrid, MP grid)", restart_tier_kept, (*_ALL, "grid", "hybrid")),
+        Scenario("chunk_aligned_hybrid", "a chunk-aligned 2048-token hybrid prompt sent twice loads 1920 tokens", chunk_aligned_hybrid, (*_ALL, "hybrid")),
+        Scenario("restart_burst", "64 restores after a restart behind a 29 s first forward and a 21 s step", restart_burst, (*_ALL, "grid")),
+        Scenario("lost_completion_burst", "a lost load completion in the middle of a burst while traffic flows", lost_completion_burst, (*_ALL, "grid")),
+    )
+}
