@@ -101,6 +101,9 @@ def side(rc: int | None, matched: bool | None = None, error: str | None = None) 
         ([side(1), side(0), side(1)], [side(0)] * 3, Verdict.FLAKY, "old disagrees"),
         ([side(1, True), side(1, False)], [side(0)], Verdict.FLAKY, "old"),
         ([side(1)] * 2, [side(0), side(3)], Verdict.FLAKY, "new disagrees"),
+        ([side(1), side(3)], [side(0)], Verdict.FLAKY, "old: 1x exit 1, 1x exit 3"),
+        ([side(1, True), side(1, True)], [side(0, True), side(0, False)], Verdict.FIXED,
+         "matches --expect"),  # a passing run's match is not part of its outcome
         ([side(0), side(1)], [side(0), side(1)], Verdict.FLAKY, "old and new"),
         ([], [side(0)], Verdict.ERROR, "no runs"),
     ],

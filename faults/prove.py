@@ -167,17 +167,19 @@ class ProofResult:
 def outcome(side_run: SideRun) -> str:
     """The observable outcome of one run, as compared across ``--repeat`` runs.
 
-    One of ``error``, ``pass``, ``fail``, ``fail (matches --expect)`` and
-    ``fail (does not match --expect)``. Two runs of one side that give different
-    outcomes make that side FLAKY.
+    ``error``, ``pass``, or ``exit N`` plus, with ``--expect``, whether the output
+    matched. Two runs of one side with different outcomes make that side FLAKY; a
+    different exit status counts (pytest's 1 "tests failed" and 3 "internal error" are
+    different behaviours), so does a failure that matches once and not the next time.
     """
     if side_run.error is not None:
         return "error"
     if side_run.returncode == 0:
         return "pass"
+    status = f"exit {side_run.returncode}"
     if side_run.matched is None:
-        return "fail"
-    return "fail (matches --expect)" if side_run.matched else "fail (does not match --expect)"
+        return status
+    return f"{status} (matches --expect)" if side_run.matched else f"{status} (no match)"
 
 
 def _describe_counts(runs: Sequence[SideRun]) -> str:
@@ -551,14 +553,15 @@ def format_report(result: ProofResult) -> str:
     if result.expect is not None:
         out.append(f"  expect:  /{result.expect}/")
     for side, runs in (("old", result.old), ("new", result.new)):
-        shown: set[str] = set()
+        first_run_of: dict[str, int] = {}
         for i, r in enumerate(runs, 1):
             out.append("")
             out.append(f"== {_run_line(side, i, len(runs), r)}")
-            if outcome(r) in shown:
-                out.append("   (same outcome as above; output not repeated)")
+            if outcome(r) in first_run_of:
+                out.append(f"   (same outcome as run {first_run_of[outcome(r)]}; "
+                           "output not repeated)")
                 continue
-            shown.add(outcome(r))
+            first_run_of[outcome(r)] = i
             out.extend(f"   | {line}" for line in (r.tail.splitlines() or ["(no output)"]))
     total = sum(r.seconds for r in (*result.old, *result.new))
     out.append("")
