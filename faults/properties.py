@@ -133,6 +133,7 @@ class _LoadLife:
     copied: float | None = None
     reported: float | None = None
     applied: float | None = None
+    reported_step: int | None = None
 
 
 def _load_lives(run: RunResult) -> dict[str, _LoadLife]:
@@ -155,6 +156,8 @@ def _load_lives(run: RunResult) -> dict[str, _LoadLife]:
             life = lives[str(ev.op)]
             if getattr(life, fields[ev.kind]) is None:
                 setattr(life, fields[ev.kind], ev.t)
+                if ev.kind is Ev.FINISHED_REPORTED:
+                    life.reported_step = ev.step
     return lives
 
 
@@ -172,7 +175,7 @@ def no_false_stop(run: RunResult) -> list[Violation]:
             return []
         if life.enqueued is not None and (life.copied if life.copied is not None else stop.t) - life.enqueued > deadline:
             return []
-        if life.reported is not None and life.applied is None:
+        if life.reported_step is not None and life.applied is None and stop.step > life.reported_step:
             return []  # a completion was lost on the way: stopping is right
         if life.retrieved is not None and life.enqueued is None and life.reported is None:
             # retrieved but never enqueued: a fence kept raising

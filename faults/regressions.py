@@ -1,0 +1,127 @@
+"""Planted regressions: the "old heads" of the seed, as legacy variants of the stack's
+rule collaborators (never as branches inside ``reference/``).
+
+Each entry names the scenario that exposes it and its failure signature: the property
+that must catch it. The properties know nothing of these names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from reference.anchors import AnchorPolicy
+from reference.bounds import LoadBounds
+from reference.deadline import LoadClock, RestoreDeadline
+from reference.hits import HitPolicy, LoadPlan, joint_boundary
+from reference.identity import EngineIdentity
+from reference.rules import Rules
+from reference.types import Geometry, OperationId, Request, StateGrid
+
+_SIDE_CHAIN_TAG = 0x5349_4445
+
+
+def raw_prompt_ids(req: Request, end: int | None = None) -> tuple[int, ...]:
+    """Legacy keys: the prompt ids as they are, media ignored."""
+    ids = req.prompt_token_ids
+    return tuple(ids if end is None else ids[:end])
+
+
+def text_side_chain_seed(req: Request) -> int:
+    """Legacy side chain: starts from -1 whatever the media."""
+    return hash((_SIDE_CHAIN_TAG, -1))
+
+
+@dataclass(frozen=True)
+class PortlessIdentity(EngineIdentity):
+    """Legacy engine id: the DP rank alone, and a blind bind over a live path."""
+
+    refuse_live_path: bool = False
+
+    def engine_id(self, data_parallel_base_port: int, dp_rank: int) -> str:
+        return f"{self.prefix}-dp{dp_rank}"
+
+
+@dataclass(frozen=True)
+class OffGridAnchors(AnchorPolicy):
+    """Legacy anchors: the prompt-end anchor at the last block boundary and a cut at
+    every anchor, whatever grid the tier keeps state images on."""
+
+    def plan(self, prompt_len: int, resume: int, geometry: Geometry, state_grid: StateGrid) -> list[int]:
+        end_anchor = geometry.floor_block(prompt_len - 1)
+        interval = geometry.state_checkpoint_interval
+        anchors = set(range(interval, end_anchor, interval)) | {end_anchor}
+        return sorted(a for a in anchors if a > resume)
+
+
+@dataclass(frozen=True)
+class GiveBackHybridHits(HitPolicy):
+    """Legacy hybrid hit: the generic give-back and chunk floor first, then the joint
+    boundary under that, so a chunk-aligned prompt loses its whole last chunk."""
+
+    def hybrid(self, kv_hit, prompt_len, state_positions, geometry) -> LoadPlan:
+        hit = self.dense(kv_hit, prompt_len, geometry).claim
+        joint = joint_boundary(hit, prompt_len, state_positions)
+        if joint == 0:
+            return LoadPlan(0, 0, 0)
+        return LoadPlan(kv_end=min(geometry.ceil_chunk(joint), kv_hit), claim=joint, joint=joint)
+
+
+@dataclass(frozen=True)
+class SubmissionDeadline(RestoreDeadline):
+    """Legacy deadline: the restore copy counted from the retrieve's submission."""
+
+    def clock_start(self, clock: LoadClock) -> float | None:
+        if clock.retrieved_at is not None and clock.enqueued_at is None and not clock.fence_failed:
+            return None
+        return clock.submitted_at
+
+
+class NoRestartBounds(LoadBounds):
+    """Legacy A: the bound counts from dispatch and is never restarted."""
+
+    def dispatched_after(self, op: OperationId) -> list[OperationId]:
+        return []
+
+
+class HashOrderBounds(LoadBounds):
+    """Legacy B: positions taken by iterating a set, so loads dispatched in one step
+    are numbered in hash order (PYTHONHASHSEED, or a salted request-id hash)."""
+
+    def dispatched_after(self, op: OperationId) -> list[OperationId]:
+        order = list(set(self._active))
+        return order[order.index(op) + 1 :]
+
+
+class RestartAllBounds(LoadBounds):
+    """Planted over-fix: every finish restarts every active load, so a lost completion
+    never stops the engine while traffic flows."""
+
+    def dispatched_after(self, op: OperationId) -> list[OperationId]:
+        return [o for o in self._active if o != op]
+
+
+@dataclass(frozen=True)
+class Regression:
+    name: str
+    description: str
+    scenario: str
+    signature: str  # the property that must catch it
+    rules: Rules
+
+
+_FIXED = Rules()
+
+REGRESSIONS: dict[str, Regression] = {
+    r.name: r
+    for r in (
+        Regression("media_keys", "tier keys from raw prompt ids: two pictures with the same text share KV", "two_images", "correctness", replace(_FIXED, tier_ids=raw_prompt_ids)),
+        Regression("side_chain_seed", "state-image side chain starts from -1, not the media's cache_seed", "two_images", "keys", replace(_FIXED, side_chain_seed=text_side_chain_seed)),
+        Regression("engine_id_without_port", "engine id without data_parallel_base_port: two servers bind one lookup socket", "two_servers", "identity", replace(_FIXED, identity=PortlessIdentity())),
+        Regression("anchors_off_mp_grid", "prompt-end anchor off the chunk grid, which the MP server silently never saves", "restart_tier_kept", "grid", replace(_FIXED, anchors=OffGridAnchors())),
+        Regression("hybrid_last_chunk", "a hybrid's full-prompt hit gives back a token and loses its whole last chunk", "chunk_aligned_hybrid", "hybrid", replace(_FIXED, hits=GiveBackHybridHits())),
+        Regression("restore_deadline_from_submission", "the restore copy's deadline counts from the retrieve's submission", "restart_burst", "no_false_stop", replace(_FIXED, deadline=SubmissionDeadline)),
+        Regression("load_bound_without_restart", "the scheduler's load bound counts from dispatch and never restarts", "restart_burst", "no_false_stop", replace(_FIXED, bounds=NoRestartBounds)),
+        Regression("restart_numbering_in_hash_order", "bound restarts numbered by iterating a set (hash order)", "restart_burst", "no_false_stop", replace(_FIXED, bounds=HashOrderBounds)),
+        Regression("restart_all_over_fix", "every finish restarts every load: a lost completion never stops the engine", "lost_completion_burst", "liveness", replace(_FIXED, bounds=RestartAllBounds)),
+    )
+}
