@@ -476,9 +476,14 @@ class TorchCopyEngine:
                 torch.index_select(self.pool.rows(self.word), 0, slots, out=staging)
 
         current = torch.cuda.current_stream(self.device)
+        dev_state = None
+        if host_state is not None:
+            # Allocated on the consumer's stream (the forward reads it there); marked as
+            # used by the copy stream so the allocator cannot hand it out before the copy.
+            dev_state = torch.empty(host_state.shape, dtype=host_state.dtype, device=self.device)
+            dev_state.record_stream(self.stream)
         with torch.cuda.stream(self.stream):
             self.stream.wait_stream(current)
-            dev_state = None
             if n:
                 idx = idx_host.to(self.device, non_blocking=True)
                 if staging is None:
@@ -487,8 +492,8 @@ class TorchCopyEngine:
                 else:
                     rows = staging.to(self.device, non_blocking=True)
                 self._kv_rows.index_copy_(0, idx[1], rows)
-            if host_state is not None:
-                dev_state = host_state.to(self.device, non_blocking=True)
+            if dev_state is not None:
+                dev_state.copy_(host_state, non_blocking=True)
             event = torch.cuda.Event()
             event.record(self.stream)
         self.in_flight += 1

@@ -1,0 +1,317 @@
+"""Restore bandwidth of the device copy engine, side by side with its two yardsticks.
+
+For each block size (8 KiB, 32 KiB, 256 KiB, 2 MiB) one run measures, on the same
+device, the same bytes and the same random scattered placement:
+
+- ``contiguous``: one pinned host-to-device copy of all the bytes (the ceiling; DESIGN
+  §10 asks the engine for >= 90% of it for blocks of 32 KiB and up);
+- ``engine`` variants: ``TorchCopyEngine.enqueue`` of a scattered batch (sources spread
+  over a pool twice the size, destinations over device pages twice the size), polled
+  with ``is_complete`` until done: ``mapped`` (gather kernel over the mapped pinned pool,
+  8-byte words), ``mapped16`` (16-byte words), ``staged`` (host gather + one DMA);
+- ``loop``: one ``copy_`` per block from Python (the baseline to beat);
+- ``foreach``: ``torch._foreach_copy_`` over per-block views (the loop moved into C++).
+
+Times are wall clock from the first call to the observed completion (what a restore
+costs the worker), median of ``--reps``; the device-side time between events recorded
+on the copy stream is reported beside it. Every engine result is checked byte for byte.
+Prints a table with device, torch version and date, and writes JSON (``--json``).
+
+    python benchmarks/bench_gpu_restore.py --json benchmarks/results/gpu_restore_h200.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import platform
+import shlex
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+from reference.torch_copy import (  # noqa: E402
+    DeviceKvPages,
+    PinnedHostPool,
+    TorchCopyEngine,
+    device_backend,
+)
+from reference.types import OperationId  # noqa: E402
+
+KIB = 1024
+BLOCK_SIZES = [8 * KIB, 32 * KIB, 256 * KIB, 2048 * KIB]
+TARGET_RATIO = 0.90
+TARGET_MIN_BLOCK = 32 * KIB
+OP = OperationId("bench", 1)
+
+
+@dataclass
+class Row:
+    total_mib: int
+    block_bytes: int
+    blocks: int
+    variant: str
+    median_s: float
+    gbps: float
+    device_gbps: float | None
+    ratio: float | None = None  # vs contiguous, wall clock
+    checked: bool = False
+
+
+def _timed(
+    issue: Callable[[], object], done: Callable[[object], bool], stream, reps: int, warmup: int
+) -> tuple[float, float | None]:
+    """Median wall seconds from ``issue()`` to ``done(handle)``, and the median device
+    seconds between events around the work on ``stream``."""
+    walls, devs = [], []
+    for i in range(warmup + reps):
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record(stream)
+        t0 = time.perf_counter()
+        handle = issue()
+        while not done(handle):
+            pass
+        t1 = time.perf_counter()
+        end.record(stream)
+        end.synchronize()
+        if i >= warmup:
+            walls.append(t1 - t0)
+            devs.append(start.elapsed_time(end) / 1e3)
+    return statistics.median(walls), statistics.median(devs)
+
+
+def bench_block_size(
+    device: torch.device, total_bytes: int, block_bytes: int, reps: int, seed: int
+) -> list[Row]:
+    n = total_bytes // block_bytes
+    elems = block_bytes // 2
+    pool = PinnedHostPool(2 * n, (elems,), torch.bfloat16)
+    kv = DeviceKvPages(2 * n, (elems,), torch.bfloat16, device)
+    g = torch.Generator(device=device).manual_seed(seed)
+    nbytes = pool.buffer.numel() * 2
+    rnd = torch.randint(0, 256, (nbytes,), dtype=torch.uint8, device=device, generator=g)
+    pool.buffer.view(-1).view(torch.uint8).copy_(rnd)
+    del rnd
+    gc = torch.Generator().manual_seed(seed)
+    slots = torch.randperm(2 * n, generator=gc)[:n]
+    blocks = torch.randperm(2 * n, generator=gc)[:n]
+    batch = pool.take(slots)
+    blocks_t = tuple(blocks.tolist())
+    mib = total_bytes // (1024 * 1024)
+    rows: list[Row] = []
+    stream = torch.cuda.Stream(device)
+
+    def row(variant, wall, devt, checked=False):
+        rows.append(
+            Row(
+                mib,
+                block_bytes,
+                n,
+                variant,
+                wall,
+                total_bytes / wall / 1e9,
+                total_bytes / devt / 1e9 if devt else None,
+                checked=checked,
+            )
+        )
+
+    # (a) contiguous: the same bytes as one pinned host-to-device copy
+    src = pool.buffer[:n]
+    dst = kv.pages[:n]
+
+    def contiguous():
+        with torch.cuda.stream(stream):
+            dst.copy_(src, non_blocking=True)
+            ev = torch.cuda.Event()
+            ev.record(stream)
+        return ev
+
+    wall, devt = _timed(contiguous, lambda ev: ev.query(), stream, reps, 3)
+    row("contiguous", wall, devt)
+
+    # the engine, each way it can move the bytes
+    expect = pool.rows(torch.uint8)[slots]
+    variants = [
+        ("mapped", "mapped", torch.int64),
+        ("mapped16", "mapped", torch.complex128),
+        ("staged", "staged", torch.int64),
+    ]
+    for name, method, word in variants:
+        try:
+            engine = TorchCopyEngine(kv, pool, method=method, widest_word=word, stream=stream)
+        except RuntimeError as exc:
+            print(f"  {name}: not available here: {exc}")
+            continue
+        kv.pages.view(torch.uint8).fill_(0xA5)
+        wall, devt = _timed(
+            lambda e=engine: e.enqueue(OP, batch, blocks_t, None, "bench"),
+            engine.is_complete,
+            stream,
+            reps,
+            3,
+        )
+        got = kv.rows(torch.uint8)[blocks].cpu()
+        ok = torch.equal(got, expect)
+        if not ok:
+            raise SystemExit(f"{name} at {block_bytes} B restored wrong bytes")
+        row(name, wall, devt, checked=True)
+
+    # (b) the per-block copy loop, and the same loop inside torch
+    pool_rows, kv_rows = pool.rows(torch.int64), kv.rows(torch.int64)
+    pairs = list(zip(slots.tolist(), blocks.tolist(), strict=True))
+    loop_reps = max(3, min(reps, 5)) if n > 1024 else reps
+
+    def loop():
+        with torch.cuda.stream(stream):
+            for s, d in pairs:
+                kv_rows[d].copy_(pool_rows[s], non_blocking=True)
+            ev = torch.cuda.Event()
+            ev.record(stream)
+        return ev
+
+    wall, devt = _timed(loop, lambda ev: ev.query(), stream, loop_reps, 1)
+    row("loop", wall, devt)
+
+    def foreach():
+        with torch.cuda.stream(stream):
+            torch._foreach_copy_(
+                [kv_rows[d] for _, d in pairs],
+                [pool_rows[s] for s, _ in pairs],
+                non_blocking=True,
+            )
+            ev = torch.cuda.Event()
+            ev.record(stream)
+        return ev
+
+    wall, devt = _timed(foreach, lambda ev: ev.query(), stream, loop_reps, 1)
+    row("foreach", wall, devt)
+
+    base = rows[0].median_s
+    for r in rows:
+        r.ratio = base / r.median_s
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--total-mib",
+        type=int,
+        nargs="+",
+        default=[128, 16],
+        help="bytes restored per measurement, MiB (default: 128 16)",
+    )
+    ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--seed", type=int, default=20251130)
+    ap.add_argument("--json", type=Path, help="write the results here too")
+    ap.add_argument("--text", type=Path, help="write the printed table here too")
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("bench_gpu_restore: no CUDA or HIP device visible to torch; nothing measured")
+        return 2
+
+    device = torch.device("cuda", torch.cuda.current_device())
+    backend = device_backend()
+    build = torch.version.hip if backend == "hip" else torch.version.cuda
+    header = {
+        "device": torch.cuda.get_device_name(device),
+        "torch": torch.__version__,
+        "backend": f"{backend} {build}",
+        "python": platform.python_version(),
+        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": "python " + " ".join(shlex.quote(a) for a in sys.argv),
+    }
+    lines = [
+        "GPU restore bandwidth: scattered blocks from pinned host memory into device pages",
+        *(f"{k}: {v}" for k, v in header.items()),
+        "wall = first call to observed completion, median; ratio = contiguous wall / wall",
+        "",
+    ]
+    print("\n".join(lines), flush=True)
+    rows: list[Row] = []
+    for total in args.total_mib:
+        for bs in BLOCK_SIZES:
+            rows += bench_block_size(device, total * 1024 * 1024, bs, args.reps, args.seed)
+            print(f"  measured {total} MiB in {bs // KIB} KiB blocks", flush=True)
+
+    table = _table(rows)
+    verdict = _verdict(rows)
+    print("\n".join(["", *table, "", *verdict]))
+    if args.text:
+        args.text.write_text("\n".join([*lines, *table, "", *verdict]) + "\n")
+    if args.json:
+        args.json.write_text(
+            json.dumps(
+                {
+                    **header,
+                    "target": {"ratio": TARGET_RATIO, "min_block_bytes": TARGET_MIN_BLOCK},
+                    "verdict": verdict,
+                    "rows": [asdict(r) for r in rows],
+                },
+                indent=1,
+            )
+            + "\n"
+        )
+    return 0
+
+
+def _table(rows: list[Row]) -> list[str]:
+    variants = list(dict.fromkeys(r.variant for r in rows))
+    head = f"{'MiB':>4} {'block':>7} {'blocks':>6} | " + " | ".join(f"{v:>16}" for v in variants)
+    out = [head, "-" * len(head)]
+    keys = list(dict.fromkeys((r.total_mib, r.block_bytes) for r in rows))
+    for mib, bs in keys:
+        cells = {r.variant: r for r in rows if (r.total_mib, r.block_bytes) == (mib, bs)}
+        n = next(iter(cells.values())).blocks
+        txt = []
+        for v in variants:
+            r = cells.get(v)
+            txt.append(f"{r.gbps:6.1f} GB/s {r.ratio:4.0%}" if r else f"{'-':>16}")
+        size = f"{bs // KIB}K" if bs < 1024 * KIB else f"{bs // (1024 * KIB)}M"
+        out.append(f"{mib:>4} {size:>7} {n:>6} | " + " | ".join(txt))
+    out.append("device-side GB/s (events on the copy stream):")
+    for mib, bs in keys:
+        cells = [r for r in rows if (r.total_mib, r.block_bytes) == (mib, bs)]
+        size = f"{bs // KIB}K" if bs < 1024 * KIB else f"{bs // (1024 * KIB)}M"
+        out.append(
+            f"{mib:>4} {size:>7}        | "
+            + " | ".join(
+                f"{r.device_gbps:11.1f} GB/s" if r.device_gbps else f"{'-':>16}" for r in cells
+            )
+        )
+    return out
+
+
+def _verdict(rows: list[Row]) -> list[str]:
+    out = []
+    for mib in dict.fromkeys(r.total_mib for r in rows):
+        for bs in BLOCK_SIZES:
+            cells = {r.variant: r for r in rows if (r.total_mib, r.block_bytes) == (mib, bs)}
+            eng = cells.get("mapped") or cells.get("staged")
+            if eng is None:
+                continue
+            loop = cells["loop"]
+            size = f"{bs // KIB} KiB"
+            goal = (
+                f"target >= {TARGET_RATIO:.0%}: {'MET' if eng.ratio >= TARGET_RATIO else 'MISSED'}"
+                if bs >= TARGET_MIN_BLOCK
+                else "no ratio target"
+            )
+            out.append(
+                f"{mib} MiB, {size} blocks: engine ({eng.variant}) {eng.ratio:.1%} of contiguous "
+                f"({goal}); {eng.gbps / loop.gbps:.1f}x the per-block loop"
+            )
+    return out
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

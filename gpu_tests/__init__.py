@@ -1,0 +1,1 @@
+"""Tests that need a CUDA or HIP device; they skip cleanly without one."""

@@ -1,0 +1,87 @@
+"""GPU tier fixtures.
+
+Without a CUDA or HIP device, no test module here is imported: each is collected as one
+skip raised from this file, so ``-rs`` prints ONE line saying why, and a run of
+gpu_tests alone still exits 0. With a device, every test is marked ``gpu`` and every
+test waits for its device work at teardown, so nothing stays queued.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+
+def _device_missing() -> str | None:
+    """Why the GPU tier cannot run here, or None when it can."""
+    try:
+        torch = importlib.import_module("torch")
+    except ImportError:
+        return "gpu_tests: torch is not installed (pip install 'kvfault[torch]')"
+    if not torch.cuda.is_available() or torch.cuda.device_count() == 0:
+        build = f"hip {torch.version.hip}" if torch.version.hip else f"cuda {torch.version.cuda}"
+        return f"gpu_tests: no CUDA or HIP device visible to torch {torch.__version__} ({build})"
+    return None
+
+
+_MISSING = _device_missing()
+
+
+class _SkippedModule(pytest.Module):
+    """A test module that is not imported: it needs torch and a device."""
+
+    def collect(self):
+        pytest.skip(_MISSING)
+
+
+def pytest_pycollect_makemodule(module_path, parent):
+    if _MISSING:
+        return _SkippedModule.from_parent(parent, path=module_path)
+    return None
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    # gpu_tests run alone on a machine without a device: every module skipped is a
+    # clean result, not "no tests collected".
+    if _MISSING and exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
+        session.exitstatus = pytest.ExitCode.OK
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    if _MISSING:
+        return _MISSING
+    import torch
+
+    backend = f"hip {torch.version.hip}" if torch.version.hip else f"cuda {torch.version.cuda}"
+    return f"gpu_tests: {torch.cuda.get_device_name(0)}, torch {torch.__version__} ({backend})"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.nodeid.startswith("gpu_tests/"):
+            item.add_marker(pytest.mark.gpu)
+
+
+@pytest.fixture(scope="session")
+def device():
+    import torch
+
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+@pytest.fixture(scope="session")
+def device_work(device):
+    """Calibrated matrix products: real device time for slow forwards and stalls."""
+    from gpu_tests.device_stack import DeviceWork
+
+    return DeviceWork(device)
+
+
+@pytest.fixture(autouse=True)
+def _device_idle_after():
+    """No test leaves work queued on the device: wait for all of it at teardown."""
+    yield
+    import torch
+
+    torch.cuda.synchronize()
