@@ -1,0 +1,361 @@
+"""Launch a real ``lmcache`` multiprocess server on loopback, and always clean it up.
+
+``LMCacheServer`` starts ``python -m lmcache.v1.multiprocess.server`` bound to
+``127.0.0.1`` on a free port, with a private shared-memory pool name, metrics off (so
+nothing listens on 0.0.0.0:9090) and usage tracking off. It waits until the server
+answers, and on ``stop()`` / ``__exit__`` / interpreter exit / garbage collection it
+stops the whole process group (SIGCONT so a paused server can die, SIGTERM, then
+SIGKILL) and removes what the server left: its ``/dev/shm`` segments and its private
+temporary directory (log file).
+
+The child also gets ``PR_SET_PDEATHSIG`` so it dies with the test process even when
+that process is killed with SIGKILL (no finalizer runs then); the segments such a run
+leaves behind are swept by the next ``LMCacheServer`` (``sweep_stale_segments``),
+because every segment name carries the owning process id.
+
+This module does not import lmcache or torch; it only checks that lmcache is
+installed before it launches anything.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import importlib.util
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+import weakref
+from pathlib import Path
+from typing import Sequence
+
+SHM_DIR = Path("/dev/shm")
+SHM_PREFIX = "lmcache_l1_pool_"  # lmcache prepends this to --shm-name
+NAME_PREFIX = "kvfault"
+READY_LINE = "LMCache cache server is running..."
+INSTALL_HINT = "pip install kvfault[lmcache]  (or: pip install torch==2.13.0 lmcache==0.5.6)"
+
+_LIVE: "weakref.WeakSet[LMCacheServer]" = weakref.WeakSet()
+_LIVE_LOCK = threading.Lock()
+
+
+class LMCacheNotInstalled(RuntimeError):
+    """lmcache is not importable in this interpreter."""
+
+    def __init__(self, python: str):
+        super().__init__(f"lmcache is not installed for {python}; {INSTALL_HINT}")
+
+
+class LMCacheServerError(RuntimeError):
+    """The server did not start, or died; carries the tail of its log."""
+
+
+def lmcache_available(python: str | None = None) -> bool:
+    """True when ``lmcache`` is importable (in this interpreter, or in ``python``)."""
+    if python is None or os.path.realpath(python) == os.path.realpath(sys.executable):
+        return importlib.util.find_spec("lmcache") is not None
+    probe = subprocess.run(
+        [python, "-c", "import importlib.util,sys; "
+         "sys.exit(importlib.util.find_spec('lmcache') is None)"],
+        capture_output=True,
+        timeout=60,
+    )
+    return probe.returncode == 0
+
+
+def free_loopback_port() -> int:
+    """A TCP port free on 127.0.0.1 right now (the server binds it moments later;
+    ``LMCacheServer.start`` retries on the rare collision)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_stale_segments() -> list[str]:
+    """Remove ``/dev/shm`` segments of kvfault servers whose owning process is gone.
+
+    Names look like ``lmcache_l1_pool_kvfault_<owner pid>_<hex>``. Returns the removed
+    names. Segments of live owners (other test processes) are left alone.
+    """
+    removed: list[str] = []
+    if not SHM_DIR.is_dir():
+        return removed
+    for path in SHM_DIR.glob(f"*{NAME_PREFIX}_*"):
+        parts = path.name.split(f"{NAME_PREFIX}_", 1)[1].split("_")
+        if not parts or not parts[0].isdigit():
+            continue
+        if _pid_alive(int(parts[0])):
+            continue
+        try:
+            path.unlink()
+            removed.append(path.name)
+        except FileNotFoundError:
+            pass
+    return removed
+
+
+def _set_pdeathsig() -> None:  # runs in the child between fork and exec
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+class LMCacheServer:
+    """A real lmcache MP server on 127.0.0.1; a context manager.
+
+    Promises: after ``start()`` returns, the server accepts requests at ``url`` and
+    nothing of it listens outside loopback. After ``stop()`` (or the ``with`` block, or
+    interpreter exit) the process group is gone, and no ``/dev/shm`` segment named
+    after ``shm_name`` and no temporary file of it remain. ``stop()`` is idempotent and
+    safe to call from a finalizer.
+    """
+
+    def __init__(
+        self,
+        chunk_size: int = 256,
+        l1_size_gb: float = 0.25,
+        *,
+        python: str | None = None,
+        extra_args: Sequence[str] = (),
+        start_timeout_s: float = 60.0,
+        eviction_policy: str = "LRU",
+    ):
+        self.python = python or sys.executable
+        self.chunk_size = chunk_size
+        self.l1_size_gb = l1_size_gb
+        self.extra_args = tuple(extra_args)
+        self.start_timeout_s = start_timeout_s
+        self.eviction_policy = eviction_policy
+        self.shm_name = f"{NAME_PREFIX}_{os.getpid()}_{uuid.uuid4().hex[:10]}"
+        self.port = 0
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.start_seconds: float | None = None
+        self.tmpdir: Path | None = None
+        self._log_file: object | None = None
+        self._stopped = threading.Event()
+        self._finalizer: weakref.finalize | None = None
+
+    # -- properties ----------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        return f"tcp://127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    @property
+    def shm_segment(self) -> str:
+        """Name of the pool segment under /dev/shm."""
+        return SHM_PREFIX + self.shm_name
+
+    @property
+    def log_path(self) -> Path | None:
+        return self.tmpdir / "server.log" if self.tmpdir else None
+
+    def log_tail(self, lines: int = 30) -> str:
+        path = self.log_path
+        if path is None or not path.exists():
+            return ""
+        text = path.read_text(errors="replace").splitlines()
+        keep = [ln for ln in text if "Warning" not in ln and "warnings.warn" not in ln]
+        return "\n".join(keep[-lines:])
+
+    def command(self) -> list[str]:
+        return [
+            self.python, "-m", "lmcache.v1.multiprocess.server",
+            "--host", "127.0.0.1",
+            "--port", str(self.port),
+            "--chunk-size", str(self.chunk_size),
+            "--supported-transfer-mode", "engine_driven",
+            "--shm-name", self.shm_name,
+            "--l1-size-gb", str(self.l1_size_gb),
+            "--no-l1-use-lazy",  # lmcache only advertises the SHM pool when eager
+            "--eviction-policy", self.eviction_policy,
+            "--disable-metrics",
+            *self.extra_args,
+        ]  # fmt: skip
+
+    # -- lifecycle -------------------------------------------------------------------
+    def start(self) -> "LMCacheServer":
+        """Launch and wait until it answers; raises ``LMCacheNotInstalled`` or
+        ``LMCacheServerError`` (with the log tail) and leaves nothing behind then."""
+        if self.proc is not None:
+            raise LMCacheServerError("server already started")
+        if not lmcache_available(self.python):
+            raise LMCacheNotInstalled(self.python)
+        sweep_stale_segments()
+        last_error: Exception | None = None
+        for _attempt in range(3):  # a free port can be taken between probe and bind
+            try:
+                self._launch_once()
+                return self
+            except LMCacheServerError as exc:
+                last_error = exc
+                self.stop()
+                self._stopped.clear()
+                self.proc = None
+        raise last_error  # type: ignore[misc]
+
+    def _launch_once(self) -> None:
+        self.port = free_loopback_port()
+        self.tmpdir = Path(tempfile.mkdtemp(prefix="kvfault-lmcache-"))
+        os.chmod(self.tmpdir, 0o700)
+        env = dict(os.environ)
+        env["LMCACHE_TRACK_USAGE"] = "false"
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        log = open(self.tmpdir / "server.log", "wb")  # noqa: SIM115 - closed in stop()
+        self._log_file = log
+        t0 = time.monotonic()
+        self.proc = subprocess.Popen(
+            self.command(),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=self.tmpdir,  # never run inside a directory that shadows stdlib names
+            start_new_session=True,  # own process group: stop() kills all of it
+            preexec_fn=_set_pdeathsig,
+        )
+        with _LIVE_LOCK:
+            _LIVE.add(self)
+        # A finalizer that holds no reference to self, so an abandoned server dies too.
+        self._finalizer = weakref.finalize(
+            self, _kill_group, self.proc, self.shm_segment, self.tmpdir, log
+        )
+        deadline = t0 + self.start_timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise LMCacheServerError(
+                    f"lmcache server exited with {self.proc.returncode} during start:\n"
+                    f"{self.log_tail()}"
+                )
+            if READY_LINE in (self.log_path.read_text(errors="replace")  # type: ignore[union-attr]
+                              if self.log_path else "") and self._port_open():
+                self.start_seconds = time.monotonic() - t0
+                return
+            time.sleep(0.05)
+        raise LMCacheServerError(
+            f"lmcache server did not answer within {self.start_timeout_s:g}s:\n"
+            f"{self.log_tail()}"
+        )
+
+    def _port_open(self) -> bool:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.settimeout(0.5)
+            return s.connect_ex(("127.0.0.1", self.port)) == 0
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL the server now (a crash); ``stop()`` still cleans up after it."""
+        if self.alive():
+            assert self.proc is not None
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=30)
+
+    def pause(self) -> None:
+        """SIGSTOP the server's process group (it stops answering, sockets stay)."""
+        if self.alive():
+            assert self.proc is not None
+            os.killpg(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT after ``pause``."""
+        if self.alive():
+            assert self.proc is not None
+            os.killpg(self.proc.pid, signal.SIGCONT)
+
+    def stop(self) -> None:
+        """Stop the process group and remove its segments and files. Idempotent."""
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        if self._finalizer is not None:
+            self._finalizer()  # runs _kill_group once
+        elif self.tmpdir is not None:
+            shutil.rmtree(self.tmpdir, ignore_errors=True)
+
+    def leftovers(self) -> list[str]:
+        """What of this server still exists: process, shm segment, tmp dir (for tests)."""
+        left: list[str] = []
+        if self.proc is not None and self.proc.poll() is None:
+            left.append(f"process {self.proc.pid}")
+        if (SHM_DIR / self.shm_segment).exists():
+            left.append(f"/dev/shm/{self.shm_segment}")
+        if self.tmpdir is not None and self.tmpdir.exists():
+            left.append(str(self.tmpdir))
+        return left
+
+    def __enter__(self) -> "LMCacheServer":
+        return self.start() if self.proc is None else self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"LMCacheServer(url={self.url!r}, pid={self.pid}, shm={self.shm_name!r})"
+
+
+def _kill_group(
+    proc: subprocess.Popen[bytes], segment: str, tmpdir: Path | None, log: object
+) -> None:
+    """Stop a server's process group and remove its leftovers (finalizer body)."""
+    if proc.poll() is None:
+        try:
+            # SIGCONT first: a SIGSTOPped server would never act on SIGTERM.
+            os.killpg(proc.pid, signal.SIGCONT)
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+    try:
+        # Kill stragglers of the group even when the leader is already gone.
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        (SHM_DIR / segment).unlink()
+    except FileNotFoundError:
+        pass
+    try:
+        log.close()  # type: ignore[attr-defined]
+    except Exception:
+        pass
+    if tmpdir is not None:
+        shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+@atexit.register
+def _stop_all() -> None:
+    with _LIVE_LOCK:
+        servers = list(_LIVE)
+    for server in servers:
+        server.stop()

@@ -1,0 +1,645 @@
+"""The real LMCache tier: a ``reference.interfaces.Tier`` over a running lmcache MP server.
+
+Driven through lmcache's own client classes (``RequestClientFactory`` -> its ZMQ
+``RequestClient``, ``IPCCacheServerKey``, ``RegisterEngineDrivenContextPayload`` and the
+SHM ``EngineDrivenContext`` that maps the server's pool), in lmcache's *engine-driven*
+transfer mode: the server hands out slots of its POSIX shared-memory pool, the client
+copies CPU tensors in or out, then commits.
+
+What this tier promises (and where it differs from ``fakes.memory_tier``):
+
+- Keys: lmcache's own prefix chain (blake3 over the previous hash and the packed chunk)
+  over the tier ids; a partial chunk is neither stored nor hit. The ids go to the server
+  unchanged: ids outside ``[0, 2**32)`` or a start off the chunk grid make its handler
+  raise, and then it never replies (the ticket stays pending; the worker's deadline
+  handles it).
+- ``lookup`` is synchronous (the scheduler's view): lookup + prefetch-status polling +
+  releasing the lookup's read locks, bounded by ``lookup_timeout_s``. A lookup that gets
+  no answer in time is reported as a miss (recomputing is always correct) and counted
+  in ``lookup_timeouts``; it never hangs.
+- ``submit_retrieve`` / ``submit_store`` only send the first request; ``poll`` advances
+  the operation by at most one finished reply per call and never blocks. A retrieve
+  first looks up (lmcache only reads objects a lookup has read-locked), so a chunk
+  evicted after the scheduler's lookup turns into a failed retrieve, not a wrong page.
+- Pages: the simulator's pages are 64-bit int fingerprints, one per HBM block. Each
+  becomes a block of a realistic KV layout ``[2, layers, block_size, hidden]`` filled
+  with a cheap deterministic pattern seeded by the fingerprint, with the fingerprint's
+  16 bytes written into the block's first row. A retrieve decodes the fingerprint and
+  re-derives the whole block: any byte that differs fails the retrieve
+  ("page corrupted"). With ``page_format="tensor"`` pages are tensors of the block
+  shape and are stored and returned as they are.
+- State images (hybrids) are kept only on the chunk grid (``state_grid == "chunk"``),
+  as the MP connector does; images at other positions are silently not stored. Each
+  image is one extra lmcache object, in its own namespace (model ``<model>-state``, its
+  own small layout ``[2, 1, chunk_size, state_dim]``), keyed by ``chunk_size`` ids
+  derived from the state key. It is stored after the KV chunks of the same save; a
+  retrieve with ``state_key`` fetches it after the KV.
+- Eviction is the server's (LRU at a memory watermark, asynchronous), not a chunk
+  count.
+
+Importing this module imports neither torch nor lmcache; the constructor does.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Generator, Literal, Sequence
+
+from reference.interfaces import LookupQuery, LookupResult, Page, State, TierReply
+from reference.types import Geometry, OperationId, StateGrid
+
+_U32 = 0xFFFFFFFF
+_U64 = 0xFFFFFFFFFFFFFFFF
+_STATE_TAG = 0x6B765354  # "kvST": first id of every state-image key
+_HEADER_INT16 = 8  # 16 bytes of fingerprint in the first row of a block
+_MIX = 0x9E3779B1  # odd multiplier of the filler pattern
+
+PageFormat = Literal["fingerprint", "tensor"]
+
+
+@dataclass(frozen=True)
+class KVLayout:
+    """Per-token KV shape of the model the tier stores: ``2 x layers x hidden``."""
+
+    num_layers: int = 2
+    num_heads: int = 2
+    head_dim: int = 8
+    dtype: str = "bfloat16"
+
+    @property
+    def hidden(self) -> int:
+        return self.num_heads * self.head_dim
+
+    def __post_init__(self) -> None:
+        if self.num_layers <= 0 or self.num_heads <= 0 or self.head_dim <= 0:
+            raise ValueError(f"layout sizes must be positive: {self}")
+        if self.dtype not in ("bfloat16", "float16"):
+            raise ValueError(f"dtype must be bfloat16 or float16, got {self.dtype!r}")
+        if self.hidden < _HEADER_INT16:
+            raise ValueError(f"hidden size {self.hidden} must be >= {_HEADER_INT16}")
+
+    def chunk_bytes(self, chunk_size: int) -> int:
+        return 2 * self.num_layers * chunk_size * self.hidden * 2
+
+
+class LMCacheTierError(RuntimeError):
+    """The tier could not connect to or register with the server."""
+
+
+class _Backoff:
+    """Yielded by an operation that must ask again later (prefetch still running)."""
+
+
+_BACKOFF = _Backoff()
+
+Step = Generator[Any, Any, TierReply]
+
+
+@dataclass
+class LMCacheTicket:
+    """One submitted retrieve or store. ``stage`` names the request it waits on."""
+
+    op: OperationId
+    kind: str
+    gen: Step | None
+    waiting: Any = None
+    stage: str = "submitted"
+    reply: TierReply | None = None
+    submitted_at: float = field(default_factory=time.monotonic)
+    rpcs: list[str] = field(default_factory=list)
+
+
+class LMCacheTier:
+    """A ``Tier`` backed by a real lmcache MP server (see the module docstring)."""
+
+    state_grid: StateGrid = "chunk"
+
+    def __init__(
+        self,
+        url: str,
+        geometry: Geometry,
+        *,
+        layout: KVLayout | None = None,
+        state_dim: int = 8,
+        model_name: str = "kvfault",
+        page_format: PageFormat = "fingerprint",
+        lookup_timeout_s: float = 10.0,
+        connect_timeout_s: float = 30.0,
+        rng_seed: int | None = None,
+    ):
+        try:
+            import torch
+            from lmcache.v1.distributed.api import MemoryLayoutDesc
+            from lmcache.v1.multiprocess.custom_types import (
+                IPCCacheServerKey,
+                RegisterEngineDrivenContextPayload,
+            )
+            from lmcache.v1.multiprocess.transfer_context.base import (
+                EngineDrivenContextMetadata,
+                create_engine_driven_context,
+            )
+            from lmcache.v1.multiprocess.transport.factory import RequestClientFactory
+        except ImportError as exc:  # pragma: no cover - depends on the install
+            raise LMCacheTierError(
+                f"lmcache is not importable ({exc}); pip install kvfault[lmcache]"
+            ) from exc
+        if page_format not in ("fingerprint", "tensor"):
+            raise ValueError(f"page_format must be fingerprint or tensor, got {page_format!r}")
+        if state_dim < _HEADER_INT16:
+            raise ValueError(f"state_dim must be >= {_HEADER_INT16}, got {state_dim}")
+        self._torch = torch
+        self._Key = IPCCacheServerKey
+        self.url = url
+        self.geometry = geometry
+        self.chunk_size = geometry.chunk_size
+        self.block_size = geometry.block_size
+        self.layout = layout or KVLayout()
+        self.state_dim = state_dim
+        self.model_name = model_name
+        self.state_model_name = f"{model_name}-state"
+        self.page_format: PageFormat = page_format
+        self.lookup_timeout_s = lookup_timeout_s
+        self.lookup_timeouts = 0
+        self.last_lookup_error = ""
+        self._dtype = getattr(torch, self.layout.dtype)
+        self._rng = random.Random(rng_seed)
+        self._rid = itertools.count()
+        self._rid_prefix = f"kvf-{os.getpid()}-{self._rng.getrandbits(32):08x}"
+        self._arange_cache: dict[int, Any] = {}
+        self._closed = False
+
+        self.client = RequestClientFactory.create(url)
+        self._contexts: list[Any] = []
+        self._instances: list[int] = []
+        try:
+            server_chunk = self.client.get_chunk_size().result(timeout=connect_timeout_s)
+            if int(server_chunk) != self.chunk_size:
+                raise LMCacheTierError(
+                    f"server at {url} uses chunk size {server_chunk}, geometry says "
+                    f"{self.chunk_size}"
+                )
+            kv_shape = (2, self.layout.num_layers, self.chunk_size, self.layout.hidden)
+            st_shape = (2, 1, self.chunk_size, state_dim)
+            self._kv_iid, self._kv_ctx = self._register(
+                RegisterEngineDrivenContextPayload, EngineDrivenContextMetadata,
+                MemoryLayoutDesc, create_engine_driven_context, model_name,
+                self.layout.num_layers, self.layout.hidden, kv_shape, connect_timeout_s,
+            )  # fmt: skip
+            self._st_iid, self._st_ctx = self._register(
+                RegisterEngineDrivenContextPayload, EngineDrivenContextMetadata,
+                MemoryLayoutDesc, create_engine_driven_context, self.state_model_name,
+                1, state_dim, st_shape, connect_timeout_s,
+            )  # fmt: skip
+        except Exception as exc:
+            self.close()
+            if isinstance(exc, LMCacheTierError):
+                raise
+            raise LMCacheTierError(f"cannot set up the lmcache tier at {url}: {exc!r}") from exc
+
+    def _register(
+        self, Payload: Any, Meta: Any, LayoutDesc: Any, make_ctx: Callable[..., Any],
+        model: str, layers: int, hidden: int, shape: tuple[int, ...], timeout: float,
+    ) -> tuple[int, Any]:  # fmt: skip
+        torch = self._torch
+        iid = self._rng.randrange(1, 2**31)
+        payload = Payload(
+            instance_id=iid, model_name=model, world_size=1, block_size=self.block_size,
+            num_layers=layers, hidden_dim_size=hidden, dtype_str=self.layout.dtype,
+            use_mla=False,
+        )  # fmt: skip
+        resp = self.client.register_kv_cache_engine_driven_context(payload).result(
+            timeout=timeout
+        )
+        self._instances.append(iid)
+        if not resp.shm_name or resp.pool_size <= 0:
+            raise LMCacheTierError(
+                "the server advertises no shared-memory pool (start it with "
+                "--shm-name and --no-l1-use-lazy, engine_driven mode)"
+            )
+        meta = Meta(
+            layout_desc=LayoutDesc(shapes=[torch.Size(shape)], dtypes=[self._dtype]),
+            block_size=self.block_size,
+            use_mla=False,
+        )
+        ctx = make_ctx(meta, self.client, timeout, resp.shm_name, resp.pool_size)
+        if not hasattr(ctx, "_build_slot_tensors"):
+            raise LMCacheTierError("lmcache fell back to pickle transport; SHM required")
+        self._contexts.append(ctx)
+        return iid, ctx
+
+    # -- keys ---------------------------------------------------------------------------
+    def _new_rid(self, what: str) -> str:
+        return f"{self._rid_prefix}-{what}-{next(self._rid)}"
+
+    def _key(
+        self, model: str, ids: Sequence[int], start: int, end: int, rid: str,
+        worker: int | None,
+    ) -> Any:  # fmt: skip
+        return self._Key(
+            model_name=model, world_size=1, worker_id=worker, token_ids=tuple(ids),
+            start=start, end=end, request_id=rid, num_kv_readers=1,
+        )  # fmt: skip
+
+    def state_ids(self, state_key: int) -> tuple[int, ...]:
+        """The ``chunk_size`` ids naming a state image (each in ``[0, 2**32)``)."""
+        k = state_key & _U64
+        head = (_STATE_TAG, k & _U32, (k >> 32) & _U32)
+        return head + tuple(range(3, self.chunk_size))
+
+    # -- page codec ---------------------------------------------------------------------
+    def _arange(self, n: int) -> Any:
+        a = self._arange_cache.get(n)
+        if a is None:
+            a = self._torch.arange(n, dtype=self._torch.int64) * _MIX
+            self._arange_cache[n] = a
+        return a
+
+    def _pattern(self, fingerprint: int, numel: int) -> Any:
+        """int16 words derived from ``fingerprint``: cheap, deterministic, position-mixed."""
+        fp = fingerprint & _U64
+        seed = (fp ^ (fp >> 29) ^ (fp >> 47)) & 0x7FFFFFFF
+        words = (self._arange(numel) + seed) & 0xFFFF
+        return words.to(self._torch.int16)
+
+    @staticmethod
+    def _header(fingerprint: int) -> bytes:
+        return int(fingerprint).to_bytes(16, "little", signed=True)
+
+    def _encode_into(self, view16: Any, fingerprint: int) -> None:
+        """Fill ``view16`` (an int16 view of one block / image) from ``fingerprint``."""
+        torch = self._torch
+        if not isinstance(fingerprint, int) or not -(2**127) <= fingerprint < 2**127:
+            raise TypeError(f"a fingerprint page must be an int, got {fingerprint!r}")
+        view16.copy_(self._pattern(fingerprint, view16.numel()).view(view16.shape))
+        head = torch.frombuffer(bytearray(self._header(fingerprint)), dtype=torch.int16)
+        view16[0, 0, 0, :_HEADER_INT16] = head
+
+    def _decode(self, view16: Any) -> int | None:
+        """The fingerprint of a block, or None when any byte differs from its encoding."""
+        torch = self._torch
+        raw = view16[0, 0, 0, :_HEADER_INT16].clone().numpy().tobytes()
+        fingerprint = int.from_bytes(raw, "little", signed=True)
+        expect = torch.empty_like(view16)
+        self._encode_into(expect, fingerprint)
+        return fingerprint if torch.equal(expect, view16) else None
+
+    def _block_view(self, chunk: Any, b: int) -> Any:
+        bs = self.block_size
+        return chunk[:, :, b * bs : (b + 1) * bs, :]
+
+    def block_shape(self) -> tuple[int, ...]:
+        """Shape of one page with ``page_format="tensor"``."""
+        return (2, self.layout.num_layers, self.block_size, self.layout.hidden)
+
+    # -- lookup -------------------------------------------------------------------------
+    def lookup(self, query: LookupQuery) -> LookupResult:
+        """Contiguous-prefix KV hit (a multiple of the chunk size) and the on-grid state
+        candidates held. Blocks at most ``lookup_timeout_s`` per server round; a server
+        that does not answer in time gives a miss (counted in ``lookup_timeouts``)."""
+        ids = query.tier_ids
+        full = len(ids) - len(ids) % self.chunk_size
+        hit = 0
+        if full:
+            chunks = self._run_blocking(self._lookup_gen(self.model_name, ids[:full], full))
+            hit = (chunks or 0) * self.chunk_size
+        states: list[int] = []
+        for pos, key in query.state_candidates:
+            if pos <= 0 or pos % self.chunk_size:
+                continue  # never stored off the chunk grid
+            sids = self.state_ids(key)
+            if self._run_blocking(self._lookup_gen(self.state_model_name, sids, len(sids))):
+                states.append(pos)
+        return LookupResult(kv_hit=hit, state_positions=tuple(states))
+
+    def _lookup_gen(
+        self, model: str, ids: Sequence[int], end: int
+    ) -> Generator[Any, Any, int | None]:
+        """Lookup, wait for the prefetch, release its locks: chunks hit."""
+        rid = self._new_rid("lookup")
+        hit = yield from self._locked_lookup(model, ids, end, rid)
+        if hit:
+            yield self.client.free_lookup_locks(
+                self._key(model, ids, 0, hit * self.chunk_size, rid, None), 1
+            )
+        self._end_session(rid)
+        return hit
+
+    def _locked_lookup(
+        self, model: str, ids: Sequence[int], end: int, rid: str
+    ) -> Generator[Any, Any, int]:
+        """Lookup that leaves its read locks held (a retrieve consumes them)."""
+        yield self.client.lookup(self._key(model, ids, 0, end, rid, None), 1)
+        while True:
+            chunks = yield self.client.query_prefetch_status(rid)
+            if chunks is not None:
+                return int(chunks)
+            yield _BACKOFF
+
+    def _run_blocking(self, gen: Generator[Any, Any, Any]) -> Any:
+        deadline = time.monotonic() + self.lookup_timeout_s
+        value: Any = None
+        try:
+            while True:
+                waiting = gen.send(value)
+                if waiting is _BACKOFF:
+                    time.sleep(0.001)
+                    value = None
+                    continue
+                if not waiting.wait(timeout=max(0.0, deadline - time.monotonic())):
+                    gen.close()
+                    self.lookup_timeouts += 1
+                    self.last_lookup_error = "lookup got no reply in time"
+                    return None
+                value = waiting.result(timeout=0)
+        except StopIteration as stop:
+            return stop.value
+        except Exception as exc:  # the server answered with an error: treat as a miss
+            self.last_lookup_error = f"{type(exc).__name__}: {exc}"
+            return None
+
+    def _end_session(self, rid: str) -> None:
+        """Fire and forget: drop the server's session of ``rid`` (it also refreshes the
+        LRU position of the keys the session touched). Safe from a finalizer."""
+        if self._closed:
+            return
+        try:
+            self.client.end_session(rid)
+        except Exception:
+            pass
+
+    # -- asynchronous operations -----------------------------------------------------
+    def submit_retrieve(
+        self,
+        op: OperationId,
+        tier_ids: Sequence[int],
+        start: int,
+        end: int,
+        state_key: int | None,
+    ) -> LMCacheTicket:
+        """Fetch the pages of blocks ``[start, end)`` (and the state image named
+        ``state_key``). The whole covering chunks are transferred."""
+        ticket = LMCacheTicket(op, "retrieve", self._retrieve_gen(tier_ids, start, end, state_key))
+        self._advance(ticket)
+        return ticket
+
+    def submit_store(
+        self,
+        op: OperationId,
+        tier_ids: Sequence[int],
+        start: int,
+        end: int,
+        pages: Sequence[Page],
+        states: Sequence[tuple[int, int, State]],
+    ) -> LMCacheTicket:
+        """Store the full chunks of ``[start, end)`` (``pages`` are the blocks from
+        ``start``) and the state images on the chunk grid."""
+        ticket = LMCacheTicket(
+            op, "store", self._store_gen(tier_ids, start, end, list(pages), list(states))
+        )
+        self._advance(ticket)
+        return ticket
+
+    def poll(self, ticket: object) -> TierReply | None:
+        """The reply once terminal, else None. Never blocks; a reply that never comes
+        leaves the ticket pending forever (``ticket.stage`` says on which request)."""
+        assert isinstance(ticket, LMCacheTicket)
+        if ticket.reply is None:
+            self._advance(ticket)
+        return ticket.reply
+
+    def _advance(self, t: LMCacheTicket) -> None:
+        """Run ``t`` until it waits on an unanswered request or finishes."""
+        if t.gen is None:
+            return
+        while t.reply is None:
+            try:
+                if t.waiting is None:
+                    nxt = t.gen.send(None)
+                elif t.waiting is _BACKOFF:
+                    nxt = t.gen.send(None)
+                else:
+                    if not t.waiting.query():
+                        return
+                    try:
+                        value = t.waiting.result(timeout=0)
+                    except Exception as exc:  # the server answered with an error
+                        nxt = t.gen.throw(exc)
+                    else:
+                        nxt = t.gen.send(value)
+            except StopIteration as stop:
+                t.reply = stop.value
+                break
+            except Exception as exc:
+                t.reply = TierReply(ok=False, error=f"{type(exc).__name__}: {exc}")
+                break
+            t.waiting = nxt
+            if nxt is _BACKOFF:
+                t.stage = "backoff"
+                return  # ask again on the next poll: at most one new round per poll
+            t.stage = getattr(nxt, "_kvf_stage", "rpc")
+            t.rpcs.append(t.stage)
+        t.gen = None
+        t.waiting = None
+
+    def _rpc(self, stage: str, future: Any) -> Any:
+        try:
+            future._kvf_stage = stage
+        except AttributeError:  # pragma: no cover - slots
+            pass
+        return future
+
+    def _retrieve_gen(
+        self, tier_ids: Sequence[int], start: int, end: int, state_key: int | None
+    ) -> Step:
+        torch = self._torch
+        cs, bs = self.chunk_size, self.block_size
+        end_al = -(-end // cs) * cs
+        if end <= start:
+            return TierReply(ok=True, pages=[], state=None)
+        if end_al > len(tier_ids):
+            return TierReply(ok=False, error=f"range [{start}, {end}) is not keyed")
+        ids = tuple(tier_ids[:end_al])
+        rid = self._new_rid("retrieve")
+        try:
+            hit = yield from self._stage(self._locked_lookup(self.model_name, ids, end_al, rid), "lookup")
+            if hit * cs < end_al:
+                if hit:
+                    yield self._rpc("free_lookup_locks", self.client.free_lookup_locks(
+                        self._key(self.model_name, ids, 0, hit * cs, rid, None), 1))
+                return TierReply(ok=False, error="chunk evicted before retrieve")
+            first = start - start % cs  # off-grid start goes to the server as is
+            key = self._key(self.model_name, ids, start if start % cs else first, end_al, rid, 0)
+            resp = yield self._rpc("prepare_retrieve", self.client.prepare_retrieve(key, self._kv_iid))
+            if not resp.success:
+                yield self._rpc("free_lookup_locks", self.client.free_lookup_locks(
+                    self._key(self.model_name, ids, 0, end_al, rid, None), 1))
+                return TierReply(ok=False, error="chunk evicted before retrieve")
+            slots = self._kv_ctx._build_slot_tensors(resp.context.get("slots", []))
+            pages: list[Page] = []
+            error = ""
+            skip = (start - first) // bs
+            want = (end - start) // bs
+            per_chunk = cs // bs
+            for ci, slot in enumerate(slots):
+                for b in range(per_chunk):
+                    idx = ci * per_chunk + b
+                    if idx < skip or idx >= skip + want:
+                        continue
+                    block = self._block_view(slot, b)
+                    if self.page_format == "tensor":
+                        pages.append(block.clone())
+                        continue
+                    fp = self._decode(block.view(torch.int16))
+                    if fp is None:
+                        error = error or f"page {idx} of [{first}, {end_al}) corrupted"
+                    pages.append(fp)
+            del slots
+            yield self._rpc("commit_retrieve", self.client.commit_retrieve(key, self._kv_iid))
+            if first:
+                yield self._rpc("free_lookup_locks", self.client.free_lookup_locks(
+                    self._key(self.model_name, ids, 0, first, rid, None), 1))
+            if error:
+                return TierReply(ok=False, error=error)
+            if len(pages) != want:
+                return TierReply(ok=False, error=f"got {len(pages)} pages, wanted {want}")
+            state = None
+            if state_key is not None:
+                state, err = yield from self._retrieve_state(state_key)
+                if err:
+                    return TierReply(ok=False, error=err)
+            return TierReply(ok=True, pages=pages, state=state)
+        finally:
+            self._end_session(rid)
+
+    def _stage(self, gen: Generator[Any, Any, Any], stage: str) -> Generator[Any, Any, Any]:
+        """Tag every request ``gen`` yields with ``stage`` (for ``ticket.stage``)."""
+        value: Any = None
+        while True:
+            try:
+                nxt = gen.send(value)
+            except StopIteration as stop:
+                return stop.value
+            if nxt is not _BACKOFF:
+                self._rpc(f"{stage}:{getattr(nxt, '_kvf_stage', '')}".rstrip(":"), nxt)
+            value = yield nxt
+
+    def _retrieve_state(self, state_key: int) -> Generator[Any, Any, tuple[Any, str]]:
+        torch = self._torch
+        model, sids = self.state_model_name, self.state_ids(state_key)
+        rid = self._new_rid("state")
+        try:
+            hit = yield from self._stage(self._locked_lookup(model, sids, len(sids), rid), "state_lookup")
+            if hit < 1:
+                return None, "state image evicted before retrieve"
+            key = self._key(model, sids, 0, len(sids), rid, 0)
+            resp = yield self._rpc("state_prepare_retrieve", self.client.prepare_retrieve(key, self._st_iid))
+            if not resp.success:
+                yield self.client.free_lookup_locks(self._key(model, sids, 0, len(sids), rid, None), 1)
+                return None, "state image evicted before retrieve"
+            (slot,) = self._st_ctx._build_slot_tensors(resp.context.get("slots", []))
+            state = self._decode(slot.view(torch.int16))
+            del slot
+            yield self._rpc("state_commit_retrieve", self.client.commit_retrieve(key, self._st_iid))
+            if state is None:
+                return None, "state image corrupted"
+            return state, ""
+        finally:
+            self._end_session(rid)
+
+    def _store_gen(
+        self,
+        tier_ids: Sequence[int],
+        start: int,
+        end: int,
+        pages: list[Page],
+        states: list[tuple[int, int, State]],
+    ) -> Step:
+        torch = self._torch
+        cs, bs = self.chunk_size, self.block_size
+        full_end = min(end, len(tier_ids))
+        full_end -= full_end % cs  # a partial chunk is not keyed
+        per_chunk = cs // bs
+        if full_end > start:
+            ids = tuple(tier_ids[:full_end])
+            rid = self._new_rid("store")
+            key = self._key(self.model_name, ids, start, full_end, rid, 0)
+            try:
+                resp = yield self._rpc("prepare_store", self.client.prepare_store(key, self._kv_iid))
+                ctx = resp.context if isinstance(resp.context, dict) else {}
+                slots = self._kv_ctx._build_slot_tensors(ctx.get("slots") or [])
+                indices: list[int] = list(ctx.get("chunk_indices") or [])
+                try:
+                    for slot, ci in zip(slots, indices, strict=True):
+                        for b in range(per_chunk):
+                            page = pages[ci * per_chunk + b]
+                            block = self._block_view(slot, b)
+                            if self.page_format == "tensor":
+                                block.copy_(page.view(block.shape))
+                            else:
+                                self._encode_into(block.view(torch.int16), page)
+                finally:
+                    del slots
+                if indices:  # nothing reserved: every chunk is already held
+                    ok = yield self._rpc("commit_store", self.client.commit_store(key, self._kv_iid, b""))
+                    if not ok:
+                        return TierReply(ok=False, error="commit_store returned False")
+            finally:
+                self._end_session(rid)
+        for position, skey, state in states:
+            if position <= 0 or position % cs:
+                continue  # the MP server keeps state images only on its chunk grid
+            err = yield from self._store_state(skey, state)
+            if err:
+                return TierReply(ok=False, error=err)
+        return TierReply(ok=True)
+
+    def _store_state(self, state_key: int, state: State) -> Generator[Any, Any, str]:
+        torch = self._torch
+        model, sids = self.state_model_name, self.state_ids(state_key)
+        rid = self._new_rid("state")
+        key = self._key(model, sids, 0, len(sids), rid, 0)
+        try:
+            resp = yield self._rpc("state_prepare_store", self.client.prepare_store(key, self._st_iid))
+            ctx = resp.context if isinstance(resp.context, dict) else {}
+            slots = self._st_ctx._build_slot_tensors(ctx.get("slots") or [])
+            if not slots:
+                return ""  # already held
+            self._encode_into(slots[0].view(torch.int16), state)
+            del slots
+            ok = yield self._rpc("state_commit_store", self.client.commit_store(key, self._st_iid, b""))
+            return "" if ok else "state commit_store returned False"
+        finally:
+            self._end_session(rid)
+
+    # -- teardown -----------------------------------------------------------------------
+    def close(self) -> None:
+        """Unregister from the server (without waiting) and close the client."""
+        if self._closed:
+            return
+        self._closed = True
+        client = getattr(self, "client", None)
+        for iid in getattr(self, "_instances", []):
+            try:
+                client.unregister_kv_cache_engine_driven_context(iid)  # type: ignore[union-attr]
+            except Exception:
+                pass
+        for ctx in getattr(self, "_contexts", []):
+            try:
+                ctx.close()
+            except Exception:
+                pass
+        if client is not None:
+            try:
+                client.close()
+            except Exception:
+                pass
+
+    def __enter__(self) -> "LMCacheTier":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
