@@ -8,6 +8,7 @@ pending work and no forward to run polls on an idle tick.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -82,6 +83,7 @@ class RunOutcome:
     steps: int
     outputs: dict[str, tuple[int, ...]]
     hung: bool = False
+    wall_seconds: float = 0.0
 
 
 class Engine:
@@ -188,6 +190,7 @@ class Engine:
         deadline = clock.now() + max_sim_seconds
         start_steps = self.steps
         start = clock.now()
+        wall_start = time.perf_counter()
         stopped: EngineStopped | None = None
         hung = False
         try:
@@ -201,4 +204,11 @@ class Engine:
             self.trace.record(
                 Ev.STOP, op=exc.op, error=type(exc).__name__, elapsed=exc.elapsed, message=str(exc)
             )
-        return RunOutcome(stopped, clock.now() - start, self.steps - start_steps, dict(self.outputs), hung)
+        return RunOutcome(
+            stopped,
+            clock.now() - start,
+            self.steps - start_steps,
+            dict(self.outputs),
+            hung,
+            time.perf_counter() - wall_start,
+        )
