@@ -12,7 +12,7 @@ from fakes.memory_tier import MemoryTier
 from fakes.model import ConstantForwardTimer, DeterministicModel
 from reference.channel import QueueChannel
 from reference.engine import Collaborators, Engine, EngineConfig
-from reference.interfaces import ForwardTimer, LookupClient, Tier
+from reference.interfaces import Clock, ForwardTimer, LookupClient, Tier
 from reference.rules import Rules
 from reference.trace import Trace
 
@@ -28,7 +28,7 @@ def no_wrap(role: str, part: Any) -> Any:
 class SimWorld:
     """One simulated host: a clock and the trace every engine on it writes to."""
 
-    clock: VirtualClock = field(default_factory=VirtualClock)
+    clock: Clock = field(default_factory=VirtualClock)
     trace: Trace = field(init=False)
 
     def __post_init__(self) -> None:

@@ -12,12 +12,14 @@ import os
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+from fakes.clock import VirtualClock
 from fakes.model import DeterministicModel
 from fakes.sim import SimWorld
 from fakes.workloads import Workloads, resend
 from faults.injectors import Injector, LostCompletion, SlowForward, wrap_all
 from reference.engine import Engine, EngineConfig, RunOutcome
 from reference.errors import EngineIdentityConflict
+from reference.interfaces import Clock, Tier
 from reference.identity import lookup_socket_path
 from reference.rules import Rules
 from reference.trace import Ev, Trace
@@ -34,6 +36,10 @@ class RunContext:
     # Wraps request ids before they enter the stack (the hash-order shuffle uses it).
     request_map: Callable[[Request], Request] = lambda r: r
     ports: tuple[int, int] = (35849, 34969)
+    # The tier a run's engines use: the in-process tier by default; the real LMCache
+    # tier passes its own (``reference.lmcache_tier``) together with a real clock.
+    tier_factory: Callable[[SimWorld, EngineConfig], Tier] | None = None
+    clock_factory: Callable[[], Clock] = VirtualClock
 
 
 @dataclass
@@ -78,7 +84,7 @@ class _Run:
         self.name = name
         self.ctx = ctx
         self.config = config
-        self.world = SimWorld()
+        self.world = SimWorld(ctx.clock_factory())
         # The scenario's own faults (part of its workload) come before the plan's.
         self.injectors = [*own_injectors, *ctx.injectors]
         self.wrap = wrap_all(self.injectors)
@@ -90,11 +96,16 @@ class _Run:
         self.notes: dict[str, object] = {}
         self.workloads = Workloads(ctx.seed)
 
+    def new_tier(self) -> Tier:
+        if self.ctx.tier_factory is not None:
+            return self.ctx.tier_factory(self.world, self.config)
+        return self.world.memory_tier(self.config)
+
     def engine(self, name: str = "engine", **kwargs) -> Engine:
         if "tier" not in kwargs:
             # One tier per run: it outlives engine restarts.
             if self._tier is None:
-                self._tier = self.wrap("tier", self.world.memory_tier(self.config))
+                self._tier = self.wrap("tier", self.new_tier())
             kwargs["tier"] = self._tier
         return self.world.engine(
             self.config, rules=self.ctx.rules, name=name, wrap=self.wrap, **kwargs
@@ -165,7 +176,7 @@ def two_servers(ctx: RunContext) -> RunResult:
     try:
         tiers, paths = [], []
         for rank, port in enumerate(ctx.ports):
-            tier = run.wrap("tier", run.world.memory_tier(config))
+            tier = run.wrap("tier", run.new_tier())
             eid = ctx.rules.identity.engine_id(port, 0)
             path = lookup_socket_path(rpc_dir, eid, 0)
             try:
