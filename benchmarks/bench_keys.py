@@ -51,8 +51,12 @@ def main() -> None:
     hasher = TokenHasher(chunk_size=args.chunk)
     as_list = list(ids)
     theirs_ms = _median_ms(lambda: hasher.compute_chunk_hashes(as_list), args.repeat)
-    print(f"lmcache TokenHasher.compute_chunk_hashes (blake3), {args.tokens} tokens: {theirs_ms:.2f} ms")
-    print(f"ratio lmcache/kvfault = {theirs_ms / ours_ms:.2f}x (>= 1 means kvfault is at least as fast)")
+    print(
+        f"lmcache TokenHasher.compute_chunk_hashes (blake3), {args.tokens} tokens: {theirs_ms:.2f} ms"
+    )
+    print(
+        f"ratio lmcache/kvfault = {theirs_ms / ours_ms:.2f}x (>= 1 means kvfault is at least as fast)"
+    )
 
 
 if __name__ == "__main__":

@@ -36,7 +36,9 @@ def burst(repeat: int) -> None:
         f"(median of {repeat}; min {min(walls) * 1000:.1f} ms); "
         f"simulated/wall = {sims[0] / wall:,.0f}x; target < 100 ms"
     )
-    print(f"whole restart_burst scenario (workload + pass 1 + pass 2): {statistics.median(totals) * 1000:.1f} ms")
+    print(
+        f"whole restart_burst scenario (workload + pass 1 + pass 2): {statistics.median(totals) * 1000:.1f} ms"
+    )
 
 
 def kvfault_run(repeat: int) -> None:
@@ -53,14 +55,18 @@ def kvfault_run(repeat: int) -> None:
             print(proc.stdout[-2000:], proc.stderr[-2000:])
             raise SystemExit(f"kvfault run exited {proc.returncode}")
     last = proc.stdout.strip().splitlines()[-1]
-    print(f"`kvfault run` (fresh process): {statistics.median(walls):.2f} s wall (median of {repeat}); last line: {last}")
+    print(
+        f"`kvfault run` (fresh process): {statistics.median(walls):.2f} s wall (median of {repeat}); last line: {last}"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
-    print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
+    print(
+        f"# {platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    )
     burst(args.repeat)
     kvfault_run(max(1, args.repeat // 2))
 

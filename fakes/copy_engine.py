@@ -55,7 +55,7 @@ class SimCopyEngine:
         if self.clock.now() < ticket.done_at:
             return False
         if not ticket.applied:
-            for block, page in zip(ticket.blocks, ticket.pages):
+            for block, page in zip(ticket.blocks, ticket.pages, strict=True):
                 self.kv.write(block, page)
             if ticket.state is not None:
                 self.kv.write_state(ticket.req_id, ticket.state)

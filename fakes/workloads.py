@@ -40,7 +40,9 @@ def tokenize(text: str) -> tuple[int, ...]:
     return tuple(token_id(w) for w in text.split())
 
 
-def fit(ids: tuple[int, ...], length: int, filler: Callable[[int], tuple[int, ...]]) -> tuple[int, ...]:
+def fit(
+    ids: tuple[int, ...], length: int, filler: Callable[[int], tuple[int, ...]]
+) -> tuple[int, ...]:
     """Pad with ``filler`` ids, or cut, to exactly ``length`` ids."""
     if len(ids) < length:
         ids += filler(length - len(ids))
@@ -84,10 +86,16 @@ class Workloads:
         )
 
     def gsm8k_fewshot(
-        self, n: int, shots: int = 8, prefix_tokens: int = 1536, question_tokens: tuple[int, int] = (40, 400)
+        self,
+        n: int,
+        shots: int = 8,
+        prefix_tokens: int = 1536,
+        question_tokens: tuple[int, int] = (40, 400),
     ) -> Workload:
         """GSM8K-like prompts: a long shared few-shot prefix, then one question each."""
-        prefix = fit(tokenize(" ".join(self._qa() for _ in range(shots))), prefix_tokens, self.words)
+        prefix = fit(
+            tokenize(" ".join(self._qa() for _ in range(shots))), prefix_tokens, self.words
+        )
         reqs = []
         for _ in range(n):
             q = fit(tokenize(self._qa()), self.rng.randrange(*question_tokens), self.words)
@@ -103,7 +111,11 @@ class Workloads:
         """Requests with identical token ids (same text, same placeholders) and
         different pictures."""
         text = fit(tokenize(self.fk.paragraph(nb_sentences=10)), text_tokens, self.words)
-        ids = text[: text_tokens // 2] + (IMAGE_PLACEHOLDER_ID,) * image_tokens + text[text_tokens // 2 :]
+        ids = (
+            text[: text_tokens // 2]
+            + (IMAGE_PLACEHOLDER_ID,) * image_tokens
+            + text[text_tokens // 2 :]
+        )
         reqs = []
         for _ in range(n_images):
             media = (self.picture(),)
@@ -116,7 +128,9 @@ class Workloads:
         return fit(tokenize(self.fk.sentence(nb_words=16)), length, self.words)
 
     def chunk_aligned(self, length: int = 2048) -> Workload:
-        return Workload("chunk_aligned", self.seed, [Request(self.request_id(), self.prompt(length))])
+        return Workload(
+            "chunk_aligned", self.seed, [Request(self.request_id(), self.prompt(length))]
+        )
 
     def burst(self, n: int = 64, length: int = 1024, arrival_time: float = 0.0) -> Workload:
         """``n`` distinct prompts arriving together (a restart burst)."""

@@ -41,21 +41,31 @@ def correctness(run: RunResult) -> list[Violation]:
     for ev in run.trace.of(Ev.OUTPUT):
         req = run.requests[ev.req_id]
         if tuple(ev.data["tokens"]) != model.cold_output(req):
-            out.append(Violation("correctness", f"output of {ev.req_id} differs from its cold run", t=ev.t))
+            out.append(
+                Violation("correctness", f"output of {ev.req_id} differs from its cold run", t=ev.t)
+            )
     dispatch = {str(e.op): e for e in run.trace.of(Ev.DISPATCH)}
     for ev in run.trace.of(Ev.COPY_COMPLETE):
         d = dispatch.get(str(ev.op))
         if d is None or ev.data.get("digest") is None:
             continue
         req = run.requests[ev.req_id]
-        expected = page_digest(model.cold_pages(req)[d.data["start"] // bs : d.data["kv_end"] // bs])
+        expected = page_digest(
+            model.cold_pages(req)[d.data["start"] // bs : d.data["kv_end"] // bs]
+        )
         if ev.data["digest"] != expected:
-            out.append(Violation("correctness", "restored pages differ from recompute", str(ev.op), ev.t))
+            out.append(
+                Violation("correctness", "restored pages differ from recompute", str(ev.op), ev.t)
+            )
     if not run.stop and not run.hung and not run.startup_error:
         answered = {e.req_id for e in run.trace.of(Ev.OUTPUT)}
         missing = sorted(set(run.requests) - answered)
         if missing:
-            out.append(Violation("correctness", f"{len(missing)} requests never answered, e.g. {missing[0]}"))
+            out.append(
+                Violation(
+                    "correctness", f"{len(missing)} requests never answered, e.g. {missing[0]}"
+                )
+            )
     return out
 
 
@@ -70,7 +80,11 @@ def keys(run: RunResult) -> list[Violation]:
         seeds[k].add(ev.data["seed"])
         first_seen.setdefault(k, ev)
     return [
-        Violation("keys", f"{site} key {key[:16]} shared by {len(s)} different media seeds", t=first_seen[(site, key)].t)
+        Violation(
+            "keys",
+            f"{site} key {key[:16]} shared by {len(s)} different media seeds",
+            t=first_seen[(site, key)].t,
+        )
         for (site, key), s in sorted(seeds.items())
         if len(s) > 1
     ]
@@ -84,7 +98,13 @@ def identity(run: RunResult) -> list[Violation]:
         path, server = ev.data["path"], ev.data["server"]
         if ev.kind is Ev.BIND:
             if path in live and live[path] != server:
-                out.append(Violation("identity", f"{server} binds {path}, already served by live {live[path]}", t=ev.t))
+                out.append(
+                    Violation(
+                        "identity",
+                        f"{server} binds {path}, already served by live {live[path]}",
+                        t=ev.t,
+                    )
+                )
             live.setdefault(path, server)
         elif live.get(path) == server:
             del live[path]
@@ -96,7 +116,12 @@ def grid(run: RunResult) -> list[Violation]:
     (the server silently drops the rest, so such an anchor is lost)."""
     chunk = run.config.geometry.chunk_size
     return [
-        Violation("grid", f"state image at {ev.data['position']} is off the {chunk}-token chunk grid: lost", str(ev.op), ev.t)
+        Violation(
+            "grid",
+            f"state image at {ev.data['position']} is off the {chunk}-token chunk grid: lost",
+            str(ev.op),
+            ev.t,
+        )
         for ev in run.trace.of(Ev.STATE_SAVE)
         if ev.data["grid"] == "chunk" and ev.data["position"] % chunk
     ]
@@ -109,7 +134,9 @@ def hybrid(run: RunResult) -> list[Violation]:
     for ev in run.trace.of(Ev.LOOKUP):
         d = ev.data
         if d["claim"] >= d["prompt_len"]:
-            out.append(Violation("hybrid", f"{ev.req_id} claims its whole prompt ({d['claim']})", t=ev.t))
+            out.append(
+                Violation("hybrid", f"{ev.req_id} claims its whole prompt ({d['claim']})", t=ev.t)
+            )
         if not d["hybrid"]:
             continue
         joint = max((p for p in d["states"] if p <= d["kv_hit"] and p < d["prompt_len"]), default=0)
@@ -173,32 +200,52 @@ def no_false_stop(run: RunResult) -> list[Violation]:
             continue
         if (life.retrieved if life.retrieved is not None else stop.t) - life.submitted > deadline:
             return []
-        if life.enqueued is not None and (life.copied if life.copied is not None else stop.t) - life.enqueued > deadline:
+        if (
+            life.enqueued is not None
+            and (life.copied if life.copied is not None else stop.t) - life.enqueued > deadline
+        ):
             return []
-        if life.reported_step is not None and life.applied is None and stop.step > life.reported_step:
+        if (
+            life.reported_step is not None
+            and life.applied is None
+            and stop.step > life.reported_step
+        ):
             return []  # a completion was lost on the way: stopping is right
         if life.retrieved is not None and life.enqueued is None and life.reported is None:
             # retrieved but never enqueued: a fence kept raising
             if any(e.op is not None and str(e.op) == op for e in run.trace.of(Ev.COPY_FENCE_ERROR)):
                 return []
-    return [Violation("no_false_stop", f"engine stopped ({stop.data['error']}) though every transfer finished within {deadline:g}s of its own clock", str(stop.op), stop.t)]
+    return [
+        Violation(
+            "no_false_stop",
+            f"engine stopped ({stop.data['error']}) though every transfer finished within {deadline:g}s of its own clock",
+            str(stop.op),
+            stop.t,
+        )
+    ]
 
 
 def liveness(run: RunResult) -> list[Violation]:
     """Nothing hangs; a load never reported terminal stops the engine, with an error
     naming it, within one bound after the last load dispatched before it finished."""
     if run.hung:
-        return [Violation("liveness", "the engine neither finished nor stopped within the run's limit")]
+        return [
+            Violation("liveness", "the engine neither finished nor stopped within the run's limit")
+        ]
     lives = _load_lives(run)
     stop = next(iter(run.trace.of(Ev.STOP)), None)
     stuck = [op for op, life in lives.items() if life.applied is None]
     if not stuck:
         return []
     if stop is None:
-        return [Violation("liveness", "a load was never terminal and the engine did not stop", stuck[0])]
+        return [
+            Violation("liveness", "a load was never terminal and the engine did not stop", stuck[0])
+        ]
     out = []
     if stop.op is not None and str(stop.op) not in stuck:
-        out.append(Violation("liveness", f"stop names {stop.op}, which had finished", str(stop.op), stop.t))
+        out.append(
+            Violation("liveness", f"stop names {stop.op}, which had finished", str(stop.op), stop.t)
+        )
     order = list(lives)
     first = stuck[0]
     before = [lives[o].applied for o in order[: order.index(first)] if lives[o].applied is not None]

@@ -46,7 +46,9 @@ class OffGridAnchors(AnchorPolicy):
     """Legacy anchors: the prompt-end anchor at the last block boundary and a cut at
     every anchor, whatever grid the tier keeps state images on."""
 
-    def plan(self, prompt_len: int, resume: int, geometry: Geometry, state_grid: StateGrid) -> list[int]:
+    def plan(
+        self, prompt_len: int, resume: int, geometry: Geometry, state_grid: StateGrid
+    ) -> list[int]:
         end_anchor = geometry.floor_block(prompt_len - 1)
         interval = geometry.state_checkpoint_interval
         anchors = set(range(interval, end_anchor, interval)) | {end_anchor}
@@ -114,14 +116,68 @@ _FIXED = Rules()
 REGRESSIONS: dict[str, Regression] = {
     r.name: r
     for r in (
-        Regression("media_keys", "tier keys from raw prompt ids: two pictures with the same text share KV", "two_images", "correctness", replace(_FIXED, tier_ids=raw_prompt_ids)),
-        Regression("side_chain_seed", "state-image side chain starts from -1, not the media's cache_seed", "two_images", "keys", replace(_FIXED, side_chain_seed=text_side_chain_seed)),
-        Regression("engine_id_without_port", "engine id without data_parallel_base_port: two servers bind one lookup socket", "two_servers", "identity", replace(_FIXED, identity=PortlessIdentity())),
-        Regression("anchors_off_mp_grid", "prompt-end anchor off the chunk grid, which the MP server silently never saves", "restart_tier_kept", "grid", replace(_FIXED, anchors=OffGridAnchors())),
-        Regression("hybrid_last_chunk", "a hybrid's full-prompt hit gives back a token and loses its whole last chunk", "chunk_aligned_hybrid", "hybrid", replace(_FIXED, hits=GiveBackHybridHits())),
-        Regression("restore_deadline_from_submission", "the restore copy's deadline counts from the retrieve's submission", "restart_burst", "no_false_stop", replace(_FIXED, deadline=SubmissionDeadline)),
-        Regression("load_bound_without_restart", "the scheduler's load bound counts from dispatch and never restarts", "restart_burst", "no_false_stop", replace(_FIXED, bounds=NoRestartBounds)),
-        Regression("restart_numbering_in_hash_order", "bound restarts numbered by iterating a set (hash order)", "restart_burst", "no_false_stop", replace(_FIXED, bounds=HashOrderBounds)),
-        Regression("restart_all_over_fix", "every finish restarts every load: a lost completion never stops the engine", "lost_completion_burst", "liveness", replace(_FIXED, bounds=RestartAllBounds)),
+        Regression(
+            "media_keys",
+            "tier keys from raw prompt ids: two pictures with the same text share KV",
+            "two_images",
+            "correctness",
+            replace(_FIXED, tier_ids=raw_prompt_ids),
+        ),
+        Regression(
+            "side_chain_seed",
+            "state-image side chain starts from -1, not the media's cache_seed",
+            "two_images",
+            "keys",
+            replace(_FIXED, side_chain_seed=text_side_chain_seed),
+        ),
+        Regression(
+            "engine_id_without_port",
+            "engine id without data_parallel_base_port: two servers bind one lookup socket",
+            "two_servers",
+            "identity",
+            replace(_FIXED, identity=PortlessIdentity()),
+        ),
+        Regression(
+            "anchors_off_mp_grid",
+            "prompt-end anchor off the chunk grid, which the MP server silently never saves",
+            "restart_tier_kept",
+            "grid",
+            replace(_FIXED, anchors=OffGridAnchors()),
+        ),
+        Regression(
+            "hybrid_last_chunk",
+            "a hybrid's full-prompt hit gives back a token and loses its whole last chunk",
+            "chunk_aligned_hybrid",
+            "hybrid",
+            replace(_FIXED, hits=GiveBackHybridHits()),
+        ),
+        Regression(
+            "restore_deadline_from_submission",
+            "the restore copy's deadline counts from the retrieve's submission",
+            "restart_burst",
+            "no_false_stop",
+            replace(_FIXED, deadline=SubmissionDeadline),
+        ),
+        Regression(
+            "load_bound_without_restart",
+            "the scheduler's load bound counts from dispatch and never restarts",
+            "restart_burst",
+            "no_false_stop",
+            replace(_FIXED, bounds=NoRestartBounds),
+        ),
+        Regression(
+            "restart_numbering_in_hash_order",
+            "bound restarts numbered by iterating a set (hash order)",
+            "restart_burst",
+            "no_false_stop",
+            replace(_FIXED, bounds=HashOrderBounds),
+        ),
+        Regression(
+            "restart_all_over_fix",
+            "every finish restarts every load: a lost completion never stops the engine",
+            "lost_completion_burst",
+            "liveness",
+            replace(_FIXED, bounds=RestartAllBounds),
+        ),
     )
 }

@@ -19,8 +19,8 @@ from fakes.workloads import Workloads, resend
 from faults.injectors import Injector, LostCompletion, SlowForward, wrap_all
 from reference.engine import Engine, EngineConfig, RunOutcome
 from reference.errors import EngineIdentityConflict
-from reference.interfaces import Clock, Tier
 from reference.identity import lookup_socket_path
+from reference.interfaces import Clock, Tier
 from reference.rules import Rules
 from reference.trace import Ev, Trace
 from reference.types import Geometry, Request
@@ -142,9 +142,7 @@ class _Run:
         )
 
     def hit_rate(self, reqs: Sequence[Request]) -> float:
-        claims = {
-            e.req_id: e.data["claim"] for e in self.world.trace.of(Ev.LOOKUP)
-        }
+        claims = {e.req_id: e.data["claim"] for e in self.world.trace.of(Ev.LOOKUP)}
         total = sum(r.prompt_len for r in reqs)
         return sum(claims.get(r.req_id, 0) for r in reqs) / total if total else 0.0
 
@@ -183,7 +181,12 @@ def two_servers(ctx: RunContext) -> RunResult:
                 server = LookupServer(path, eid, tier, ctx.rules.identity.refuse_live_path)
             except EngineIdentityConflict as exc:
                 startup_error = str(exc).replace(rpc_dir + os.sep, "")
-                run.world.trace.record(Ev.STOP, error="EngineIdentityConflict", server=f"S{rank + 1}", message=startup_error)
+                run.world.trace.record(
+                    Ev.STOP,
+                    error="EngineIdentityConflict",
+                    server=f"S{rank + 1}",
+                    message=startup_error,
+                )
                 break
             servers.append(server)
             tiers.append(tier)
@@ -192,9 +195,7 @@ def two_servers(ctx: RunContext) -> RunResult:
         if startup_error is None:
             # Schedulers connect once both servers are up, as after a host start.
             clients = [ZmqLookupClient(p) for p in paths]
-            engines = [
-                run.engine(f"S{i + 1}", tier=tiers[i], lookup=clients[i]) for i in range(2)
-            ]
+            engines = [run.engine(f"S{i + 1}", tier=tiers[i], lookup=clients[i]) for i in range(2)]
             x, y = run.workloads.gsm8k_fewshot(2, prefix_tokens=1024).requests
             plan = [(0, x, "a"), (1, y, "a"), (1, x, "b"), (0, y, "b")]
             for idx, req, tag in plan:
@@ -267,7 +268,9 @@ def chunk_aligned_hybrid(ctx: RunContext) -> RunResult:
         engine.restart()
         (second,) = run.submit(engine, _renamed(run, [req], "second"))
         run.run(engine)
-        claims = [e.data["claim"] for e in run.world.trace.of(Ev.LOOKUP) if e.req_id == second.req_id]
+        claims = [
+            e.data["claim"] for e in run.world.trace.of(Ev.LOOKUP) if e.req_id == second.req_id
+        ]
         run.notes["second_send_loaded"] = claims[0] if claims else None
     return run.result()
 
@@ -334,11 +337,41 @@ _ALL = (
 SCENARIOS: dict[str, Scenario] = {
     s.name: s
     for s in (
-        Scenario("two_servers", "two servers on one host cross prompts over real ipc lookup sockets", two_servers, (*_ALL, "identity")),
-        Scenario("two_images", "two pictures with the same text: B must not hit A", two_images, (*_ALL, "hybrid")),
-        Scenario("restart_tier_kept", "GSM8K-like pass 1 stores, restart with the tier kept, pass 2 loads (hybrid, MP grid)", restart_tier_kept, (*_ALL, "grid", "hybrid")),
-        Scenario("chunk_aligned_hybrid", "a chunk-aligned 2048-token hybrid prompt sent twice loads 1920 tokens", chunk_aligned_hybrid, (*_ALL, "hybrid")),
-        Scenario("restart_burst", "64 restores after a restart behind a 29 s first forward and a 21 s step", restart_burst, (*_ALL, "grid")),
-        Scenario("lost_completion_burst", "a lost load completion in the middle of a burst while traffic flows", lost_completion_burst, (*_ALL, "grid")),
+        Scenario(
+            "two_servers",
+            "two servers on one host cross prompts over real ipc lookup sockets",
+            two_servers,
+            (*_ALL, "identity"),
+        ),
+        Scenario(
+            "two_images",
+            "two pictures with the same text: B must not hit A",
+            two_images,
+            (*_ALL, "hybrid"),
+        ),
+        Scenario(
+            "restart_tier_kept",
+            "GSM8K-like pass 1 stores, restart with the tier kept, pass 2 loads (hybrid, MP grid)",
+            restart_tier_kept,
+            (*_ALL, "grid", "hybrid"),
+        ),
+        Scenario(
+            "chunk_aligned_hybrid",
+            "a chunk-aligned 2048-token hybrid prompt sent twice loads 1920 tokens",
+            chunk_aligned_hybrid,
+            (*_ALL, "hybrid"),
+        ),
+        Scenario(
+            "restart_burst",
+            "64 restores after a restart behind a 29 s first forward and a 21 s step",
+            restart_burst,
+            (*_ALL, "grid"),
+        ),
+        Scenario(
+            "lost_completion_burst",
+            "a lost load completion in the middle of a burst while traffic flows",
+            lost_completion_burst,
+            (*_ALL, "grid"),
+        ),
     )
 }

@@ -34,7 +34,9 @@ from reference.worker import RestoreWorker
 class ModelRunner:
     """What the engine needs of a model (``fakes.model.DeterministicModel`` is one)."""
 
-    def compute(self, kv: KvPages, req: Request, blocks: list[int], start: int, end: int) -> None: ...
+    def compute(
+        self, kv: KvPages, req: Request, blocks: list[int], start: int, end: int
+    ) -> None: ...
 
     def output(self, kv: KvPages, req: Request, blocks: list[int]) -> tuple[int, ...]: ...
 

@@ -37,7 +37,9 @@ class BlockPool:
             hit.append(block)
         return hit
 
-    def allocate(self, chain: Sequence[int], num_blocks: int, use_cache: bool) -> tuple[list[int], int]:
+    def allocate(
+        self, chain: Sequence[int], num_blocks: int, use_cache: bool
+    ) -> tuple[list[int], int]:
         """Blocks for a request of ``num_blocks``; reuses cached prefix blocks when
         ``use_cache``. Returns the blocks and how many came from the cache."""
         hit = self.match(chain) if use_cache else []

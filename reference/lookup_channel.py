@@ -90,9 +90,7 @@ class LookupServer:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self.errors = 0
-        self._thread = threading.Thread(
-            target=self._serve, name=f"lookup-{engine_id}", daemon=True
-        )
+        self._thread = threading.Thread(target=self._serve, name=f"lookup-{engine_id}", daemon=True)
         self._thread.start()
 
     def _serve(self) -> None:

@@ -110,9 +110,7 @@ class Scheduler:
             req=req,
             tier_ids=self.rules.tier_ids(req, None),
             chain=block_hash_chain(req.prompt_token_ids, bs, req.cache_seed),
-            state_chain=block_hash_chain(
-                req.prompt_token_ids, bs, self.rules.side_chain_seed(req)
-            ),
+            state_chain=block_hash_chain(req.prompt_token_ids, bs, self.rules.side_chain_seed(req)),
         )
         self._seqs[req.req_id] = seq
         self._arrivals.append(seq)
@@ -157,9 +155,7 @@ class Scheduler:
                 Ev.COMPLETION_APPLIED, op=c.op, outcome=c.outcome.value, reason=c.reason
             )
             if restarted:
-                self.trace.record(
-                    Ev.BOUND_RESTART, op=c.op, restarted=[str(o) for o in restarted]
-                )
+                self.trace.record(Ev.BOUND_RESTART, op=c.op, restarted=[str(o) for o in restarted])
             load = seq.load
             assert load is not None
             if finished:
@@ -271,9 +267,7 @@ class Scheduler:
             kv_end=plan.kv_end,
             claim=plan.claim,
             blocks=tuple(seq.blocks[start // bs : plan.kv_end // bs]),
-            state_key=(
-                state_image_key(seq.state_chain, plan.claim, bs) if self.hybrid else None
-            ),
+            state_key=(state_image_key(seq.state_chain, plan.claim, bs) if self.hybrid else None),
             start=start,
         )
         seq.phase = Phase.LOADING
@@ -282,9 +276,7 @@ class Scheduler:
         self.bounds.dispatched(op, self.clock.now())
         meta.loads.append(load)
         self._key_event("load", seq, chunk_keys(load.tier_ids, geo.chunk_size))
-        self.trace.record(
-            Ev.DISPATCH, op=op, start=start, kv_end=plan.kv_end, claim=plan.claim
-        )
+        self.trace.record(Ev.DISPATCH, op=op, start=start, kv_end=plan.kv_end, claim=plan.claim)
 
     def _plan_compute(self, meta: StepMeta) -> None:
         budget = self.geometry.prefill_budget
@@ -330,7 +322,9 @@ class Scheduler:
                 )
                 self._key_event("save", seq, chunk_keys(seq.tier_ids[:new_end], geo.chunk_size))
                 for pos, _ in states:
-                    self.trace.record(Ev.STATE_SAVE, op=op, position=pos, grid=self.config.state_grid)
+                    self.trace.record(
+                        Ev.STATE_SAVE, op=op, position=pos, grid=self.config.state_grid
+                    )
                 seq.saved_upto = max(seq.saved_upto, new_end)
             if end == seq.req.prompt_len:
                 completed.append(req_id)

@@ -97,6 +97,4 @@ class Trace:
         return h.hexdigest()
 
     def to_jsonl(self) -> str:
-        return "\n".join(
-            json.dumps(e.as_json(), sort_keys=True, default=str) for e in self.events
-        )
+        return "\n".join(json.dumps(e.as_json(), sort_keys=True, default=str) for e in self.events)

@@ -38,10 +38,7 @@ class Geometry:
                 f"prefill_budget ({self.prefill_budget}) must be at least one block "
                 f"({self.block_size})"
             )
-        if (
-            self.state_checkpoint_interval <= 0
-            or self.state_checkpoint_interval % self.chunk_size
-        ):
+        if self.state_checkpoint_interval <= 0 or self.state_checkpoint_interval % self.chunk_size:
             raise ValueError(
                 f"state_checkpoint_interval ({self.state_checkpoint_interval}) must be a "
                 f"positive multiple of chunk_size ({self.chunk_size})"

@@ -76,9 +76,7 @@ class RestoreWorker:
                 load.op, load.tier_ids, load.start, load.kv_end, load.state_key
             )
             self._loads[load.op] = _Load(load, ticket, LoadClock(self.clock.now()))
-            self.trace.record(
-                Ev.RETRIEVE_SUBMIT, op=load.op, start=load.start, end=load.kv_end
-            )
+            self.trace.record(Ev.RETRIEVE_SUBMIT, op=load.op, start=load.start, end=load.kv_end)
 
     def start_save(self, saves: list[SaveOp]) -> None:
         """Submit stores of what HBM holds now (after the step's forward)."""
