@@ -106,7 +106,7 @@ class LookupServer:
                 with self._lock:
                     result = self._backend.lookup(query)
                 reply = {"kv_hit": result.kv_hit, "states": list(result.state_positions)}
-            except (ValueError, TypeError, KeyError) as exc:
+            except (ValueError, TypeError, KeyError, OverflowError, RecursionError) as exc:
                 self.errors += 1
                 reply = {"error": f"malformed lookup frame: {exc}"}
             self._sock.send(json.dumps(reply).encode())
