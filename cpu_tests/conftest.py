@@ -1,0 +1,56 @@
+"""CPU tier configuration: hypothesis profiles and small shared fixtures.
+
+Profiles (select with ``HYPOTHESIS_PROFILE``, default ``dev``):
+
+- ``dev``: a few examples per property, for the edit-test loop.
+- ``ci``: more examples, derandomized (the same examples on every CI run, so a red CI
+  reproduces locally with ``HYPOTHESIS_PROFILE=ci``); about a minute on 2 cores.
+- ``nightly``: many examples, random, for the nightly job's wider search.
+
+Simulated runs take milliseconds of wall time but their cost varies with the drawn
+geometry, so no profile has a per-example deadline; virtual time is asserted instead.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+_COMMON = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+settings.register_profile("dev", max_examples=12, **_COMMON)
+settings.register_profile(
+    "ci", max_examples=60, derandomize=True, database=None, print_blob=True, **_COMMON
+)
+settings.register_profile("nightly", max_examples=1000, print_blob=True, **_COMMON)
+
+PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "dev")
+if PROFILE not in ("dev", "ci", "nightly"):
+    raise pytest.UsageError(
+        f"HYPOTHESIS_PROFILE={PROFILE!r} is not a profile; use dev, ci or nightly"
+    )
+settings.load_profile(PROFILE)
+
+
+@pytest.fixture
+def short_tmp(tmp_path_factory: pytest.TempPathFactory):
+    """A pytest-managed directory whose path is short enough for ``ipc://`` sockets
+    (AF_UNIX paths are limited to ~107 bytes; a test's own tmp_path can exceed that).
+    It becomes the process's temp dir for the test, so ``private_rpc_dir`` lands in it."""
+    path = tmp_path_factory.mktemp("ipc", numbered=True)
+    fallback = len(str(path)) > 40  # a deep --basetemp: use a fresh dir in the system tmp
+    if fallback:
+        path = Path(tempfile.mkdtemp(prefix="kvf"))
+    saved = tempfile.tempdir
+    tempfile.tempdir = str(path)
+    try:
+        yield path
+    finally:
+        tempfile.tempdir = saved
+        if fallback:
+            shutil.rmtree(path, ignore_errors=True)
