@@ -54,3 +54,45 @@ def short_tmp(tmp_path_factory: pytest.TempPathFactory):
         tempfile.tempdir = saved
         if fallback:
             shutil.rmtree(path, ignore_errors=True)
+
+
+# -- a scheduler on the fakes, for tests that drive it step by step ----------------------
+
+
+class SchedulerRig:
+    """A ``Scheduler`` wired to a virtual clock, an in-process tier and a trace; tests
+    call ``schedule`` / ``after_forward`` / ``apply`` themselves."""
+
+    def __init__(self, geometry, model_kind="dense", state_grid="block", bound_s=40.0, **kw):
+        from fakes.clock import VirtualClock
+        from fakes.memory_tier import MemoryTier
+        from reference.hbm import BlockPool
+        from reference.scheduler import Scheduler, SchedulerConfig
+        from reference.trace import Trace
+
+        self.clock = VirtualClock()
+        self.trace = Trace(self.clock.now)
+        self.tier = kw.pop("tier", None) or MemoryTier(self.clock, geometry, state_grid)
+        self.pool = BlockPool(kw.pop("num_blocks", 4096))
+        rules = kw.pop("rules", None)
+        self.sched = Scheduler(
+            SchedulerConfig(geometry, model_kind, state_grid, bound_s, **kw),
+            self.clock,
+            self.tier,
+            self.pool,
+            self.trace,
+            rules,
+        )
+        self.step_no = 0
+
+    def step(self, completions=()):
+        """apply, check_bounds, schedule; returns the step's metadata."""
+        self.step_no += 1
+        self.sched.apply(list(completions))
+        self.sched.check_bounds()
+        return self.sched.schedule(self.step_no)
+
+
+@pytest.fixture
+def rig():
+    return SchedulerRig
