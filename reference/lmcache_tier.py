@@ -35,7 +35,10 @@ What this tier promises (and where it differs from ``fakes.memory_tier``):
   derived from the state key. It is stored after the KV chunks of the same save; a
   retrieve with ``state_key`` fetches it after the KV.
 - Eviction is the server's (LRU at a memory watermark, asynchronous), not a chunk
-  count.
+  count. When the pool is full the server reserves nothing for a new chunk and says
+  "nothing to write" -- the same answer as "already held". With ``verify_stores``
+  (default) the tier then looks the range up and fails the store ("store not kept")
+  instead of acknowledging data it does not hold.
 
 Importing this module imports neither torch nor lmcache; the constructor does.
 """
@@ -130,6 +133,7 @@ class LMCacheTier:
         lookup_timeout_s: float = 10.0,
         connect_timeout_s: float = 30.0,
         rng_seed: int | None = None,
+        verify_stores: bool = True,
     ):
         try:
             import torch
@@ -164,6 +168,7 @@ class LMCacheTier:
         self.page_format: PageFormat = page_format
         self.lookup_timeout_s = lookup_timeout_s
         self.lookup_timeouts = 0
+        self.verify_stores = verify_stores
         self.last_lookup_error = ""
         self._dtype = getattr(torch, self.layout.dtype)
         self._rng = random.Random(rng_seed)
@@ -583,12 +588,25 @@ class LMCacheTier:
                                 self._encode_into(block.view(torch.int16), page)
                 finally:
                     del slots
-                if indices:  # nothing reserved: every chunk is already held
+                if indices:
                     ok = yield self._rpc("commit_store", self.client.commit_store(key, self._kv_iid, b""))
                     if not ok:
                         return TierReply(ok=False, error="commit_store returned False")
             finally:
                 self._end_session(rid)
+            if self.verify_stores and len(indices) < (full_end - start) // cs:
+                # lmcache answers "nothing to write" both when a chunk is already held
+                # and when its pool had no room for it (lmcache's own client reads both
+                # as "already cached"); only a lookup tells them apart.
+                hit = yield from self._stage(
+                    self._lookup_gen(self.model_name, ids, full_end), "verify_lookup"
+                )
+                if (hit or 0) * cs < full_end:
+                    return TierReply(
+                        ok=False,
+                        error=f"store not kept: the server reserved no room for chunks "
+                        f"of [{start}, {full_end}) (pool full)",
+                    )
         for position, skey, state in states:
             if position <= 0 or position % cs:
                 continue  # the MP server keeps state images only on its chunk grid
@@ -638,7 +656,7 @@ class LMCacheTier:
             except Exception:
                 pass
 
-    def __enter__(self) -> "LMCacheTier":
+    def __enter__(self) -> LMCacheTier:
         return self
 
     def __exit__(self, *exc: object) -> None:

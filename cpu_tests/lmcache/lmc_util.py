@@ -1,0 +1,27 @@
+"""Helpers shared by the lmcache tests (plain module: conftest and tests import it)."""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+from typing import Any
+
+from faults.lmcache_server import INSTALL_HINT
+from reference.interfaces import TierReply
+from reference.types import Geometry
+
+HAVE_LMCACHE = importlib.util.find_spec("lmcache") is not None
+SKIP_REASON = f"lmcache is not installed ({INSTALL_HINT})"
+GEOMETRY = Geometry(block_size=16, chunk_size=256)
+SAFETY_NET_S = 30.0  # generous real-time bound for replies that must come
+
+
+def wait_reply(tier: Any, ticket: object, limit_s: float = SAFETY_NET_S) -> TierReply | None:
+    """Poll until terminal; None when nothing came within ``limit_s`` (real time)."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        reply = tier.poll(ticket)
+        if reply is not None:
+            return reply
+        time.sleep(0.001)
+    return None
