@@ -5,10 +5,12 @@ device, the same bytes and the same random scattered placement:
 
 - ``contiguous``: one pinned host-to-device copy of all the bytes (the ceiling; DESIGN
   §10 asks the engine for >= 90% of it for blocks of 32 KiB and up);
-- ``engine`` variants: ``TorchCopyEngine.enqueue`` of a scattered batch (sources spread
-  over a pool twice the size, destinations over device pages twice the size), polled
-  with ``is_complete`` until done: ``mapped`` (gather kernel over the mapped pinned pool,
-  8-byte words), ``mapped16`` (16-byte words), ``staged`` (host gather + one DMA);
+- the engine: ``TorchCopyEngine.enqueue`` of a scattered batch (sources spread over a
+  pool twice the size, destinations over device pages twice the size), polled with
+  ``is_complete`` until done. ``auto`` is what the worker gets (the path it took is
+  printed); then each way forced: ``dma`` (one cudaMemcpyBatchAsync), ``mapped:triton``
+  and ``mapped:index`` (gather kernel over the mapped pinned pool), ``staged`` (host
+  gather + one DMA);
 - ``loop``: one ``copy_`` per block from Python (the baseline to beat);
 - ``foreach``: ``torch._foreach_copy_`` over per-block views (the loop moved into C++).
 
@@ -17,7 +19,7 @@ costs the worker), median of ``--reps``; the device-side time between events rec
 on the copy stream is reported beside it. Every engine result is checked byte for byte.
 Prints a table with device, torch version and date, and writes JSON (``--json``).
 
-    python benchmarks/bench_gpu_restore.py --json benchmarks/results/gpu_restore_h200.json
+    python benchmarks/bench_gpu_restore.py --json OUT.json --text OUT.txt
 """
 
 from __future__ import annotations
@@ -63,7 +65,9 @@ class Row:
     gbps: float
     device_gbps: float | None
     ratio: float | None = None  # vs contiguous, wall clock
-    checked: bool = False
+    checked: bool = False  # restored bytes compared with the sources
+    enqueue_s: float | None = None  # host time of the enqueue call alone (engine rows)
+    path: str | None = None  # the way the engine moved the bytes (engine rows)
 
 
 def _timed(
@@ -110,7 +114,7 @@ def bench_block_size(
     rows: list[Row] = []
     stream = torch.cuda.Stream(device)
 
-    def row(variant, wall, devt, checked=False):
+    def row(variant, wall, devt, checked=False, enqueue_s=None, path=None):
         rows.append(
             Row(
                 mib,
@@ -121,6 +125,8 @@ def bench_block_size(
                 total_bytes / wall / 1e9,
                 total_bytes / devt / 1e9 if devt else None,
                 checked=checked,
+                enqueue_s=enqueue_s,
+                path=path,
             )
         )
 
@@ -138,32 +144,35 @@ def bench_block_size(
     wall, devt = _timed(contiguous, lambda ev: ev.query(), stream, reps, 3)
     row("contiguous", wall, devt)
 
-    # the engine, each way it can move the bytes
+    # the engine: as the worker gets it ("auto"), then each way it can move the bytes
     expect = pool.rows(torch.uint8)[slots]
-    variants = [
-        ("mapped", "mapped", torch.int64),
-        ("mapped16", "mapped", torch.complex128),
-        ("staged", "staged", torch.int64),
-    ]
-    for name, method, word in variants:
+    for name in ["auto", "dma", "mapped:triton", "mapped:index", "staged"]:
+        method, _, gather = name.partition(":")
         try:
-            engine = TorchCopyEngine(kv, pool, method=method, widest_word=word, stream=stream)
+            engine = TorchCopyEngine(
+                kv, pool, method=method, gather=gather or "auto", stream=stream
+            )
         except RuntimeError as exc:
             print(f"  {name}: not available here: {exc}")
             continue
+        if gather and engine.gather != gather:
+            print(f"  {name}: not available here (gather {engine.gather})")
+            continue
+        path = engine.method + (f":{engine.gather}" if engine.gather else "")
         kv.pages.view(torch.uint8).fill_(0xA5)
-        wall, devt = _timed(
-            lambda e=engine: e.enqueue(OP, batch, blocks_t, None, "bench"),
-            engine.is_complete,
-            stream,
-            reps,
-            3,
-        )
+        enq: list[float] = []
+
+        def issue(e=engine, enq=enq):
+            t0 = time.perf_counter()
+            ticket = e.enqueue(OP, batch, blocks_t, None, "bench")
+            enq.append(time.perf_counter() - t0)
+            return ticket
+
+        wall, devt = _timed(issue, engine.is_complete, stream, reps, 3)
         got = kv.rows(torch.uint8)[blocks].cpu()
-        ok = torch.equal(got, expect)
-        if not ok:
+        if not torch.equal(got, expect):
             raise SystemExit(f"{name} at {block_bytes} B restored wrong bytes")
-        row(name, wall, devt, checked=True)
+        row(name, wall, devt, checked=True, enqueue_s=statistics.median(enq[3:]), path=path)
 
     # (b) the per-block copy loop, and the same loop inside torch
     pool_rows, kv_rows = pool.rows(torch.int64), kv.rows(torch.int64)
@@ -264,52 +273,58 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _size(bs: int) -> str:
+    return f"{bs // KIB}K" if bs < 1024 * KIB else f"{bs // (1024 * KIB)}M"
+
+
 def _table(rows: list[Row]) -> list[str]:
     variants = list(dict.fromkeys(r.variant for r in rows))
-    head = f"{'MiB':>4} {'block':>7} {'blocks':>6} | " + " | ".join(f"{v:>16}" for v in variants)
-    out = [head, "-" * len(head)]
     keys = list(dict.fromkeys((r.total_mib, r.block_bytes) for r in rows))
+    cell = {(r.total_mib, r.block_bytes, r.variant): r for r in rows}
+    head = f"{'MiB':>4} {'block':>5} {'blocks':>6} | " + " | ".join(f"{v:>15}" for v in variants)
+    out = ["wall-clock GB/s and ratio to contiguous:", head, "-" * len(head)]
     for mib, bs in keys:
-        cells = {r.variant: r for r in rows if (r.total_mib, r.block_bytes) == (mib, bs)}
-        n = next(iter(cells.values())).blocks
+        n = cell[(mib, bs, "contiguous")].blocks
         txt = []
         for v in variants:
-            r = cells.get(v)
-            txt.append(f"{r.gbps:6.1f} GB/s {r.ratio:4.0%}" if r else f"{'-':>16}")
-        size = f"{bs // KIB}K" if bs < 1024 * KIB else f"{bs // (1024 * KIB)}M"
-        out.append(f"{mib:>4} {size:>7} {n:>6} | " + " | ".join(txt))
-    out.append("device-side GB/s (events on the copy stream):")
+            r = cell.get((mib, bs, v))
+            txt.append(f"{r.gbps:5.1f} GB/s {r.ratio:4.0%}" if r else f"{'-':>15}")
+        out.append(f"{mib:>4} {_size(bs):>5} {n:>6} | " + " | ".join(txt))
+    out += ["", "device-side GB/s (events on the copy stream, same runs):", head, "-" * len(head)]
     for mib, bs in keys:
-        cells = [r for r in rows if (r.total_mib, r.block_bytes) == (mib, bs)]
-        size = f"{bs // KIB}K" if bs < 1024 * KIB else f"{bs // (1024 * KIB)}M"
-        out.append(
-            f"{mib:>4} {size:>7}        | "
-            + " | ".join(
-                f"{r.device_gbps:11.1f} GB/s" if r.device_gbps else f"{'-':>16}" for r in cells
+        n = cell[(mib, bs, "contiguous")].blocks
+        txt = []
+        for v in variants:
+            r = cell.get((mib, bs, v))
+            txt.append(f"{r.device_gbps:10.1f} GB/s" if r and r.device_gbps else f"{'-':>15}")
+        out.append(f"{mib:>4} {_size(bs):>5} {n:>6} | " + " | ".join(txt))
+    out += ["", "engine 'auto' (what the worker gets): path taken, host time of enqueue:"]
+    for mib, bs in keys:
+        r = cell.get((mib, bs, "auto"))
+        if r:
+            out.append(
+                f"{mib:>4} {_size(bs):>5}: {r.path:<14} enqueue {r.enqueue_s * 1e6:7.1f} us "
+                f"of {r.median_s * 1e6:8.1f} us"
             )
-        )
     return out
 
 
 def _verdict(rows: list[Row]) -> list[str]:
     out = []
-    for mib in dict.fromkeys(r.total_mib for r in rows):
-        for bs in BLOCK_SIZES:
-            cells = {r.variant: r for r in rows if (r.total_mib, r.block_bytes) == (mib, bs)}
-            eng = cells.get("mapped") or cells.get("staged")
-            if eng is None:
-                continue
-            loop = cells["loop"]
-            size = f"{bs // KIB} KiB"
-            goal = (
-                f"target >= {TARGET_RATIO:.0%}: {'MET' if eng.ratio >= TARGET_RATIO else 'MISSED'}"
-                if bs >= TARGET_MIN_BLOCK
-                else "no ratio target"
-            )
-            out.append(
-                f"{mib} MiB, {size} blocks: engine ({eng.variant}) {eng.ratio:.1%} of contiguous "
-                f"({goal}); {eng.gbps / loop.gbps:.1f}x the per-block loop"
-            )
+    cell = {(r.total_mib, r.block_bytes, r.variant): r for r in rows}
+    for mib, bs in dict.fromkeys((r.total_mib, r.block_bytes) for r in rows):
+        eng, loop = cell.get((mib, bs, "auto")), cell[(mib, bs, "loop")]
+        if eng is None:
+            continue
+        goal = (
+            f"target >= {TARGET_RATIO:.0%}: {'MET' if eng.ratio >= TARGET_RATIO else 'MISSED'}"
+            if bs >= TARGET_MIN_BLOCK
+            else "no ratio target"
+        )
+        out.append(
+            f"{mib} MiB in {_size(bs)} blocks: engine ({eng.path}) {eng.ratio:.1%} of "
+            f"contiguous ({goal}); {eng.gbps / loop.gbps:.1f}x the per-block loop"
+        )
     return out
 
 

@@ -15,7 +15,7 @@ import torch
 from fakes.memory_tier import MemoryTier
 from reference.channel import QueueChannel
 from reference.clock import RealClock
-from reference.deadline import LoadClock, RestoreDeadline
+from reference.deadline import RestoreDeadline
 from reference.torch_copy import (
     DeviceKvPages,
     HostPage,
@@ -118,24 +118,6 @@ class DeviceWork:
 # -- the worker on the device -----------------------------------------------------------
 
 
-class LegacyRestoreDeadline(RestoreDeadline):
-    """The old head of fix 5, for the device A/B: the copy's deadline counted from the
-    retrieve's submission. (Kept here until faults/ ships its planted regression.)"""
-
-    def clock_start(self, clock: LoadClock) -> float | None:
-        return clock.submitted_at
-
-
-def legacy_deadline_factory():
-    """The planted regression from faults/ if it exists, else the local copy above."""
-    try:
-        from faults.regressions import legacy_restore_deadline  # type: ignore
-
-        return legacy_restore_deadline
-    except ImportError:
-        return LegacyRestoreDeadline
-
-
 @dataclass
 class DeviceRig:
     """One real-time worker restoring from a pinned tier into device pages."""
@@ -159,12 +141,13 @@ class DeviceRig:
         pool_slots: int = 4096,
         block_size: int = 16,
         chunk_size: int = 256,
+        method: str = "auto",
     ) -> DeviceRig:
         clock = RealClock()
         geometry = Geometry(block_size=block_size, chunk_size=chunk_size)
         pool = PinnedHostPool(pool_slots, (page_elems,), torch.bfloat16)
         kv = DeviceKvPages(num_blocks, (page_elems,), torch.bfloat16, device)
-        engine = TorchCopyEngine(kv, pool)
+        engine = TorchCopyEngine(kv, pool, method=method)
         tier = MemoryTier(clock, geometry, latency_s=1e-3, bandwidth_bytes_s=1e15)
         trace = Trace(clock.now)
         worker = RestoreWorker(clock, tier, engine, kv, QueueChannel(), trace, deadline)

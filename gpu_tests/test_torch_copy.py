@@ -25,14 +25,21 @@ BLOCKS = [
 ]
 
 
-def _setup(device, block_bytes, dtype_name, n, method="auto", seed=None):
+WAYS = ["dma", "mapped:triton", "mapped:index", "staged"]
+
+
+def _setup(device, block_bytes, dtype_name, n, way="auto", seed=None):
     dtype = getattr(torch, dtype_name)
     elems = block_bytes // torch.empty((), dtype=dtype).element_size()
     pool = tc.PinnedHostPool(3 * n + 1, (elems,), dtype)
     kv = tc.DeviceKvPages(2 * n + 5, (elems,), dtype, device)
-    if method == "mapped" and pool.mapped_rows(tc.word_dtype(pool.row_bytes), device) is None:
-        pytest.skip(f"this device cannot read pinned memory in place ({tc.device_backend()})")
-    engine = tc.TorchCopyEngine(kv, pool, method=method)
+    method, _, gather = way.partition(":")
+    try:
+        engine = tc.TorchCopyEngine(kv, pool, method=method, gather=gather or "auto")
+    except RuntimeError as exc:  # e.g. no batched DMA on HIP, no Triton installed
+        pytest.skip(f"{way} not available here: {exc}")
+    if gather and engine.gather != gather:
+        pytest.skip(f"gather {gather!r} not available here (got {engine.gather!r})")
     seed = ds.fresh_seed() if seed is None else seed
     g = torch.Generator().manual_seed(seed)
     data = ds.random_bytes((pool.num_slots, elems), dtype, seed)
@@ -50,12 +57,12 @@ def _wait(engine, ticket) -> None:
 
 
 @pytest.mark.parametrize("block_bytes,dtype_name", BLOCKS)
-@pytest.mark.parametrize("method", ["mapped", "staged"])
+@pytest.mark.parametrize("way", WAYS)
 @pytest.mark.parametrize("source", ["batch", "pages", "tensors"])
-def test_scattered_restore_is_byte_exact(device, block_bytes, dtype_name, method, source):
+def test_scattered_restore_is_byte_exact(device, block_bytes, dtype_name, way, source):
     n = 24 if block_bytes >= 2048 * KIB else 97
-    pool, kv, engine, slots, blocks, data, seed = _setup(device, block_bytes, dtype_name, n, method)
-    assert engine.method == method
+    pool, kv, engine, slots, blocks, data, seed = _setup(device, block_bytes, dtype_name, n, way)
+    assert engine.method == way.partition(":")[0]
     if source == "batch":
         pages = pool.take(slots)
     elif source == "pages":
@@ -69,8 +76,9 @@ def test_scattered_restore_is_byte_exact(device, block_bytes, dtype_name, method
     ds.check_restored(kv, [data[s] for s in slots], blocks, seed)
 
 
-def test_state_is_published_only_when_the_copy_completes(device, device_work):
-    pool, kv, engine, slots, blocks, data, seed = _setup(device, 32 * KIB, "bfloat16", 16)
+@pytest.mark.parametrize("way", WAYS)
+def test_state_is_published_only_when_the_copy_completes(way, device, device_work):
+    pool, kv, engine, slots, blocks, data, seed = _setup(device, 32 * KIB, "bfloat16", 16, way)
     state = ds.random_bytes((3, 1000), torch.float32, seed + 1)
     device_work.queue(1.0, engine.stream)  # the copy stream is busy for a while
     ticket = engine.enqueue(OperationId("s", 1), pool.take(slots), blocks, state, "s")
@@ -83,8 +91,9 @@ def test_state_is_published_only_when_the_copy_completes(device, device_work):
     ds.check_restored(kv, [data[s] for s in slots], blocks, seed)
 
 
-def test_enqueue_never_waits_for_a_busy_copy_stream(device, device_work):
-    pool, kv, engine, slots, blocks, data, seed = _setup(device, 256 * KIB, "bfloat16", 64)
+@pytest.mark.parametrize("way", WAYS)
+def test_enqueue_never_waits_for_a_busy_copy_stream(way, device, device_work):
+    pool, kv, engine, slots, blocks, data, seed = _setup(device, 256 * KIB, "bfloat16", 64, way)
     device_work.queue(1.5, engine.stream)
     ticket = engine.enqueue(OperationId("b", 1), pool.take(slots), blocks, None, "b")
     # enqueue returned while the stream still had its backlog: it did not wait for it
@@ -94,10 +103,11 @@ def test_enqueue_never_waits_for_a_busy_copy_stream(device, device_work):
     ds.check_restored(kv, [data[s] for s in slots], blocks, seed)
 
 
-def test_restore_lands_after_work_queued_before_it(device, device_work):
+@pytest.mark.parametrize("way", WAYS)
+def test_restore_lands_after_work_queued_before_it(way, device, device_work):
     """A forward still writing a block when its restore is enqueued cannot overwrite the
     restored bytes: the restore is ordered after the current stream's queued work."""
-    pool, kv, engine, slots, blocks, data, seed = _setup(device, 32 * KIB, "bfloat16", 16)
+    pool, kv, engine, slots, blocks, data, seed = _setup(device, 32 * KIB, "bfloat16", 16, way)
     device_work.queue(0.5)  # current stream: a long forward ...
     kv.pages[blocks[0]].fill_(3.0)  # ... that then writes a block being restored
     ticket = engine.enqueue(OperationId("o", 1), pool.take(slots), blocks, None, "o")
@@ -106,8 +116,9 @@ def test_restore_lands_after_work_queued_before_it(device, device_work):
     ds.check_restored(kv, [data[s] for s in slots], blocks, seed)
 
 
-def test_two_restores_in_flight_complete_independently(device):
-    pool, kv, engine, slots, blocks, data, seed = _setup(device, 32 * KIB, "bfloat16", 40)
+@pytest.mark.parametrize("way", WAYS)
+def test_two_restores_in_flight_complete_independently(way, device):
+    pool, kv, engine, slots, blocks, data, seed = _setup(device, 32 * KIB, "bfloat16", 40, way)
     a = engine.enqueue(OperationId("a", 1), pool.take(slots[:25]), blocks[:25], None, "a")
     b = engine.enqueue(OperationId("b", 2), pool.take(slots[25:]), blocks[25:], None, "b")
     assert engine.in_flight == 2
@@ -117,8 +128,9 @@ def test_two_restores_in_flight_complete_independently(device):
     ds.check_restored(kv, [data[s] for s in slots], blocks, seed)
 
 
-def test_empty_restore_completes(device):
-    pool, kv, engine, *_ = _setup(device, 8 * KIB, "bfloat16", 4)
+@pytest.mark.parametrize("way", WAYS)
+def test_empty_restore_completes(way, device):
+    pool, kv, engine, *_ = _setup(device, 8 * KIB, "bfloat16", 4, way)
     ticket = engine.enqueue(OperationId("e", 1), [], [], None, "e")
     _wait(engine, ticket)
     ds.check_restored(kv, [], [], 0)
@@ -128,8 +140,9 @@ def test_empty_restore_completes(device):
     "fault",
     ["length", "range", "negative", "duplicate", "evicted", "evicted_list", "other_pool", "size"],
 )
-def test_fence_raises_and_queues_nothing(device, fault):
-    pool, kv, engine, slots, blocks, data, seed = _setup(device, 32 * KIB, "bfloat16", 12)
+@pytest.mark.parametrize("way", ["auto", "dma"])
+def test_fence_raises_and_queues_nothing(device, way, fault):
+    pool, kv, engine, slots, blocks, data, seed = _setup(device, 32 * KIB, "bfloat16", 12, way)
     pages = pool.take(slots)
     if fault == "length":
         blocks = blocks[:-1]

@@ -5,22 +5,31 @@ Device-agnostic through ``torch.cuda`` (CUDA and HIP builds of torch). The engin
 blocks: it enqueues on its own side stream, records an event as the fence, and reports
 completion only through ``event.query()``.
 
-How a restore moves its bytes (``TorchCopyEngine.method``):
+How a restore moves its bytes (``TorchCopyEngine.method``, fixed per engine because it
+depends on the page size; every way is one batched operation, never a loop per block):
 
+- ``dma``: one ``cudaMemcpyBatchAsync`` call queues every block's copy on the copy
+  engines (CUDA runtime 12.8 and up). Best for large pages (>= 256 KiB by default).
 - ``mapped``: the pinned pool is viewed as device memory (unified addressing: pinned host
-  memory is readable by the device at its host address), so one gather kernel
-  (``index_select``) reads every source block across the bus into a device buffer, and one
-  device-local ``index_copy_`` scatters it into the destination blocks. Two launches per
-  restore, whatever the number of blocks.
-- ``staged``: used where the device cannot map the pool (probe failed). The host gathers
-  the blocks into a pinned staging buffer, one host-to-device DMA moves it, and one
-  ``index_copy_`` scatters it. Slower (a host memcpy first), still one transfer.
+  memory is readable by the device at its host address), and ONE gather kernel reads each
+  source block across the bus and writes it into its destination page: a Triton kernel
+  where Triton is installed, else ``index_select`` into a device buffer plus a
+  device-local ``index_copy_``. Best for small pages; the fast path on HIP too.
+- ``staged``: where the device cannot map the pool. The host gathers the blocks into a
+  pinned staging buffer, one host-to-device DMA moves it, and one ``index_copy_``
+  scatters it. Slower (a host memcpy first), still one transfer. Host tensors that are
+  not pool pages always go this way.
+
+Each path is probed once at construction (bytes compared), so a device or runtime that
+cannot do it falls back instead of failing a restore.
 
 Only this module imports torch; the rest of ``reference/`` never does.
 """
 
 from __future__ import annotations
 
+import ctypes
+import sys
 from array import array
 from collections import deque
 from collections.abc import Sequence
@@ -32,7 +41,13 @@ import torch
 from reference.errors import RestoreFenceError
 from reference.types import OperationId
 
-Method = Literal["auto", "mapped", "staged"]
+Method = Literal["auto", "dma", "mapped", "staged"]
+Gather = Literal["auto", "triton", "index"]
+
+# From this page size up, "auto" restores by batched DMA where the runtime has it: on an
+# H200 (PCIe 5) batched DMA moved 92-99% of a contiguous copy at 256 KiB and 2 MiB pages
+# but 60% at 32 KiB, where the gather kernel moved ~88% (docs/gpu_tier.md).
+DMA_MIN_BLOCK_BYTES = 256 * 1024
 
 # __cuda_array_interface__ typestrs of the word types a block may be moved as.
 _TYPESTR = {
@@ -287,7 +302,7 @@ def _default_device() -> torch.device:
 @dataclass(eq=False)
 class RestoreTicket:
     """One enqueued restore. ``event`` is its fence; ``keep`` holds what the copy still
-    reads (staging buffers, index tensors) until the fence is observed complete."""
+    reads (staging buffers, index and address arrays) until the fence is observed."""
 
     op: OperationId
     req_id: str
@@ -309,6 +324,12 @@ class TorchCopyEngine:
     the device refused the work. ``is_complete`` polls the ticket's event and never blocks.
     A restore is ordered after the work already queued on the stream that is current at
     enqueue (the forward may still read pages being replaced).
+
+    ``method`` (resolved once, at construction, for this page size; see the module
+    docstring): ``"auto"`` takes ``dma`` for pages of ``dma_min_block_bytes`` and up
+    where the runtime has batched copies, else ``mapped``, else ``staged``. Naming a
+    method the device cannot do raises ``RuntimeError`` here, never at a restore.
+    Construction probes the chosen path once (and compiles its kernel), synchronously.
     """
 
     def __init__(
@@ -316,6 +337,8 @@ class TorchCopyEngine:
         kv: DeviceKvPages,
         pool: PinnedHostPool | None = None,
         method: Method = "auto",
+        gather: Gather = "auto",
+        dma_min_block_bytes: int = DMA_MIN_BLOCK_BYTES,
         widest_word: torch.dtype = torch.int64,
         stream: Any | None = None,
     ):
@@ -325,20 +348,28 @@ class TorchCopyEngine:
         self.stream = stream if stream is not None else torch.cuda.Stream(device=self.device)
         self.word = word_dtype(kv.row_bytes, widest_word)
         self._kv_rows = kv.rows(self.word)
+        self._dma: _BatchDma | None = None
         self._mapped: torch.Tensor | None = None
-        if pool is not None:
-            if pool.row_bytes != kv.row_bytes:
-                raise ValueError(
-                    f"pool pages are {pool.row_bytes} bytes, device pages {kv.row_bytes}"
-                )
-            if method in ("auto", "mapped"):
-                self._mapped = _probe_mapped(pool, self.word, self.device)
-        if method == "mapped" and self._mapped is None:
+        self.gather: str | None = None  # "triton" or "index" when method is "mapped"
+        if pool is not None and pool.row_bytes != kv.row_bytes:
+            raise ValueError(f"pool pages are {pool.row_bytes} bytes, device pages {kv.row_bytes}")
+        want_dma = method == "dma" or (method == "auto" and kv.row_bytes >= dma_min_block_bytes)
+        if pool is not None and want_dma:
+            self._dma = _BatchDma.load()
+            if self._dma is not None and not self._probe(self._dma_rows):
+                self._dma = None
+        if pool is not None and self._dma is None and method in ("auto", "mapped"):
+            self._mapped = pool.mapped_rows(self.word, self.device)
+            if self._mapped is not None:
+                self.gather = self._pick_gather(gather)
+                if self.gather is None:
+                    self._mapped = None
+        self.method: str = "dma" if self._dma is not None else "mapped" if self.gather else "staged"
+        if method not in ("auto", self.method):
             raise RuntimeError(
-                f"the device cannot read the pinned pool in place ({device_backend()}); "
-                "use method='staged' or 'auto'"
+                f"restore method {method!r} is not available on this device "
+                f"({device_backend()}, torch {torch.__version__}); use method='auto'"
             )
-        self.method: str = "mapped" if self._mapped is not None else "staged"
         self.in_flight = 0  # tickets enqueued and not yet observed complete
 
     # -- CopyEngine -------------------------------------------------------------------
@@ -389,6 +420,50 @@ class TorchCopyEngine:
         """Wait for every restore enqueued so far (teardown and benchmarks only; the
         worker never calls this)."""
         self.stream.synchronize()
+
+    # -- the ways bytes move -------------------------------------------------------------
+
+    def _gather_rows(self, out: torch.Tensor, src_idx: torch.Tensor, dst_idx: torch.Tensor) -> None:
+        """``out[dst_idx[i]] = pool[src_idx[i]]`` read in place from the mapped pool."""
+        if self.gather == "triton":
+            _triton_gather(self._mapped, out, src_idx, dst_idx)
+        else:
+            out.index_copy_(0, dst_idx, torch.index_select(self._mapped, 0, src_idx))
+
+    def _dma_rows(self, out: torch.Tensor, src_idx: torch.Tensor, dst_idx: torch.Tensor) -> None:
+        keep = self._dma.copy(out, self.pool.buffer, dst_idx.cpu(), src_idx.cpu(), self.stream)
+        self.stream.synchronize()  # probe only: ``keep`` must outlive the copy
+        del keep
+
+    def _pick_gather(self, gather: Gather) -> str | None:
+        order = ["triton", "index"] if gather == "auto" else [gather]
+        for name in order:
+            if name == "triton" and _triton_gather is None:
+                continue
+            self.gather = name
+            if self._probe(self._gather_rows):
+                return name
+        self.gather = None
+        return None
+
+    def _probe(self, move) -> bool:
+        """Move two random rows of the pool with ``move`` into a scratch buffer and
+        compare bytes. Restores the pool rows it borrowed; synchronous (construction)."""
+        host = self.pool.rows(self.word)
+        probe = [0, self.pool.num_slots - 1]
+        saved = host[probe].clone()
+        try:
+            host[probe] = _random_rows(len(probe), host.shape[1], self.word)
+            scratch = torch.zeros((2, host.shape[1]), dtype=self.word, device=self.device)
+            with torch.cuda.device(self.device), torch.cuda.stream(self.stream):
+                src = torch.tensor(probe, dtype=torch.int64, device=self.device)
+                move(scratch, src, torch.arange(2, device=self.device))
+            self.stream.synchronize()
+            return torch.equal(scratch.cpu().view(torch.uint8), host[probe].view(torch.uint8))
+        except Exception:  # noqa: BLE001 - any failure means: not this way, on this device
+            return False
+        finally:
+            host[probe] = saved
 
     # -- internals --------------------------------------------------------------------
 
@@ -461,19 +536,22 @@ class TorchCopyEngine:
         n = dst.numel()
         words = self._kv_rows.shape[1]
         host_state = _pinned(state) if state is not None else None
-        # Both index lists travel as one pinned [2, n] tensor in one asynchronous copy:
-        # a copy from pageable memory would wait for the side stream, which may be busy.
-        idx_host = torch.empty((2, n), dtype=torch.int64, pin_memory=True)
-        idx_host[1].copy_(dst)
+        dma = self._dma if foreign is None else None
         staging: torch.Tensor | None = None
         if foreign is not None:
             staging = torch.empty((n, words), dtype=self.word, pin_memory=True)
             torch.stack(foreign, out=staging)
-        else:
-            idx_host[0].copy_(slots)
-            if self.method == "staged":
-                staging = torch.empty((n, words), dtype=self.word, pin_memory=True)
-                torch.index_select(self.pool.rows(self.word), 0, slots, out=staging)
+        elif self.method == "staged":
+            staging = torch.empty((n, words), dtype=self.word, pin_memory=True)
+            torch.index_select(self.pool.rows(self.word), 0, slots, out=staging)
+        idx_host = None
+        if n and dma is None:
+            # Both index lists travel as one pinned [2, n] tensor in one asynchronous
+            # copy: a copy from pageable memory would wait for the busy side stream.
+            idx_host = torch.empty((2, n), dtype=torch.int64, pin_memory=True)
+            idx_host[1].copy_(dst)
+            if slots is not None:
+                idx_host[0].copy_(slots)
 
         current = torch.cuda.current_stream(self.device)
         dev_state = None
@@ -482,15 +560,17 @@ class TorchCopyEngine:
             # used by the copy stream so the allocator cannot hand it out before the copy.
             dev_state = torch.empty(host_state.shape, dtype=host_state.dtype, device=self.device)
             dev_state.record_stream(self.stream)
-        with torch.cuda.stream(self.stream):
+        keep: list[Any] = [idx_host, staging, host_state]
+        with torch.cuda.device(self.device), torch.cuda.stream(self.stream):
             self.stream.wait_stream(current)
-            if n:
+            if n and dma is not None:
+                keep += dma.copy(self.kv.pages, self.pool.buffer, dst, slots, self.stream)
+            elif n and staging is None:
                 idx = idx_host.to(self.device, non_blocking=True)
-                if staging is None:
-                    # the gather kernel reads the pinned pool across the bus
-                    rows = torch.index_select(self._mapped, 0, idx[0])
-                else:
-                    rows = staging.to(self.device, non_blocking=True)
+                self._gather_rows(self._kv_rows, idx[0], idx[1])
+            elif n:
+                idx = idx_host.to(self.device, non_blocking=True)
+                rows = staging.to(self.device, non_blocking=True)
                 self._kv_rows.index_copy_(0, idx[1], rows)
             if dev_state is not None:
                 dev_state.copy_(host_state, non_blocking=True)
@@ -504,7 +584,7 @@ class TorchCopyEngine:
             nbytes=n * self.kv.row_bytes,
             event=event,
             state=dev_state,
-            keep=[idx_host, staging, host_state],
+            keep=keep,
         )
 
 
@@ -529,31 +609,147 @@ def _as_row(page: torch.Tensor, word: torch.dtype) -> torch.Tensor:
     return page.detach().reshape(-1).contiguous().view(torch.uint8).view(word)
 
 
-def _probe_mapped(
-    pool: PinnedHostPool, word: torch.dtype, device: torch.device
-) -> torch.Tensor | None:
-    """The pool's mapped rows if a gather through them returns the right bytes, else
-    None. Runs once per engine, synchronously (construction is not on the restore path)."""
-    mapped = pool.mapped_rows(word, device)
-    if mapped is None:
-        return None
-    host = pool.rows(word)
-    probe = [0, pool.num_slots - 1]
-    saved = host[probe].clone()
-    try:
-        host[probe] = _random_rows(len(probe), host.shape[1], word)
-        got = torch.index_select(
-            mapped, 0, torch.tensor(probe, dtype=torch.int64, device=device)
-        ).cpu()
-        ok = torch.equal(got.view(torch.uint8), host[probe].view(torch.uint8))
-    except Exception:  # noqa: BLE001 - a device that cannot read the pool falls back
-        ok = False
-    finally:
-        host[probe] = saved
-    return mapped if ok else None
-
-
 def _random_rows(n: int, words: int, word: torch.dtype) -> torch.Tensor:
     nbytes = n * words * _itemsize(word)
     raw = torch.randint(0, 256, (nbytes,), dtype=torch.uint8)
     return raw.view(word).view(n, words)
+
+
+# -- batched DMA: cudaMemcpyBatchAsync (CUDA runtime >= 12.8) ----------------------------
+
+
+class _MemLocation(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
+
+
+class _MemcpyAttributes(ctypes.Structure):
+    _fields_ = [
+        ("srcAccessOrder", ctypes.c_int),
+        ("srcLocHint", _MemLocation),
+        ("dstLocHint", _MemLocation),
+        ("flags", ctypes.c_uint),
+    ]
+
+
+_SRC_ACCESS_ORDER_STREAM = 1  # cudaMemcpySrcAccessOrderStream: read in stream order
+
+
+class _BatchDma:
+    """Every block's copy queued on the device's copy engines by ONE runtime call,
+    ``cudaMemcpyBatchAsync``, through the CUDA runtime torch itself loaded. CUDA only
+    (HIP has no batched copy here: there the mapped gather is the fast path)."""
+
+    _loaded: _BatchDma | None | bool = False
+
+    def __init__(self, fn: Any, version: int):
+        self.fn = fn
+        self.version = version
+        self.attrs = _MemcpyAttributes(_SRC_ACCESS_ORDER_STREAM, _MemLocation(), _MemLocation(), 0)
+        self.attr_idx = (ctypes.c_size_t * 1)(0)
+
+    @classmethod
+    def load(cls) -> _BatchDma | None:
+        """The runtime's batched copy, or None (HIP, an older runtime, no library)."""
+        if cls._loaded is False:
+            cls._loaded = cls._load()
+        return cls._loaded or None
+
+    @classmethod
+    def _load(cls) -> _BatchDma | None:
+        if device_backend() != "cuda" or sys.platform != "linux":
+            return None
+        lib = _loaded_cudart()
+        if lib is None or not hasattr(lib, "cudaMemcpyBatchAsync"):
+            return None
+        version = ctypes.c_int(0)
+        if lib.cudaRuntimeGetVersion(ctypes.byref(version)) != 0 or version.value < 12080:
+            return None
+        fn = lib.cudaMemcpyBatchAsync
+        vp, sz = ctypes.c_void_p, ctypes.c_size_t
+        # CUDA 12.8/12.9 take a failIdx pointer before the stream; CUDA 13 dropped it.
+        fail = [vp] if version.value < 13000 else []
+        fn.argtypes = [vp, vp, vp, sz, vp, vp, sz, *fail, vp]
+        fn.restype = ctypes.c_int
+        return cls(fn, version.value)
+
+    def copy(
+        self,
+        dst: torch.Tensor,
+        src: torch.Tensor,
+        dst_idx: torch.Tensor,
+        src_idx: torch.Tensor,
+        stream: Any,
+    ) -> list[Any]:
+        """Queue ``dst[dst_idx[i]] = src[src_idx[i]]`` (rows of equal bytes) on
+        ``stream``; returns what must stay alive until the stream passes the copy."""
+        row_bytes = dst[0].numel() * dst.element_size()
+        n = dst_idx.numel()
+        dsts = dst_idx * row_bytes + dst.data_ptr()
+        srcs = src_idx * row_bytes + src.data_ptr()
+        sizes = torch.full((n,), row_bytes, dtype=torch.int64)
+        args: list[Any] = [
+            dsts.data_ptr(),
+            srcs.data_ptr(),
+            sizes.data_ptr(),
+            n,
+            ctypes.addressof(self.attrs),
+            ctypes.addressof(self.attr_idx),
+            1,
+        ]
+        fail = None
+        if self.version < 13000:
+            fail = ctypes.c_size_t(0)
+            args.append(ctypes.addressof(fail))
+        args.append(stream.cuda_stream)
+        rc = self.fn(*args)
+        if rc != 0:
+            raise RuntimeError(f"cudaMemcpyBatchAsync failed with cudaError {rc}")
+        return [dsts, srcs, sizes, fail]
+
+
+def _loaded_cudart() -> Any | None:
+    """The CUDA runtime library torch has loaded (never a second copy of it)."""
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = {line.split()[-1] for line in maps if "libcudart.so" in line}
+    except OSError:
+        return None
+    for path in sorted(paths):
+        try:
+            return ctypes.CDLL(path)
+        except OSError:
+            continue
+    return None
+
+
+# -- the gather kernel: Triton where it is installed (CUDA and ROCm) ---------------------
+
+try:  # an optional dependency: without it the gather is index_select + index_copy_
+    import triton
+    import triton.language as tl
+except Exception:  # noqa: BLE001 - a missing or broken triton only loses this path
+    triton = None
+
+if triton is not None:
+
+    @triton.jit
+    def _gather_kernel(src, dst, src_idx, dst_idx, words, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        col = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+        s = tl.load(src_idx + row).to(tl.int64)
+        d = tl.load(dst_idx + row).to(tl.int64)
+        mask = col < words
+        tl.store(dst + d * words + col, tl.load(src + s * words + col, mask=mask), mask=mask)
+
+    def _triton_gather(
+        src: torch.Tensor, dst: torch.Tensor, src_idx: torch.Tensor, dst_idx: torch.Tensor
+    ) -> None:
+        """One kernel: ``dst[dst_idx[i]] = src[src_idx[i]]``, every row at once, reading
+        ``src`` (the mapped pool) across the bus and writing the pages directly."""
+        words = dst.shape[1]
+        block = min(2048, triton.next_power_of_2(words))
+        grid = (dst_idx.numel(), triton.cdiv(words, block))
+        _gather_kernel[grid](src, dst, src_idx, dst_idx, words, BLOCK=block)
+
+else:
+    _triton_gather = None
