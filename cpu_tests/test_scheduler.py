@@ -1,0 +1,328 @@
+"""Scheduler-side connector (DESIGN §3.2, §3.3, §3.6, §3.7): key sites, exact
+operations, dispatch order, bounds, loadable hits, prefill and saves, driven step by
+step on a virtual clock."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from fakes.sim import SimWorld
+from fakes.workloads import Workloads
+from reference.engine import EngineConfig
+from reference.errors import LoadNotTerminal
+from reference.keys import media_cache_seed, tier_token_ids
+from reference.rules import Rules
+from reference.trace import Ev
+from reference.types import Completion, Geometry, OperationId, OpKind, Outcome, Request
+
+GEO = Geometry(16, 256, 2048, 1024)
+ALIGNED = Geometry(128, 256, 2048, 256)
+
+
+def stored_tier(geo, kind, grid, reqs):
+    """A tier holding what one engine stored running ``reqs`` (its KV and states)."""
+    world = SimWorld()
+    cfg = EngineConfig(geometry=geo, model_kind=kind, state_grid=grid)
+    tier = world.memory_tier(cfg)
+    engine = world.engine(cfg, tier=tier)
+    for r in reqs:
+        engine.add_request(r)
+    out = engine.run()
+    assert out.stopped is None and not out.hung
+    world.clock.sleep(1.0)
+    return tier
+
+
+def prompts(n, length, seed=3):
+    w = Workloads(seed)
+    return [Request(w.request_id(), w.prompt(length)) for _ in range(n)]
+
+
+def again(req, tag="2"):
+    return replace(req, req_id=f"{req.req_id}-{tag}")
+
+
+def test_duplicate_request_ids_are_refused(rig):
+    r = rig(GEO)
+    (req,) = prompts(1, 100)
+    r.sched.add(req)
+    with pytest.raises(ValueError, match="duplicate"):
+        r.sched.add(req)
+
+
+# -- keys: every site goes through rules.tier_ids ------------------------------------------
+
+
+def test_every_key_site_uses_tier_ids(rig):
+    seen = []
+
+    def spy(req, end):
+        seen.append((req.req_id, end))
+        return tier_token_ids(req, end)
+
+    media = (b"picture",)
+    (base,) = prompts(1, 700)
+    req = replace(base, cache_seed=media_cache_seed(media), media=media)
+    r = rig(GEO, rules=Rules(tier_ids=spy))
+    queries = []
+    lookup = r.tier.lookup
+    r.tier.lookup = lambda q: queries.append(q) or lookup(q)
+    r.sched.add(req)
+    meta = r.step()
+    r.sched.after_forward(meta)
+    ids = tier_token_ids(req)
+    assert seen == [(req.req_id, None)]
+    assert queries[0].tier_ids == ids != req.prompt_token_ids
+    (save,) = meta.saves
+    assert save.tier_ids == ids[: save.end] and save.end == 512
+    sites = {e.data["site"] for e in r.trace.of(Ev.KEY)}
+    assert sites == {"hbm", "lookup", "save"}
+
+
+def test_media_keys_reach_the_load_and_the_hbm_chain(rig):
+    (base,) = prompts(1, 700)
+    a = replace(base, req_id="a", cache_seed=media_cache_seed((b"A",)), media=(b"A",))
+    b = replace(base, req_id="b", cache_seed=media_cache_seed((b"B",)), media=(b"B",))
+    tier = stored_tier(GEO, "dense", "block", [a])
+    r = rig(GEO, tier=tier)
+    r.sched.add(again(a))
+    meta = r.step()
+    (load,) = meta.loads
+    assert load.tier_ids == tier_token_ids(a)[:512] and load.claim == 512
+    # HBM: the same picture reuses its cached blocks, another picture does not
+    r.sched.after_forward(meta)
+    r.sched.add(b)
+    r.sched.add(again(b, "3"))
+    r.step([Completion(load.op, Outcome.FINISHED)])
+    assert r.sched.seq("b").hbm_hit == 0
+    assert r.sched.seq("b").load is None  # b finds nothing of a in the tier either
+
+
+# -- exact operations --------------------------------------------------------------------------
+
+
+def test_a_completion_for_another_generation_never_retires_a_load(rig):
+    reqs = prompts(2, 600)
+    tier = stored_tier(GEO, "dense", "block", reqs)
+    r = rig(GEO, tier=tier)
+    for q in reqs:
+        r.sched.add(again(q))
+    meta = r.step()
+    o1, o2 = (x.op for x in meta.loads)
+    assert o1.generation != o2.generation
+    stale = OperationId(o1.req_id, o1.generation + 100)
+    r.step(
+        [
+            Completion(stale, Outcome.FINISHED),
+            Completion(OperationId(o2.req_id, 0), Outcome.FINISHED),
+        ]
+    )
+    assert r.sched.bounds.is_active(o1) and r.sched.bounds.is_active(o2)
+    applied = list(r.trace.of(Ev.COMPLETION_APPLIED))
+    assert [e.data.get("stale") for e in applied] == [True, True]
+    r.step([Completion(o1, Outcome.FINISHED)])
+    assert not r.sched.bounds.is_active(o1)
+    r.step([Completion(o1, Outcome.FINISHED)])  # a second report is stale
+    assert list(r.trace.of(Ev.COMPLETION_APPLIED))[-1].data.get("stale") is True
+
+
+def test_generations_are_unique_over_loads_and_saves(rig):
+    reqs = prompts(3, 900)
+    tier = stored_tier(GEO, "dense", "block", reqs[:2])
+    r = rig(GEO, tier=tier)
+    for q in (again(reqs[0]), again(reqs[1]), reqs[2]):
+        r.sched.add(q)
+    gens = []
+    meta = r.step()
+    gens += [x.op.generation for x in meta.loads]
+    r.sched.after_forward(meta)
+    gens += [s.op.generation for s in meta.saves]
+    assert meta.saves and meta.loads
+    assert len(gens) == len(set(gens))
+    assert {s.op.kind for s in meta.saves} == {OpKind.SAVE}
+
+
+# -- dispatch order and bounds -------------------------------------------------------------
+
+
+def test_loads_dispatch_in_arrival_order_and_bounds_follow_it(rig):
+    reqs = prompts(8, 600)
+    tier = stored_tier(GEO, "dense", "block", reqs)
+    r = rig(GEO, tier=tier)
+    burst = [again(q) for q in reqs]
+    for q in burst:
+        r.sched.add(q)
+    meta = r.step()
+    order = [x.op for x in meta.loads]
+    assert [o.req_id for o in order] == [q.req_id for q in burst]
+    assert [e.op for e in r.trace.of(Ev.DISPATCH)] == order
+    assert r.sched.bounds.dispatched_after(order[0]) == order[1:]
+    assert list(set(order)) != order  # hash order differs: the dict, not a set, decides
+
+
+def test_a_finish_restarts_the_bounds_of_loads_dispatched_after_it(rig):
+    reqs = prompts(4, 600)
+    tier = stored_tier(GEO, "dense", "block", reqs)
+    r = rig(GEO, tier=tier)
+    for q in reqs:
+        r.sched.add(again(q))
+    o = [x.op for x in r.step().loads]
+    r.clock.sleep(35.0)
+    r.step([Completion(o[1], Outcome.FINISHED)])
+    (ev,) = r.trace.of(Ev.BOUND_RESTART)
+    assert ev.op == o[1] and ev.data["restarted"] == [str(o[2]), str(o[3])]
+    r.clock.sleep(5.5)  # t=40.5: o1 (dispatched before o2) is past its bound
+    with pytest.raises(LoadNotTerminal) as info:
+        r.step()
+    assert info.value.op == o[0]
+    assert info.value.elapsed == pytest.approx(40.5)
+    assert str(o[0]) in str(info.value) and "40.500s" in str(info.value)
+
+
+def test_a_lost_completion_stops_one_bound_after_its_predecessors(rig):
+    reqs = prompts(4, 600)
+    tier = stored_tier(GEO, "dense", "block", reqs)
+    r = rig(GEO, tier=tier)
+    for q in reqs:
+        r.sched.add(again(q))
+    o = [x.op for x in r.step().loads]
+    r.clock.sleep(10.0)
+    r.step([Completion(o[0], Outcome.FINISHED)])  # o2's bound restarts at 10
+    r.clock.sleep(20.0)
+    r.step([Completion(o[2], Outcome.FINISHED), Completion(o[3], Outcome.FINISHED)])
+    r.clock.sleep(19.9)  # t=49.9: 39.9 s since o1 finished
+    r.step()
+    r.clock.sleep(0.2)
+    with pytest.raises(LoadNotTerminal) as info:
+        r.step()
+    assert info.value.op == o[1]
+    assert info.value.elapsed == pytest.approx(40.1)
+
+
+def test_a_failed_load_recomputes_from_what_hbm_holds(rig):
+    (req,) = prompts(1, 600)
+    tier = stored_tier(GEO, "dense", "block", [req])
+    r = rig(GEO, tier=tier)
+    r.sched.add(again(req))
+    (load,) = r.step().loads
+    meta = r.step([Completion(load.op, Outcome.FAILED, "boom")])
+    assert meta.compute == [(load.op.req_id, 0, 600)]
+    assert not r.sched.bounds.is_active(load.op)
+    assert not list(r.trace.of(Ev.BOUND_RESTART))
+
+
+def test_a_finished_load_resumes_at_its_claim(rig):
+    (req,) = prompts(1, 600)
+    tier = stored_tier(GEO, "dense", "block", [req])
+    r = rig(GEO, tier=tier)
+    r.sched.add(again(req))
+    meta = r.step()
+    (load,) = meta.loads
+    assert meta.compute == []  # loading: nothing to compute yet
+    assert (load.start, load.kv_end, load.claim) == (0, 512, 512)
+    assert load.blocks == tuple(r.sched.seq(load.op.req_id).blocks[:32])
+    meta = r.step([Completion(load.op, Outcome.FINISHED)])
+    assert meta.compute == [(load.op.req_id, 512, 600)]
+
+
+# -- loadable hits as the scheduler applies them --------------------------------------------------
+
+
+def test_dense_full_prompt_hit_gives_back_a_chunk(rig):
+    (req,) = prompts(1, 1024)
+    tier = stored_tier(GEO, "dense", "block", [req])
+    r = rig(GEO, tier=tier)
+    r.sched.add(again(req))
+    (load,) = r.step().loads
+    assert (load.kv_end, load.claim) == (768, 768)
+    (lookup,) = r.trace.of(Ev.LOOKUP)
+    assert lookup.data["kv_hit"] == 1024
+
+
+def test_hybrid_full_prompt_hit_claims_the_joint_boundary(rig):
+    (req,) = prompts(1, 2048)
+    tier = stored_tier(ALIGNED, "hybrid", "block", [req])
+    r = rig(ALIGNED, "hybrid", "block", tier=tier)
+    r.sched.add(again(req))
+    (load,) = r.step().loads
+    assert (load.start, load.kv_end, load.claim) == (0, 2048, 1920)
+    assert load.state_key is not None
+    assert len(load.blocks) == 16
+    meta = r.step([Completion(load.op, Outcome.FINISHED)])
+    assert meta.compute == [(load.op.req_id, 1920, 2048)]
+
+
+def test_hybrid_on_the_mp_grid_claims_the_floored_anchor(rig):
+    (req,) = prompts(1, 2048)
+    tier = stored_tier(ALIGNED, "hybrid", "chunk", [req])
+    r = rig(ALIGNED, "hybrid", "chunk", tier=tier)
+    r.sched.add(again(req))
+    (load,) = r.step().loads
+    assert (load.kv_end, load.claim) == (1792, 1792)
+    (lookup,) = r.trace.of(Ev.LOOKUP)
+    assert max(lookup.data["states"]) == 1792
+
+
+# -- prefill and saves -----------------------------------------------------------------------------
+
+
+def test_prefill_budget_is_shared_in_arrival_order(rig):
+    r = rig(Geometry(16, 256, 1024, 1024))
+    a, b = prompts(2, 700)
+    r.sched.add(a)
+    r.sched.add(b)
+    meta = r.step()
+    assert meta.compute == [(a.req_id, 0, 700), (b.req_id, 0, 324)]
+    assert r.sched.after_forward(meta) == [a.req_id]
+    r.sched.prefill_done(a.req_id)
+    meta = r.step()
+    assert meta.compute == [(b.req_id, 324, 700)]
+    assert meta.decode == [a.req_id]
+
+
+def test_saves_are_whole_chunks_in_order(rig):
+    r = rig(Geometry(16, 256, 300, 1024))
+    (req,) = prompts(1, 700)
+    r.sched.add(req)
+    ranges = []
+    for _ in range(3):
+        meta = r.step()
+        r.sched.after_forward(meta)
+        ranges += [(s.start, s.end) for s in meta.saves]
+    assert ranges == [(0, 256), (256, 512)]  # the 188-token tail is never stored
+
+
+def test_hybrid_saves_state_images_only_at_anchors(rig):
+    r = rig(GEO, "hybrid", "chunk")
+    (req,) = prompts(1, 1000)
+    r.sched.add(req)
+    states = []
+    for _ in range(3):
+        meta = r.step()
+        r.sched.after_forward(meta)
+        states += [p for s in meta.saves for p, _ in s.states]
+    assert states == [768]
+    assert [e.data["position"] for e in r.trace.of(Ev.ANCHOR)] == [768]
+
+
+def test_requests_wait_for_their_arrival_and_for_free_blocks(rig):
+    r = rig(GEO, num_blocks=64)
+    big, small = prompts(2, 1000)
+    small = replace(small, prompt_token_ids=small.prompt_token_ids[:100], max_output_tokens=5)
+    r.sched.add(replace(big, arrival_time=5.0))
+    r.sched.add(small)
+    assert r.sched.next_arrival() == 0.0
+    admitted_at = {}
+    for _ in range(10):
+        meta = r.step()
+        for req_id, _, _ in meta.compute:
+            admitted_at.setdefault(req_id, r.clock.now())
+        for req_id in r.sched.after_forward(meta):
+            r.sched.prefill_done(req_id)
+        r.clock.sleep(2.0)
+    # big arrives at 5 but needs 63 of the 64 blocks: it waits until small is done
+    assert admitted_at[small.req_id] == 0.0
+    assert admitted_at[big.req_id] == 10.0  # small decoded its last token at t=8
+    assert r.sched.seq(small.req_id).phase.value == "done"
