@@ -1,0 +1,922 @@
+"""Timeline pictures: why the legacy head stopped and the fixed head did not.
+
+``write_timeline(legacy, fixed, path)`` draws two panels, legacy above fixed, on one
+shared time axis (simulated seconds). Each panel has a strip of forwards (spans from
+``forward_start`` to ``forward_end``; long ones labelled) and one row per load in
+dispatch order, showing: dispatch, retrieve pending (submit .. terminal), waiting for a
+restore slot, the restore copy (enqueue .. complete), finished reported and completion
+applied, bound restarts (the ``bound_restart`` events that list the row's load), faults
+that name the load, and the STOP: the named error, the load it names, and the clock the
+error counted (from dispatch, submission, enqueue or the last bound restart) against its
+limit. Engine restarts are dashed vertical lines.
+
+With many loads only ``max_rows`` rows around the load that matters are drawn (the
+stopping load, else the load that stopped the other panel, else the first load never
+applied); the rest are folded into two summary rows that say how many they are.
+
+The data side (``load_rows``, ``panel_of``) needs nothing but the trace; drawing needs
+matplotlib (the ``plot`` extra), imported only when a picture is written.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from faults.scenarios import RunResult
+from reference.trace import Ev, TraceEvent
+
+__all__ = ["LoadRow", "Panel", "StopInfo", "load_rows", "panel_of", "short_op", "write_timeline"]
+
+
+@dataclass
+class LoadRow:
+    """One load's life as the trace tells it; times in simulated seconds, ``None`` when
+    the event never happened."""
+
+    op: str
+    rank: int  # 1-based position in dispatch order over the whole run
+    dispatched: float
+    submitted: float | None = None
+    retrieved: float | None = None
+    retrieve_ok: bool | None = None
+    enqueued: float | None = None
+    copied: float | None = None
+    reported: float | None = None
+    applied: float | None = None
+    outcome: str | None = None
+    restarts: list[float] = field(default_factory=list)
+    restarted_by: list[str] = field(default_factory=list)  # the finished load, per restart
+    fence_errors: list[float] = field(default_factory=list)
+    faults: list[tuple[float, str]] = field(default_factory=list)
+
+
+@dataclass
+class StopInfo:
+    """The engine's stop: the named error and, when it names one, the load and the clock
+    it counted (``clock_from`` says which event started that clock)."""
+
+    t: float
+    error: str
+    message: str
+    op: str | None = None
+    elapsed: float | None = None
+    limit: float | None = None
+    limit_name: str | None = None
+    clock_from: str | None = None
+
+
+@dataclass
+class Panel:
+    """Everything one panel draws, taken from one run (plain data, no matplotlib)."""
+
+    label: str
+    rows: list[LoadRow]
+    forwards: list[tuple[float, float, str]]  # (start, end, fault label or "")
+    restarts: list[float]
+    stop: StopInfo | None
+    start: float
+    end: float
+    verdict: str
+    ok: bool | None  # None: not judged (a bare RunResult)
+    note: str = ""  # the first violation's message, when judged and failing
+
+
+def short_op(op: str) -> str:
+    """A load id short enough for an axis label: ``load:chatcmpl-e9abfb0d-…-burst#3``
+    becomes ``chatcmpl-e9abfb0d…burst#3``; short ids stay as they are."""
+    body = op.split(":", 1)[1] if ":" in op else op
+    req, _, gen = body.rpartition("#")
+    if not req:
+        req, gen = body, ""
+    if len(req) > 26:
+        parts = req.split("-")
+        head = "-".join(parts[:2]) if len(parts) > 2 else req[:17]
+        req = f"{head[:20]}…{parts[-1][:10]}" if len(parts) > 2 else f"{req[:17]}…"
+    return f"{req}#{gen}" if gen else req
+
+
+def load_rows(run: RunResult) -> list[LoadRow]:
+    """Every load of the run in dispatch order, with its events folded in."""
+    rows: list[LoadRow] = []
+    current: dict[str, LoadRow] = {}
+    for ev in run.trace.events:
+        key = str(ev.op) if ev.op is not None else None
+        if ev.kind is Ev.DISPATCH and key is not None:
+            row = LoadRow(key, len(rows) + 1, ev.t)
+            rows.append(row)
+            current[key] = row
+            continue
+        if ev.kind is Ev.BOUND_RESTART:
+            for restarted in ev.data.get("restarted", ()):
+                if restarted in current:
+                    current[restarted].restarts.append(ev.t)
+                    current[restarted].restarted_by.append(str(ev.op))
+            continue
+        row = current.get(key) if key is not None else None
+        if row is None:
+            continue
+        _fold(row, ev)
+    return rows
+
+
+def _fold(row: LoadRow, ev: TraceEvent) -> None:
+    # First occurrence wins: a stale duplicate must not move a row's times.
+    kind = ev.kind
+    if kind is Ev.RETRIEVE_SUBMIT and row.submitted is None:
+        row.submitted = ev.t
+    elif kind is Ev.RETRIEVE_TERMINAL and row.retrieved is None:
+        row.retrieved = ev.t
+        row.retrieve_ok = bool(ev.data.get("ok", True))
+    elif kind is Ev.COPY_ENQUEUE and row.enqueued is None:
+        row.enqueued = ev.t
+    elif kind is Ev.COPY_FENCE_ERROR:
+        row.fence_errors.append(ev.t)
+    elif kind is Ev.COPY_COMPLETE and row.copied is None:
+        row.copied = ev.t
+    elif kind is Ev.FINISHED_REPORTED and row.reported is None:
+        row.reported = ev.t
+        row.outcome = ev.data.get("outcome")
+    elif kind is Ev.COMPLETION_APPLIED and row.applied is None and not ev.data.get("stale"):
+        row.applied = ev.t
+        row.outcome = ev.data.get("outcome", row.outcome)
+    elif kind is Ev.FAULT:
+        row.faults.append((ev.t, str(ev.data.get("injector", "fault"))))
+
+
+def _stop_info(run: RunResult, rows: list[LoadRow]) -> StopInfo | None:
+    ev = next(iter(run.trace.of(Ev.STOP)), None)
+    if ev is None:
+        return None
+    error = str(ev.data.get("error", "stop"))
+    info = StopInfo(ev.t, error, str(ev.data.get("message", "")))
+    if ev.op is None:
+        return info
+    info.op = str(ev.op)
+    elapsed = ev.data.get("elapsed")
+    info.elapsed = float(elapsed) if elapsed is not None else None
+    cfg = run.config
+    if error == "LoadNotTerminal":
+        info.limit, info.limit_name = cfg.bound_s, "load bound"
+    elif error == "TransferUnprovable":
+        info.limit, info.limit_name = cfg.transfer_deadline_s, "transfer deadline"
+    else:
+        m = re.search(r"\(([a-z ]+?) ([0-9.]+)s\)", info.message)
+        if m:
+            info.limit_name, info.limit = m.group(1), float(m.group(2))
+    row = next((r for r in reversed(rows) if r.op == info.op), None)
+    if row is not None and info.elapsed is not None:
+        info.clock_from = _clock_origin(row, ev.t - info.elapsed, error)
+    return info
+
+
+def _clock_origin(row: LoadRow, start: float, error: str) -> str | None:
+    """Which event of the row started the clock the stop counted. Dispatch and retrieve
+    submission happen in one step; the scheduler's bound counts from the first, the
+    worker's deadline from the second, so the error decides the name."""
+    worker = error == "TransferUnprovable"
+    candidates = [
+        ("its last bound restart", row.restarts[-1] if row.restarts and not worker else None),
+        ("copy enqueue", row.enqueued if worker else None),
+        (
+            "retrieve submission" if worker else "dispatch",
+            row.submitted if worker else row.dispatched,
+        ),
+        (
+            "dispatch" if worker else "retrieve submission",
+            row.dispatched if worker else row.submitted,
+        ),
+    ]
+    for name, t in candidates:
+        if t is not None and abs(t - start) < 1e-6:
+            return name
+    return None
+
+
+def _forwards(run: RunResult) -> list[tuple[float, float, str]]:
+    out: list[tuple[float, float, str]] = []
+    pending_fault = ""
+    open_start: float | None = None
+    open_label = ""
+    for ev in run.trace.events:
+        if ev.kind is Ev.FAULT and ev.data.get("injector") == "slow_forward":
+            pending_fault = "slow forward (fault)"
+        elif ev.kind is Ev.FORWARD_START:
+            open_start, open_label, pending_fault = ev.t, pending_fault, ""
+        elif ev.kind is Ev.FORWARD_END and open_start is not None:
+            out.append((open_start, ev.t, open_label))
+            open_start = None
+    if open_start is not None:  # the run ended inside a forward
+        out.append((open_start, run.sim_seconds, open_label))
+    return out
+
+
+def _unwrap(result: Any) -> tuple[RunResult, list[Any] | None]:
+    """Accept a ``RunResult`` or anything with ``.run`` and ``.violations`` (a
+    ``faults.runner.CaseResult``), whose verdict then heads the panel."""
+    if isinstance(result, RunResult):
+        return result, None
+    run = getattr(result, "run", None)
+    if not isinstance(run, RunResult):
+        raise TypeError(
+            f"write_timeline wants a RunResult or a CaseResult with .run, got {type(result).__name__}"
+        )
+    return run, list(getattr(result, "violations", []) or [])
+
+
+def panel_of(result: Any, label: str) -> Panel:
+    """The plain data of one panel from a ``RunResult`` or a ``CaseResult``."""
+    run, violations = _unwrap(result)
+    rows = load_rows(run)
+    stop = _stop_info(run, rows)
+    events = run.trace.events
+    end = events[-1].t if events else 0.0
+    start = rows[0].dispatched if rows else (events[0].t if events else 0.0)
+    ok = None if violations is None else not violations
+    note = str(getattr(violations[0], "message", violations[0])) if violations else ""
+    if run.startup_error and not note:
+        note = run.startup_error
+    return Panel(
+        label,
+        rows,
+        _forwards(run),
+        [e.t for e in run.trace.of(Ev.RESTART)],
+        stop,
+        start,
+        end,
+        _verdict(run, rows, stop, violations),
+        ok,
+        note,
+    )
+
+
+def _verdict(
+    run: RunResult, rows: list[LoadRow], stop: StopInfo | None, violations: list[Any] | None
+) -> str:
+    if stop is not None:
+        what = f"stopped at t={stop.t:.1f}s: {stop.error}" + (
+            f" on {short_op(stop.op)}" if stop.op else ""
+        )
+    elif run.startup_error:
+        what = "startup error"
+    elif run.hung:
+        what = "hung: neither finished nor stopped"
+    else:
+        done = sum(1 for r in rows if r.applied is not None)
+        what = f"finished at t={run.sim_seconds:.1f}s, {done}/{len(rows)} loads restored"
+    if violations is None:
+        return what
+    if not violations:
+        return f"PASS: {what}"
+    first = violations[0]
+    prop = getattr(first, "prop", "")
+    more = f", +{len(violations) - 1} more" if len(violations) > 1 else ""
+    return f"FAIL [{prop}{more}]: {what}"
+
+
+# -- drawing ----------------------------------------------------------------------
+
+_C = {
+    "active": "#b0b0b0",
+    "retrieve": "#1f77b4",
+    "wait": "#9ecae1",
+    "copy": "#ff7f0e",
+    "dispatch": "#222222",
+    "reported": "#2ca02c",
+    "applied": "#0b5d1e",
+    "restart": "#9467bd",
+    "fault": "#d62728",
+    "stop": "#d62728",
+    "other": "#8a6d00",
+    "forward": "#7f7f7f",
+    "forward_fault": "#8c564b",
+    "muted": "#555555",
+}
+
+
+def _import_pyplot():
+    try:
+        import matplotlib
+    except ImportError:
+        raise ImportError("timeline pictures need matplotlib: pip install kvfault[plot]") from None
+    matplotlib.use("Agg", force=True)  # files only; never open a window in CI
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+@dataclass
+class _Layout:
+    """Where one panel's rows go: y grows downwards (forwards strip at 0)."""
+
+    panel: Panel
+    focus: str | None
+    why: str  # "stop" | "other" | "stuck"
+    other_error: str | None
+    earlier: list[LoadRow]
+    shown: list[LoadRow]
+    later: list[LoadRow]
+    ypos: dict[str, float] = field(default_factory=dict)
+    y_earlier: float | None = None
+    y_later: float | None = None
+    bottom: float = 0.0
+
+    @property
+    def lines(self) -> int:
+        return len(self.shown) + bool(self.earlier) + bool(self.later) + 2
+
+
+def _focus(panel: Panel, other: Panel | None) -> tuple[str | None, str]:
+    """The load a panel centres on, and why."""
+    if panel.stop is not None and panel.stop.op is not None:
+        return panel.stop.op, "stop"
+    if other is not None and other.stop is not None and other.stop.op is not None:
+        if any(r.op == other.stop.op for r in panel.rows):
+            return other.stop.op, "other"
+    stuck = next((r.op for r in panel.rows if r.applied is None), None)
+    return stuck, "stuck"
+
+
+def _layout(panel: Panel, other: Panel | None, max_rows: int) -> _Layout:
+    """``max_rows`` rows around the focus, a quarter of them before it so the loads it
+    waited on stay in view; the rest fold into summary rows."""
+    focus, why = _focus(panel, other)
+    rows = panel.rows
+    if len(rows) <= max_rows:
+        lo, hi = 0, len(rows)
+    else:
+        idx = next((i for i, r in enumerate(rows) if r.op == focus), 0)
+        lo = max(0, min(idx - max_rows // 4, len(rows) - max_rows))
+        hi = lo + max_rows
+    other_error = other.stop.error if other is not None and other.stop is not None else None
+    lay = _Layout(panel, focus, why, other_error, rows[:lo], rows[lo:hi], rows[hi:])
+    y = 1.5
+    if lay.earlier:
+        lay.y_earlier, y = y, y + 1.0
+    for row in lay.shown:
+        lay.ypos[row.op] = y
+        y += 1.0
+    if lay.later:
+        lay.y_later, y = y, y + 1.0
+    lay.bottom = y + 0.2
+    return lay
+
+
+def _row_times(row: LoadRow) -> list[float]:
+    ts = [row.dispatched, *row.restarts, *row.fence_errors, *(t for t, _ in row.faults)]
+    ts += [
+        t
+        for t in (row.submitted, row.retrieved, row.enqueued, row.copied, row.reported, row.applied)
+        if t is not None
+    ]
+    return ts
+
+
+def _detail_window(layouts: list[_Layout], xlim: tuple[float, float]) -> tuple[float, float] | None:
+    """A zoom around the decisive instant (the legacy stop, else the fixed one) when
+    the overview crowds many events into a sliver of its width there."""
+    span = xlim[1] - xlim[0]
+    stops = [lay.panel.stop.t for lay in layouts if lay.panel.stop is not None]
+    if not stops:
+        return None
+    t = stops[0]
+    times = [x for lay in layouts for r in lay.shown for x in _row_times(r)] + stops
+    near = [x for x in times if abs(x - t) <= 0.03 * span]
+    if len(near) < 12:
+        return None
+    a, b = min(near), max(near)
+    width = max(b - a, 1e-3)
+    if width > 0.2 * span:
+        return None
+    return (a - 0.08 * width, b + 0.08 * width)
+
+
+def write_timeline(
+    legacy: Any,
+    fixed: Any,
+    path: str | Path,
+    title: str = "",
+    max_rows: int = 48,
+) -> Path:
+    """Draw the legacy run above the fixed run on one time axis and write ``path``.
+
+    ``legacy`` and ``fixed`` are ``RunResult``s, ``CaseResult``s (then each panel is
+    headed PASS/FAIL with its first violated property and message) or ``None`` (that
+    panel is left out; at least one is needed). When the decisive moment crowds many
+    events into a sliver of the axis, a zoom column on the right shows it. A path
+    ending ``.svg`` writes SVG, anything else PNG. Returns the path written. Raises
+    ``ImportError`` naming ``pip install kvfault[plot]`` when matplotlib is missing.
+    """
+    if legacy is None and fixed is None:
+        raise ValueError("write_timeline needs at least one run (legacy or fixed)")
+    if max_rows < 4:
+        raise ValueError(f"max_rows must be at least 4, got {max_rows}")
+    leg = panel_of(legacy, "legacy") if legacy is not None else None
+    fix = panel_of(fixed, "fixed") if fixed is not None else None
+    layouts = [_layout(p, o, max_rows) for p, o in ((leg, fix), (fix, leg)) if p is not None]
+    plt = _import_pyplot()
+
+    t0 = min(lay.panel.start for lay in layouts)
+    t1 = max(lay.panel.end for lay in layouts)
+    span = max(t1 - t0, 1e-3)
+    xlim = (t0 - 0.03 * span, t1 + 0.03 * span)
+    detail = _detail_window(layouts, xlim)
+
+    # Panel height follows its rows, so a 4-load run does not get a 64-row canvas.
+    heights = [max(lay.lines, 6) for lay in layouts]
+    fig_h = sum(0.115 * h + 1.0 for h in heights) + 1.4
+    ncols = 2 if detail else 1
+    fig, axes = plt.subplots(
+        len(layouts),
+        ncols,
+        sharex="col",
+        sharey="row",
+        figsize=(15 if detail else 13, fig_h),
+        gridspec_kw={"height_ratios": heights, **({"width_ratios": [3, 1.2]} if detail else {})},
+        squeeze=False,
+    )
+    for i, lay in enumerate(layouts):
+        _draw_panel(axes[i, 0], lay, xlim, overview=True)
+        if detail:
+            _draw_panel(axes[i, 1], lay, detail, overview=False)
+    axes[-1, 0].set_xlabel("time (simulated seconds)")
+    axes[-1, 0].set_xlim(*xlim)
+    if detail:
+        axes[0, 1].set_title(
+            f"zoom: t = {detail[0]:.2f} .. {detail[1]:.2f} s",
+            loc="left",
+            fontsize=9,
+            color=_C["muted"],
+        )
+        axes[-1, 1].set_xlabel("time (simulated seconds), zoomed")
+        axes[-1, 1].set_xlim(*detail)
+        for i in range(len(layouts)):
+            axes[i, 0].axvspan(*detail, color="#000000", alpha=0.06, lw=0, zorder=0)
+
+    fig.legend(handles=_legend_handles(), loc="lower center", ncol=6, fontsize=8, frameon=False)
+    if title:
+        fig.suptitle(title, fontsize=12, fontweight="bold")
+    fig.tight_layout(rect=(0, 0.55 / fig_h, 1, 1 - (0.3 / fig_h if title else 0)))
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="svg" if path.suffix.lower() == ".svg" else "png", dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _legend_handles() -> list[Any]:
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    return [
+        Patch(color=_C["forward"], label="forward (model step)"),
+        Line2D([], [], color=_C["dispatch"], marker="|", ls="", ms=8, label="dispatch"),
+        Line2D([], [], color=_C["active"], lw=1, label="load active (scheduler)"),
+        Line2D([], [], color=_C["retrieve"], lw=3, label="retrieve pending"),
+        Line2D([], [], color=_C["wait"], lw=2, label="waiting for a restore slot"),
+        Line2D([], [], color=_C["copy"], lw=3, label="restore copy (enqueue..complete)"),
+        Line2D(
+            [],
+            [],
+            color=_C["reported"],
+            marker="^",
+            ls="",
+            ms=5,
+            label="finished reported (worker)",
+        ),
+        Line2D(
+            [],
+            [],
+            color=_C["applied"],
+            marker="o",
+            ls="",
+            ms=4,
+            label="completion applied (scheduler)",
+        ),
+        Line2D([], [], color=_C["restart"], marker="|", ls="", ms=8, mew=2, label="bound restart"),
+        Line2D([], [], color=_C["fault"], marker="X", ls="", ms=6, label="fault on this load"),
+        Line2D([], [], color=_C["stop"], lw=1.5, label="STOP (named error)"),
+        Line2D([], [], color=_C["muted"], lw=1, ls="--", label="engine restart"),
+    ]
+
+
+def _draw_panel(ax, lay: _Layout, xlim: tuple[float, float], overview: bool) -> None:
+    panel = lay.panel
+    _draw_forwards(ax, panel, xlim)
+    for t in panel.restarts:
+        if xlim[0] <= t <= xlim[1]:
+            ax.axvline(t, color=_C["muted"], lw=1, ls="--", zorder=1)
+            if overview:
+                ax.text(
+                    t,
+                    -0.5,
+                    " engine restart",
+                    fontsize=7,
+                    color=_C["muted"],
+                    va="bottom",
+                    ha="left",
+                    clip_on=True,
+                )
+    if lay.focus in lay.ypos:
+        band = "#fde0dd" if lay.why == "stop" else "#fff3bf"
+        y = lay.ypos[lay.focus]
+        ax.axhspan(y - 0.5, y + 0.5, color=band, zorder=0)
+
+    end_of_run = panel.stop.t if panel.stop else panel.end
+    dense = len(lay.shown) > 24
+    _draw_rows(
+        ax,
+        lay,
+        end_of_run,
+        lw_thin=0.8 if dense else 1.2,
+        lw_bar=2.2 if dense else 4.0,
+        ms=5 if dense else 7,
+    )
+    if lay.earlier:
+        _summary_row(ax, lay.earlier, lay.y_earlier, overview)
+    if lay.later:
+        _summary_row(ax, lay.later, lay.y_later, overview)
+
+    if panel.stop is not None:
+        _draw_stop(ax, lay, xlim, overview)
+    elif overview and lay.why == "other" and lay.focus in lay.ypos:
+        row = next(r for r in lay.shown if r.op == lay.focus)
+        at = row.applied if row.applied is not None else panel.end
+        about = lay.other_error or ""
+        _callout(
+            ax,
+            f"the load that stopped legacy ({about}), here:\n{_row_facts(row, panel, about)}",
+            (at, lay.ypos[row.op]),
+            xlim,
+            _C["other"],
+            bold=False,
+        )
+    if overview and not panel.rows:
+        ax.text(
+            0.5,
+            0.5,
+            "no loads in this run",
+            transform=ax.transAxes,
+            ha="center",
+            fontsize=9,
+            color=_C["muted"],
+        )
+
+    ax.set_ylim(lay.bottom, -1.5)
+    ax.grid(axis="x", color="#eeeeee", lw=0.6)
+    ax.set_axisbelow(True)
+    ax.tick_params(axis="y", length=0)
+    if not overview:
+        ax.tick_params(axis="y", labelleft=False)
+        return
+    _y_labels(ax, lay)
+    color = {True: _C["applied"], False: _C["stop"], None: "black"}[panel.ok]
+    head = f"{panel.label} — {panel.verdict}"
+    if panel.note:
+        note = panel.note if len(panel.note) <= 150 else panel.note[:147] + "..."
+        head += f"\n{note}"
+    ax.set_title(head, loc="left", fontsize=10, color=color, fontweight="bold")
+    ax.set_ylabel("loads in dispatch order", fontsize=8)
+
+
+def _y_labels(ax, lay: _Layout) -> None:
+    ticks: list[tuple[float, str, str]] = [(0.0, "forwards", "black")]
+    if lay.earlier:
+        ticks.append((lay.y_earlier, f"+{len(lay.earlier)} earlier loads", _C["muted"]))
+    every = max(1, len(lay.shown) // 12)
+    focus_i = next((i for i, r in enumerate(lay.shown) if r.op == lay.focus), None)
+    for i, row in enumerate(lay.shown):
+        if i == focus_i:
+            ticks.append(
+                (
+                    lay.ypos[row.op],
+                    short_op(row.op),
+                    _C["stop"] if lay.why == "stop" else _C["other"],
+                )
+            )
+        elif (
+            i % every == 0
+            and (focus_i is None or abs(i - focus_i) > 1)
+            and not (i == 0 and lay.earlier)
+        ):
+            # (skipping rows next to a bold label or the summary row: no overprinting)
+            ticks.append((lay.ypos[row.op], f"load {row.rank}", _C["muted"]))
+    if lay.later:
+        ticks.append((lay.y_later, f"+{len(lay.later)} later loads", _C["muted"]))
+    ax.set_yticks([t for t, _, _ in ticks])
+    ax.set_yticklabels([label for _, label, _ in ticks], fontsize=7)
+    for lab, (_, _, color) in zip(ax.get_yticklabels(), ticks, strict=True):
+        lab.set_color(color)
+        if color in (_C["stop"], _C["other"]):
+            lab.set_fontweight("bold")
+
+
+def _draw_forwards(ax, panel: Panel, xlim: tuple[float, float]) -> None:
+    span = xlim[1] - xlim[0]
+    plain = [
+        (a, max(b - a, span * 0.0008))
+        for a, b, f in panel.forwards
+        if not f and b >= xlim[0] and a <= xlim[1]
+    ]
+    slow = [
+        (a, max(b - a, span * 0.0008))
+        for a, b, f in panel.forwards
+        if f and b >= xlim[0] and a <= xlim[1]
+    ]
+    if plain:
+        ax.broken_barh(plain, (-0.4, 0.8), color=_C["forward"], lw=0)
+    if slow:
+        ax.broken_barh(slow, (-0.4, 0.8), color=_C["forward_fault"], lw=0)
+    for a, b, fault in panel.forwards:
+        # Only label long forwards whose middle is in view: text is not clipped by
+        # default, and an earlier pass's compile off to the left would stretch the layout.
+        mid = (a + b) / 2
+        if b - a > 0.06 * span and xlim[0] <= mid <= xlim[1]:
+            text = f"{_seconds(b - a)} forward" + (f" — {fault}" if fault else "")
+            ax.text(
+                mid,
+                0.0,
+                text,
+                ha="center",
+                va="center",
+                fontsize=7.5,
+                color="white",
+                fontweight="bold",
+                clip_on=True,
+            )
+    ax.axhline(0.75, color="#dddddd", lw=0.8)
+
+
+def _seconds(d: float) -> str:
+    return f"{d:.0f} s" if d >= 1.5 else f"{d * 1000:.0f} ms"
+
+
+def _draw_rows(
+    ax, lay: _Layout, end_of_run: float, lw_thin: float, lw_bar: float, ms: float
+) -> None:
+    """All rows at once: one line collection per kind of span, one call per marker
+    (a 64-load burst is thousands of artists otherwise)."""
+    from matplotlib.collections import LineCollection
+
+    spans: dict[str, list] = {k: [] for k in ("active", "retrieve", "wait", "copy")}
+    marks: dict[str, tuple[list[float], list[float]]] = {
+        k: ([], []) for k in ("dispatch", "restart", "reported", "applied", "fence", "fault")
+    }
+
+    def span_of(kind: str, a: float | None, b: float | None, y: float) -> None:
+        if a is not None:
+            spans[kind].append([(a, y), (b if b is not None else end_of_run, y)])
+
+    def mark(kind: str, t: float, y: float) -> None:
+        marks[kind][0].append(t)
+        marks[kind][1].append(y)
+
+    for row in lay.shown:
+        y = lay.ypos[row.op]
+        span_of("active", row.dispatched, row.applied, y)
+        span_of("retrieve", row.submitted, row.retrieved, y)
+        if (
+            row.retrieved is not None
+            and row.retrieve_ok is not False
+            and (row.enqueued is None or row.enqueued > row.retrieved)
+        ):
+            span_of("wait", row.retrieved, row.enqueued, y)
+        span_of("copy", row.enqueued, row.copied, y)
+        mark("dispatch", row.dispatched, y)
+        for t in row.restarts:
+            mark("restart", t, y)
+        if row.reported is not None:
+            mark("reported", row.reported, y - 0.2)
+        if row.applied is not None:
+            mark("applied", row.applied, y)
+        for t in row.fence_errors:
+            mark("fence", t, y)
+        for t, name in row.faults:
+            mark("fault", t, y)
+            ax.annotate(
+                name,
+                (t, y),
+                xytext=(5, -7),
+                textcoords="offset points",
+                fontsize=7,
+                color=_C["fault"],
+                annotation_clip=True,
+            )
+
+    styles = {
+        "active": (lw_thin, 2),
+        "retrieve": (lw_bar, 3),
+        "wait": (lw_bar * 0.7, 3),
+        "copy": (lw_bar, 4),
+    }
+    for kind, segs in spans.items():
+        if segs:
+            lw, z = styles[kind]
+            ax.add_collection(
+                LineCollection(segs, colors=_C[kind], linewidths=lw, zorder=z, capstyle="butt")
+            )
+    marker_style = {
+        "dispatch": dict(marker="|", color=_C["dispatch"], ms=ms, zorder=5),
+        "reported": dict(marker="^", color=_C["reported"], ms=ms - 2, zorder=6),
+        "applied": dict(marker="o", color=_C["applied"], ms=ms - 3, zorder=7),
+        # Drawn above the completion markers: a restart is the event the bound rules differ in.
+        "restart": dict(marker="|", color=_C["restart"], ms=ms + 2, mew=2.0, zorder=8.5),
+        "fence": dict(marker="x", color=_C["fault"], ms=ms, zorder=8),
+        "fault": dict(marker="X", color=_C["fault"], ms=ms + 1, zorder=9),
+    }
+    for kind, (xs, ys) in marks.items():
+        if xs:
+            ax.plot(xs, ys, ls="", **marker_style[kind])
+
+
+def _summary_row(ax, rows: list[LoadRow], y: float | None, overview: bool) -> None:
+    """Folded loads: their dispatches and applied completions as ticks on one line."""
+    lo = min(r.dispatched for r in rows)
+    hi = max((r.applied if r.applied is not None else r.dispatched) for r in rows)
+    ax.plot([lo, hi], [y, y], color=_C["active"], lw=0.8, ls=":", zorder=2)
+    ax.plot(
+        [r.dispatched for r in rows],
+        [y] * len(rows),
+        marker="|",
+        ls="",
+        color=_C["dispatch"],
+        ms=5,
+        zorder=5,
+    )
+    applied = [r.applied for r in rows if r.applied is not None]
+    if applied:
+        ax.plot(
+            applied, [y] * len(applied), marker="o", ls="", color=_C["applied"], ms=2.5, zorder=6
+        )
+    stuck = len(rows) - len(applied)
+    if stuck and overview:
+        ax.annotate(
+            f"{stuck} never applied",
+            (hi, y),
+            xytext=(4, -3),
+            textcoords="offset points",
+            fontsize=7,
+            color=_C["stop"],
+        )
+
+
+def _draw_stop(ax, lay: _Layout, xlim: tuple[float, float], overview: bool) -> None:
+    panel, stop = lay.panel, lay.panel.stop
+    assert stop is not None
+    # Below the row markers: the bound restarts at the stop's instant must stay visible.
+    ax.axvline(stop.t, color=_C["stop"], lw=1.5, zorder=4.5, alpha=0.8)
+    y = lay.ypos.get(stop.op or "")
+    if not overview:
+        ax.text(
+            stop.t,
+            -0.5,
+            " STOP",
+            fontsize=8,
+            color=_C["stop"],
+            fontweight="bold",
+            va="bottom",
+            ha="left",
+            clip_on=True,
+        )
+        return
+    lines = [f"STOP  {stop.error}"]
+    if stop.op:
+        lines.append(f"op {short_op(stop.op)}")
+    if stop.elapsed is not None:
+        clock = (
+            f"{stop.elapsed:.1f} s counted from {stop.clock_from}"
+            if stop.clock_from
+            else f"after {stop.elapsed:.1f} s"
+        )
+        if stop.limit is not None:
+            clock += f" > {stop.limit_name} {stop.limit:g} s"
+        lines.append(clock)
+    if not stop.op and stop.message:
+        lines.append(stop.message[:100])
+    row = next((r for r in reversed(panel.rows) if r.op == stop.op), None)
+    if row is not None:
+        lines.append(_row_facts(row, panel, stop.error))
+        lines += _diagnosis(row, panel, stop)
+    text = "\n".join(lines)
+    if y is None:
+        ax.text(
+            stop.t,
+            0.5,
+            text,
+            fontsize=8,
+            color=_C["stop"],
+            ha="right",
+            va="top",
+            zorder=10,
+            bbox={"boxstyle": "round", "fc": "white", "ec": _C["stop"], "lw": 1},
+        )
+        return
+    if stop.elapsed is not None:
+        # The clock the error counted, on the stopping load's row, against its limit.
+        t_start = stop.t - stop.elapsed
+        ax.annotate(
+            "",
+            xy=(stop.t, y - 0.45),
+            xytext=(t_start, y - 0.45),
+            arrowprops={"arrowstyle": "<->", "color": _C["stop"], "lw": 1.2},
+            zorder=9,
+        )
+        if stop.limit is not None:
+            t_limit = t_start + stop.limit
+            ax.plot([t_limit] * 2, [y - 0.9, y], color=_C["stop"], lw=1.2, zorder=9)
+            right = t_limit > xlim[0] + 0.8 * (xlim[1] - xlim[0])
+            ax.annotate(
+                f"{stop.limit_name} ran out ",
+                (t_limit, y - 0.9),
+                xytext=(0, 2),
+                textcoords="offset points",
+                fontsize=7,
+                color=_C["stop"],
+                ha="right" if right else "center",
+                va="bottom",
+            )
+    _callout(ax, text, (stop.t, y), xlim, _C["stop"], bold=True)
+
+
+def _peers_before(row: LoadRow, panel: Panel) -> list[LoadRow]:
+    """Loads dispatched before ``row`` by the same engine life (since the last restart)."""
+    since = max((t for t in panel.restarts if t <= row.dispatched), default=float("-inf"))
+    return [r for r in panel.rows if r.rank < row.rank and r.dispatched >= since]
+
+
+def _row_facts(row: LoadRow, panel: Panel, error: str) -> str:
+    """The load's own timeline in words, and when the loads dispatched before it
+    finished: what a reviewer checks the bound and deadline rules against."""
+    facts = [f"dispatched {row.dispatched:.2f}"]
+    if row.retrieved is not None:
+        facts.append(f"retrieved {row.retrieved:.2f}")
+    if row.enqueued is not None:
+        facts.append(f"copy enqueued {row.enqueued:.2f}")
+    if row.copied is not None:
+        facts.append(f"copied {row.copied:.2f}")
+    if error != "TransferUnprovable":  # the worker's deadline knows nothing of bounds
+        if row.restarts:
+            n = len(row.restarts)
+            facts.append(
+                f"bound restarted {n}x, last {row.restarts[-1]:.2f}"
+                if n > 1
+                else f"bound restarted {row.restarts[0]:.2f}"
+            )
+        else:
+            facts.append("bound never restarted")
+    if row.reported is not None:
+        facts.append(f"reported {row.reported:.2f}")
+    facts.append(f"applied {row.applied:.2f}" if row.applied is not None else "never applied")
+    for t, name in row.faults:
+        facts.append(f"fault {name} at {t:.2f}")
+    lines = [" · ".join(facts[i : i + 3]) for i in range(0, len(facts), 3)]
+    before = _peers_before(row, panel)
+    if before and error != "TransferUnprovable":
+        done = [r.applied for r in before if r.applied is not None]
+        last = f", last at {max(done):.2f}" if done else ""
+        lines.append(f"{len(done)}/{len(before)} loads dispatched before it finished{last}")
+    return "t (s): " + "\n".join(lines)
+
+
+def _diagnosis(row: LoadRow, panel: Panel, stop: StopInfo) -> list[str]:
+    """What the trace says went wrong for the stopping load, in one or two lines;
+    derived from the events only, never from the name of a rule variant."""
+    out: list[str] = []
+    if stop.error == "TransferUnprovable" and row.enqueued is not None:
+        out.append(f"=> its copy had run {stop.t - row.enqueued:.2f} s of its own clock")
+    if stop.error != "LoadNotTerminal":
+        return out
+    rank = {r.op: r.rank for r in panel.rows}
+    later = sum(1 for by in row.restarted_by if rank.get(by, 0) > row.rank)
+    if later:
+        out.append(f"=> its bound was restarted {later}x by loads dispatched after it")
+    done = [r.applied for r in _peers_before(row, panel) if r.applied is not None]
+    if done and not any(t >= max(done) for t in row.restarts):
+        out.append("=> its bound was not restarted when the loads before it finished")
+    return out
+
+
+def _callout(
+    ax, text: str, xy: tuple[float, float], xlim: tuple[float, float], color: str, bold: bool
+) -> None:
+    """A boxed note pointing at ``xy``, on whichever side of it has more room, in the
+    lower part of the panel where the rows of a burst look alike."""
+    span = xlim[1] - xlim[0]
+    right_half = xy[0] > xlim[0] + 0.5 * span
+    x_text = xy[0] - 0.02 * span if right_half else xy[0] + 0.02 * span
+    ax.annotate(
+        text,
+        xy=xy,
+        xytext=(x_text, 0.42),
+        textcoords=ax.get_xaxis_transform(),
+        ha="right" if right_half else "left",
+        va="top",
+        fontsize=8,
+        color=color,
+        fontweight="bold" if bold else "normal",
+        zorder=10,
+        bbox={"boxstyle": "round", "fc": "white", "ec": color, "lw": 1, "alpha": 0.95},
+        arrowprops={"arrowstyle": "->", "color": color, "lw": 1},
+    )
