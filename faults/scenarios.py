@@ -375,3 +375,107 @@ SCENARIOS: dict[str, Scenario] = {
         ),
     )
 }
+
+
+# -- scenarios where a fault plan's injectors fire (appended with faults/injectors.py) ----
+
+
+def small_restart_burst(ctx: RunContext) -> RunResult:
+    """A restarted server gets 4 restoring requests at once (plus a cold one that keeps
+    the forwards busy) behind a 29 s first forward and a 21 s step: so few loads share
+    a step that the order a bound rule numbers them in decides whether the engine
+    stops (the hash-order shuffle's scenario). Healthy: it must not stop."""
+    run = _Run("small_restart_burst", ctx, _BURST_CONFIG, [SlowForward({0: 29.0, 1: 21.0})])
+    engine = run.engine()
+    reqs = run.workloads.burst(4, 1024).requests
+    _store_then_restart(run, engine, reqs)
+    cold = run.workloads.burst(1, 4096).requests
+    run.submit(engine, _renamed(run, reqs, "burst") + _renamed(run, cold, "cold"))
+    run.run(engine)
+    return run.result()
+
+
+def two_servers_configured(ctx: RunContext) -> RunResult:
+    """``two_servers`` after the plan's configuration faults rewrite the servers'
+    startup settings (port-0 ids: data_parallel_base_port left unresolved)."""
+    from faults.injectors import configure_all
+
+    return two_servers(configure_all(ctx.injectors, ctx))
+
+
+_CRASH_LIMIT = 16  # restarts of one pass before the run counts as hung
+
+
+def _run_through_crashes(run: _Run, engine: Engine, sent: Sequence[Request]) -> int:
+    """Run ``engine``; when it dies (``EngineCrash``) restart it with the tier kept and
+    send the requests it had not answered again, under the same ids, as clients retry.
+    Returns the number of restarts."""
+    from faults.injectors import EngineCrash
+
+    restarts = 0
+    while True:
+        try:
+            run.run(engine)
+            return restarts
+        except EngineCrash:
+            restarts += 1
+            if restarts > _CRASH_LIMIT:
+                run.outcomes.append(RunOutcome(None, 0.0, 0, dict(engine.outputs), hung=True))
+                return restarts
+            engine.restart()
+            for r in sent:
+                if r.req_id not in engine.outputs:
+                    engine.add_request(r)
+
+
+def restart_mid_run(ctx: RunContext) -> RunResult:
+    """GSM8K-like pass 1 stores, a planned restart, pass 2 loads (hybrid, MP grid); an
+    ``engine_restart`` fault kills the engine at a forward in either pass: it restarts
+    with the tier kept (HBM, scheduler and worker state gone) and the unanswered
+    requests are sent again. Every answer must still equal its cold run."""
+    from faults.injectors import arm_crashes
+
+    config = EngineConfig(
+        geometry=Geometry(16, 256, 2048, 1024), model_kind="hybrid", state_grid="chunk"
+    )
+    run = _Run("restart_mid_run", ctx, config)
+    arm_crashes(run.injectors)
+    engine = run.engine()
+    reqs = run.workloads.gsm8k_fewshot(16).requests
+    crashes = 0
+    for tag in ("pass1", "pass2"):
+        sent = run.submit(engine, _renamed(run, reqs, tag))
+        crashes += _run_through_crashes(run, engine, sent)
+        if run.stopped():
+            break
+        if tag == "pass1":
+            engine.restart()
+    run.notes["crashes"] = crashes
+    return run.result()
+
+
+SCENARIOS.update(
+    {
+        s.name: s
+        for s in (
+            Scenario(
+                "small_restart_burst",
+                "4 restores after a restart behind slow forwards: bound numbering order decides a stop",
+                small_restart_burst,
+                (*_ALL, "grid"),
+            ),
+            Scenario(
+                "two_servers_configured",
+                "two_servers after configuration faults (port-0 ids) rewrite startup settings",
+                two_servers_configured,
+                (*_ALL, "identity"),
+            ),
+            Scenario(
+                "restart_mid_run",
+                "pass 1 stores, pass 2 loads; the engine may die mid-run and restart with the tier kept",
+                restart_mid_run,
+                (*_ALL, "grid", "hybrid"),
+            ),
+        )
+    }
+)
