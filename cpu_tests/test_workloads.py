@@ -1,0 +1,138 @@
+"""Workload generators (DESIGN §4): one seed makes everything; realistic request ids;
+pictures with the same placeholder ids; chunk-aligned prompts; bursts."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fakes.workloads import (
+    IMAGE_PLACEHOLDER_ID,
+    VOCAB_BASE,
+    VOCAB_SIZE,
+    Workloads,
+    fit,
+    resend,
+    token_id,
+    tokenize,
+)
+from reference.keys import media_cache_seed
+from reference.types import TEXT_CACHE_SEED
+
+ROOT = Path(__file__).resolve().parents[1]
+UUID_ID = re.compile(
+    r"^chatcmpl-[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$"
+)
+
+
+def test_same_seed_same_workload_other_seed_other_workload():
+    a = Workloads(5).gsm8k_fewshot(4)
+    b = Workloads(5).gsm8k_fewshot(4)
+    c = Workloads(6).gsm8k_fewshot(4)
+    assert a.requests == b.requests and a.seed == 5
+    assert [r.prompt_token_ids for r in a.requests] != [r.prompt_token_ids for r in c.requests]
+    assert {r.req_id for r in a.requests}.isdisjoint(r.req_id for r in c.requests)
+
+
+def test_request_ids_look_like_real_engines():
+    w = Workloads(1)
+    ids = [w.request_id() for _ in range(50)]
+    assert all(UUID_ID.match(i) for i in ids), ids[:3]
+    assert len(set(ids)) == 50
+
+
+def test_token_ids_are_stable_and_in_the_vocabulary():
+    assert token_id("apple") == token_id("apple")
+    assert token_id("apple") != token_id("pear")
+    ids = tokenize("the quick brown fox")
+    assert len(ids) == 4
+    w = Workloads(2)
+    for r in w.gsm8k_fewshot(3).requests:
+        assert all(VOCAB_BASE <= t < VOCAB_BASE + VOCAB_SIZE for t in r.prompt_token_ids)
+        assert all(0 <= t < 2**32 for t in r.prompt_token_ids)
+
+
+def test_fit_pads_or_cuts_to_length():
+    filler = lambda n: (9,) * n  # noqa: E731
+    assert fit((1, 2, 3), 5, filler) == (1, 2, 3, 9, 9)
+    assert fit((1, 2, 3), 2, filler) == (1, 2)
+    assert fit((1, 2, 3), 3, filler) == (1, 2, 3)
+
+
+def test_gsm8k_prompts_share_a_long_prefix():
+    wl = Workloads(3).gsm8k_fewshot(5, prefix_tokens=1024, question_tokens=(40, 400))
+    assert wl.name == "gsm8k_fewshot" and len(wl.requests) == 5
+    prefixes = {r.prompt_token_ids[:1024] for r in wl.requests}
+    assert len(prefixes) == 1
+    for r in wl.requests:
+        assert 1024 + 40 <= r.prompt_len < 1024 + 400
+        assert r.cache_seed == TEXT_CACHE_SEED and r.media == ()
+    assert len({r.prompt_token_ids for r in wl.requests}) == 5
+
+
+def test_pictures_with_the_same_text_have_identical_ids_and_different_seeds():
+    wl = Workloads(4).multimodal_same_text(3, text_tokens=300, image_tokens=576)
+    a, b, c = wl.requests
+    assert a.prompt_token_ids == b.prompt_token_ids == c.prompt_token_ids
+    assert a.prompt_len == 876
+    assert a.prompt_token_ids.count(IMAGE_PLACEHOLDER_ID) == 576
+    assert len({a.media, b.media, c.media}) == 3
+    for r in wl.requests:
+        assert r.cache_seed == media_cache_seed(r.media) != TEXT_CACHE_SEED
+    assert len({a.cache_seed, b.cache_seed, c.cache_seed}) == 3
+
+
+@pytest.mark.parametrize("length", [256, 2048, 4096])
+def test_chunk_aligned_prompt(length):
+    (r,) = Workloads(5).chunk_aligned(length).requests
+    assert r.prompt_len == length
+
+
+def test_burst_is_distinct_prompts_arriving_together():
+    wl = Workloads(6).burst(64, 1024, arrival_time=12.5)
+    assert len(wl.requests) == 64
+    assert len({r.prompt_token_ids for r in wl.requests}) == 64
+    assert len({r.req_id for r in wl.requests}) == 64
+    assert all(r.prompt_len == 1024 and r.arrival_time == 12.5 for r in wl.requests)
+
+
+def test_resend_keeps_prompt_and_media():
+    (a,) = Workloads(7).multimodal_same_text(1).requests
+    b = resend(a, "new-id", 3.0)
+    assert (b.req_id, b.arrival_time) == ("new-id", 3.0)
+    assert (b.prompt_token_ids, b.media, b.cache_seed) == (
+        a.prompt_token_ids,
+        a.media,
+        a.cache_seed,
+    )
+
+
+_PROBE = """
+import hashlib
+from fakes.workloads import Workloads
+w = Workloads(9)
+parts = [w.gsm8k_fewshot(3), w.multimodal_same_text(2), w.burst(4, 300)]
+h = hashlib.sha256(repr([p.requests for p in parts]).encode()).hexdigest()
+print(h)
+"""
+
+
+def test_workloads_do_not_depend_on_pythonhashseed():
+    outs = set()
+    for hashseed in ("0", "4242"):
+        proc = subprocess.run(
+            [sys.executable, "-c", _PROBE],
+            cwd=ROOT,
+            env=dict(os.environ, PYTHONHASHSEED=hashseed),
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=120,
+        )
+        outs.add(proc.stdout.strip())
+    assert len(outs) == 1
