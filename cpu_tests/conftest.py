@@ -37,14 +37,22 @@ if PROFILE not in ("dev", "ci", "nightly"):
 settings.load_profile(PROFILE)
 
 
+# An ipc:// path must fit in sockaddr_un (107 bytes). The longest one the stack makes is
+# {rpc_dir}/engine_kvfault-offload-r{port}-dp{rank}_service_lookup_rpc_port_{tp} inside a
+# private_rpc_dir ("kvfault-rpc-XXXXXXXX"): about 82 bytes below the temp dir.
+_IPC_BASE_MAX = 107 - 82
+
+
 @pytest.fixture
 def short_tmp(tmp_path_factory: pytest.TempPathFactory):
-    """A pytest-managed directory whose path is short enough for ``ipc://`` sockets
-    (AF_UNIX paths are limited to ~107 bytes; a test's own tmp_path can exceed that).
-    It becomes the process's temp dir for the test, so ``private_rpc_dir`` lands in it."""
+    """A fresh directory short enough to hold ``ipc://`` sockets, made the process's
+    temp dir for the test (so ``private_rpc_dir`` lands in it) and removed afterwards.
+
+    pytest's own tmp dirs are too deep for AF_UNIX paths, so when they are, this is a
+    ``tempfile.mkdtemp`` directory in the system temp dir instead."""
     path = tmp_path_factory.mktemp("ipc", numbered=True)
-    fallback = len(str(path)) > 40  # a deep --basetemp: use a fresh dir in the system tmp
-    if fallback:
+    own = len(str(path)) <= _IPC_BASE_MAX
+    if not own:
         path = Path(tempfile.mkdtemp(prefix="kvf"))
     saved = tempfile.tempdir
     tempfile.tempdir = str(path)
@@ -52,7 +60,7 @@ def short_tmp(tmp_path_factory: pytest.TempPathFactory):
         yield path
     finally:
         tempfile.tempdir = saved
-        if fallback:
+        if not own:
             shutil.rmtree(path, ignore_errors=True)
 
 
