@@ -39,6 +39,7 @@ from typing import Sequence
 SHM_DIR = Path("/dev/shm")
 SHM_PREFIX = "lmcache_l1_pool_"  # lmcache prepends this to --shm-name
 NAME_PREFIX = "kvfault"
+TMP_PREFIX = "kvfault-lmcache-"  # + owner pid + "-": private log directory (mode 0700)
 READY_LINE = "LMCache cache server is running..."
 INSTALL_HINT = "pip install kvfault[lmcache]  (or: pip install torch==2.13.0 lmcache==0.5.6)"
 
@@ -89,12 +90,20 @@ def _pid_alive(pid: int) -> bool:
 
 
 def sweep_stale_segments() -> list[str]:
-    """Remove ``/dev/shm`` segments of kvfault servers whose owning process is gone.
+    """Remove ``/dev/shm`` segments and temporary directories of kvfault servers whose
+    owning process is gone (it was SIGKILLed, so no finalizer ran).
 
-    Names look like ``lmcache_l1_pool_kvfault_<owner pid>_<hex>``. Returns the removed
-    names. Segments of live owners (other test processes) are left alone.
+    Names look like ``lmcache_l1_pool_kvfault_<owner pid>_<hex>`` and
+    ``kvfault-lmcache-<owner pid>-<random>``. Returns what was removed. Leftovers of
+    live owners (other test processes) are left alone.
     """
     removed: list[str] = []
+    tmp = Path(tempfile.gettempdir())
+    for path in tmp.glob(f"{TMP_PREFIX}*"):
+        owner = path.name[len(TMP_PREFIX) :].split("-")[0]
+        if owner.isdigit() and not _pid_alive(int(owner)):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(str(path))
     if not SHM_DIR.is_dir():
         return removed
     for path in SHM_DIR.glob(f"*{NAME_PREFIX}_*"):
@@ -218,7 +227,7 @@ class LMCacheServer:
 
     def _launch_once(self) -> None:
         self.port = free_loopback_port()
-        self.tmpdir = Path(tempfile.mkdtemp(prefix="kvfault-lmcache-"))
+        self.tmpdir = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{os.getpid()}-"))
         os.chmod(self.tmpdir, 0o700)
         env = dict(os.environ)
         env["LMCACHE_TRACK_USAGE"] = "false"
