@@ -156,6 +156,10 @@ class HostPageBatch(Sequence[HostPage]):
             return HostPageBatch(self.pool, self.slots[i], self.generations[i])
         return HostPage(self.pool, int(self.slots[i]), int(self.generations[i]))
 
+    def all_live(self) -> bool:
+        """No slot of the batch was freed since the batch was taken (two tensor ops)."""
+        return torch.equal(self.pool.generations.index_select(0, self.slots), self.generations)
+
     def stale(self) -> torch.Tensor:
         """Positions of pages whose slot was freed since the batch was taken."""
         current = self.pool.generations.index_select(0, self.slots)
@@ -474,12 +478,18 @@ class TorchCopyEngine:
             raise RestoreFenceError(f"{op}: {len(pages)} pages for {len(blocks)} blocks")
         dst = _int64(blocks)
         if dst.numel():
-            lo, hi = int(dst.min()), int(dst.max())
-            if lo < 0 or hi >= self.kv.num_blocks:
+            # One counting pass checks range and repeats (every op costs host time on
+            # the restore path); the slower exact message is built only on failure.
+            try:
+                counts = torch.bincount(dst)
+            except RuntimeError:  # a negative block
+                counts = None
+            if counts is None or counts.numel() > self.kv.num_blocks:
+                lo, hi = int(dst.min()), int(dst.max())
                 raise RestoreFenceError(
                     f"{op}: block {lo if lo < 0 else hi} outside [0, {self.kv.num_blocks})"
                 )
-            if int(torch.bincount(dst).max()) > 1:
+            if int(counts.max()) > 1:
                 raise RestoreFenceError(f"{op}: a destination block is named twice")
         return dst
 
@@ -498,8 +508,8 @@ class TorchCopyEngine:
                 batch = self.pool.batch(pages)
             if batch.pool is not self.pool:
                 raise RestoreFenceError(f"{op}: the pages are from another pool")
-            stale = batch.stale()
-            if stale.numel():
+            if not batch.all_live():
+                stale = batch.stale()
                 i = int(stale[0])
                 raise RestoreFenceError(
                     f"{op}: {stale.numel()} page(s) evicted before the restore "
@@ -549,11 +559,28 @@ class TorchCopyEngine:
             # Both index lists travel as one pinned [2, n] tensor in one asynchronous
             # copy: a copy from pageable memory would wait for the busy side stream.
             idx_host = torch.empty((2, n), dtype=torch.int64, pin_memory=True)
-            idx_host[1].copy_(dst)
-            if slots is not None:
-                idx_host[0].copy_(slots)
+            torch.stack((dst if slots is None else slots, dst), out=idx_host)
 
-        current = torch.cuda.current_stream(self.device)
+        if self.device.index != torch.cuda.current_device():
+            with torch.cuda.device(self.device):
+                return self._issue(op, slots, dst, dma, staging, idx_host, host_state, req_id)
+        return self._issue(op, slots, dst, dma, staging, idx_host, host_state, req_id)
+
+    def _issue(
+        self,
+        op: OperationId,
+        slots: torch.Tensor | None,
+        dst: torch.Tensor,
+        dma: _BatchDma | None,
+        staging: torch.Tensor | None,
+        idx_host: torch.Tensor | None,
+        host_state: torch.Tensor | None,
+        req_id: str,
+    ) -> RestoreTicket:
+        """Queue the restore on the side stream, behind the current stream's work, and
+        record its fence. The device is current; nothing here waits."""
+        n = dst.numel()
+        current = torch.cuda.current_stream()
         dev_state = None
         if host_state is not None:
             # Allocated on the consumer's stream (the forward reads it there); marked as
@@ -561,7 +588,10 @@ class TorchCopyEngine:
             dev_state = torch.empty(host_state.shape, dtype=host_state.dtype, device=self.device)
             dev_state.record_stream(self.stream)
         keep: list[Any] = [idx_host, staging, host_state]
-        with torch.cuda.device(self.device), torch.cuda.stream(self.stream):
+        # set_stream rather than the stream context manager: the same switch with a
+        # fraction of its Python overhead, which is paid on every restore.
+        torch.cuda.set_stream(self.stream)
+        try:
             self.stream.wait_stream(current)
             if n and dma is not None:
                 keep += dma.copy(self.kv.pages, self.pool.buffer, dst, slots, self.stream)
@@ -576,6 +606,8 @@ class TorchCopyEngine:
                 dev_state.copy_(host_state, non_blocking=True)
             event = torch.cuda.Event()
             event.record(self.stream)
+        finally:
+            torch.cuda.set_stream(current)
         self.in_flight += 1
         return RestoreTicket(
             op=op,
