@@ -25,7 +25,7 @@ _COMMON = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 settings.register_profile("dev", max_examples=12, **_COMMON)
 settings.register_profile(
-    "ci", max_examples=60, derandomize=True, database=None, print_blob=True, **_COMMON
+    "ci", max_examples=150, derandomize=True, database=None, print_blob=True, **_COMMON
 )
 settings.register_profile("nightly", max_examples=1000, print_blob=True, **_COMMON)
 
