@@ -424,46 +424,79 @@ def write_timeline(
     xlim = (t0 - 0.03 * span, t1 + 0.03 * span)
     detail = _detail_window(layouts, xlim)
 
-    # Panel height follows its rows, so a 4-load run does not get a 64-row canvas.
-    heights = [max(lay.lines, 6) for lay in layouts]
-    fig_h = sum(0.115 * h + 1.0 for h in heights) + 1.4
-    ncols = 2 if detail else 1
-    fig, axes = plt.subplots(
-        len(layouts),
-        ncols,
-        sharex="col",
-        sharey="row",
-        figsize=(15 if detail else 13, fig_h),
-        gridspec_kw={"height_ratios": heights, **({"width_ratios": [3, 1.2]} if detail else {})},
-        squeeze=False,
-    )
+    axes = _figure(plt, layouts, detail is not None, bool(title))
+    fig = axes[0][0].figure
     for i, lay in enumerate(layouts):
-        _draw_panel(axes[i, 0], lay, xlim, overview=True)
+        _draw_panel(axes[i][0], lay, xlim, overview=True)
         if detail:
-            _draw_panel(axes[i, 1], lay, detail, overview=False)
-    axes[-1, 0].set_xlabel("time (simulated seconds)")
-    axes[-1, 0].set_xlim(*xlim)
+            _draw_panel(axes[i][1], lay, detail, overview=False)
+    axes[-1][0].set_xlabel("time (simulated seconds)")
+    axes[-1][0].set_xlim(*xlim)
     if detail:
-        axes[0, 1].set_title(
+        axes[0][1].set_title(
             f"zoom: t = {detail[0]:.2f} .. {detail[1]:.2f} s",
             loc="left",
             fontsize=9,
             color=_C["muted"],
         )
-        axes[-1, 1].set_xlabel("time (simulated seconds), zoomed")
-        axes[-1, 1].set_xlim(*detail)
+        axes[-1][1].set_xlabel("time (simulated seconds), zoomed")
+        axes[-1][1].set_xlim(*detail)
         for i in range(len(layouts)):
-            axes[i, 0].axvspan(*detail, color="#000000", alpha=0.06, lw=0, zorder=0)
+            axes[i][0].axvspan(*detail, color="#000000", alpha=0.06, lw=0, zorder=0)
 
     fig.legend(handles=_legend_handles(), loc="lower center", ncol=6, fontsize=8, frameon=False)
     if title:
-        fig.suptitle(title, fontsize=12, fontweight="bold")
-    fig.tight_layout(rect=(0, 0.55 / fig_h, 1, 1 - (0.3 / fig_h if title else 0)))
+        fig.suptitle(
+            title, fontsize=12, fontweight="bold", y=1 - 0.12 / fig.get_figheight(), va="top"
+        )
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, format="svg" if path.suffix.lower() == ".svg" else "png", dpi=110)
     plt.close(fig)
     return path
+
+
+# Fixed margins in inches instead of tight_layout: it draws the whole figure once more
+# just to measure it, which doubles the cost of a picture.
+_LEFT_IN, _RIGHT_IN, _COL_GAP_IN = 2.0, 0.3, 0.15
+_TOP_IN, _SUPTITLE_IN, _PANEL_TITLE_IN, _BOTTOM_IN = 0.15, 0.45, 0.55, 1.2
+_ROW_IN = 0.115
+
+
+def _figure(plt, layouts: list[_Layout], detail: bool, title: bool) -> list[list[Any]]:
+    """The figure and its axes, ``axes[panel][column]``; panel height follows its
+    rows, so a 4-load run does not get a 64-row canvas."""
+    heights = [_ROW_IN * max(lay.lines, 6) for lay in layouts]
+    fig_w = 15.0 if detail else 13.0
+    fig_h = (
+        _TOP_IN
+        + (_SUPTITLE_IN if title else 0)
+        + sum(_PANEL_TITLE_IN + h for h in heights)
+        + _BOTTOM_IN
+    )
+    fig = plt.figure(figsize=(fig_w, fig_h))
+    usable = fig_w - _LEFT_IN - _RIGHT_IN - (_COL_GAP_IN if detail else 0)
+    widths = [usable * 3 / 4.2, usable * 1.2 / 4.2] if detail else [usable]
+    axes: list[list[Any]] = []
+    top = fig_h - _TOP_IN - (_SUPTITLE_IN if title else 0)
+    for i, h in enumerate(heights):
+        top -= _PANEL_TITLE_IN
+        x = _LEFT_IN
+        row: list[Any] = []
+        for j, w in enumerate(widths):
+            share_x = axes[0][j] if axes else None
+            ax = fig.add_axes(
+                (x / fig_w, (top - h) / fig_h, w / fig_w, h / fig_h),
+                sharex=share_x,
+                sharey=row[0] if row else None,
+            )
+            if i < len(heights) - 1:
+                ax.tick_params(labelbottom=False)
+            row.append(ax)
+            x += w + _COL_GAP_IN
+        axes.append(row)
+        top -= h
+    return axes
 
 
 def _legend_handles() -> list[Any]:
