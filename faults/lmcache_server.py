@@ -43,7 +43,7 @@ TMP_PREFIX = "kvfault-lmcache-"  # + owner pid + "-": private log directory (mod
 READY_LINE = "LMCache cache server is running..."
 INSTALL_HINT = "pip install kvfault[lmcache]  (or: pip install torch==2.13.0 lmcache==0.5.6)"
 
-_LIVE: "weakref.WeakSet[LMCacheServer]" = weakref.WeakSet()
+_LIVE: weakref.WeakSet[LMCacheServer] = weakref.WeakSet()
 _LIVE_LOCK = threading.Lock()
 
 
@@ -205,7 +205,7 @@ class LMCacheServer:
         ]  # fmt: skip
 
     # -- lifecycle -------------------------------------------------------------------
-    def start(self) -> "LMCacheServer":
+    def start(self) -> LMCacheServer:
         """Launch and wait until it answers; raises ``LMCacheNotInstalled`` or
         ``LMCacheServerError`` (with the log tail) and leaves nothing behind then."""
         if self.proc is not None:
@@ -316,7 +316,7 @@ class LMCacheServer:
             left.append(str(self.tmpdir))
         return left
 
-    def __enter__(self) -> "LMCacheServer":
+    def __enter__(self) -> LMCacheServer:
         return self.start() if self.proc is None else self
 
     def __exit__(self, *exc: object) -> None:

@@ -135,7 +135,7 @@ class WireProxy:
         self._started = False
 
     # -- lifecycle -------------------------------------------------------------------
-    def start(self) -> "WireProxy":
+    def start(self) -> WireProxy:
         if not self._started:
             self._started = True
             self._thread.start()
@@ -151,7 +151,7 @@ class WireProxy:
             self._resume_at = None
         self._ctx.destroy(linger=0)
 
-    def __enter__(self) -> "WireProxy":
+    def __enter__(self) -> WireProxy:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

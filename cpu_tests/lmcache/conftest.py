@@ -11,9 +11,9 @@ from __future__ import annotations
 from typing import Any, Callable, Iterator
 
 import pytest
+from lmc_util import GEOMETRY, HAVE_LMCACHE, SKIP_REASON
 
 from faults.lmcache_server import LMCacheServer
-from lmc_util import GEOMETRY, HAVE_LMCACHE, SKIP_REASON
 from reference.types import Geometry
 
 

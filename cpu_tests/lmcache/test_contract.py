@@ -11,8 +11,8 @@ import time
 from typing import Any, Callable, Iterator
 
 import pytest
-
 from lmc_util import GEOMETRY, SAFETY_NET_S, wait_reply
+
 from reference.interfaces import LookupQuery
 from reference.keys import tier_token_ids
 from reference.types import OperationId, OpKind, Request

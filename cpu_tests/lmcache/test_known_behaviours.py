@@ -10,10 +10,10 @@ import time
 from typing import Any, Callable
 
 import pytest
+from lmc_util import GEOMETRY, SAFETY_NET_S, wait_reply
 
 from faults.lmcache_server import LMCacheServer
 from faults.wire_proxy import WireFault, WireProxy
-from lmc_util import GEOMETRY, SAFETY_NET_S, wait_reply
 from reference.interfaces import LookupQuery
 from reference.types import LoadOp, OperationId, OpKind
 
