@@ -45,8 +45,9 @@ Method = Literal["auto", "dma", "mapped", "staged"]
 Gather = Literal["auto", "triton", "index"]
 
 # From this page size up, "auto" restores by batched DMA where the runtime has it: on an
-# H200 (PCIe 5) batched DMA moved 92-99% of a contiguous copy at 256 KiB and 2 MiB pages
-# but 60% at 32 KiB, where the gather kernel moved ~88% (docs/gpu_tier.md).
+# H200 (PCIe 5) batched DMA moved 89-99% of a contiguous copy end to end at 256 KiB and
+# 2 MiB pages but ~55% at 32 KiB (host time in the batch call, ~2.7 us a copy), where the
+# gather kernel moved ~85% (docs/gpu_tier.md).
 DMA_MIN_BLOCK_BYTES = 256 * 1024
 
 # __cuda_array_interface__ typestrs of the word types a block may be moved as.
