@@ -1,24 +1,48 @@
 """The ``kvfault`` command line.
 
-Exit codes: 0 everything holds; 1 a property failed (or a regression is still failing);
-2 bad arguments, an error, or nothing reproduced. Bad arguments give one clear line on
-stderr and no traceback.
+Commands: ``run`` (the campaign), ``list``, ``repro NAME``, ``replay ARTIFACT``,
+``sweep`` (PYTHONHASHSEED) and ``prove`` (two-head proof in any git repository).
+
+Exit codes: 0 everything holds; 1 a property failed, a regression went uncaught or is
+still failing, or a fault was not exercised; 2 bad arguments, an error, or nothing
+reproduced. Bad arguments give one clear line on stderr and no traceback.
+
+Importing this module imports nothing of the stack: each command imports what it
+runs, so ``kvfault list`` and a sweep's child stay cheap (no torch, zmq or faker).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import shlex
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Any, Sequence
+
+if TYPE_CHECKING:
+    from faults.campaign import CampaignResult, Case, CaseOutcome
+
+# Seeds per target in a plain `kvfault run`: the whole default campaign stays under
+# 30 s on 2 cores (benchmarks/bench_campaign.py measures it).
+DEFAULT_SEEDS = 2
+DEFAULT_CASE_TIMEOUT_S = 600.0
+CAMPAIGN_SPEC_ENV = "KVFAULT_CAMPAIGN_SPEC"
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one clear line, exit 2, no usage dump
         print(f"kvfault: error: {message}", file=sys.stderr)
         raise SystemExit(2)
+
+
+def _bad(message: str) -> int:
+    print(f"kvfault: error: {message}", file=sys.stderr)
+    return 2
 
 
 def _seed_count(text: str) -> int:
@@ -31,123 +55,496 @@ def _seed_count(text: str) -> int:
     return n
 
 
+def _seed(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a seed is a whole number, got {text!r}") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"a seed must be >= 0, got {n}")
+    return n
+
+
+def _seconds(text: str) -> float:
+    try:
+        s = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--timeout wants seconds, got {text!r}") from None
+    if s < 0:
+        raise argparse.ArgumentTypeError(f"--timeout must be >= 0 (0: none), got {text}")
+    return s
+
+
+def _workers(text: str) -> str:
+    if text == "auto" or (text.isdigit() and int(text) >= 1):
+        return text
+    raise argparse.ArgumentTypeError(f"wants a number of workers or 'auto', got {text!r}")
+
+
+def _names(text: str) -> list[str]:
+    return [n.strip() for n in text.split(",") if n.strip()]
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="kvfault", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
-    run = sub.add_parser("run", help="run every scenario on the fixed stack and check every property")
-    run.add_argument("--seeds", type=_seed_count, default=1, help="seeds per scenario (default 1)")
-    run.add_argument("--first-seed", type=int, default=0, help="first seed (default 0)")
-    run.add_argument("--scenario", action="append", default=None, metavar="NAME", help="run only this scenario (repeatable)")
-    run.add_argument("--report", type=Path, default=None, metavar="DIR", help="write summary.json into DIR")
-    run.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
-    lst = sub.add_parser("list", help="list scenarios, properties (and faults and regressions)")
+
+    run = sub.add_parser(
+        "run",
+        help="the campaign: every regression A/B, the fixed stack under every fault, every scenario",
+    )
+    run.add_argument("--seeds", type=_seed_count, default=DEFAULT_SEEDS,
+                     help=f"seeds per target (default {DEFAULT_SEEDS})")  # fmt: skip
+    run.add_argument("--first-seed", type=_seed, default=0, help="first seed (default 0)")
+    run.add_argument("--regression", action="append", default=None, metavar="NAME",
+                     help="run this planted regression (repeatable)")  # fmt: skip
+    run.add_argument("--fault", action="append", default=None, metavar="NAME",
+                     help="run the fixed stack under this injector (repeatable)")  # fmt: skip
+    run.add_argument("--scenario", action="append", default=None, metavar="NAME",
+                     help="run this scenario plain (with --swarm: swarm on it) (repeatable)")  # fmt: skip
+    run.add_argument("--swarm", action="store_true",
+                     help="instead of one run per fault, each run enables a random subset of "
+                          "injectors drawn from its seed")  # fmt: skip
+    run.add_argument("--pin", type=_names, default=[], metavar="A,B",
+                     help="with --swarm: enable exactly these injectors in every run")  # fmt: skip
+    run.add_argument("--report", type=Path, default=None, metavar="DIR",
+                     help="write summary.json, failing cases' artifacts and timelines into DIR")  # fmt: skip
+    run.add_argument("--artifacts", type=Path, default=None, metavar="DIR",
+                     help="replay artifacts of failing cases (default: DIR/artifacts with "
+                          "--report, else .kvfault/artifacts)")  # fmt: skip
+    run.add_argument("--timeout", type=_seconds, default=DEFAULT_CASE_TIMEOUT_S, metavar="S",
+                     help="a case running longer dumps all stacks and exits (0: never)")  # fmt: skip
+    run.add_argument("-n", "--numprocesses", type=_workers, default=None, metavar="N",
+                     help="spread the targets over N pytest-xdist workers (or 'auto')")  # fmt: skip
+    run.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+
+    lst = sub.add_parser("list", help="list scenarios, properties, faults and regressions")
     lst.add_argument("--scenarios", action="store_true", help="only scenarios")
     lst.add_argument("--properties", action="store_true", help="only properties")
+    lst.add_argument("--faults", action="store_true", help="only fault injectors")
+    lst.add_argument("--regressions", action="store_true", help="only planted regressions")
+
+    repro = sub.add_parser(
+        "repro", help="run a planted regression legacy vs fixed and give the verdict"
+    )
+    repro.add_argument(
+        "name", metavar="NAME", help="a planted regression (kvfault list --regressions)"
+    )
+    repro.add_argument("--seed", type=_seed, default=0, help="the run's seed (default 0)")
+    repro.add_argument("--timeline", type=Path, default=None, metavar="PATH",
+                       help="draw the legacy and fixed timelines (.svg or .png)")  # fmt: skip
+    repro.add_argument("--artifacts", type=Path, default=None, metavar="DIR",
+                       help="where the replay artifact goes (default .kvfault/artifacts)")  # fmt: skip
+    repro.add_argument("--timeout", type=_seconds, default=DEFAULT_CASE_TIMEOUT_S, metavar="S",
+                       help="a hang dumps all stacks and exits after S seconds (0: never)")  # fmt: skip
+
+    replay = sub.add_parser("replay", help="rerun the case a replay artifact names")
+    replay.add_argument("artifact", type=Path, metavar="ARTIFACT", help="a JSON replay artifact")
+    replay.add_argument("--timeline", type=Path, default=None, metavar="PATH",
+                        help="draw the case's timeline (.svg or .png)")  # fmt: skip
+    replay.add_argument("--timeout", type=_seconds, default=DEFAULT_CASE_TIMEOUT_S, metavar="S",
+                        help="a hang dumps all stacks and exits after S seconds (0: never)")  # fmt: skip
+
+    sweep = sub.add_parser("sweep", help="run pytest once per PYTHONHASHSEED")
+    sweep.add_argument("--hashseeds", default="0-15", metavar="RANGE",
+                       help="hash seeds, e.g. 0-15 or 0-3,8 (default 0-15)")  # fmt: skip
+    sweep.add_argument("-j", "--jobs", type=_workers, default=None, metavar="N",
+                       help="spread the seeds over N pytest-xdist workers (or 'auto'); "
+                            "-n after -- spreads each seed's tests instead")  # fmt: skip
+    sweep.add_argument("--timeout", type=_seconds, default=0, metavar="S",
+                       help="seconds per seed before its pytest is killed (0: none)")  # fmt: skip
+    sweep.add_argument("pytest_args", nargs=argparse.REMAINDER, metavar="-- PYTEST_ARGS",
+                       help="what each seed's `python -m pytest` gets")  # fmt: skip
+
+    prove = sub.add_parser("prove", help="prove that NEW fixes what fails at OLD (any git repo)")
+    from faults.prove import add_arguments  # stdlib only: cheap
+
+    add_arguments(prove)
     return parser
 
 
+# -- list -------------------------------------------------------------------------------
+
+
 def _cmd_list(args: argparse.Namespace) -> int:
+    from faults.plans import INJECTORS
     from faults.properties import PROPERTIES
+    from faults.regressions import REGRESSIONS
     from faults.scenarios import SCENARIOS
 
-    show_all = not (args.scenarios or args.properties)
-    if show_all or args.scenarios:
+    def first_line(text: str | None) -> str:
+        # A docstring's first sentence, on one line.
+        flat = " ".join((text or "").split())
+        return flat.split(". ")[0].rstrip(".")
+
+    sections = {
+        "scenarios": [(s.name, s.description) for s in SCENARIOS.values()],
+        "properties": [(n, first_line(fn.__doc__)) for n, fn in PROPERTIES.items()]
+        + [("determinism", "the same seed gives the same trace digest")],
+        "faults": [(i.name, f"{i.description} [on {i.scenario}]") for i in INJECTORS.values()],
+        "regressions": [
+            (r.name, f"{r.description} [{r.scenario}; caught by {r.signature}]")
+            for r in REGRESSIONS.values()
+        ],
+    }
+    chosen = [name for name in sections if getattr(args, name)]
+    show_all = not chosen
+    for name in sections if show_all else chosen:
+        rows = sections[name]
+        width = max(len(n) for n, _ in rows) + 2 if rows else 0
+        indent = "  " if show_all else ""
         if show_all:
-            print("scenarios:")
-        for s in SCENARIOS.values():
-            print(f"  {s.name:24s} {s.description}")
-    if show_all or args.properties:
-        if show_all:
-            print("properties:")
-        for name, fn in PROPERTIES.items():
-            print(f"  {name:24s} {(fn.__doc__ or '').split(chr(10))[0].strip()}")
-        print(f"  {'determinism':24s} the same seed gives the same trace digest")
+            print(f"{name}:")
+        for n, desc in rows:
+            print(f"{indent}{n.ljust(width)}{desc}".rstrip())
     return 0
+
+
+# -- run --------------------------------------------------------------------------------
 
 
 def _table(rows: list[list[str]], header: list[str]) -> str:
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
-    line = "  ".join(h.ljust(w) for h, w in zip(header, widths))
+    line = "  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))
     sep = "  ".join("-" * w for w in widths)
-    body = ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
-    return "\n".join([line, sep, *body])
+    body = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    return "\n".join([line.rstrip(), sep, *body])
 
 
 def _progress(enabled: bool, i: int, total: int, label: str) -> None:
-    if not enabled:
+    if not enabled or total == 0:
         return
     width = 24
     done = int(width * i / total)
-    sys.stderr.write(f"\r[{'#' * done}{'.' * (width - done)}] {i}/{total} {label[:40]:40s}")
+    sys.stderr.write(f"\r[{'#' * done}{'.' * (width - done)}] {i}/{total} {label[:48]:48s}")
     if i == total:
         sys.stderr.write("\n")
     sys.stderr.flush()
 
 
-def _cmd_run(args: argparse.Namespace) -> int:
-    from faults.runner import run_case
-    from faults.scenarios import SCENARIOS
+def _seed_span(seeds: list[int]) -> str:
+    if not seeds:
+        return "-"
+    if seeds == list(range(seeds[0], seeds[-1] + 1)) and len(seeds) > 1:
+        return f"{seeds[0]}-{seeds[-1]}"
+    return ",".join(map(str, seeds))
 
-    names = args.scenario or list(SCENARIOS)
-    unknown = [n for n in names if n not in SCENARIOS]
-    if unknown:
-        print(f"kvfault: error: unknown scenario {unknown[0]!r} (see `kvfault list`)", file=sys.stderr)
-        return 2
-    cases = [(n, args.first_seed + k) for n in names for k in range(args.seeds)]
-    show = not args.no_progress and sys.stderr.isatty()
-    t0 = time.perf_counter()
-    results = []
-    for i, (name, seed) in enumerate(cases):
-        _progress(show, i, len(cases), f"{name} seed {seed}")
-        results.append(run_case(name, seed))
-    _progress(show, len(cases), len(cases), "done")
+
+def format_campaign(result: CampaignResult, artifacts: dict[str, Path] | None = None) -> str:
+    """The results table, then each failing case's signature and replay command."""
+    from faults.repro import replay_command
+
     rows = [
         [
-            r.scenario,
-            str(r.seed),
-            ",".join(r.checked),
-            "PASS" if r.ok else "FAIL",
-            f"{r.sim_seconds:.2f}",
-            f"{r.wall_seconds:.3f}",
-            (r.stop or "-")[:60],
+            t.target.kind,
+            t.target.name,
+            t.target.scenario,
+            _seed_span(t.seeds),
+            t.verdict,
+            f"{t.wall_seconds:.2f}",
+            t.detail()[:110],
         ]
-        for r in results
+        for t in result.targets
     ]
-    print(_table(rows, ["scenario", "seed", "properties", "verdict", "sim s", "wall s", "stop"]))
-    failed = [r for r in results if not r.ok]
-    for r in failed:
-        print(f"\nFAIL {r.scenario} seed {r.seed}:")
-        for v in r.violations:
-            print(f"  {v}")
-    wall = time.perf_counter() - t0
-    print(f"\n{len(results) - len(failed)} passed, {len(failed)} failed in {wall:.2f}s wall")
+    out = (
+        [_table(rows, ["kind", "name", "scenario", "seeds", "verdict", "wall s", "detail"])]
+        if rows
+        else []
+    )
+    for c in result.cases:
+        if c.ok:
+            continue
+        out.append(f"\n{c.verdict} {c.case.id}: {c.signature}")
+        out.append(f"  replay: {replay_command(c.case)}")
+        if artifacts and c.case.id in artifacts:
+            out.append(f"  artifact: {artifacts[c.case.id]}")
+    if result.unexercised:
+        out.append(
+            f"\nNOT EXERCISED (enabled, never fired) in every swarm run: {', '.join(result.unexercised)}"
+        )
+    if result.never_drawn:
+        out.append(
+            f"note: no swarm run drew {', '.join(result.never_drawn)} (more seeds draw more)"
+        )
+    n_ok = sum(t.ok for t in result.targets)
+    out.append(
+        f"\n{len(result.targets)} targets, {len(result.cases)} runs: {n_ok} ok, "
+        f"{len(result.targets) - n_ok} failed in {result.wall_seconds:.2f}s wall"
+    )
+    return "\n".join(out)
+
+
+def _campaign_exit(result: CampaignResult) -> int:
+    from faults.campaign import ERROR
+
+    if any(c.verdict == ERROR for c in result.cases):
+        return 2
+    return 0 if result.ok else 1
+
+
+class _Artifacts:
+    """Writes each case's replay artifact before it runs; keeps it only if the case
+    did not pass (so a crash or hang leaves it, and a green campaign leaves nothing)."""
+
+    def __init__(self, directory: Path):
+        self.directory = directory
+        self.kept: dict[str, Path] = {}
+        self._created = not directory.exists()
+
+    def before(self, case: Case) -> Path:
+        from faults.repro import write_artifact
+
+        return write_artifact(case, self.directory)
+
+    def after(self, case: Case, outcome: CaseOutcome, path: Path) -> None:
+        if outcome.ok:
+            path.unlink(missing_ok=True)
+        else:
+            self.kept[case.id] = path
+
+    def tidy(self) -> None:
+        """Remove the directory again when it was ours and stayed empty."""
+        if not self._created:
+            return
+        for d in (self.directory, *self.directory.parents):
+            try:
+                d.rmdir()
+            except OSError:
+                break
+            if d == Path(".kvfault") or d.name == ".kvfault":
+                break
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from faults.campaign import CampaignError, run_campaign, select_targets
+    from faults.repro import arm_hang_guard, artifact_dir, disarm_hang_guard
+
+    try:
+        targets = select_targets(args.regression, args.fault, args.scenario, args.swarm, args.pin)
+    except CampaignError as exc:
+        return _bad(f"{exc}; see `kvfault list`")
+    seeds = list(range(args.first_seed, args.first_seed + args.seeds))
+    if args.artifacts is None and args.report is not None:
+        args.artifacts = args.report / "artifacts"
+    store = _Artifacts(artifact_dir(args.artifacts))
+    show = not args.no_progress and sys.stderr.isatty()
+    if args.numprocesses:
+        result = _run_on_xdist(args, targets, seeds, store, show)
+        if result is None:
+            return 2
+    else:
+
+        def progress(i: int, total: int, case: Case) -> None:
+            _progress(show, i, total, "done" if i == total else case.id)
+
+        def before(case: Case) -> Path:
+            path = store.before(case)
+            # A case that hangs dumps every stack and ends the run instead of blocking
+            # CI; its artifact is on disk already.
+            arm_hang_guard(args.timeout)
+            return path
+
+        def after(case: Case, outcome: CaseOutcome, path: Path) -> None:
+            disarm_hang_guard()
+            store.after(case, outcome, path)
+
+        result = run_campaign(targets, seeds, before=before, after=after, progress=progress)
+    print(format_campaign(result, store.kept))
     if args.report:
-        args.report.mkdir(parents=True, exist_ok=True)
-        summary = {
-            "passed": len(results) - len(failed),
-            "failed": len(failed),
-            "wall_seconds": wall,
-            "cases": [
+        _write_report(args, result, seeds, store.kept)
+        print(f"report: {args.report / 'summary.json'}, {args.report / 'junit.xml'}")
+    store.tidy()
+    return _campaign_exit(result)
+
+
+def _write_report(
+    args: argparse.Namespace, result: CampaignResult, seeds: list[int], kept: dict[str, Path]
+) -> None:
+    """summary.json and junit.xml (``faults.reports``), a timeline per failing case.
+
+    The summary's own ``ok`` is per case; ``meta.campaign`` carries the campaign's
+    verdict, which judges a regression by its target (caught on some seed)."""
+    from faults.reports import CaseReport, write_reports
+    from faults.repro import hashseed, replay_command, write_timeline
+
+    report: Path = args.report
+    report.mkdir(parents=True, exist_ok=True)
+    cases = []
+    for c in result.cases:
+        timeline = None
+        if not c.ok and (c.legacy_result is not None or c.fixed_result is not None):
+            path = report / "timelines" / (c.case.id.replace(":", "-").replace("@", "-") + ".svg")
+            why = write_timeline(c, path)
+            timeline = str(path) if why is None else None
+        artifact = kept.get(c.case.id)
+        cases.append(
+            CaseReport.of(
+                c,
+                command=replay_command(c.case),
+                artifact=str(artifact) if artifact else None,
+                timeline=timeline,
+            )
+        )
+    campaign = result.as_json()
+    for t in campaign["targets"]:
+        del t["cases"]  # they are the summary's cases
+    meta = {
+        "argv": ["kvfault", *sys.argv[1:]],
+        "seeds": seeds,
+        "pythonhashseed": hashseed(),
+        "campaign": campaign,
+    }
+    write_reports(cases, report, result.wall_seconds, meta)
+
+
+def _run_on_xdist(
+    args: argparse.Namespace, targets: list, seeds: list[int], store: _Artifacts, show: bool
+) -> CampaignResult | None:
+    """Run the targets as pytest items of ``faults.campaign_items`` over xdist workers
+    and read their outcomes back."""
+    import faults.campaign_items as items
+    from faults.campaign import CampaignResult, TargetOutcome
+
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="kvfault-run-") as tmp:
+        spec = Path(tmp) / "spec.json"
+        spec.write_text(
+            json.dumps(
                 {
-                    "scenario": r.scenario,
-                    "seed": r.seed,
-                    "ok": r.ok,
-                    "properties": r.checked,
-                    "violations": [str(v) for v in r.violations],
-                    "sim_seconds": r.sim_seconds,
-                    "wall_seconds": r.wall_seconds,
-                    "digest": r.digest,
-                    "stop": r.stop,
-                    "notes": r.notes,
+                    "targets": [t.as_json() for t in targets],
+                    "seeds": seeds,
+                    "out": tmp,
+                    "artifacts": str(store.directory.resolve()),
+                    "timeout_s": args.timeout,
                 }
-                for r in results
-            ],
-        }
-        (args.report / "summary.json").write_text(json.dumps(summary, indent=2))
-    return 1 if failed else 0
+            )
+        )
+        cmd = [
+            sys.executable, "-m", "pytest", items.__file__, "-q", "-p", "no:cacheprovider",
+            "-n", args.numprocesses, "--rootdir", tmp, "-c", os.devnull,
+        ]  # fmt: skip
+        env = dict(os.environ, **{CAMPAIGN_SPEC_ENV: str(spec)})
+        proc = subprocess.run(
+            cmd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=None if show else subprocess.PIPE,
+            stderr=subprocess.STDOUT if not show else None,
+            text=True,
+        )
+        outcomes = []
+        for t in targets:
+            f = items.result_path(Path(tmp), t)
+            if not f.exists():
+                tail = "\n".join((proc.stdout or "").rstrip().splitlines()[-20:])
+                print(
+                    f"kvfault: error: the xdist run lost target {t.id} (pytest exit {proc.returncode})\n{tail}",
+                    file=sys.stderr,
+                )
+                return None
+            outcomes.append(TargetOutcome.from_json(json.loads(f.read_text())))
+    from faults.repro import artifact_path
+
+    for c in (c for t in outcomes for c in t.cases):
+        if not c.ok:
+            store.kept[c.case.id] = artifact_path(c.case, store.directory)
+    return CampaignResult(outcomes, time.perf_counter() - t0)
 
 
-COMMANDS = {"run": _cmd_run, "list": _cmd_list}
+# -- repro and replay -------------------------------------------------------------------
+
+
+def _cmd_repro(args: argparse.Namespace) -> int:
+    from faults.campaign import CampaignError, Case, regression_target
+    from faults.repro import artifact_dir, format_reproduction, reproduce
+
+    try:
+        target = regression_target(args.name)
+    except CampaignError as exc:
+        return _bad(f"{exc}; see `kvfault list --regressions`")
+    rep = reproduce(Case(target, args.seed), artifact_dir(args.artifacts), args.timeout)
+    print(format_reproduction(rep))
+    _timeline(args.timeline, rep.outcome)
+    return rep.exit_code
+
+
+def _cmd_replay(args: argparse.Namespace) -> int:
+    from faults.repro import ArtifactError, format_reproduction, hashseed, read_artifact, reproduce
+
+    try:
+        case, obj = read_artifact(args.artifact)
+    except ArtifactError as exc:
+        return _bad(str(exc))
+    recorded = obj.get("pythonhashseed")
+    if recorded is not None and str(recorded) != str(hashseed()):
+        print(
+            f"kvfault: note: recorded under PYTHONHASHSEED={recorded}, running under "
+            f"{hashseed() or 'a random one'}; for the same hash order run "
+            f"PYTHONHASHSEED={recorded} kvfault replay {args.artifact}",
+            file=sys.stderr,
+        )
+    # The artifact exists already: replay must not rewrite it.
+    rep = reproduce(case, None, args.timeout)
+    rep.artifact = args.artifact
+    print(format_reproduction(rep))
+    _timeline(args.timeline, rep.outcome)
+    return rep.exit_code
+
+
+def _timeline(path: Path | None, outcome: Any) -> None:
+    if path is None:
+        return
+    from faults.repro import write_timeline
+
+    why = write_timeline(outcome, path)
+    print(f"timeline: {path}" if why is None else f"timeline: {why}")
+
+
+# -- sweep ------------------------------------------------------------------------------
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from faults.sweep import SweepError, format_result, format_seed, parse_seeds, sweep
+
+    raw = list(args.pytest_args)
+    if raw and raw[0] == "--":
+        raw = raw[1:]
+    elif raw:
+        return _bad(f"put pytest's arguments after '--' (got {shlex.join(raw)!r})")
+    try:
+        seeds = parse_seeds(args.hashseeds)
+    except SweepError as exc:
+        return _bad(f"--hashseeds: {exc}")
+    shown = shlex.join(["python", "-m", "pytest", *raw])
+    print(
+        f"kvfault sweep: PYTHONHASHSEED in {args.hashseeds} ({len(seeds)} seeds): {shown}",
+        flush=True,
+    )
+    result = sweep(
+        seeds,
+        raw,
+        jobs=args.jobs,
+        timeout_s=args.timeout or None,
+        on_seed=lambda s: print(format_seed(s), flush=True),
+    )
+    print(format_result(result, per_seed=False))
+    return result.exit_code
+
+
+def _cmd_prove(args: argparse.Namespace) -> int:
+    from faults.prove import run
+
+    return run(args)
+
+
+COMMANDS = {
+    "run": _cmd_run,
+    "list": _cmd_list,
+    "repro": _cmd_repro,
+    "replay": _cmd_replay,
+    "sweep": _cmd_sweep,
+    "prove": _cmd_prove,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

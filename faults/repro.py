@@ -1,0 +1,293 @@
+"""Reproduce one case: ``kvfault repro NAME`` and ``kvfault replay ARTIFACT``.
+
+A *replay artifact* is a small JSON file naming one case (target, scenario, seed,
+regression or fault plan) and the one command that replays it. It is written *before*
+the case runs, so a crash or a hang still leaves it behind; a hang dumps every
+thread's stack (``faulthandler.dump_traceback_later``) and ends the process instead
+of blocking CI.
+
+Verdicts and exit codes (DESIGN §6): FIXED 0 (legacy fails with its signature
+property, fixed passes); STILL FAILING 1 (the fixed stack fails); NOT REPRODUCED or
+ERROR 2. A replayed non-regression case prints PASS 0, FAIL or NOT EXERCISED 1,
+ERROR 2.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import faulthandler
+import json
+import os
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from faults.campaign import (
+    ERROR,
+    FAIL,
+    FIXED,
+    NOT_EXERCISED,
+    NOT_REPRODUCED,
+    PASS,
+    STILL_FAILING,
+    CampaignError,
+    Case,
+    CaseOutcome,
+    CaseRunner,
+    Target,
+)
+
+ARTIFACT_VERSION = 1
+DEFAULT_ARTIFACT_DIR = Path(".kvfault") / "artifacts"
+DEFAULT_TIMEOUT_S = 600.0
+
+EXIT_CODES = {
+    FIXED: 0,
+    PASS: 0,
+    STILL_FAILING: 1,
+    FAIL: 1,
+    NOT_EXERCISED: 1,
+    NOT_REPRODUCED: 2,
+    ERROR: 2,
+}
+
+
+class ArtifactError(ValueError):
+    """A replay artifact that cannot be read or names nothing this version knows."""
+
+
+def artifact_dir(explicit: Path | None = None) -> Path:
+    """Where artifacts go: ``explicit``, else ``$KVFAULT_ARTIFACTS``, else
+    ``.kvfault/artifacts`` under the current directory."""
+    if explicit is not None:
+        return explicit
+    env = os.environ.get("KVFAULT_ARTIFACTS")
+    return Path(env) if env else DEFAULT_ARTIFACT_DIR
+
+
+def hashseed() -> str | None:
+    """This process's PYTHONHASHSEED, or None when hash randomisation is random."""
+    value = os.environ.get("PYTHONHASHSEED")
+    return value if value not in (None, "", "random") else None
+
+
+def replay_command(case: Case) -> str:
+    """The case's command, prefixed with the PYTHONHASHSEED it ran under (hash order
+    can matter, e.g. for the restart-numbering regression)."""
+    hs = hashseed()
+    return f"PYTHONHASHSEED={hs} {case.command}" if hs is not None else case.command
+
+
+def artifact_json(case: Case, path: Path | None = None) -> dict[str, Any]:
+    plan = case.plan()
+    return {
+        "kvfault_artifact": ARTIFACT_VERSION,
+        "case": case.id,
+        "target": case.target.as_json(),
+        "scenario": case.target.scenario,
+        "seed": case.seed,
+        "regression": case.target.regression,
+        "plan": plan.as_json() if plan is not None else None,
+        "pythonhashseed": hashseed(),
+        "command": replay_command(case),
+        "replay": f"kvfault replay {path}" if path is not None else None,
+    }
+
+
+def artifact_path(case: Case, directory: Path) -> Path:
+    """Where ``case``'s artifact lives in ``directory`` (one file per case)."""
+    stem = re.sub(
+        r"[^A-Za-z0-9_.-]+", "-", f"{case.target.kind}-{case.target.name}-seed{case.seed}"
+    )
+    return directory / f"{stem}.json"
+
+
+def write_artifact(case: Case, directory: Path) -> Path:
+    """Write ``case``'s replay artifact into ``directory`` (created if needed) and
+    return its path. The file appears whole or not at all (write, then rename)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = artifact_path(case, directory)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(artifact_json(case, path), indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def read_artifact(path: Path) -> tuple[Case, dict[str, Any]]:
+    """Read an artifact back into the case it names; raises ``ArtifactError`` with one
+    clear line for anything malformed."""
+    from faults.plans import FaultPlan
+
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ArtifactError(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ArtifactError(f"{path} is not JSON ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(obj, dict) or "kvfault_artifact" not in obj:
+        raise ArtifactError(
+            f"{path} is not a kvfault replay artifact (no 'kvfault_artifact' field)"
+        )
+    if obj["kvfault_artifact"] != ARTIFACT_VERSION:
+        raise ArtifactError(
+            f"{path}: artifact version {obj['kvfault_artifact']!r}; this kvfault reads {ARTIFACT_VERSION}"
+        )
+    seed = obj.get("seed")
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise ArtifactError(f"{path}: 'seed' must be an integer, got {seed!r}")
+    try:
+        target = Target.from_json(obj.get("target"))
+        plan = None
+        if obj.get("plan") is not None and target.kind in ("fault", "swarm"):
+            plan = FaultPlan.from_json(obj["plan"])
+    except (CampaignError, ValueError) as exc:
+        raise ArtifactError(f"{path}: {exc}") from None
+    return Case(target, seed, recorded=plan), obj
+
+
+def _stderr_fd() -> Any:
+    # faulthandler writes to a file descriptor; under pytest's capture sys.stderr has none.
+    try:
+        sys.stderr.fileno()
+        return sys.stderr
+    except (AttributeError, OSError, ValueError):
+        return sys.__stderr__
+
+
+def arm_hang_guard(timeout_s: float | None) -> None:
+    """From now on, if ``disarm_hang_guard`` is not called within ``timeout_s``, every
+    thread's stack is dumped to stderr and the process exits (status 1, faulthandler's)
+    instead of blocking. None or 0: no guard."""
+    if timeout_s and timeout_s > 0:
+        faulthandler.dump_traceback_later(timeout_s, exit=True, file=_stderr_fd())
+
+
+def disarm_hang_guard() -> None:
+    faulthandler.cancel_dump_traceback_later()
+
+
+@contextlib.contextmanager
+def hang_guard(timeout_s: float | None) -> Iterator[None]:
+    """``arm_hang_guard`` for the duration of a block."""
+    arm_hang_guard(timeout_s)
+    try:
+        yield
+    finally:
+        disarm_hang_guard()
+
+
+def write_timeline(outcome: CaseOutcome, path: Path) -> str | None:
+    """Draw ``outcome``'s timeline picture (legacy above fixed) through
+    ``faults.timeline``; returns why not when it cannot (None on success). A path
+    ending ``.svg`` writes SVG, anything else PNG."""
+    try:
+        from faults.timeline import write_timeline as draw
+    except ImportError:
+        return "no timeline: faults.timeline is not available in this version"
+
+    def judged(result: Any) -> Any:
+        return result if result is not None and getattr(result, "run", None) is not None else None
+
+    legacy, fixed = judged(outcome.legacy_result), judged(outcome.fixed_result)
+    if legacy is None and fixed is None:
+        return "no timeline: the case kept no run to draw"
+    try:
+        draw(legacy, fixed, path, title=f"{outcome.case.id}: {outcome.verdict}")
+    except Exception as exc:  # a picture must never turn a verdict into a crash
+        return f"no timeline: {type(exc).__name__}: {exc}"
+    return None
+
+
+@dataclass
+class Reproduction:
+    """A case run for a reviewer, with its artifact and the line that replays it."""
+
+    outcome: CaseOutcome
+    artifact: Path | None
+
+    @property
+    def verdict(self) -> str:
+        return self.outcome.verdict
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES.get(self.verdict, 2)
+
+
+def reproduce(
+    case: Case,
+    artifacts: Path | None,
+    timeout_s: float | None = DEFAULT_TIMEOUT_S,
+    keep_runs: str = "all",
+) -> Reproduction:
+    """Write ``case``'s artifact (unless ``artifacts`` is None), then run the case under
+    the hang guard."""
+    path = write_artifact(case, artifacts) if artifacts is not None else None
+    with hang_guard(timeout_s):
+        outcome = CaseRunner(keep_runs=keep_runs).run(case)
+    return Reproduction(outcome, path)
+
+
+def _first(items: list[str]) -> str:
+    return items[0] + (f" (+{len(items) - 1} more)" if len(items) > 1 else "") if items else ""
+
+
+def format_reproduction(rep: Reproduction) -> str:
+    """The verdict, the failure signature and the replay command, for a terminal."""
+    o, case = rep.outcome, rep.outcome.case
+    t = case.target
+    lines: list[str] = []
+    if t.kind == "regression":
+        from faults.regressions import REGRESSIONS
+
+        reg = REGRESSIONS[t.name]
+        lines.append(f"repro {t.name} (seed {case.seed}): {reg.description}")
+        lines.append(f"  scenario   {t.scenario}; signature property {reg.signature}")
+        if o.verdict == ERROR:
+            lines.append(f"  error      {o.signature}")
+        else:
+            legacy = "FAIL" if o.legacy_violations else "PASS"
+            lines.append(
+                f"  legacy     {legacy:4s}  {_first(o.legacy_violations) or 'every property held'}"
+            )
+            if o.legacy_stop:
+                lines.append(f"             stop: {o.legacy_stop}")
+            fixed = "FAIL" if o.violations else "PASS"
+            lines.append(
+                f"  fixed      {fixed:4s}  {_first(o.violations) or 'every property held'}"
+            )
+            if o.stop:
+                lines.append(f"             stop: {o.stop}")
+        meaning = {
+            FIXED: f"the legacy stack fails with {reg.signature}, the fixed stack passes",
+            STILL_FAILING: "the fixed stack fails too",
+            NOT_REPRODUCED: f"the legacy stack did not fail with {reg.signature}",
+            ERROR: "the case could not run",
+        }[o.verdict]
+        lines.append(f"{o.verdict}: {meaning}")
+    else:
+        plan = case.plan()
+        faults = ", ".join(f.injector for f in plan.faults) if plan is not None else "no fault"
+        lines.append(f"replay {case.id}: {t.scenario} under {faults}")
+        lines.append(f"  fixed      {o.verdict}  {o.signature or _fired(o)}")
+        if o.stop and o.verdict == PASS:
+            lines.append(f"             stopped correctly: {o.stop}")
+        lines.append(o.verdict)
+    if o.signature:
+        lines.append(f"signature: {o.signature}")
+    lines.append(f"replay: {replay_command(case)}")
+    if rep.artifact is not None:
+        lines.append(f"artifact: {rep.artifact} (kvfault replay {rep.artifact})")
+    return "\n".join(lines)
+
+
+def _fired(o: CaseOutcome) -> str:
+    if not o.fired:
+        return "every property held"
+    return "every property held; fired " + ", ".join(
+        f"{k} x{v}" for k, v in sorted(o.fired.items())
+    )

@@ -1,0 +1,270 @@
+"""PYTHONHASHSEED sweep: run the same pytest selection once per hash seed.
+
+Set and dict-of-set iteration order over string request ids depends on the process's
+hash seed, so a bug like "restart numbering in hash order" passes under some seeds and
+fails under others. A sweep runs ``python -m pytest ARGS`` in a fresh subprocess per
+seed with ``PYTHONHASHSEED=s`` and reports each seed's outcome; it fails when any seed
+fails.
+
+Distribution is pytest-xdist's, never a pool of our own: ``-n auto`` among ARGS
+spreads each seed's tests over workers (they inherit the seed); ``jobs`` spreads the
+*seeds* over xdist workers by running ``faults.sweep_items`` (one item per seed).
+
+The cost of one extra seed is one short subprocess: keep imports lazy (nothing here or
+in ``faults.cli`` imports torch, zmq or faker).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+CHILD_ENV = "KVFAULT_SWEEP_CHILD"  # set in every child, so a child never sweeps again
+SPEC_ENV = "KVFAULT_SWEEP_SPEC"  # faults.sweep_items reads the seeds to spread from here
+MAX_SEED = 4294967295  # PYTHONHASHSEED's range
+
+_SUMMARY = re.compile(
+    r"(?:\d+ (?:passed|failed|errors?|skipped|deselected|xfailed|xpassed|warnings?)"
+    r"|no tests ran)[^\n]*? in [\d.]+s"
+)
+_FAILED = re.compile(r"^(FAILED|ERROR) (\S+)", re.MULTILINE)
+
+
+class SweepError(ValueError):
+    """Bad sweep arguments: one clear line."""
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``"0-15"``, ``"7"`` or ``"0-3,8,10-11"`` → the seeds, in order, without repeats."""
+    seeds: list[int] = []
+    if not text or not text.strip():
+        raise SweepError("hash seed range is empty; write e.g. 0-15 or 0-3,8")
+    for part in text.split(","):
+        part = part.strip()
+        m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        if not m:
+            raise SweepError(f"bad hash seed range {part!r}; write e.g. 0-15 or 0-3,8")
+        lo = int(m.group(1))
+        hi = int(m.group(2)) if m.group(2) is not None else lo
+        if hi < lo:
+            raise SweepError(f"bad hash seed range {part!r}: {hi} < {lo}")
+        if hi > MAX_SEED:
+            raise SweepError(f"PYTHONHASHSEED must be at most {MAX_SEED}, got {hi}")
+        seeds += [s for s in range(lo, hi + 1) if s not in seeds]
+    return seeds
+
+
+@dataclass
+class SeedOutcome:
+    """One hash seed's pytest run."""
+
+    seed: int
+    exit_code: int
+    summary: str
+    failed: list[str] = field(default_factory=list)
+    wall_seconds: float = 0.0
+    tail: str = ""
+
+    @property
+    def status(self) -> str:
+        return {0: "passed", 1: "FAILED", 5: "NO TESTS"}.get(
+            self.exit_code, f"ERROR (exit {self.exit_code})"
+        )
+
+
+@dataclass
+class SweepResult:
+    seeds: list[SeedOutcome]
+    pytest_args: list[str]
+    wall_seconds: float = 0.0
+
+    @property
+    def failing(self) -> list[int]:
+        return [s.seed for s in self.seeds if s.exit_code != 0]
+
+    @property
+    def exit_code(self) -> int:
+        """0 every seed passed; 1 some seed had failing tests; 2 some seed could not
+        run its tests (usage error, nothing collected, interrupted)."""
+        codes = {s.exit_code for s in self.seeds}
+        if codes <= {0}:
+            return 0
+        return 1 if 1 in codes else 2
+
+
+def child_command(pytest_args: Sequence[str], python: str = sys.executable) -> list[str]:
+    return [python, "-m", "pytest", *pytest_args]
+
+
+def child_env(seed: int, base: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ if base is None else base)
+    env["PYTHONHASHSEED"] = str(seed)
+    env[CHILD_ENV] = "1"
+    return env
+
+
+def run_seed(
+    seed: int,
+    pytest_args: Sequence[str],
+    cwd: Path | str | None = None,
+    python: str = sys.executable,
+    timeout_s: float | None = None,
+) -> SeedOutcome:
+    """Run pytest once under ``PYTHONHASHSEED=seed`` in a subprocess."""
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(
+            child_command(pytest_args, python),
+            cwd=cwd,
+            env=child_env(seed),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=timeout_s,
+        )
+        code, out = proc.returncode, proc.stdout
+    except subprocess.TimeoutExpired as exc:
+        raw = exc.stdout or ""
+        out = raw.decode(errors="replace") if isinstance(raw, bytes) else raw
+        code, out = 124, out + f"\nkvfault sweep: seed {seed} timed out after {timeout_s:g}s"
+    wall = time.perf_counter() - t0
+    summaries = _SUMMARY.findall(out)
+    summary = summaries[-1] if summaries else (out.strip().splitlines() or [""])[-1][:120]
+    failed = [m.group(2) for m in _FAILED.finditer(out)]
+    tail = "\n".join(out.rstrip().splitlines()[-30:])
+    return SeedOutcome(seed, code, summary, failed, wall, tail)
+
+
+def sweep(
+    seeds: Sequence[int],
+    pytest_args: Sequence[str],
+    cwd: Path | str | None = None,
+    python: str = sys.executable,
+    jobs: str | None = None,
+    timeout_s: float | None = None,
+    on_seed: Callable[[SeedOutcome], None] | None = None,
+) -> SweepResult:
+    """Run ``pytest_args`` once per seed. With ``jobs`` (a number or ``auto``), the
+    seeds are spread over that many pytest-xdist workers; otherwise they run one
+    after the other in subprocesses of this process."""
+    if not seeds:
+        raise SweepError("no hash seeds to sweep")
+    t0 = time.perf_counter()
+    if jobs:
+        outcomes = _sweep_on_xdist(seeds, pytest_args, cwd, python, jobs, timeout_s)
+        for o in outcomes:
+            if on_seed:
+                on_seed(o)
+    else:
+        outcomes = []
+        for seed in seeds:
+            o = run_seed(seed, pytest_args, cwd, python, timeout_s)
+            outcomes.append(o)
+            if on_seed:
+                on_seed(o)
+    return SweepResult(outcomes, list(pytest_args), time.perf_counter() - t0)
+
+
+def _sweep_on_xdist(
+    seeds: Sequence[int],
+    pytest_args: Sequence[str],
+    cwd: Path | str | None,
+    python: str,
+    jobs: str,
+    timeout_s: float | None,
+) -> list[SeedOutcome]:
+    import faults.sweep_items as items
+
+    with tempfile.TemporaryDirectory(prefix="kvfault-sweep-") as tmp:
+        spec = Path(tmp) / "spec.json"
+        spec.write_text(
+            json.dumps(
+                {
+                    "seeds": list(seeds),
+                    "args": list(pytest_args),
+                    "cwd": str(Path(cwd or ".").resolve()),
+                    "python": python,
+                    "timeout_s": timeout_s,
+                    "out": tmp,
+                }
+            )
+        )
+        cmd = [
+            python, "-m", "pytest", items.__file__, "-q", "-p", "no:cacheprovider",
+            "-n", str(jobs), "--rootdir", tmp, "-c", os.devnull,
+        ]  # fmt: skip
+        env = dict(os.environ, **{SPEC_ENV: str(spec)})
+        # The outer session's own exit status says only "some seed failed": each seed's
+        # own outcome is read back from the files its item wrote.
+        proc = subprocess.run(
+            cmd, cwd=tmp, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True
+        )
+        outcomes = []
+        for seed in seeds:
+            f = Path(tmp) / f"seed-{seed}.json"
+            if f.exists():
+                outcomes.append(SeedOutcome(**json.loads(f.read_text())))
+            else:
+                tail = "\n".join((proc.stdout + proc.stderr).rstrip().splitlines()[-30:])
+                outcomes.append(
+                    SeedOutcome(seed, 3, "the xdist item for this seed never ran", [], 0.0, tail)
+                )
+        return outcomes
+
+
+def write_seed_outcome(outcome: SeedOutcome, directory: Path) -> None:
+    (directory / f"seed-{outcome.seed}.json").write_text(json.dumps(asdict(outcome)))
+
+
+def format_result(result: SweepResult, tail: bool = True, per_seed: bool = True) -> str:
+    """Per-seed lines (unless already printed as they came), the first failing seed's
+    output tail, a summary and a replay line."""
+    lines = [format_seed(s) for s in result.seeds] if per_seed else []
+    bad = [s for s in result.seeds if s.exit_code != 0]
+    if tail:
+        for s in bad[:1]:  # one tail is enough to see why; the rest say the same
+            lines.append(f"--- PYTHONHASHSEED={s.seed} (last lines) ---")
+            lines.append(s.tail)
+    n = len(result.seeds)
+    per_seed = result.wall_seconds / n if n else 0.0
+    lines.append(
+        f"{n} hash seeds: {n - len(bad)} passed, {len(bad)} failed"
+        + (f" (seeds {_ranges([s.seed for s in bad])})" if bad else "")
+        + f"; {result.wall_seconds:.2f}s wall, {per_seed:.2f}s per seed"
+    )
+    if bad:
+        cmd = shlex.join(child_command(result.pytest_args, "python"))
+        lines.append(f"replay: PYTHONHASHSEED={bad[0].seed} {cmd}")
+    return "\n".join(lines)
+
+
+def format_seed(s: SeedOutcome) -> str:
+    where = (
+        f"  ({', '.join(s.failed[:3])}{' ...' if len(s.failed) > 3 else ''})" if s.failed else ""
+    )
+    return f"  PYTHONHASHSEED={s.seed:<4d} {s.status:8s} {s.summary}{where}"
+
+
+def _ranges(seeds: Sequence[int]) -> str:
+    out, start, prev = [], None, None
+    for s in sorted(seeds):
+        if start is None:
+            start = prev = s
+        elif s == prev + 1:  # type: ignore[operator]
+            prev = s
+        else:
+            out.append(f"{start}-{prev}" if start != prev else str(start))
+            start = prev = s
+    if start is not None:
+        out.append(f"{start}-{prev}" if start != prev else str(start))
+    return ",".join(out)
