@@ -29,8 +29,10 @@ JSON summary (``write_summary``), schema ``kvfault.summary/1``::
           "verdict": str,         # PASS FAIL FIXED "STILL FAILING" "NOT REPRODUCED"
                                   # "NOT EXERCISED" ERROR
           "ok": bool,
-          "signature": str,       # the failure in one line: property + evidence, or
-                                  # named error + op; "" when the case passed
+          "signature": str,       # the failure in one line: property + evidence, and
+                                  # the named error + op it stopped with; for a
+                                  # regression, the legacy run's (expected) failure,
+                                  # also when FIXED; "" for a plain case that passed
           "violations": [str],    # the fixed (or only) run's violations, one line each
           "legacy_violations": [str],  # a regression's legacy run (its expected failure)
           "stop": str | null,     # the named error the fixed (or only) run stopped with
