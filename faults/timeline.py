@@ -814,7 +814,8 @@ def _draw_stop(ax, lay: _Layout, xlim: tuple[float, float], overview: bool) -> N
             clip_on=True,
         )
         return
-    lines = [f"STOP  {stop.error}"]
+    # A judged run that passes and still stops made the stop it must (a lost completion).
+    lines = [f"STOP  {stop.error}" + ("  (the stop this run must make)" if panel.ok else "")]
     if stop.op:
         lines.append(f"op {short_op(stop.op)}")
     if stop.elapsed is not None:
