@@ -13,6 +13,11 @@ limit. Engine restarts are dashed vertical lines.
 With many loads only ``max_rows`` rows around the load that matters are drawn (the
 stopping load, else the load that stopped the other panel, else the first load never
 applied); the rest are folded into two summary rows that say how many they are.
+When the decisive moment (the legacy stop) packs many events into a sliver of the axis,
+a zoom column on the right shows that window for both panels. A boxed note by the stop
+gives the stopping load's own times and one-line diagnoses derived from the trace only
+(e.g. its bound was not restarted when the loads before it finished); in the other
+panel the same load is highlighted with its times.
 
 The data side (``load_rows``, ``panel_of``) needs nothing but the trace; drawing needs
 matplotlib (the ``plot`` extra), imported only when a picture is written.
