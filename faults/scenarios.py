@@ -9,7 +9,7 @@ asserts anything itself: ``faults.properties`` judges the trace.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
 from fakes.clock import VirtualClock
@@ -40,6 +40,12 @@ class RunContext:
     # tier passes its own (``reference.lmcache_tier``) together with a real clock.
     tier_factory: Callable[[SimWorld, EngineConfig], Tier] | None = None
     clock_factory: Callable[[], Clock] = VirtualClock
+    # Multiplies every duration a scenario sets (deadlines, bounds, slow forwards,
+    # arrival gaps): real-time tiers run the same story faster, e.g. 0.05.
+    time_scale: float = 1.0
+
+    def seconds(self, s: float) -> float:
+        return s * self.time_scale
 
 
 @dataclass
@@ -81,9 +87,15 @@ class _Run:
         config: EngineConfig,
         own_injectors: Sequence[Injector] = (),
     ):
+        if ctx.time_scale <= 0:
+            raise ValueError(f"time_scale must be positive, got {ctx.time_scale}")
         self.name = name
         self.ctx = ctx
-        self.config = config
+        self.config = replace(
+            config,
+            transfer_deadline_s=ctx.seconds(config.transfer_deadline_s),
+            bound_slack_s=ctx.seconds(config.bound_slack_s),
+        )
         self.world = SimWorld(ctx.clock_factory())
         # The scenario's own faults (part of its workload) come before the plan's.
         self.injectors = [*own_injectors, *ctx.injectors]
@@ -275,6 +287,11 @@ def chunk_aligned_hybrid(ctx: RunContext) -> RunResult:
     return run.result()
 
 
+def _compile_and_load(ctx: RunContext) -> SlowForward:
+    """The seed's slow start: a 29 s first forward (kernel compile), a 21 s step."""
+    return SlowForward({0: ctx.seconds(29.0), 1: ctx.seconds(21.0)})
+
+
 _BURST_CONFIG = EngineConfig(
     geometry=Geometry(16, 256, 2048, 512), model_kind="hybrid", state_grid="chunk"
 )
@@ -290,7 +307,7 @@ def restart_burst(ctx: RunContext) -> RunResult:
     """A restarted server gets 64 restoring requests at once (plus two cold ones that
     keep the forwards busy), behind a 29 s first forward (kernel compile) and a 21 s
     step under host load. Healthy: the engine must not stop."""
-    run = _Run("restart_burst", ctx, _BURST_CONFIG, [SlowForward({0: 29.0, 1: 21.0})])
+    run = _Run("restart_burst", ctx, _BURST_CONFIG, [_compile_and_load(ctx)])
     engine = run.engine()
     reqs = run.workloads.burst(64, 1024).requests
     _store_then_restart(run, engine, reqs)
@@ -311,10 +328,11 @@ def lost_completion_burst(ctx: RunContext) -> RunResult:
     _store_then_restart(run, engine, burst + stream)
     t0 = run.world.clock.now()
     arrivals = _renamed(run, burst, "burst", t0) + [
-        resend(r, f"{r.req_id}-stream", t0 + 2.0 * (i + 1)) for i, r in enumerate(stream)
+        resend(r, f"{r.req_id}-stream", t0 + ctx.seconds(2.0) * (i + 1))
+        for i, r in enumerate(stream)
     ]
     run.submit(engine, arrivals)
-    run.run(engine, max_sim_seconds=600.0)
+    run.run(engine, max_sim_seconds=ctx.seconds(600.0))
     return run.result()
 
 
@@ -385,7 +403,7 @@ def small_restart_burst(ctx: RunContext) -> RunResult:
     the forwards busy) behind a 29 s first forward and a 21 s step: so few loads share
     a step that the order a bound rule numbers them in decides whether the engine
     stops (the hash-order shuffle's scenario). Healthy: it must not stop."""
-    run = _Run("small_restart_burst", ctx, _BURST_CONFIG, [SlowForward({0: 29.0, 1: 21.0})])
+    run = _Run("small_restart_burst", ctx, _BURST_CONFIG, [_compile_and_load(ctx)])
     engine = run.engine()
     reqs = run.workloads.burst(4, 1024).requests
     _store_then_restart(run, engine, reqs)
