@@ -426,15 +426,17 @@ class CaseRunner:
         stopped_with = _stop_error(res)
         if not res.ok:
             out.verdict, out.signature = FAIL, signature(res)
+        elif t.kind == "fault" and not fired.get(str(t.injector)):
+            # Checked before the expected stop: a fault that never fired cannot have
+            # caused one, and "not exercised" says what is wrong.
+            out.verdict = NOT_EXERCISED
+            out.signature = f"{t.injector} never fired on {t.scenario} with seed {case.seed}"
         elif expected and stopped_with != expected:
             out.verdict = FAIL
             got = f"stopped with {stopped_with}" if stopped_with else "did not stop"
             out.signature = (
                 f"{t.injector} on {t.scenario}: the fixed stack must stop with {expected}; it {got}"
             )
-        elif t.kind == "fault" and not fired.get(str(t.injector)):
-            out.verdict = NOT_EXERCISED
-            out.signature = f"{t.injector} never fired on {t.scenario} with seed {case.seed}"
         return out
 
     def _judge_regression(self, case: Case) -> CaseOutcome:

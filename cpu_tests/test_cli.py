@@ -1,0 +1,315 @@
+"""The ``kvfault`` command line (faults/cli.py): run, list, repro, replay, argument errors."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from faults import cli
+from faults.plans import INJECTORS
+from faults.properties import PROPERTIES, Violation
+from faults.regressions import REGRESSIONS
+from faults.scenarios import SCENARIOS
+from reference.rules import Rules
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def kvfault(*args: str, cwd: Path = ROOT, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "faults.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+# -- lazy imports ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import faults.cli",
+        "import faults.cli; faults.cli.build_parser()",
+        "import faults.sweep, faults.sweep_items, faults.pytest_plugin",
+        "from faults.cli import main; main(['list'])",
+    ],
+)
+def test_the_cli_imports_no_torch_zmq_or_faker(code):
+    """A sweep's child and `kvfault list` stay cheap, and a GPU host needs no zmq/faker."""
+    probe = f"{code}\nimport sys\nprint('HEAVY', sorted(m for m in ('torch', 'zmq', 'faker') if m in sys.modules))"
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    assert out.stdout.splitlines()[-1] == "HEAVY []"
+
+
+# -- list --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "flag, catalog",
+    [("--regressions", REGRESSIONS), ("--faults", INJECTORS), ("--scenarios", SCENARIOS)],
+)
+def test_list_one_section_prints_one_name_per_line_then_its_description(capsys, flag, catalog):
+    assert cli.main(["list", flag]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines] == list(catalog)
+    assert all(len(line.split(maxsplit=1)) == 2 for line in lines)  # a description follows
+
+
+def test_list_shows_every_section(capsys):
+    assert cli.main(["list"]) == 0
+    out = capsys.readouterr().out
+    for header in ("scenarios:", "properties:", "faults:", "regressions:"):
+        assert header in out.splitlines()
+    assert "  restart_numbering_in_hash_order" in out
+
+
+# -- argument errors -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ([], None),
+        (["run", "--seeds", "x"], "argument --seeds: --seeds wants a whole number, got 'x'"),
+        (["run", "--seeds", "0"], "argument --seeds: --seeds must be at least 1, got 0"),
+        (
+            ["run", "--fault", "slowforward"],
+            "unknown fault 'slowforward' (did you mean: slow_forward?)",
+        ),
+        (["run", "--scenario", "nope"], "unknown scenario 'nope'; see `kvfault list`"),
+        (
+            ["run", "-n", "0"],
+            "argument -n/--numprocesses: wants a number of workers or 'auto', got '0'",
+        ),
+        (["run", "--bogus"], "unrecognized arguments: --bogus"),
+        (["repro"], "the following arguments are required: NAME"),
+        (
+            ["repro", "hash_order"],
+            "unknown regression 'hash_order' (did you mean: restart_numbering_in_hash_order?)",
+        ),
+        (["repro", "media_keys", "--seed", "-1"], "argument --seed: a seed must be >= 0, got -1"),
+        (["replay"], "the following arguments are required: ARTIFACT"),
+        (["frobnicate"], "argument COMMAND: invalid choice: 'frobnicate'"),
+    ],
+)
+def test_bad_arguments_give_one_line_and_exit_2(capsys, args, message):
+    with pytest.raises(SystemExit) as exc:
+        code = cli.main(args)
+        raise SystemExit(code)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    if message is None:
+        return  # bare `kvfault` prints help
+    assert err.count("\n") == 1 and err.startswith("kvfault: error: "), err
+    assert message in err
+
+
+def test_prove_is_wired_in(capsys):
+    assert cli.main(["prove"]) == 2
+    assert capsys.readouterr().err.startswith("kvfault prove: error: both --old REV and --new REV")
+
+
+# -- run ------------------------------------------------------------------------------------
+
+
+def test_run_a_selection_writes_the_report_and_leaves_no_artifacts(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code = cli.main(
+        ["run", "--seeds", "2", "--regression", "hybrid_last_chunk", "--scenario", "chunk_aligned_hybrid",
+         "--report", "rep", "--no-progress"]
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0, out
+    table = out.splitlines()
+    assert table[0].split() == [
+        "kind",
+        "name",
+        "scenario",
+        "seeds",
+        "verdict",
+        "wall",
+        "s",
+        "detail",
+    ]
+    assert table[2].split()[:5] == [
+        "regression",
+        "hybrid_last_chunk",
+        "chunk_aligned_hybrid",
+        "0-1",
+        "CAUGHT",
+    ]
+    assert "hybrid caught on 2/2 seeds" in table[2]
+    assert table[3].split()[:5] == [
+        "scenario",
+        "chunk_aligned_hybrid",
+        "chunk_aligned_hybrid",
+        "0-1",
+        "PASS",
+    ]
+    assert "2 targets, 4 runs: 2 ok, 0 failed" in out
+    summary = json.loads((tmp_path / "rep" / "summary.json").read_text())
+    assert summary["meta"]["campaign"]["ok"] is True and summary["meta"]["seeds"] == [0, 1]
+    assert (tmp_path / "rep" / "junit.xml").exists()
+    assert not (tmp_path / "rep" / "artifacts").exists() and not (tmp_path / ".kvfault").exists()
+
+
+def test_run_fails_when_a_fault_is_not_exercised_and_keeps_its_artifact(
+    tmp_path, capsys, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    info = INJECTORS["lost_completion"]
+    monkeypatch.setitem(
+        INJECTORS,
+        "lost_completion",
+        dataclasses.replace(
+            info, scenario="chunk_aligned_hybrid", defaults={"nth": (64,)}, expect_stop=None
+        ),
+    )
+    assert cli.main(["run", "--seeds", "1", "--fault", "lost_completion", "--no-progress"]) == 1
+    out = capsys.readouterr().out
+    assert "NOT EXERCISED fault:lost_completion@seed0: lost_completion never fired" in out
+    assert "  replay: kvfault run --first-seed 0 --seeds 1 --fault lost_completion" in out
+    artifact = tmp_path / ".kvfault" / "artifacts" / "fault-lost_completion-seed0.json"
+    assert f"  artifact: {artifact.relative_to(tmp_path)}" in out
+    assert json.loads(artifact.read_text())["plan"]["faults"][0]["params"] == {"nth": [64]}
+
+
+def test_run_fails_when_a_regression_is_not_caught(capsys, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    reg = REGRESSIONS["hybrid_last_chunk"]
+    monkeypatch.setitem(REGRESSIONS, "hybrid_last_chunk", dataclasses.replace(reg, rules=Rules()))
+    assert (
+        cli.main(["run", "--seeds", "1", "--regression", "hybrid_last_chunk", "--no-progress"]) == 1
+    )
+    out = capsys.readouterr().out
+    assert "NOT CAUGHT" in out and "hybrid caught on 0/1 seeds" in out
+    assert "NOT REPRODUCED regression:hybrid_last_chunk@seed0: legacy passed every property" in out
+
+
+# -- repro and replay -------------------------------------------------------------------
+
+
+def test_repro_prints_fixed_the_signature_and_the_replay_command(tmp_path, capsys):
+    code = cli.main(["repro", "hybrid_last_chunk", "--artifacts", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    lines = out.splitlines()
+    assert lines[0].startswith("repro hybrid_last_chunk (seed 0): ")
+    assert "FIXED: the legacy stack fails with hybrid, the fixed stack passes" in lines
+    assert any(line.startswith("signature: hybrid: ") for line in lines)
+    assert "replay: kvfault repro hybrid_last_chunk --seed 0" in lines
+    artifact = tmp_path / "regression-hybrid_last_chunk-seed0.json"
+    assert json.loads(artifact.read_text())["command"] == "kvfault repro hybrid_last_chunk --seed 0"
+
+    assert cli.main(["replay", str(artifact)]) == 0  # the same verdict again
+    again = capsys.readouterr().out.splitlines()
+    assert again[: len(lines) - 1] == lines[:-1]
+
+
+def test_repro_still_failing_exits_1(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(PROPERTIES, "hybrid", lambda run: [Violation("hybrid", "planted", t=0.5)])
+    assert cli.main(["repro", "hybrid_last_chunk", "--artifacts", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert "STILL FAILING: the fixed stack fails too" in out
+    assert "signature: hybrid: planted at t=0.500s" in out
+
+
+def test_repro_not_reproduced_exits_2(tmp_path, capsys, monkeypatch):
+    reg = REGRESSIONS["hybrid_last_chunk"]
+    monkeypatch.setitem(REGRESSIONS, "hybrid_last_chunk", dataclasses.replace(reg, rules=Rules()))
+    assert cli.main(["repro", "hybrid_last_chunk", "--artifacts", str(tmp_path)]) == 2
+    assert "NOT REPRODUCED: the legacy stack did not fail with hybrid" in capsys.readouterr().out
+
+
+def test_repro_draws_a_timeline(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "t.svg"
+    assert (
+        cli.main(
+            ["repro", "hybrid_last_chunk", "--artifacts", str(tmp_path), "--timeline", str(path)]
+        )
+        == 0
+    )
+    assert f"timeline: {path}" in capsys.readouterr().out
+    assert path.read_text().lstrip().startswith("<?xml")
+
+
+def test_replay_of_a_fault_case(tmp_path, capsys):
+    from faults.campaign import Case, fault_target
+    from faults.repro import write_artifact
+
+    path = write_artifact(Case(fault_target("fence_failure"), 1), tmp_path)
+    assert cli.main(["replay", str(path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "replay fault:fence_failure@seed1: restart_tier_kept under fence_failure"
+    assert out[1].startswith("  fixed      PASS  every property held; fired fence_failure x")
+    assert "replay: kvfault run --first-seed 1 --seeds 1 --fault fence_failure" in out
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("not json", "is not JSON (Expecting value at line 1)"),
+        ("[1, 2]", "is not a kvfault replay artifact"),
+        ('{"kvfault_artifact": 9}', "artifact version 9; this kvfault reads 1"),
+        ('{"kvfault_artifact": 1, "seed": 0}', "a target is a JSON object"),
+        (
+            '{"kvfault_artifact": 1, "seed": true, "target": {}}',
+            "'seed' must be an integer, got True",
+        ),
+        (
+            '{"kvfault_artifact": 1, "seed": 0, "target": {"kind": "regression", "name": "media_key"}}',
+            "unknown regression 'media_key' (did you mean: media_keys?)",
+        ),
+        (
+            '{"kvfault_artifact": 1, "seed": 0, "target": {"kind": "fault", "name": "slow_forward"},'
+            ' "plan": {"seed": 0, "faults": [{"injector": "slow_forward", "params": {"forwards": 3}}]}}',
+            "slow_forward: parameter 'forwards' must be",
+        ),
+    ],
+)
+def test_a_malformed_artifact_is_one_clear_error(tmp_path, capsys, content, message):
+    path = tmp_path / "a.json"
+    path.write_text(content)
+    assert cli.main(["replay", str(path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.count("\n") == 1 and captured.err.startswith(f"kvfault: error: {path}"), (
+        captured.err
+    )
+    assert message in captured.err
+
+
+def test_the_artifact_is_on_disk_before_a_hanging_case_and_the_hang_dumps_stacks(tmp_path):
+    script = textwrap.dedent(
+        f"""
+        import time
+        import faults.runner
+        from faults.cli import main
+
+        def hang(*args, **kwargs):
+            time.sleep(60)
+
+        faults.runner.run_case = hang
+        main(["repro", "media_keys", "--artifacts", {str(tmp_path)!r}, "--timeout", "1"])
+        """
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
+    assert proc.returncode != 0
+    assert "Timeout (0:00:01)!" in proc.stderr
+    assert "in hang" in proc.stderr  # the stack of the hanging frame
+    artifact = json.loads((tmp_path / "regression-media_keys-seed0.json").read_text())
+    assert artifact["command"] == "kvfault repro media_keys --seed 0"

@@ -1,0 +1,203 @@
+"""The pytest plugin (faults/pytest_plugin.py), through pytester."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+
+def _run(pytester: pytest.Pytester, source: str, *args: str) -> pytest.RunResult:
+    pytester.makepyfile(test_user=textwrap.dedent(source))
+    return pytester.runpytest("-p", "no:cacheprovider", *args)
+
+
+def test_fixtures_build_a_world_an_engine_and_a_scenario(pytester):
+    result = _run(
+        pytester,
+        """
+        from fakes.clock import VirtualClock
+        from fakes.sim import SimWorld
+        from reference.engine import Engine, EngineConfig
+        from reference.rules import Rules
+
+        def test_clock_and_world(kv_clock, kv_world):
+            assert isinstance(kv_clock, VirtualClock) and kv_clock.now() == 0.0
+            assert isinstance(kv_world, SimWorld) and kv_world.trace.events == []
+
+        def test_defaults(kv_seed, kv_rules, fault_plan):
+            assert kv_seed == 0 and kv_rules == Rules()
+            assert fault_plan.faults == () and fault_plan.seed == 0
+
+        def test_engine(kv_engine, kv_world):
+            engine = kv_engine(EngineConfig())
+            assert isinstance(engine, Engine) and engine.injectors == []
+            assert engine.trace is kv_world.trace
+
+        def test_scenario(kv_scenario):
+            result = kv_scenario("chunk_aligned_hybrid")
+            assert result.ok and result.scenario == "chunk_aligned_hybrid"
+        """,
+    )
+    result.assert_outcomes(passed=4)
+
+
+def test_kv_fault_and_seed_options_make_the_fault_plan(pytester):
+    result = _run(
+        pytester,
+        """
+        def test_plan(fault_plan, kv_seed, kv_engine):
+            assert [f.injector for f in fault_plan.faults] == ["slow_forward", "lost_completion"]
+            assert fault_plan.seed == kv_seed == 7
+            engine = kv_engine()
+            assert [i.name for i in engine.injectors] == ["slow_forward", "lost_completion"]
+        """,
+        "--kv-fault", "slow_forward", "--kv-fault", "lost_completion", "--kv-seed", "7",
+    )  # fmt: skip
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        ["kvfault: seed 7, seeds 1, faults slow_forward,lost_completion, *"]
+    )
+
+
+def test_kv_seeds_runs_a_test_once_per_seed(pytester):
+    result = _run(
+        pytester,
+        "def test_s(kv_seed):\n    assert kv_seed in (3, 4, 5)\n",
+        "--kv-seed",
+        "3",
+        "--kv-seeds",
+        "3",
+        "-v",
+    )
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(
+        ["*test_s?kvseed3? PASSED*", "*test_s?kvseed4? PASSED*", "*test_s?kvseed5? PASSED*"]
+    )
+
+
+def test_kv_regression_swaps_in_legacy_rules(pytester):
+    result = _run(
+        pytester,
+        """
+        from faults.regressions import REGRESSIONS
+
+        def test_rules(kv_rules, kv_scenario):
+            assert kv_rules == REGRESSIONS["hybrid_last_chunk"].rules
+            assert not kv_scenario("chunk_aligned_hybrid").ok
+        """,
+        "--kv-regression", "hybrid_last_chunk",
+    )  # fmt: skip
+    result.assert_outcomes(passed=1)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--kv-fault", "slow"], "kvfault: unknown fault 'slow' (did you mean: slow_forward*"),
+        (
+            ["--kv-regression", "media_key"],
+            "kvfault: unknown regression 'media_key' (did you mean: media_keys?)",
+        ),
+        (["--kv-seeds", "0"], "*--kv-seeds: must be at least 1, got 0"),
+        (["--hashseed-sweep", "5-1"], "*--hashseed-sweep: bad hash seed range '5-1': 1 < 5"),
+    ],
+)
+def test_bad_options_are_usage_errors(pytester, args, message):
+    result = _run(pytester, "def test_x():\n    pass\n", *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*{message}*"])
+
+
+def test_markers_are_registered_for_strict_users(pytester):
+    result = _run(
+        pytester,
+        """
+        import pytest
+
+        @pytest.mark.gpu
+        @pytest.mark.lmcache
+        @pytest.mark.slow
+        def test_marked():
+            pass
+        """,
+        "--strict-markers",
+    )
+    result.assert_outcomes(passed=1)
+    markers = pytester.runpytest("--markers").stdout.str()
+    for name in ("gpu", "lmcache", "slow"):
+        assert f"@pytest.mark.{name}:" in markers
+
+
+def test_a_failing_kvfault_test_prints_its_replay_line(pytester, monkeypatch):
+    monkeypatch.setenv("PYTHONHASHSEED", "5")
+    result = _run(
+        pytester,
+        """
+        def test_burst(kv_scenario, kv_seed):
+            result = kv_scenario("chunk_aligned_hybrid")
+            assert not result.ok, "planted failure"
+
+        def test_plain():
+            assert False
+        """,
+        "--kv-seed", "2", "--kv-seeds", "2", "--kv-fault", "slow_forward",
+    )  # fmt: skip
+    result.assert_outcomes(failed=3)
+    out = result.stdout.str()
+    assert out.count("kvfault replay") == 2  # the plain test used no kvfault fixture
+    result.stdout.fnmatch_lines(
+        [
+            "*- kvfault replay -*",
+            "PYTHONHASHSEED=5 python* -m pytest test_user.py::test_burst --kv-seed 2 --kv-fault slow_forward",
+            "scenario chunk_aligned_hybrid: kvfault run --first-seed 2 --seeds 1 --fault slow_forward",
+            "*- kvfault replay -*",
+            "PYTHONHASHSEED=5 python* -m pytest test_user.py::test_burst --kv-seed 3 --kv-fault slow_forward",
+        ]
+    )
+
+
+def test_replay_line_under_a_random_hash_seed_says_how_to_find_one(pytester, monkeypatch):
+    monkeypatch.delenv("PYTHONHASHSEED", raising=False)
+    result = _run(pytester, "def test_x(kv_seed):\n    assert False\n")
+    result.stdout.fnmatch_lines(
+        ["python* -m pytest test_user.py::test_x --kv-seed 0", "*--hashseed-sweep 0-15*"]
+    )
+
+
+def test_hashseed_sweep_option_reruns_the_session_per_seed(pytester):
+    pytester.makepyfile(
+        test_hs="import os\n\ndef test_not_two():\n    assert os.environ['PYTHONHASHSEED'] != '2'\n"
+    )
+    result = pytester.runpytest_subprocess(
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:hypothesispytest",
+        "--assert=plain",
+        "--hashseed-sweep",
+        "1-2",
+    )
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(
+        [
+            "kvfault: PYTHONHASHSEED sweep over 1-2: python -m pytest *",
+            "  PYTHONHASHSEED=1    passed   1 passed*",
+            "  PYTHONHASHSEED=2    FAILED   1 failed*(test_hs.py::test_not_two)",
+            "2 hash seeds: 1 passed, 1 failed (seeds 2);*",
+        ]
+    )
+    assert "--hashseed-sweep" not in result.stdout.lines[0]
+
+
+def test_plugin_import_pulls_in_no_torch_zmq_or_faker():
+    code = (
+        "import sys, faults.pytest_plugin\n"
+        "print(sorted(m for m in ('torch', 'zmq', 'faker') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
