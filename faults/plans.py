@@ -49,6 +49,10 @@ class Param:
     lo: float = 0
     hi: float = 2**63 - 1
     max_len: int = 4  # longest list a draw makes
+    # A search draws from a narrower range than a spec accepts, so it hits the
+    # operations a run actually has (a few dozen loads, stores and forwards).
+    draw_hi: float | None = None
+    choices: tuple[Any, ...] = ()  # when set, a draw picks from these
 
     def check(self, injector: str, name: str, value: Any) -> Any:
         """The value in canonical form (tuples, floats), or ``ValueError`` in one line."""
@@ -103,11 +107,19 @@ class Param:
         }.get(self.kind, self.kind)
 
 
-def _nth(what: str, hi: int = 64) -> Param:
-    return Param("ints", f"1-based counts of the {what} it hits, over the whole run", 1, hi)
+def _nth(what: str, hi: int = 1_000_000, draw_hi: int = 16) -> Param:
+    return Param(
+        "ints", f"1-based counts of the {what} it hits, over the whole run", 1, hi, draw_hi=draw_hi
+    )
 
 
-_P = Param("float", "probability per operation, drawn from the run's seed", 0.0, 1.0)
+_P = Param(
+    "float",
+    "probability per operation, drawn from the run's seed",
+    0.0,
+    1.0,
+    choices=(0.0, 0.05, 0.25, 1.0),
+)
 
 
 # -- the catalog -------------------------------------------------------------------------
@@ -201,7 +213,16 @@ INJECTORS: dict[str, InjectorInfo] = {
             "data_parallel_base_port unresolved (0) on two servers sharing a host",
             "two_servers_configured",
             {"ports": (0, 0)},
-            {"ports": Param("ints", "the two servers' data_parallel_base_port", 0, 65535, 2)},
+            {
+                "ports": Param(
+                    "ints",
+                    "the two servers' data_parallel_base_port",
+                    0,
+                    65535,
+                    2,
+                    choices=((0, 0), (0, 34969), (35849, 0), (35849, 35849)),
+                )
+            },
             expect_stop="EngineIdentityConflict",
         ),
         InjectorInfo(
@@ -248,7 +269,7 @@ INJECTORS: dict[str, InjectorInfo] = {
             "restart_mid_run",
             {"nth": (8, 19)},
             {
-                "nth": _nth("forwards", 256),
+                "nth": _nth("forwards", draw_hi=30),
                 "p": _P,
                 "limit": Param("int", "at most this many crashes per run", 1, 8),
             },
@@ -428,7 +449,7 @@ def draw_params(name: str, rng: random.Random) -> dict[str, Any]:
     info = INJECTORS[name]
     params = dict(info.defaults)
     if "nth" in info.params:
-        hi = 12 if name != "engine_restart" else 40
+        hi = int(info.params["nth"].draw_hi or 16)
         params["nth"] = tuple(sorted(rng.sample(range(1, hi + 1), rng.randint(1, 2))))
         params.pop("p", None)
         if name == "late_visibility":

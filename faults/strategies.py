@@ -1,0 +1,112 @@
+"""Hypothesis strategies for fault plans and workloads (DESIGN §5, §9).
+
+Everything drawn here is plain data (``FaultSpec``, ``FaultPlan``, ``WorkloadParams``)
+whose parameters come from the injector catalog's schema (``faults.plans.INJECTORS``),
+so a new injector is drawable as soon as it is registered. Draws shrink toward the
+simplest case: no faults, seed 0, the first scenario, each injector's catalog defaults
+(the parameters known to make it fire in its own scenario).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from hypothesis import strategies as st
+
+from faults.plans import INJECTORS, FaultPlan, FaultSpec, Param
+
+SEEDS = st.integers(min_value=0, max_value=2**16 - 1)
+
+def _whole(lo: float, hi: float) -> st.SearchStrategy[float]:
+    """Whole seconds as floats: readable in a shrunk plan and in JSON."""
+    return st.integers(int(max(lo, 0) + (lo % 1 > 0)), int(hi)).map(float)
+
+
+def param_values(name: str, param: Param) -> st.SearchStrategy[Any]:
+    """Values of one parameter, within its schema and a range a run can hit."""
+    kind = param.kind
+    if param.choices:
+        return st.sampled_from(param.choices)
+    top = param.hi if param.draw_hi is None else param.draw_hi
+    if kind == "bool":
+        return st.booleans()
+    if kind == "salt":
+        return st.none() | st.integers(0, 2**64 - 1)
+    if kind == "int":
+        return st.integers(int(param.lo), int(top))
+    if kind == "float":
+        return _whole(param.lo, min(top, 60))
+    if kind == "ints":
+        return st.lists(
+            st.integers(int(param.lo), int(top)),
+            min_size=1,
+            max_size=param.max_len,
+            unique=True,
+        ).map(lambda xs: tuple(sorted(xs)))
+    if kind == "pairs":
+        pair = st.tuples(st.integers(0, 6), _whole(param.lo, min(top, 40)))
+        return st.lists(pair, min_size=1, max_size=param.max_len, unique_by=lambda p: p[0]).map(
+            lambda ps: tuple(sorted(ps))
+        )
+    raise AssertionError(f"no strategy for parameter kind {kind!r}")
+
+
+def _spec_for(name: str) -> st.SearchStrategy[FaultSpec]:
+    info = INJECTORS[name]
+    # Each parameter is either left at the catalog default (the simplest choice, which
+    # a shrink falls back to) or drawn.
+    choices = {
+        key: st.none() | param_values(key, param).map(lambda v: (v,))
+        for key, param in sorted(info.params.items())
+    }
+
+    def build(drawn: dict[str, Any]) -> FaultSpec:
+        params = dict(info.defaults)
+        params.update({k: v[0] for k, v in drawn.items() if v is not None})
+        return FaultSpec.of(name, **params)
+
+    return st.fixed_dictionaries(choices).map(build)
+
+
+def fault_specs(names: Sequence[str] | None = None) -> st.SearchStrategy[FaultSpec]:
+    """One fault of any injector in ``names`` (default: every registered injector)."""
+    pool = list(names) if names is not None else list(INJECTORS)
+    unknown = [n for n in pool if n not in INJECTORS]
+    if unknown or not pool:
+        raise ValueError(f"fault_specs: unknown injector {unknown[:1] or pool!r}")
+    return st.one_of([_spec_for(n) for n in pool])
+
+
+def fault_plans(
+    names: Sequence[str] | None = None,
+    max_faults: int = 3,
+    seeds: st.SearchStrategy[int] = SEEDS,
+) -> st.SearchStrategy[FaultPlan]:
+    """A plan of up to ``max_faults`` faults (at most one per injector) and its seed;
+    shrinks toward the empty plan with seed 0."""
+    specs = st.lists(fault_specs(names), max_size=max_faults, unique_by=lambda s: s.injector)
+    return st.builds(lambda fs, seed: FaultPlan(tuple(fs), seed), specs, seeds)
+
+
+@dataclass(frozen=True)
+class WorkloadParams:
+    """The workload of one case: a named scenario (``faults.scenarios.SCENARIOS``)
+    and the seed that draws its prompts, ids and pictures."""
+
+    scenario: str
+    seed: int
+
+
+def workload_params(
+    scenarios: Sequence[str] | None = None, seeds: st.SearchStrategy[int] = SEEDS
+) -> st.SearchStrategy[WorkloadParams]:
+    """A scenario (default: any registered one) and a seed; shrinks toward the first
+    scenario and seed 0."""
+    from faults.scenarios import SCENARIOS
+
+    pool = list(scenarios) if scenarios is not None else list(SCENARIOS)
+    unknown = [s for s in pool if s not in SCENARIOS]
+    if unknown or not pool:
+        raise ValueError(f"workload_params: unknown scenario {unknown[:1] or pool!r}")
+    return st.builds(WorkloadParams, st.sampled_from(pool), seeds)
