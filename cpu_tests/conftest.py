@@ -19,13 +19,23 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
 _COMMON = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# The explain phase re-runs a shrunk failure many times to point at the lines that
+# matter; with whole simulated runs per example that takes minutes. dev and ci skip it,
+# so a failure reports in seconds; nightly keeps it.
+_FAST_PHASES = tuple(p for p in Phase if p is not Phase.explain)
 
-settings.register_profile("dev", max_examples=12, **_COMMON)
+settings.register_profile("dev", max_examples=12, phases=_FAST_PHASES, **_COMMON)
 settings.register_profile(
-    "ci", max_examples=150, derandomize=True, database=None, print_blob=True, **_COMMON
+    "ci",
+    max_examples=150,
+    derandomize=True,
+    database=None,
+    print_blob=True,
+    phases=_FAST_PHASES,
+    **_COMMON,
 )
 settings.register_profile("nightly", max_examples=1000, print_blob=True, **_COMMON)
 

@@ -76,26 +76,41 @@ def test_joint_boundary():
     assert joint_boundary(1024, 1024, (1024,)) == 0
 
 
-@given(
-    block=st.sampled_from([16, 64, 128]),
-    chunks_per=st.sampled_from([1, 2, 4]),
-    prompt_len=st.integers(1, 3000),
-    data=st.data(),
-)
-def test_hit_invariants(block, chunks_per, prompt_len, data):
-    geo = Geometry(block, block * chunks_per, 4096, block * chunks_per)
-    kv_hit = data.draw(st.sampled_from(range(0, geo.floor_chunk(prompt_len) + 1, geo.chunk_size)))
-    states = data.draw(st.sets(st.sampled_from(range(block, prompt_len + block, block))))
+@st.composite
+def hits_around_chunks(draw):
+    block = draw(st.sampled_from([16, 64, 128]))
+    geo = Geometry(block, block * draw(st.sampled_from([1, 2, 4])), 4096, block * 4)
+    chunk = geo.chunk_size
+    # prompts on, just below or just above a chunk boundary, or anywhere
+    prompt_len = draw(
+        st.builds(lambda k, d: k * chunk + d, st.integers(1, 8), st.sampled_from([-1, 0, 1]))
+        | st.integers(1, 3000)
+    )
+    top = geo.floor_chunk(prompt_len)
+    kv_hit = draw(st.just(top) | st.sampled_from(range(0, top + 1, chunk)))  # often full
+    boundaries = range(block, prompt_len + block, block)
+    states = draw(st.just(set(boundaries)) | st.sets(st.sampled_from(boundaries)))
+    return geo, prompt_len, kv_hit, states
+
+
+@given(hits_around_chunks())
+def test_hit_invariants(drawn):
+    geo, prompt_len, kv_hit, states = drawn
     d = hits.dense(kv_hit, prompt_len, geo)
     assert d.claim == d.kv_end <= kv_hit
     assert d.claim < prompt_len
     assert d.claim % geo.chunk_size == 0
-    assert d.claim >= min(kv_hit, prompt_len - 1) - geo.chunk_size
+    assert d.claim == geo.floor_chunk(min(kv_hit, prompt_len - 1))
     h = hits.hybrid(kv_hit, prompt_len, sorted(states), geo)
-    assert h.claim == h.joint == joint_boundary(kv_hit, prompt_len, states)
+    # the joint boundary: the last state image at or below the KV hit, below the end
+    assert (
+        h.claim == h.joint == max((p for p in states if p <= kv_hit and p < prompt_len), default=0)
+    )
     assert h.claim < prompt_len
     assert h.claim <= h.kv_end <= kv_hit
     assert h.kv_end == kv_hit or h.kv_end % geo.chunk_size == 0
+    if h.claim:
+        assert h.kv_end == min(geo.ceil_chunk(h.claim), kv_hit)
     # a hybrid never claims less than the dense rule would where a state image exists
     if d.claim in states or d.claim == 0:
         assert h.claim >= d.claim

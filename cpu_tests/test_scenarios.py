@@ -49,7 +49,7 @@ def test_scenario_passes_its_properties(name):
     res = case(name)
     assert res.violations == [], "\n".join(map(str, res.violations))
     assert "determinism" in res.checked and "correctness" in res.checked
-    assert not res.run.hung
+    assert not res.run.hung and res.run.startup_error is None
     # every fault the scenario brings actually fired
     assert all(n > 0 for n in res.fired.values()), res.fired
 
