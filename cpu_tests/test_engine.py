@@ -205,3 +205,25 @@ def test_same_seed_same_trace():
         world, _, _ = run_engine(cfg, reqs(3, 1200))
         digests.add(world.trace.digest())
     assert len(digests) == 1
+
+
+def test_an_eviction_between_lookup_and_retrieve_fails_the_load_and_recomputes():
+    cfg = EngineConfig(geometry=GEO, model_kind="hybrid", state_grid="block")
+    world = SimWorld()
+    tier = world.memory_tier(cfg)
+    (r,) = reqs(1, 1300)
+    _, engine, _ = run_engine(cfg, [r], world, tier=tier)
+    engine.restart()
+    again = replace(r, req_id="again")
+    engine.add_request(again)
+    tier.latency_s = 1.0  # the retrieve answers (and reads) a second after submission
+    engine.step()  # lookup hit and dispatch; the retrieve is submitted
+    assert not list(world.trace.of(Ev.RETRIEVE_TERMINAL))
+    assert tier.drop_chunk(again.prompt_token_ids, 0)
+    out = engine.run()
+    assert out.stopped is None and not out.hung
+    (terminal,) = world.trace.of(Ev.RETRIEVE_TERMINAL)
+    assert terminal.data["ok"] is False and "evicted" in terminal.data["error"]
+    applied = [e for e in world.trace.of(Ev.COMPLETION_APPLIED) if e.req_id == "again"]
+    assert [e.data["outcome"] for e in applied] == ["failed"]
+    assert out.outputs["again"] == DeterministicModel("hybrid", GEO).cold_output(again)
