@@ -299,6 +299,7 @@ def main(argv: list[str] | None = None) -> int:
         "device": torch.cuda.get_device_name(device),
         "torch": torch.__version__,
         "backend": f"{backend} {build}",
+        "triton": _triton_version(),
         "python": platform.python_version(),
         "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "command": "python " + " ".join(shlex.quote(a) for a in sys.argv),
@@ -306,7 +307,8 @@ def main(argv: list[str] | None = None) -> int:
     lines = [
         "GPU restore bandwidth: scattered blocks from pinned host memory into device pages",
         *(f"{k}: {v}" for k, v in header.items()),
-        "wall = first call to observed completion, median; ratio = contiguous wall / wall",
+        "wall = first call to observed completion (event.query / is_complete polled in a "
+        "tight loop), median; ratio = contiguous wall / wall",
         "",
     ]
     print("\n".join(lines), flush=True)
@@ -336,6 +338,14 @@ def main(argv: list[str] | None = None) -> int:
             + "\n"
         )
     return 0
+
+
+def _triton_version() -> str:
+    try:
+        import triton
+    except Exception:  # noqa: BLE001 - not installed: the engine gathers without it
+        return "not installed"
+    return triton.__version__
 
 
 def _size(bs: int) -> str:

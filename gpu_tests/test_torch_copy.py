@@ -166,3 +166,87 @@ def test_fence_raises_and_queues_nothing(device, way, fault):
     assert engine.in_flight == 0
     engine.synchronize()
     ds.check_restored(kv, [], [], seed)  # nothing was written
+
+
+def test_gather_uses_the_direct_launcher_where_triton_is_installed(device):
+    """The mapped path launches its compiled kernel directly (no per-call binding); the
+    jit launch is only a fallback for a Triton without that interface."""
+    if tc._triton_gather is None:
+        pytest.skip("Triton is not installed")
+    *_, engine, _, _, _, _ = _setup(device, 32 * KIB, "bfloat16", 8, "mapped:triton")
+    assert engine._tg is not None and engine._move == engine._move_triton
+
+
+@pytest.mark.parametrize("chunk", [0, 3])
+@pytest.mark.parametrize("way", ["dma", "mapped:triton"])
+def test_runs_of_consecutive_pages_restore_byte_exact(device, way, chunk):
+    """A tier keeps a chunk's pages adjacent: runs where slots and blocks are both
+    consecutive go as one larger DMA copy each (and in several batch calls with
+    ``dma_chunk``); mixed with scattered blocks, every byte still lands."""
+    pool, kv, engine, _, _, data, seed = _setup(device, 32 * KIB, "bfloat16", 40, way)
+    engine.dma_chunk = chunk
+    g = torch.Generator().manual_seed(seed)
+    slots = list(range(5, 17)) + [40, 41] + list(range(60, 70))
+    blocks = list(range(30, 42)) + [7, 9] + list(range(50, 60))
+    tail = torch.randperm(len(slots) - 14, generator=g).tolist()  # shuffle the last run
+    slots = slots[:14] + [slots[14 + i] for i in tail]
+    ticket = engine.enqueue(OperationId("run", 1), pool.take(slots), tuple(blocks), None, "r")
+    _wait(engine, ticket)
+    ds.check_restored(kv, [data[s] for s in slots], blocks, seed)
+
+
+@pytest.mark.parametrize("way", WAYS)
+def test_index_buffers_are_not_reused_while_a_restore_reads_them(way, device, device_work):
+    """Ten restores queued behind a busy copy stream, none observed complete: each reads
+    its own pinned index buffer, so every one lands where it was sent."""
+    pool, kv, engine, slots, blocks, data, seed = _setup(device, 8 * KIB, "bfloat16", 60, way)
+    device_work.queue(0.3, engine.stream)
+    tickets = [
+        engine.enqueue(OperationId("q", i), pool.take(slots[i::10]), blocks[i::10], None, "q")
+        for i in range(10)
+    ]
+    assert engine.in_flight == 10
+    _wait(engine, tickets[-1])
+    assert all(engine.is_complete(t) for t in tickets) and engine.in_flight == 0
+    ds.check_restored(kv, [data[s] for s in slots], blocks, seed)
+    # and a later restore reuses a free buffer rather than allocating another
+    count = len(engine._bufs)
+    more = engine.enqueue(OperationId("q", 10), pool.take(slots[:5]), blocks[:5], None, "q")
+    _wait(engine, more)
+    assert len(engine._bufs) == count
+
+
+@pytest.mark.parametrize("form", ["tensor", "numpy", "list"])
+def test_blocks_as_tensor_array_or_list(device, form):
+    import numpy as np
+
+    pool, kv, engine, slots, blocks, data, seed = _setup(device, 32 * KIB, "bfloat16", 33)
+    arg = {
+        "tensor": torch.tensor(blocks),
+        "numpy": np.array(blocks, dtype=np.int32),
+        "list": list(blocks),
+    }[form]
+    ticket = engine.enqueue(OperationId("f", 1), pool.take(slots), arg, None, "f")
+    _wait(engine, ticket)
+    ds.check_restored(kv, [data[s] for s in slots], blocks, seed)
+
+
+@pytest.mark.parametrize("fault", ["float_block", "float_tensor", "forged_slot", "stale_batch"])
+def test_more_fences_raise_and_queue_nothing(device, fault):
+    pool, kv, engine, slots, blocks, data, seed = _setup(device, 32 * KIB, "bfloat16", 12)
+    pages = pool.take(slots)
+    if fault == "float_block":
+        blocks[4] = 2.5
+    elif fault == "float_tensor":
+        blocks = torch.tensor(blocks, dtype=torch.float32)
+    elif fault == "forged_slot":
+        pages = list(pages)
+        pages[3] = tc.HostPage(pool, pool.num_slots + 3, 0)
+    elif fault == "stale_batch":
+        pool.free(pages[0])
+        pool.free(pages[11])
+    with pytest.raises(RestoreFenceError, match="load:fence#1"):
+        engine.enqueue(OperationId("fence", 1), pages, blocks, None, "fence")
+    assert engine.in_flight == 0
+    engine.synchronize()
+    ds.check_restored(kv, [], [], seed)

@@ -29,13 +29,15 @@ Only this module imports torch; the rest of ``reference/`` never does.
 from __future__ import annotations
 
 import ctypes
+import struct
 import sys
-from array import array
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any, Literal
 
+import numpy as np
 import torch
 
 from reference.errors import RestoreFenceError
@@ -140,31 +142,37 @@ class HostPage:
 class HostPageBatch(Sequence[HostPage]):
     """Pages of one pool held as two int64 arrays (slots, generations): what a tier
     built on ``PinnedHostPool`` returns for a retrieve. The copy engine checks and
-    indexes a batch without a Python loop per block; indexing yields ``HostPage``s."""
+    indexes a batch without a Python loop per block (numpy views of the two arrays, no
+    attribute access per page); indexing yields ``HostPage``s."""
 
     def __init__(self, pool: PinnedHostPool, slots: torch.Tensor, generations: torch.Tensor):
         if slots.shape != generations.shape or slots.dim() != 1:
             raise ValueError("slots and generations must be 1-d and of one length")
         self.pool = pool
-        self.slots = slots.to(torch.int64)
-        self.generations = generations.to(torch.int64)
+        self.slots = slots.to("cpu", torch.int64).contiguous()
+        self.generations = generations.to("cpu", torch.int64).contiguous()
+        self.slots_np = self.slots.numpy()
+        self.generations_np = self.generations.numpy()
+        # one unsigned max checks both ends (a negative slot reads as a huge one)
+        if self.slots_np.size and int(self.slots_np.view(np.uint64).max()) >= pool.num_slots:
+            raise ValueError(f"a slot outside [0, {pool.num_slots})")
 
     def __len__(self) -> int:
-        return self.slots.numel()
+        return self.slots_np.size
 
     def __getitem__(self, i):  # type: ignore[override]
         if isinstance(i, slice):
             return HostPageBatch(self.pool, self.slots[i], self.generations[i])
-        return HostPage(self.pool, int(self.slots[i]), int(self.generations[i]))
+        return HostPage(self.pool, int(self.slots_np[i]), int(self.generations_np[i]))
 
     def all_live(self) -> bool:
-        """No slot of the batch was freed since the batch was taken (two tensor ops)."""
-        return torch.equal(self.pool.generations.index_select(0, self.slots), self.generations)
+        """No slot of the batch was freed since the batch was taken."""
+        return bool((self.pool.generations_np.take(self.slots_np) == self.generations_np).all())
 
     def stale(self) -> torch.Tensor:
         """Positions of pages whose slot was freed since the batch was taken."""
-        current = self.pool.generations.index_select(0, self.slots)
-        return torch.nonzero(current != self.generations).flatten()
+        current = self.pool.generations_np.take(self.slots_np)
+        return torch.from_numpy(np.flatnonzero(current != self.generations_np))
 
 
 class PinnedHostPool:
@@ -190,6 +198,7 @@ class PinnedHostPool:
         self._free: deque[int] = deque(range(num_slots))
         # one counter per slot, bumped on free; a tensor so a batch checks in one op
         self.generations = torch.zeros(num_slots, dtype=torch.int64)
+        self.generations_np = self.generations.numpy()  # the same memory, for the engine
         self._mapped: dict[tuple[torch.dtype, str], torch.Tensor | None] = {}
 
     @property
@@ -201,7 +210,7 @@ class PinnedHostPool:
         return len(self._free)
 
     def generation(self, slot: int) -> int:
-        return int(self.generations[slot])
+        return int(self.generations_np[slot])
 
     def alloc(self) -> HostPage:
         """A live page whose content is whatever the slot held; raises when full."""
@@ -224,7 +233,7 @@ class PinnedHostPool:
         no-op (an eviction racing a release)."""
         if page.pool is not self or not page.live:
             return
-        self.generations[page.slot] += 1
+        self.generations_np[page.slot] += 1
         self._free.append(page.slot)
 
     def batch(self, pages: Sequence[HostPage]) -> HostPageBatch:
@@ -304,10 +313,42 @@ def _default_device() -> torch.device:
     return torch.device("cuda", torch.cuda.current_device())
 
 
+class _IndexBuffer:
+    """Pinned int64 rows ``[5, cap]`` that one restore's enqueue fills and its copy
+    reads: 0 source slots, 1 destination blocks, 2-4 scratch (the generations of a page
+    list; for ``dma`` the destination and source addresses and the sizes). The gather
+    kernel reads rows 0 and 1 in place across the bus (pinned memory is mapped), so no
+    index upload is queued. Reused once the restore that last read it is complete."""
+
+    __slots__ = ("cap", "host", "np", "ptr", "mapped", "event")
+
+    ROWS = 5
+
+    def __init__(self, cap: int):
+        self.cap = cap
+        self.host = torch.empty((self.ROWS, cap), dtype=torch.int64, pin_memory=True)
+        self.np = self.host.numpy()  # the same pinned memory
+        self.ptr = self.host.data_ptr()
+        self.mapped: torch.Tensor | None = None  # device view, made on first need
+        self.event: Any = None  # the fence of the restore that reads it; None: free
+
+    def is_free(self) -> bool:
+        if self.event is None:
+            return True
+        if self.event.query():
+            self.event = None
+            return True
+        return False
+
+    def row_ptr(self, row: int) -> int:
+        return self.ptr + row * self.cap * 8
+
+
 @dataclass(eq=False)
 class RestoreTicket:
     """One enqueued restore. ``event`` is its fence; ``keep`` holds what the copy still
-    reads (staging buffers, index and address arrays) until the fence is observed."""
+    reads (staging buffers, the pinned state) and ``index`` its index buffer, until the
+    fence is observed."""
 
     op: OperationId
     req_id: str
@@ -316,6 +357,7 @@ class RestoreTicket:
     event: Any
     state: torch.Tensor | None = None
     keep: list[Any] = field(default_factory=list)
+    index: _IndexBuffer | None = None
     done: bool = False
 
 
@@ -335,6 +377,12 @@ class TorchCopyEngine:
     where the runtime has batched copies, else ``mapped``, else ``staged``. Naming a
     method the device cannot do raises ``RuntimeError`` here, never at a restore.
     Construction probes the chosen path once (and compiles its kernel), synchronously.
+
+    The host side of ``enqueue`` is a handful of numpy operations on a reused pinned
+    index buffer (no torch operator, no Python loop per block for a ``HostPageBatch``):
+    ``blocks`` are written into it by one ``struct.pack_into``, range and repeats are
+    checked vectorised, and the gather kernel is launched through Triton's compiled
+    launcher directly, reading its indices from the pinned buffer.
     """
 
     def __init__(
@@ -346,6 +394,7 @@ class TorchCopyEngine:
         dma_min_block_bytes: int = DMA_MIN_BLOCK_BYTES,
         widest_word: torch.dtype = torch.int64,
         stream: Any | None = None,
+        dma_chunk: int = 0,
     ):
         self.kv = kv
         self.pool = pool
@@ -355,13 +404,25 @@ class TorchCopyEngine:
         self._kv_rows = kv.rows(self.word)
         self._dma: _BatchDma | None = None
         self._mapped: torch.Tensor | None = None
+        self._tg: _TritonGather | None = None
         self.gather: str | None = None  # "triton" or "index" when method is "mapped"
+        # dma: copies per cudaMemcpyBatchAsync call (0: one call for the whole restore)
+        self.dma_chunk = dma_chunk
+        self._bufs: list[_IndexBuffer] = []
+        self._seen = np.zeros(kv.num_blocks, dtype=np.bool_)  # duplicate checks
+        self._owner = np.empty(kv.num_blocks, dtype=np.int64)
+        self._arange = np.arange(0, dtype=np.int64)
+        self._order = torch.cuda.Event()  # reused: the side stream waits on it
+        self._stream_handle = self.stream.cuda_stream
+        self._move = self._no_move
         if pool is not None and pool.row_bytes != kv.row_bytes:
             raise ValueError(f"pool pages are {pool.row_bytes} bytes, device pages {kv.row_bytes}")
         want_dma = method == "dma" or (method == "auto" and kv.row_bytes >= dma_min_block_bytes)
         if pool is not None and want_dma:
             self._dma = _BatchDma.load()
-            if self._dma is not None and not self._probe(self._dma_rows):
+            if self._dma is not None and self._probe(self._move_dma):
+                self._move = self._move_dma
+            else:
                 self._dma = None
         if pool is not None and self._dma is None and method in ("auto", "mapped"):
             self._mapped = pool.mapped_rows(self.word, self.device)
@@ -392,11 +453,16 @@ class TorchCopyEngine:
 
         ``pages`` is a ``HostPageBatch`` (fast: checked and indexed without a Python
         loop per block), a sequence of ``HostPage``, or host tensors of one block each
-        (gathered through a pinned staging buffer)."""
-        dst = self._check_blocks(op, pages, blocks)
-        slots, foreign = self._sources(op, pages)
+        (gathered through a pinned staging buffer). ``blocks`` is a sequence of ints, or
+        a 1-d integer tensor or array. Every check runs before anything is queued."""
+        n = len(blocks)
+        if len(pages) != n:
+            raise RestoreFenceError(f"{op}: {len(pages)} pages for {n} blocks")
+        buf = self._buffer(n)
+        self._put_blocks(op, buf, blocks, n)
+        foreign = self._put_sources(op, buf, pages, n)
         try:
-            return self._enqueue(op, slots, foreign, dst, state, req_id)
+            return self._issue(op, buf, n, foreign, state, req_id)
         except RestoreFenceError:
             raise
         except (RuntimeError, ValueError, TypeError) as exc:
@@ -416,6 +482,10 @@ class TorchCopyEngine:
             # published only now, so nothing reads a state that is still being copied
             self.kv._states[ticket.req_id] = ticket.state
             ticket.state = None
+        buf = ticket.index
+        if buf is not None and buf.event is ticket.event:
+            buf.event = None  # free for the next restore
+        ticket.index = None
         ticket.keep.clear()
         return True
 
@@ -426,97 +496,79 @@ class TorchCopyEngine:
         worker never calls this)."""
         self.stream.synchronize()
 
-    # -- the ways bytes move -------------------------------------------------------------
+    # -- checks: numpy on the pinned index buffer, before anything is queued -------------
 
-    def _gather_rows(self, out: torch.Tensor, src_idx: torch.Tensor, dst_idx: torch.Tensor) -> None:
-        """``out[dst_idx[i]] = pool[src_idx[i]]`` read in place from the mapped pool."""
-        if self.gather == "triton":
-            _triton_gather(self._mapped, out, src_idx, dst_idx)
+    def _buffer(self, n: int) -> _IndexBuffer:
+        """A free index buffer of at least ``n`` columns (smallest first); a new one
+        when every fitting buffer is still read by a restore in flight."""
+        for buf in self._bufs:
+            if buf.cap >= n and buf.is_free():
+                return buf
+        buf = _IndexBuffer(max(256, 1 << max(0, n - 1).bit_length()))
+        if len(self._bufs) >= 8:  # keep a few: drop the free ones
+            self._bufs = [b for b in self._bufs if not b.is_free()]
+        self._bufs.append(buf)
+        self._bufs.sort(key=lambda b: b.cap)
+        if self._arange.size < buf.cap:
+            self._arange = np.arange(buf.cap, dtype=np.int64)
+        return buf
+
+    def _put_blocks(self, op: OperationId, buf: _IndexBuffer, blocks: Any, n: int) -> None:
+        """Row 1 := ``blocks``; raises unless each is in range and named once."""
+        if not n:
+            return
+        row = buf.np[1, :n]
+        if isinstance(blocks, (torch.Tensor, np.ndarray)):
+            arr = blocks.detach().cpu().numpy() if isinstance(blocks, torch.Tensor) else blocks
+            if arr.dtype.kind not in "iu" or arr.size != n:
+                raise RestoreFenceError(f"{op}: blocks must be {n} integers, got {arr.dtype}")
+            row[:] = arr.reshape(-1)
         else:
-            out.index_copy_(0, dst_idx, torch.index_select(self._mapped, 0, src_idx))
+            try:  # one C call converts every int straight into the pinned row
+                struct.pack_into(f"{n}q", buf.np, buf.cap * 8, *blocks)
+            except struct.error as exc:
+                raise RestoreFenceError(f"{op}: blocks must be int64 values: {exc}") from None
+        nb = self.kv.num_blocks
+        # one unsigned max checks both ends: a negative block reads as a huge one
+        if int(row.view(np.uint64).max()) >= nb:
+            lo, hi = int(row.min()), int(row.max())
+            raise RestoreFenceError(f"{op}: block {lo if lo < 0 else hi} outside [0, {nb})")
+        if not _distinct(row, n, self._seen, self._owner, self._arange):
+            raise RestoreFenceError(f"{op}: a destination block is named twice")
 
-    def _dma_rows(self, out: torch.Tensor, src_idx: torch.Tensor, dst_idx: torch.Tensor) -> None:
-        keep = self._dma.copy(out, self.pool.buffer, dst_idx.cpu(), src_idx.cpu(), self.stream)
-        self.stream.synchronize()  # probe only: ``keep`` must outlive the copy
-        del keep
-
-    def _pick_gather(self, gather: Gather) -> str | None:
-        order = ["triton", "index"] if gather == "auto" else [gather]
-        for name in order:
-            if name == "triton" and _triton_gather is None:
-                continue
-            self.gather = name
-            if self._probe(self._gather_rows):
-                return name
-        self.gather = None
+    def _put_sources(
+        self, op: OperationId, buf: _IndexBuffer, pages: Any, n: int
+    ) -> list[torch.Tensor] | None:
+        """Row 0 := the pool slots of ``pages`` and None, when every page is a live page
+        of our pool; else the pages as host rows (they go through a staging buffer)."""
+        pool = self.pool
+        if isinstance(pages, HostPageBatch):
+            if pages.pool is not pool:
+                raise RestoreFenceError(f"{op}: the pages are from another pool")
+            slots, gens = pages.slots_np, pages.generations_np  # in range: checked at birth
+            buf.np[0, :n] = slots
+        elif not n:
+            return None
+        elif all(map(isinstance, pages, repeat(HostPage))):
+            if pool is None or {p.pool for p in pages} != {pool}:
+                raise RestoreFenceError(f"{op}: a page is from another pool")
+            struct.pack_into(f"{n}q", buf.np, 0, *[p.slot for p in pages])
+            struct.pack_into(f"{n}q", buf.np, 2 * buf.cap * 8, *[p.generation for p in pages])
+            slots, gens = buf.np[0, :n], buf.np[2, :n]
+            if int(slots.view(np.uint64).max()) >= pool.num_slots:
+                raise RestoreFenceError(f"{op}: a page names a slot outside the pool")
+        else:
+            return self._foreign_rows(op, pages)
+        if n and not (pool.generations_np.take(slots) == gens).all():
+            stale = np.flatnonzero(pool.generations_np.take(slots) != gens)
+            i = int(stale[0])
+            raise RestoreFenceError(
+                f"{op}: {stale.size} page(s) evicted before the restore "
+                f"(first: page {i}, slot {int(slots[i])})"
+            )
         return None
 
-    def _probe(self, move) -> bool:
-        """Move two random rows of the pool with ``move`` into a scratch buffer and
-        compare bytes. Restores the pool rows it borrowed; synchronous (construction)."""
-        host = self.pool.rows(self.word)
-        probe = [0, self.pool.num_slots - 1]
-        saved = host[probe].clone()
-        try:
-            host[probe] = _random_rows(len(probe), host.shape[1], self.word)
-            scratch = torch.zeros((2, host.shape[1]), dtype=self.word, device=self.device)
-            with torch.cuda.device(self.device), torch.cuda.stream(self.stream):
-                src = torch.tensor(probe, dtype=torch.int64, device=self.device)
-                move(scratch, src, torch.arange(2, device=self.device))
-            self.stream.synchronize()
-            return torch.equal(scratch.cpu().view(torch.uint8), host[probe].view(torch.uint8))
-        except Exception:  # noqa: BLE001 - any failure means: not this way, on this device
-            return False
-        finally:
-            host[probe] = saved
-
-    # -- internals --------------------------------------------------------------------
-
-    def _check_blocks(
-        self, op: OperationId, pages: Sequence[Any], blocks: Sequence[int]
-    ) -> torch.Tensor:
-        if len(pages) != len(blocks):
-            raise RestoreFenceError(f"{op}: {len(pages)} pages for {len(blocks)} blocks")
-        dst = _int64(blocks)
-        if dst.numel():
-            # One counting pass checks range and repeats (every op costs host time on
-            # the restore path); the slower exact message is built only on failure.
-            try:
-                counts = torch.bincount(dst)
-            except RuntimeError:  # a negative block
-                counts = None
-            if counts is None or counts.numel() > self.kv.num_blocks:
-                lo, hi = int(dst.min()), int(dst.max())
-                raise RestoreFenceError(
-                    f"{op}: block {lo if lo < 0 else hi} outside [0, {self.kv.num_blocks})"
-                )
-            if int(counts.max()) > 1:
-                raise RestoreFenceError(f"{op}: a destination block is named twice")
-        return dst
-
-    def _sources(
-        self, op: OperationId, pages: Sequence[Any]
-    ) -> tuple[torch.Tensor | None, list[torch.Tensor] | None]:
-        """``(slots, None)`` when every page is a live page of our pool; ``(None,
-        rows)`` when some are host tensors (they go through a staging buffer)."""
-        if not len(pages):
-            return torch.empty(0, dtype=torch.int64), None
-        if isinstance(pages, HostPageBatch) or all(isinstance(p, HostPage) for p in pages):
-            batch = pages if isinstance(pages, HostPageBatch) else None
-            if batch is None:
-                if any(p.pool is not self.pool for p in pages):
-                    raise RestoreFenceError(f"{op}: a page is from another pool")
-                batch = self.pool.batch(pages)
-            if batch.pool is not self.pool:
-                raise RestoreFenceError(f"{op}: the pages are from another pool")
-            if not batch.all_live():
-                stale = batch.stale()
-                i = int(stale[0])
-                raise RestoreFenceError(
-                    f"{op}: {stale.numel()} page(s) evicted before the restore "
-                    f"(first: page {i}, slot {int(batch.slots[i])})"
-                )
-            return batch.slots, None
+    def _foreign_rows(self, op: OperationId, pages: Sequence[Any]) -> list[torch.Tensor]:
         rows: list[torch.Tensor] = []
         for i, page in enumerate(pages):
             if isinstance(page, HostPage):
@@ -533,82 +585,61 @@ class TorchCopyEngine:
                     f"{op}: page {i} is {nbytes} bytes, a block is {self.kv.row_bytes}"
                 )
             rows.append(_as_row(page, self.word))
-        return None, rows
+        return rows
 
-    def _enqueue(
-        self,
-        op: OperationId,
-        slots: torch.Tensor | None,
-        foreign: list[torch.Tensor] | None,
-        dst: torch.Tensor,
-        state: Any | None,
-        req_id: str,
-    ) -> RestoreTicket:
-        n = dst.numel()
-        words = self._kv_rows.shape[1]
-        host_state = _pinned(state) if state is not None else None
-        dma = self._dma if foreign is None else None
-        staging: torch.Tensor | None = None
-        if foreign is not None:
-            staging = torch.empty((n, words), dtype=self.word, pin_memory=True)
-            torch.stack(foreign, out=staging)
-        elif self.method == "staged":
-            staging = torch.empty((n, words), dtype=self.word, pin_memory=True)
-            torch.index_select(self.pool.rows(self.word), 0, slots, out=staging)
-        idx_host = None
-        if n and dma is None:
-            # Both index lists travel as one pinned [2, n] tensor in one asynchronous
-            # copy: a copy from pageable memory would wait for the busy side stream.
-            idx_host = torch.empty((2, n), dtype=torch.int64, pin_memory=True)
-            torch.stack((dst if slots is None else slots, dst), out=idx_host)
-
-        if self.device.index != torch.cuda.current_device():
-            with torch.cuda.device(self.device):
-                return self._issue(op, slots, dst, dma, staging, idx_host, host_state, req_id)
-        return self._issue(op, slots, dst, dma, staging, idx_host, host_state, req_id)
+    # -- issuing -------------------------------------------------------------------------
 
     def _issue(
         self,
         op: OperationId,
-        slots: torch.Tensor | None,
-        dst: torch.Tensor,
-        dma: _BatchDma | None,
+        buf: _IndexBuffer,
+        n: int,
+        foreign: list[torch.Tensor] | None,
+        state: Any | None,
+        req_id: str,
+    ) -> RestoreTicket:
+        host_state = _pinned(state) if state is not None else None
+        staging: torch.Tensor | None = None
+        if foreign is not None:
+            staging = torch.empty((n, self._kv_rows.shape[1]), dtype=self.word, pin_memory=True)
+            torch.stack(foreign, out=staging)
+        elif n and self.method == "staged":
+            staging = torch.empty((n, self._kv_rows.shape[1]), dtype=self.word, pin_memory=True)
+            torch.index_select(self.pool.rows(self.word), 0, buf.host[0, :n], out=staging)
+        if self.device.index != torch.cuda.current_device():
+            with torch.cuda.device(self.device):
+                return self._queue(op, buf, n, staging, host_state, req_id)
+        return self._queue(op, buf, n, staging, host_state, req_id)
+
+    def _queue(
+        self,
+        op: OperationId,
+        buf: _IndexBuffer,
+        n: int,
         staging: torch.Tensor | None,
-        idx_host: torch.Tensor | None,
         host_state: torch.Tensor | None,
         req_id: str,
     ) -> RestoreTicket:
         """Queue the restore on the side stream, behind the current stream's work, and
         record its fence. The device is current; nothing here waits."""
-        n = dst.numel()
-        current = torch.cuda.current_stream()
+        current = torch.cuda.current_stream(self.device)
         dev_state = None
         if host_state is not None:
             # Allocated on the consumer's stream (the forward reads it there); marked as
             # used by the copy stream so the allocator cannot hand it out before the copy.
             dev_state = torch.empty(host_state.shape, dtype=host_state.dtype, device=self.device)
             dev_state.record_stream(self.stream)
-        keep: list[Any] = [idx_host, staging, host_state]
-        # set_stream rather than the stream context manager: the same switch with a
-        # fraction of its Python overhead, which is paid on every restore.
-        torch.cuda.set_stream(self.stream)
-        try:
-            self.stream.wait_stream(current)
-            if n and dma is not None:
-                keep += dma.copy(self.kv.pages, self.pool.buffer, dst, slots, self.stream)
-            elif n and staging is None:
-                idx = idx_host.to(self.device, non_blocking=True)
-                self._gather_rows(self._kv_rows, idx[0], idx[1])
-            elif n:
-                idx = idx_host.to(self.device, non_blocking=True)
-                rows = staging.to(self.device, non_blocking=True)
-                self._kv_rows.index_copy_(0, idx[1], rows)
-            if dev_state is not None:
-                dev_state.copy_(host_state, non_blocking=True)
-            event = torch.cuda.Event()
-            event.record(self.stream)
-        finally:
-            torch.cuda.set_stream(current)
+        self._order.record(current)
+        self.stream.wait_event(self._order)
+        if n and staging is not None:
+            self._on_side_stream(current, self._scatter_staged, staging, buf, n)
+        elif n:
+            self._move(self._kv_rows, buf, n)
+        if dev_state is not None:
+            self._on_side_stream(current, dev_state.copy_, host_state, non_blocking=True)
+        event = torch.cuda.Event()
+        event.record(self.stream)
+        buf.event = event
         self.in_flight += 1
         return RestoreTicket(
             op=op,
@@ -617,18 +648,163 @@ class TorchCopyEngine:
             nbytes=n * self.kv.row_bytes,
             event=event,
             state=dev_state,
-            keep=keep,
+            keep=[staging, host_state],
+            index=buf,
         )
 
+    def _on_side_stream(self, current: Any, fn: Any, *args: Any, **kwargs: Any) -> None:
+        # set_stream rather than the stream context manager: the same switch with a
+        # fraction of its Python overhead
+        torch.cuda.set_stream(self.stream)
+        try:
+            fn(*args, **kwargs)
+        finally:
+            torch.cuda.set_stream(current)
 
-def _int64(seq: Sequence[int]) -> torch.Tensor:
-    """A 1-d int64 CPU tensor of ``seq`` (a tensor, or a sequence of ints)."""
-    if isinstance(seq, torch.Tensor):
-        return seq.detach().to("cpu", torch.int64).reshape(-1)
-    if not len(seq):
-        return torch.empty(0, dtype=torch.int64)
-    # array() converts in C; far cheaper per block than torch.tensor over a tuple
-    return torch.frombuffer(array("q", seq), dtype=torch.int64)
+    # -- the ways bytes move: out[row n] = pool[slot], indices in rows 0 and 1 of buf --------
+
+    def _no_move(self, out: torch.Tensor, buf: _IndexBuffer, n: int) -> None:
+        raise RuntimeError("no way to move pool pages on this engine")
+
+    def _move_dma(self, out: torch.Tensor, buf: _IndexBuffer, n: int) -> None:
+        """Batched DMA; runs where both slots and blocks are consecutive go as one copy."""
+        a = buf.np
+        src, dst = a[0, :n], a[1, :n]
+        rb = self.kv.row_bytes
+        starts = None
+        if n > 1:
+            adjacent = (np.diff(src) == 1) & (np.diff(dst) == 1)
+            if adjacent.any():
+                starts = np.flatnonzero(np.concatenate(([True], ~adjacent)))
+        if starts is None:
+            count = n
+            np.multiply(dst, rb, out=a[2, :n])
+            np.multiply(src, rb, out=a[3, :n])
+            a[4, :n] = rb
+        else:
+            count = starts.size
+            np.multiply(dst[starts], rb, out=a[2, :count])
+            np.multiply(src[starts], rb, out=a[3, :count])
+            np.subtract(np.append(starts[1:], n), starts, out=a[4, :count])
+            a[4, :count] *= rb
+        a[2, :count] += out.data_ptr()
+        a[3, :count] += self.pool.buffer.data_ptr()
+        step = self.dma_chunk if self.dma_chunk > 0 else count
+        dsts, srcs, sizes = buf.row_ptr(2), buf.row_ptr(3), buf.row_ptr(4)
+        for first in range(0, count, step):
+            k = min(step, count - first)
+            try:
+                self._dma.copy(
+                    dsts + 8 * first,
+                    srcs + 8 * first,
+                    sizes + 8 * first,
+                    k,
+                    self._stream_handle,
+                )
+            except RuntimeError:
+                if first:  # part of the restore is queued: let it land, then refuse
+                    self.stream.synchronize()
+                raise
+
+    def _move_triton(self, out: torch.Tensor, buf: _IndexBuffer, n: int) -> None:
+        """One gather kernel through Triton's compiled launcher (no argument binding per
+        call), indices read in place from the pinned buffer."""
+        self._tg(self._stream_handle, self._mapped_ptr, out.data_ptr(), buf.ptr, buf.row_ptr(1), n)
+
+    def _move_triton_jit(self, out: torch.Tensor, buf: _IndexBuffer, n: int) -> None:
+        """The same kernel through ``kernel[grid](...)`` (where the direct launch is not
+        available in this Triton)."""
+        idx = self._mapped_index(buf)
+        self._on_side_stream(
+            torch.cuda.current_stream(self.device),
+            _triton_gather,
+            self._mapped,
+            out,
+            idx[0, :n],
+            idx[1, :n],
+        )
+
+    def _move_index(self, out: torch.Tensor, buf: _IndexBuffer, n: int) -> None:
+        """``index_select`` from the mapped pool into a device buffer, then a device-local
+        ``index_copy_`` (no Triton)."""
+        idx = self._mapped_index(buf)
+
+        def gather() -> None:
+            out.index_copy_(0, idx[1, :n], torch.index_select(self._mapped, 0, idx[0, :n]))
+
+        self._on_side_stream(torch.cuda.current_stream(self.device), gather)
+
+    def _mapped_index(self, buf: _IndexBuffer) -> torch.Tensor:
+        if buf.mapped is None:
+            buf.mapped = map_pinned(buf.host, self.device)
+            if buf.mapped is None:
+                raise RuntimeError("the index buffer cannot be mapped")
+        return buf.mapped
+
+    def _scatter_staged(self, staging: torch.Tensor, buf: _IndexBuffer, n: int) -> None:
+        """Staged rows: one DMA of the rows and one of the block indices, one scatter."""
+        idx = buf.host[1, :n].to(self.device, non_blocking=True)
+        rows = staging.to(self.device, non_blocking=True)
+        self._kv_rows.index_copy_(0, idx, rows)
+
+    def _pick_gather(self, gather: Gather) -> str | None:
+        order = ["triton", "index"] if gather == "auto" else [gather]
+        for name in order:
+            if name == "triton" and _triton_gather is None:
+                continue
+            self.gather = name
+            if name == "triton":
+                self._mapped_ptr = self._mapped.data_ptr()
+                self._tg = _TritonGather.compile(self._mapped, self._kv_rows, self._buffer(1))
+                if self._tg is not None and self._probe(self._move_triton):
+                    self._move = self._move_triton
+                    return name
+                self._tg = None
+                if self._probe(self._move_triton_jit):
+                    self._move = self._move_triton_jit
+                    return name
+            elif self._probe(self._move_index):
+                self._move = self._move_index
+                return name
+        self.gather = None
+        return None
+
+    def _probe(self, move) -> bool:
+        """Move two random rows of the pool with ``move`` into a scratch buffer and
+        compare bytes. Restores the pool rows it borrowed; synchronous (construction)."""
+        host = self.pool.rows(self.word)
+        probe = [0, self.pool.num_slots - 1]
+        saved = host[probe].clone()
+        try:
+            host[probe] = _random_rows(len(probe), host.shape[1], self.word)
+            with torch.cuda.device(self.device):
+                scratch = torch.zeros((2, host.shape[1]), dtype=self.word, device=self.device)
+                self.stream.wait_stream(torch.cuda.current_stream(self.device))
+                buf = self._buffer(2)
+                buf.np[0, :2] = probe
+                buf.np[1, :2] = [0, 1]
+                move(scratch, buf, 2)
+                self.stream.synchronize()
+            return torch.equal(scratch.cpu().view(torch.uint8), host[probe].view(torch.uint8))
+        except Exception:  # noqa: BLE001 - any failure means: not this way, on this device
+            return False
+        finally:
+            host[probe] = saved
+
+
+def _distinct(
+    row: np.ndarray, n: int, seen: np.ndarray, owner: np.ndarray, arange: np.ndarray
+) -> bool:
+    """No value of ``row`` (all in ``[0, seen.size)``) repeats. Mark and count in a
+    bitmap while it is not much larger than the row; else position i claims
+    ``owner[row[i]]`` and a value named twice keeps one claim only."""
+    if seen.size <= 64 * n:
+        seen.fill(False)
+        seen[row] = True
+        return np.count_nonzero(seen) == n
+    ar = arange[:n]
+    owner[row] = ar
+    return bool((owner[row] == ar).all())
 
 
 def _pinned(t: Any) -> torch.Tensor:
@@ -679,6 +855,7 @@ class _BatchDma:
         self.version = version
         self.attrs = _MemcpyAttributes(_SRC_ACCESS_ORDER_STREAM, _MemLocation(), _MemLocation(), 0)
         self.attr_idx = (ctypes.c_size_t * 1)(0)
+        self.fail = ctypes.c_size_t(0)  # CUDA 12.8/12.9 report the failing copy here
 
     @classmethod
     def load(cls) -> _BatchDma | None:
@@ -705,39 +882,24 @@ class _BatchDma:
         fn.restype = ctypes.c_int
         return cls(fn, version.value)
 
-    def copy(
-        self,
-        dst: torch.Tensor,
-        src: torch.Tensor,
-        dst_idx: torch.Tensor,
-        src_idx: torch.Tensor,
-        stream: Any,
-    ) -> list[Any]:
-        """Queue ``dst[dst_idx[i]] = src[src_idx[i]]`` (rows of equal bytes) on
-        ``stream``; returns what must stay alive until the stream passes the copy."""
-        row_bytes = dst[0].numel() * dst.element_size()
-        n = dst_idx.numel()
-        dsts = dst_idx * row_bytes + dst.data_ptr()
-        srcs = src_idx * row_bytes + src.data_ptr()
-        sizes = torch.full((n,), row_bytes, dtype=torch.int64)
+    def copy(self, dsts: int, srcs: int, sizes: int, count: int, stream: int) -> None:
+        """Queue ``count`` copies on ``stream``: host arrays of destination addresses,
+        source addresses and sizes (int64) at ``dsts``, ``srcs``, ``sizes``."""
         args: list[Any] = [
-            dsts.data_ptr(),
-            srcs.data_ptr(),
-            sizes.data_ptr(),
-            n,
+            dsts,
+            srcs,
+            sizes,
+            count,
             ctypes.addressof(self.attrs),
             ctypes.addressof(self.attr_idx),
             1,
         ]
-        fail = None
         if self.version < 13000:
-            fail = ctypes.c_size_t(0)
-            args.append(ctypes.addressof(fail))
-        args.append(stream.cuda_stream)
+            args.append(ctypes.addressof(self.fail))
+        args.append(stream)
         rc = self.fn(*args)
         if rc != 0:
             raise RuntimeError(f"cudaMemcpyBatchAsync failed with cudaError {rc}")
-        return [dsts, srcs, sizes, fail]
 
 
 def _loaded_cudart() -> Any | None:
@@ -763,6 +925,10 @@ try:  # an optional dependency: without it the gather is index_select + index_co
 except Exception:  # noqa: BLE001 - a missing or broken triton only loses this path
     triton = None
 
+# Gather kernel shape: one program moves up to GATHER_BLOCK_WORDS words of one row.
+GATHER_BLOCK_WORDS = 2048
+GATHER_WARPS = 4
+
 if triton is not None:
 
     @triton.jit
@@ -774,15 +940,82 @@ if triton is not None:
         mask = col < words
         tl.store(dst + d * words + col, tl.load(src + s * words + col, mask=mask), mask=mask)
 
+    def _gather_block(words: int) -> int:
+        return min(GATHER_BLOCK_WORDS, triton.next_power_of_2(words))
+
     def _triton_gather(
         src: torch.Tensor, dst: torch.Tensor, src_idx: torch.Tensor, dst_idx: torch.Tensor
     ) -> None:
         """One kernel: ``dst[dst_idx[i]] = src[src_idx[i]]``, every row at once, reading
         ``src`` (the mapped pool) across the bus and writing the pages directly."""
         words = dst.shape[1]
-        block = min(2048, triton.next_power_of_2(words))
+        block = _gather_block(words)
         grid = (dst_idx.numel(), triton.cdiv(words, block))
-        _gather_kernel[grid](src, dst, src_idx, dst_idx, words, BLOCK=block)
+        _gather_kernel[grid](src, dst, src_idx, dst_idx, words, BLOCK=block, num_warps=GATHER_WARPS)
 
 else:
     _triton_gather = None
+
+
+class _TritonGather:
+    """The gather kernel compiled once for one engine (its pool, its pages, its row
+    length) and launched through the compiled kernel's own launcher: no argument
+    binding, specialization key or cache lookup per restore. Valid because every launch
+    passes arguments that specialize alike (16-byte aligned pointers, the same
+    ``words``); the engine's probe checks the bytes it moves before using it."""
+
+    def __init__(self, kernel: Any, words: int, block: int):
+        self.run = kernel.run  # loads the module on the current device
+        self.function = kernel.function
+        self.packed = kernel.packed_metadata
+        self.words = words
+        self.block = block
+        self.cols = -(-words // block)
+
+    @classmethod
+    def compile(
+        cls, src: torch.Tensor, dst: torch.Tensor, index: _IndexBuffer
+    ) -> _TritonGather | None:
+        if triton is None:
+            return None
+        words = dst.shape[1]
+        block = _gather_block(words)
+        try:
+            with torch.cuda.device(dst.device):
+                idx = map_pinned(index.host, dst.device)
+                if idx is None:
+                    return None
+                kernel = _gather_kernel.warmup(
+                    src,
+                    dst,
+                    idx[0],
+                    idx[1],
+                    words,
+                    BLOCK=block,
+                    num_warps=GATHER_WARPS,
+                    grid=(1,),
+                )
+                if hasattr(kernel, "result"):
+                    kernel = kernel.result()
+                return cls(kernel, words, block)
+        except Exception:  # noqa: BLE001 - another Triton: the engine uses kernel[grid]
+            return None
+
+    def __call__(self, stream: int, src: int, dst: int, src_idx: int, dst_idx: int, n: int):
+        self.run(
+            n,
+            self.cols,
+            1,
+            stream,
+            self.function,
+            self.packed,
+            None,
+            None,
+            None,
+            src,
+            dst,
+            src_idx,
+            dst_idx,
+            self.words,
+            self.block,
+        )
