@@ -297,3 +297,43 @@ def test_nothing_is_left_behind_after_close(short_tmp, tier):
     remove_rpc_dir(d)
     assert os.listdir(short_tmp) == []
     assert {t.ident for t in threading.enumerate()} <= before_threads
+
+
+class _Fixed:
+    """A lookup backend answering a constant hit (tells servers apart)."""
+
+    def __init__(self, hit: int):
+        self.hit = hit
+
+    def lookup(self, query: LookupQuery) -> LookupResult:
+        return LookupResult(self.hit)
+
+
+def test_closing_a_server_whose_path_was_taken_over_leaves_the_new_owner_reachable(rpc_dir):
+    path = os.path.join(rpc_dir, "shared")
+    first = LookupServer(path, "a", _Fixed(1), refuse_live_path=False)
+    second = LookupServer(path, "b", _Fixed(2), refuse_live_path=False)  # legacy blind bind
+    first.close()
+    client = ZmqLookupClient(path, timeout_s=2.0)
+    try:
+        assert os.path.exists(path)
+        assert client.lookup(LookupQuery((1, 2))).kv_hit == 2
+    finally:
+        client.close()
+        second.close()
+    assert not os.path.exists(path)
+
+
+def test_a_lookup_client_can_ask_again_after_a_timeout(rpc_dir):
+    path = os.path.join(rpc_dir, "late")
+    client = ZmqLookupClient(path, timeout_s=0.2)
+    try:
+        with pytest.raises(TimeoutError, match="did not answer"):
+            client.lookup(LookupQuery((1,)))
+        server = LookupServer(path, "late", _Fixed(7))
+        try:
+            assert client.lookup(LookupQuery((1,))).kv_hit == 7
+        finally:
+            server.close()
+    finally:
+        client.close()

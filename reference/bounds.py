@@ -48,5 +48,11 @@ class LoadBounds:
                 return op, now - start
         return None
 
+    def next_expiry(self) -> float | None:
+        """When the earliest bound runs out (None with no active load)."""
+        if not self._active:
+            return None
+        return min(self._active.values()) + self.bound_s
+
     def __len__(self) -> int:
         return len(self._active)

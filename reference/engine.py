@@ -158,10 +158,14 @@ class Engine:
         if meta.compute or meta.decode:
             self._forward(meta)
         else:
-            next_arrival = sched.next_arrival()
             tick = self.config.idle_tick_s
-            if not worker.has_pending() and not sched.bounds and next_arrival is not None:
-                tick = max(tick, next_arrival - clock.now())
+            if not worker.has_pending():
+                # Nothing to poll for: sleep to the next arrival or bound expiry.
+                wake = [
+                    t for t in (sched.next_arrival(), sched.bounds.next_expiry()) if t is not None
+                ]
+                if wake:
+                    tick = max(tick, min(wake) - clock.now())
             clock.sleep(tick)
         completed = sched.after_forward(meta)
         for req_id in completed:

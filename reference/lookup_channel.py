@@ -87,6 +87,7 @@ class LookupServer:
         self._sock = self._ctx.socket(zmq.REP)
         self._sock.setsockopt(zmq.LINGER, 0)
         self._sock.bind(f"ipc://{path}")
+        self._inode = os.stat(path).st_ino
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self.errors = 0
@@ -116,9 +117,11 @@ class LookupServer:
         self._thread.join(timeout=5)
         self._sock.close()
         self._ctx.term()
-        # Remove the socket file only if it is still ours to remove.
+        # Remove the socket file only if it is still ours: a server that (legacy,
+        # without the live-path check) re-bound the path owns the file now.
         try:
-            os.unlink(self.path)
+            if os.stat(self.path).st_ino == self._inode:
+                os.unlink(self.path)
         except FileNotFoundError:
             pass
 
@@ -134,6 +137,10 @@ class ZmqLookupClient:
         self._ctx = zmq.Context()
         self._sock = self._ctx.socket(zmq.REQ)
         self._sock.setsockopt(zmq.LINGER, 0)
+        # After a timed-out lookup the socket may send again; a late reply to the old
+        # request is told apart and dropped.
+        self._sock.setsockopt(zmq.REQ_RELAXED, 1)
+        self._sock.setsockopt(zmq.REQ_CORRELATE, 1)
         self._sock.connect(f"ipc://{path}")
 
     def lookup(self, query: LookupQuery) -> LookupResult:
