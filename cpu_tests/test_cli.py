@@ -176,13 +176,39 @@ def test_run_fails_when_a_fault_is_not_exercised_and_keeps_its_artifact(
             info, scenario="chunk_aligned_hybrid", defaults={"nth": (64,)}, expect_stop=None
         ),
     )
-    assert cli.main(["run", "--seeds", "1", "--fault", "lost_completion", "--no-progress"]) == 1
+    args = ["run", "--seeds", "1", "--fault", "lost_completion", "--no-progress"]
+    assert cli.main([*args, "--report", "rep"]) == 1
     out = capsys.readouterr().out
     assert "NOT EXERCISED fault:lost_completion@seed0: lost_completion never fired" in out
     assert "  replay: kvfault run --first-seed 0 --seeds 1 --fault lost_completion" in out
-    artifact = tmp_path / ".kvfault" / "artifacts" / "fault-lost_completion-seed0.json"
-    assert f"  artifact: {artifact.relative_to(tmp_path)}" in out
+    artifact = Path("rep", "artifacts", "fault-lost_completion-seed0.json")
+    assert f"  artifact: {artifact}" in out
     assert json.loads(artifact.read_text())["plan"]["faults"][0]["params"] == {"nth": [64]}
+    (case,) = json.loads(Path("rep", "summary.json").read_text())["cases"]
+    assert case["verdict"] == "NOT EXERCISED" and case["artifact"] == str(artifact)
+    junit = Path("rep", "junit.xml").read_text()
+    assert 'type="NOT EXERCISED"' in junit
+    if case["timeline"] is not None:  # drawn where matplotlib is installed
+        assert Path(case["timeline"]).exists()
+    # without --report the artifact goes under .kvfault/ in the current directory
+    assert cli.main(args) == 1
+    assert Path(".kvfault", "artifacts", "fault-lost_completion-seed0.json").exists()
+
+
+def test_a_green_run_removes_only_the_directories_it_created(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    artifacts = tmp_path / "empty" / "deep" / "artifacts"
+    args = [
+        "run",
+        "--seeds",
+        "1",
+        "--regression",
+        "hybrid_last_chunk",
+        "--artifacts",
+        str(artifacts),
+    ]
+    assert cli.main(args) == 0
+    assert not (tmp_path / "empty" / "deep").exists() and (tmp_path / "empty").is_dir()
 
 
 def test_run_fails_when_a_regression_is_not_caught(capsys, monkeypatch, tmp_path):

@@ -23,21 +23,37 @@ of all hash orders, so some seeds in 0-15 pass and some fail.
 
 from __future__ import annotations
 
+import random
+import uuid
+from dataclasses import replace
+
 from faults.injectors import SlowForward, wrap_all
 from faults.runner import check, run_case
 from faults.scenarios import RunResult
 from reference.engine import EngineConfig
 from reference.rules import Rules
-from reference.types import Geometry
+from reference.types import Geometry, Request
 
 _PROPS = ["no_false_stop", "liveness", "correctness"]
+
+
+def _requests(seed: int, n: int, length: int, tag: str) -> list[Request]:
+    """``n`` distinct prompts under engine-like ids (``chatcmpl-<uuid4>``), drawn from
+    ``seed`` without faker: a sweep's child pays only for what the test needs."""
+    rng = random.Random(f"{tag}/{seed}")
+    return [
+        Request(
+            f"chatcmpl-{uuid.UUID(int=rng.getrandbits(128), version=4)}",
+            tuple(rng.randrange(1000, 151_000) for _ in range(length)),
+        )
+        for _ in range(n)
+    ]
 
 
 def loads_dispatched_together(seed: int, rules: Rules, loads: int = 8) -> RunResult:
     """``loads`` prompts are stored, the engine restarts with the tier kept, and all of
     them come back in one step (plus a cold prompt that keeps the forwards going)."""
     from fakes.sim import SimWorld
-    from fakes.workloads import Workloads, resend
 
     config = EngineConfig(geometry=Geometry(16, 256, 2048, 512), model_kind="dense")
     world = SimWorld()
@@ -47,14 +63,12 @@ def loads_dispatched_together(seed: int, rules: Rules, loads: int = 8) -> RunRes
     engine = world.engine(
         config, tier=wrap("tier", world.memory_tier(config)), rules=rules, wrap=wrap
     )
-    workloads = Workloads(seed)
-    prompts = workloads.burst(loads, 512).requests
-    cold = workloads.burst(1, 2048).requests
+    prompts = _requests(seed, loads, 512, "restore")
+    (cold,) = _requests(seed, 1, 2048, "cold")
     requests, outcomes = {}, []
     for batch in (
-        [resend(r, f"{r.req_id}-store") for r in prompts],
-        [resend(r, f"{r.req_id}-load") for r in prompts]
-        + [resend(r, f"{r.req_id}-cold") for r in cold],
+        [replace(r, req_id=f"{r.req_id}-store") for r in prompts],
+        [replace(r, req_id=f"{r.req_id}-load") for r in prompts] + [cold],
     ):
         if outcomes:
             engine.restart()

@@ -173,15 +173,17 @@ def test_hashseed_sweep_option_reruns_the_session_per_seed(pytester):
     pytester.makepyfile(
         test_hs="import os\n\ndef test_not_two():\n    assert os.environ['PYTHONHASHSEED'] != '2'\n"
     )
-    result = pytester.runpytest_subprocess(
+    lean = [
         "-p",
         "no:cacheprovider",
         "-p",
         "no:hypothesispytest",
-        "--assert=plain",
-        "--hashseed-sweep",
-        "1-2",
-    )
+        "-p",
+        "no:faker",
+        "-p",
+        "no:xdist",
+    ]
+    result = pytester.runpytest_subprocess(*lean, "--assert=plain", "--hashseed-sweep", "1-2")
     assert result.ret == 1
     result.stdout.fnmatch_lines(
         [

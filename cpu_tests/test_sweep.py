@@ -48,13 +48,13 @@ def test_legacy():
     assert not violations, "\\n".join(map(str, violations))
 """
 
-# Each child: quiet, no conftest and no hypothesis plugin (the hypothesis import alone
-# costs more than the test), no xdist, no cache writes, plain asserts (rewriting every
-# plugin module again in each child costs more than the test where bytecode is not
-# cached). One extra seed is then one short subprocess.
+# Each child: quiet, no conftest, no hypothesis, faker or xdist plugin (their imports
+# cost more than the test), no cache writes, plain asserts (rewriting every plugin
+# module again in each child costs more than the test where bytecode is not cached).
+# One extra seed is then one short subprocess.
 CHILD = [
     "test_split.py", "-q", "--noconftest", "-p", "no:cacheprovider", "-p", "no:hypothesispytest",
-    "-p", "no:xdist", "--assert=plain",
+    "-p", "no:faker", "-p", "no:xdist", "--assert=plain",
 ]  # fmt: skip
 
 

@@ -289,7 +289,10 @@ class _Artifacts:
     def __init__(self, directory: Path):
         self.directory = directory
         self.kept: dict[str, Path] = {}
-        self._created = not directory.exists()
+        # The directories this run will create (the missing tail of the path), deepest
+        # first: only those are removed again.
+        missing = [d for d in (directory, *directory.parents) if not d.exists()]
+        self._created = missing
 
     def before(self, case: Case) -> Path:
         from faults.repro import write_artifact
@@ -303,15 +306,11 @@ class _Artifacts:
             self.kept[case.id] = path
 
     def tidy(self) -> None:
-        """Remove the directory again when it was ours and stayed empty."""
-        if not self._created:
-            return
-        for d in (self.directory, *self.directory.parents):
+        """Remove the directories this run created when they stayed empty."""
+        for d in self._created:
             try:
                 d.rmdir()
             except OSError:
-                break
-            if d == Path(".kvfault") or d.name == ".kvfault":
                 break
 
 
@@ -404,6 +403,7 @@ def _run_on_xdist(
     and read their outcomes back."""
     import faults.campaign_items as items
     from faults.campaign import CampaignResult, TargetOutcome
+    from faults.sweep import LEAN_SESSION
 
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="kvfault-run-") as tmp:
@@ -421,7 +421,7 @@ def _run_on_xdist(
         )
         cmd = [
             sys.executable, "-m", "pytest", items.__file__, "-q", "-p", "no:cacheprovider",
-            "-n", args.numprocesses, "--rootdir", tmp, "-c", os.devnull,
+            "-n", args.numprocesses, "--rootdir", tmp, "-c", os.devnull, *LEAN_SESSION,
         ]  # fmt: skip
         env = dict(os.environ, **{CAMPAIGN_SPEC_ENV: str(spec)})
         proc = subprocess.run(

@@ -30,6 +30,10 @@ from typing import Callable, Sequence
 
 CHILD_ENV = "KVFAULT_SWEEP_CHILD"  # set in every child, so a child never sweeps again
 SPEC_ENV = "KVFAULT_SWEEP_SPEC"  # faults.sweep_items reads the seeds to spread from here
+# Options of the pytest sessions kvfault runs for itself (the xdist sessions that spread
+# seeds or campaign targets; never a user's own test run): their items need neither
+# hypothesis's plugin nor assertion rewriting, which every worker would pay for again.
+LEAN_SESSION = ("-p", "no:hypothesispytest", "--assert=plain")
 MAX_SEED = 4294967295  # PYTHONHASHSEED's range
 
 _SUMMARY = re.compile(
@@ -201,7 +205,7 @@ def _sweep_on_xdist(
         )
         cmd = [
             python, "-m", "pytest", items.__file__, "-q", "-p", "no:cacheprovider",
-            "-n", str(jobs), "--rootdir", tmp, "-c", os.devnull,
+            "-n", str(jobs), "--rootdir", tmp, "-c", os.devnull, *LEAN_SESSION,
         ]  # fmt: skip
         env = dict(os.environ, **{SPEC_ENV: str(spec)})
         # The outer session's own exit status says only "some seed failed": each seed's
