@@ -5,9 +5,10 @@ GPU only; a helper for tuning ``reference/torch_copy.py``, not the benchmark of 
 prints, median of ``--reps``:
 
 - the host time of each phase of ``enqueue`` (index buffer, blocks, sources, issue);
-- the gather kernel's shape (words per program, warps): device-side GB/s;
-- indices read in place from the pinned buffer vs uploaded first;
-- batched DMA issued as one call vs in chunks: wall from enqueue to completion.
+- batched DMA issued as one call vs in doubling chunks from the first chunk's size
+  (``dma_chunk``): wall ratio to a contiguous copy, and enqueue µs;
+- with ``--shapes``: the gather kernel's shape (words per program, warps), device-side
+  GB/s and wall ratio; with ``--upload``: indices uploaded first vs read in place.
 
     python benchmarks/probe_enqueue.py --json OUT.json
 """
@@ -120,10 +121,13 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=9)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--shapes", action="store_true", help="sweep the gather kernel's shape")
+    ap.add_argument("--upload", action="store_true", help="indices uploaded vs read in place")
     args = ap.parse_args()
     device = torch.device("cuda", torch.cuda.current_device())
     gate = Gate(device)
     total = 128 * 1024 * 1024
+    shape = (tc.GATHER_BLOCK_WORDS, tc.GATHER_WARPS)
     res: dict = {"phases": {}, "shapes": {}, "upload": {}, "dma_chunk": {}, "wall": {}}
 
     for bs in (8 * KIB, 32 * KIB, 256 * KIB, 2048 * KIB):
@@ -160,7 +164,7 @@ def main() -> int:
             }
             got = kv.rows(torch.uint8)[list(blocks)].cpu()
             assert torch.equal(got, pool.rows(torch.uint8)[slots]), (key, method)
-        if bs <= 256 * KIB:
+        if args.shapes and bs <= 256 * KIB:
             for words, warps in ((1024, 4), (2048, 4), (2048, 8), (4096, 8), (4096, 16)):
                 tc.GATHER_BLOCK_WORDS, tc.GATHER_WARPS = words, warps
                 e = tc.TorchCopyEngine(kv, pool, method="mapped")
@@ -169,12 +173,13 @@ def main() -> int:
                     round(total / dev / 1e9, 1),
                     round(contig / wall, 3),
                 ]
-            tc.GATHER_BLOCK_WORDS, tc.GATHER_WARPS = 2048, 4
+            tc.GATHER_BLOCK_WORDS, tc.GATHER_WARPS = shape
+        if args.upload and bs <= 256 * KIB:
             e = UploadIdx(kv, pool, method="mapped")
             wall, dev, _ = timed(e, batch, blocks, args.reps, gate)
             res["upload"][key] = [round(total / dev / 1e9, 1), round(contig / wall, 3)]
         if bs >= 256 * KIB:
-            for chunk in (0, 16, 64, 128):
+            for chunk in (0, 4, 8, 16):
                 try:
                     e = tc.TorchCopyEngine(kv, pool, method="dma", dma_chunk=chunk)
                 except RuntimeError:

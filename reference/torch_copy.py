@@ -29,6 +29,7 @@ Only this module imports torch; the rest of ``reference/`` never does.
 from __future__ import annotations
 
 import ctypes
+import functools
 import struct
 import sys
 from collections import deque
@@ -145,7 +146,13 @@ class HostPageBatch(Sequence[HostPage]):
     indexes a batch without a Python loop per block (numpy views of the two arrays, no
     attribute access per page); indexing yields ``HostPage``s."""
 
-    def __init__(self, pool: PinnedHostPool, slots: torch.Tensor, generations: torch.Tensor):
+    def __init__(
+        self,
+        pool: PinnedHostPool,
+        slots: torch.Tensor,
+        generations: torch.Tensor,
+        epoch: int | None = None,
+    ):
         if slots.shape != generations.shape or slots.dim() != 1:
             raise ValueError("slots and generations must be 1-d and of one length")
         self.pool = pool
@@ -153,6 +160,9 @@ class HostPageBatch(Sequence[HostPage]):
         self.generations = generations.to("cpu", torch.int64).contiguous()
         self.slots_np = self.slots.numpy()
         self.generations_np = self.generations.numpy()
+        # ``pool.frees`` when every page was known live (None: unknown). While the pool
+        # has freed nothing since, every page still is: the engine skips the check.
+        self.epoch = epoch
         # one unsigned max checks both ends (a negative slot reads as a huge one)
         if self.slots_np.size and int(self.slots_np.view(np.uint64).max()) >= pool.num_slots:
             raise ValueError(f"a slot outside [0, {pool.num_slots})")
@@ -162,11 +172,13 @@ class HostPageBatch(Sequence[HostPage]):
 
     def __getitem__(self, i):  # type: ignore[override]
         if isinstance(i, slice):
-            return HostPageBatch(self.pool, self.slots[i], self.generations[i])
+            return HostPageBatch(self.pool, self.slots[i], self.generations[i], self.epoch)
         return HostPage(self.pool, int(self.slots_np[i]), int(self.generations_np[i]))
 
     def all_live(self) -> bool:
         """No slot of the batch was freed since the batch was taken."""
+        if self.epoch is not None and self.epoch == self.pool.frees:
+            return True
         return bool((self.pool.generations_np.take(self.slots_np) == self.generations_np).all())
 
     def stale(self) -> torch.Tensor:
@@ -196,9 +208,10 @@ class PinnedHostPool:
         self.buffer = torch.empty((num_slots, *self.page_shape), dtype=dtype, pin_memory=True)
         self.row_bytes = self.buffer[0].numel() * self.buffer.element_size()
         self._free: deque[int] = deque(range(num_slots))
-        # one counter per slot, bumped on free; a tensor so a batch checks in one op
+        # one counter per slot, bumped on free (only there: ``frees`` counts the bumps)
         self.generations = torch.zeros(num_slots, dtype=torch.int64)
         self.generations_np = self.generations.numpy()  # the same memory, for the engine
+        self.frees = 0  # bumped with every generation: batches taken since are all live
         self._mapped: dict[tuple[torch.dtype, str], torch.Tensor | None] = {}
 
     @property
@@ -234,6 +247,7 @@ class PinnedHostPool:
         if page.pool is not self or not page.live:
             return
         self.generations_np[page.slot] += 1
+        self.frees += 1
         self._free.append(page.slot)
 
     def batch(self, pages: Sequence[HostPage]) -> HostPageBatch:
@@ -249,7 +263,7 @@ class PinnedHostPool:
     def take(self, slots: Sequence[int]) -> HostPageBatch:
         """Live handles to ``slots`` as they are now, as one batch (no copy)."""
         idx = torch.as_tensor(slots, dtype=torch.int64).reshape(-1)
-        return HostPageBatch(self, idx, self.generations.index_select(0, idx))
+        return HostPageBatch(self, idx, self.generations.index_select(0, idx), self.frees)
 
     def rows(self, word: torch.dtype) -> torch.Tensor:
         """The pool as ``[num_slots, words]`` host rows of ``word``."""
@@ -394,7 +408,7 @@ class TorchCopyEngine:
         dma_min_block_bytes: int = DMA_MIN_BLOCK_BYTES,
         widest_word: torch.dtype = torch.int64,
         stream: Any | None = None,
-        dma_chunk: int = 0,
+        dma_chunk: int = 8,
     ):
         self.kv = kv
         self.pool = pool
@@ -406,13 +420,13 @@ class TorchCopyEngine:
         self._mapped: torch.Tensor | None = None
         self._tg: _TritonGather | None = None
         self.gather: str | None = None  # "triton" or "index" when method is "mapped"
-        # dma: copies per cudaMemcpyBatchAsync call (0: one call for the whole restore)
+        # dma: copies in the first cudaMemcpyBatchAsync call, doubling with each next
+        # one, so the copy engines start while the host still queues (0: one call)
         self.dma_chunk = dma_chunk
         self._bufs: list[_IndexBuffer] = []
-        self._seen = np.zeros(kv.num_blocks, dtype=np.bool_)  # duplicate checks
-        self._owner = np.empty(kv.num_blocks, dtype=np.int64)
+        self._owner = np.empty(kv.num_blocks, dtype=np.int64)  # repeats, many blocks
         self._arange = np.arange(0, dtype=np.int64)
-        self._order = torch.cuda.Event()  # reused: the side stream waits on it
+        self._after_current = _StreamOrder(self.device, self.stream)
         self._stream_handle = self.stream.cuda_stream
         self._move = self._no_move
         if pool is not None and pool.row_bytes != kv.row_bytes:
@@ -529,12 +543,22 @@ class TorchCopyEngine:
             except struct.error as exc:
                 raise RestoreFenceError(f"{op}: blocks must be int64 values: {exc}") from None
         nb = self.kv.num_blocks
+        if nb <= 64 * n:  # one count checks range (a negative raises) and repeats
+            try:
+                counts = np.bincount(row, minlength=nb)
+            except ValueError:
+                counts = None
+            if counts is not None and counts.size == nb:
+                if counts.max() > 1:
+                    raise RestoreFenceError(f"{op}: a destination block is named twice")
+                return
         # one unsigned max checks both ends: a negative block reads as a huge one
-        if int(row.view(np.uint64).max()) >= nb:
-            lo, hi = int(row.min()), int(row.max())
-            raise RestoreFenceError(f"{op}: block {lo if lo < 0 else hi} outside [0, {nb})")
-        if not _distinct(row, n, self._seen, self._owner, self._arange):
-            raise RestoreFenceError(f"{op}: a destination block is named twice")
+        elif int(row.view(np.uint64).max()) < nb:
+            if not _distinct(row, n, self._owner, self._arange):
+                raise RestoreFenceError(f"{op}: a destination block is named twice")
+            return
+        lo, hi = int(row.min()), int(row.max())
+        raise RestoreFenceError(f"{op}: block {lo if lo < 0 else hi} outside [0, {nb})")
 
     def _put_sources(
         self, op: OperationId, buf: _IndexBuffer, pages: Any, n: int
@@ -547,6 +571,8 @@ class TorchCopyEngine:
                 raise RestoreFenceError(f"{op}: the pages are from another pool")
             slots, gens = pages.slots_np, pages.generations_np  # in range: checked at birth
             buf.np[0, :n] = slots
+            if pages.epoch is not None and pages.epoch == pool.frees:
+                return None  # nothing freed since the batch was taken live
         elif not n:
             return None
         elif all(map(isinstance, pages, repeat(HostPage))):
@@ -622,21 +648,19 @@ class TorchCopyEngine:
     ) -> RestoreTicket:
         """Queue the restore on the side stream, behind the current stream's work, and
         record its fence. The device is current; nothing here waits."""
-        current = torch.cuda.current_stream(self.device)
         dev_state = None
         if host_state is not None:
             # Allocated on the consumer's stream (the forward reads it there); marked as
             # used by the copy stream so the allocator cannot hand it out before the copy.
             dev_state = torch.empty(host_state.shape, dtype=host_state.dtype, device=self.device)
             dev_state.record_stream(self.stream)
-        self._order.record(current)
-        self.stream.wait_event(self._order)
+        self._after_current()
         if n and staging is not None:
-            self._on_side_stream(current, self._scatter_staged, staging, buf, n)
+            self._on_side_stream(self._scatter_staged, staging, buf, n)
         elif n:
             self._move(self._kv_rows, buf, n)
         if dev_state is not None:
-            self._on_side_stream(current, dev_state.copy_, host_state, non_blocking=True)
+            self._on_side_stream(dev_state.copy_, host_state, non_blocking=True)
         event = torch.cuda.Event()
         event.record(self.stream)
         buf.event = event
@@ -652,9 +676,10 @@ class TorchCopyEngine:
             index=buf,
         )
 
-    def _on_side_stream(self, current: Any, fn: Any, *args: Any, **kwargs: Any) -> None:
+    def _on_side_stream(self, fn: Any, *args: Any, **kwargs: Any) -> None:
         # set_stream rather than the stream context manager: the same switch with a
         # fraction of its Python overhead
+        current = torch.cuda.current_stream(self.device)
         torch.cuda.set_stream(self.stream)
         try:
             fn(*args, **kwargs)
@@ -667,44 +692,42 @@ class TorchCopyEngine:
         raise RuntimeError("no way to move pool pages on this engine")
 
     def _move_dma(self, out: torch.Tensor, buf: _IndexBuffer, n: int) -> None:
-        """Batched DMA; runs where both slots and blocks are consecutive go as one copy."""
+        """Batched DMA; runs where both slots and blocks are consecutive go as one copy.
+        Rows 2-4 of ``buf`` take the source addresses, destination addresses, sizes."""
         a = buf.np
-        src, dst = a[0, :n], a[1, :n]
+        idx = a[:2, :n]  # source slots, destination blocks
         rb = self.kv.row_bytes
         starts = None
         if n > 1:
-            adjacent = (np.diff(src) == 1) & (np.diff(dst) == 1)
+            adjacent = (np.diff(idx, axis=1) == 1).all(axis=0)
             if adjacent.any():
                 starts = np.flatnonzero(np.concatenate(([True], ~adjacent)))
         if starts is None:
             count = n
-            np.multiply(dst, rb, out=a[2, :n])
-            np.multiply(src, rb, out=a[3, :n])
+            addr = a[2:4, :n]
+            np.multiply(idx, rb, out=addr)
             a[4, :n] = rb
         else:
             count = starts.size
-            np.multiply(dst[starts], rb, out=a[2, :count])
-            np.multiply(src[starts], rb, out=a[3, :count])
+            addr = a[2:4, :count]
+            np.multiply(idx[:, starts], rb, out=addr)
             np.subtract(np.append(starts[1:], n), starts, out=a[4, :count])
             a[4, :count] *= rb
-        a[2, :count] += out.data_ptr()
-        a[3, :count] += self.pool.buffer.data_ptr()
-        step = self.dma_chunk if self.dma_chunk > 0 else count
-        dsts, srcs, sizes = buf.row_ptr(2), buf.row_ptr(3), buf.row_ptr(4)
-        for first in range(0, count, step):
+        addr += np.array([[self.pool.buffer.data_ptr()], [out.data_ptr()]], dtype=np.int64)
+        srcs, dsts, sizes = buf.row_ptr(2), buf.row_ptr(3), buf.row_ptr(4)
+        first, step = 0, (self.dma_chunk if self.dma_chunk > 0 else count)
+        while first < count:
             k = min(step, count - first)
             try:
                 self._dma.copy(
-                    dsts + 8 * first,
-                    srcs + 8 * first,
-                    sizes + 8 * first,
-                    k,
-                    self._stream_handle,
+                    dsts + 8 * first, srcs + 8 * first, sizes + 8 * first, k, self._stream_handle
                 )
             except RuntimeError:
                 if first:  # part of the restore is queued: let it land, then refuse
                     self.stream.synchronize()
                 raise
+            first += k
+            step *= 2
 
     def _move_triton(self, out: torch.Tensor, buf: _IndexBuffer, n: int) -> None:
         """One gather kernel through Triton's compiled launcher (no argument binding per
@@ -716,7 +739,6 @@ class TorchCopyEngine:
         available in this Triton)."""
         idx = self._mapped_index(buf)
         self._on_side_stream(
-            torch.cuda.current_stream(self.device),
             _triton_gather,
             self._mapped,
             out,
@@ -732,7 +754,7 @@ class TorchCopyEngine:
         def gather() -> None:
             out.index_copy_(0, idx[1, :n], torch.index_select(self._mapped, 0, idx[0, :n]))
 
-        self._on_side_stream(torch.cuda.current_stream(self.device), gather)
+        self._on_side_stream(gather)
 
     def _mapped_index(self, buf: _IndexBuffer) -> torch.Tensor:
         if buf.mapped is None:
@@ -792,19 +814,58 @@ class TorchCopyEngine:
             host[probe] = saved
 
 
-def _distinct(
-    row: np.ndarray, n: int, seen: np.ndarray, owner: np.ndarray, arange: np.ndarray
-) -> bool:
-    """No value of ``row`` (all in ``[0, seen.size)``) repeats. Mark and count in a
-    bitmap while it is not much larger than the row; else position i claims
-    ``owner[row[i]]`` and a value named twice keeps one claim only."""
-    if seen.size <= 64 * n:
-        seen.fill(False)
-        seen[row] = True
-        return np.count_nonzero(seen) == n
+def _distinct(row: np.ndarray, n: int, owner: np.ndarray, arange: np.ndarray) -> bool:
+    """No value of ``row`` (all in ``[0, owner.size)``) repeats, in O(n) however large
+    ``owner`` is: position i claims ``owner[row[i]]``, a value named twice keeps one
+    claim only."""
     ar = arange[:n]
     owner[row] = ar
     return bool((owner[row] == ar).all())
+
+
+class _StreamOrder:
+    """Make ``side`` wait for the work queued so far on the current stream: one event
+    record and one stream wait, through the CUDA runtime torch loaded (a raw stream
+    handle, a reused event: a few microseconds less than torch's stream objects on
+    every restore), or through torch where that runtime is not at hand (HIP)."""
+
+    def __init__(self, device: torch.device, side: Any):
+        self.index = device.index if device.index is not None else torch.cuda.current_device()
+        self.side = side
+        self.lib = None
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        lib = _loaded_cudart() if device_backend() == "cuda" and raw is not None else None
+        if lib is not None:
+            ev = ctypes.c_void_p()
+            with torch.cuda.device(self.index):
+                ok = lib.cudaEventCreateWithFlags(ctypes.byref(ev), ctypes.c_uint(2)) == 0
+            if ok:  # 2: cudaEventDisableTiming
+                self.lib, self.raw, self.event = lib, raw, ev.value
+                self.side_handle = side.cuda_stream
+                self.record = lib.cudaEventRecord
+                self.record.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+                self.wait = lib.cudaStreamWaitEvent
+                self.wait.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint]
+        if self.lib is None:
+            self.event = torch.cuda.Event()
+
+    def __call__(self) -> None:
+        if self.lib is None:
+            self.event.record(torch.cuda.current_stream(self.index))
+            self.side.wait_event(self.event)
+            return
+        rc = self.record(self.event, self.raw(self.index))
+        if rc == 0:
+            rc = self.wait(self.side_handle, self.event, 0)
+        if rc != 0:
+            raise RuntimeError(f"ordering the restore after the current stream: cudaError {rc}")
+
+    def __del__(self) -> None:
+        if self.lib is not None:
+            try:
+                self.lib.cudaEventDestroy(ctypes.c_void_p(self.event))
+            except Exception:  # noqa: BLE001 - interpreter shutdown
+                pass
 
 
 def _pinned(t: Any) -> torch.Tensor:
@@ -902,6 +963,7 @@ class _BatchDma:
             raise RuntimeError(f"cudaMemcpyBatchAsync failed with cudaError {rc}")
 
 
+@functools.cache
 def _loaded_cudart() -> Any | None:
     """The CUDA runtime library torch has loaded (never a second copy of it)."""
     try:
@@ -926,8 +988,10 @@ except Exception:  # noqa: BLE001 - a missing or broken triton only loses this p
     triton = None
 
 # Gather kernel shape: one program moves up to GATHER_BLOCK_WORDS words of one row.
-GATHER_BLOCK_WORDS = 2048
-GATHER_WARPS = 4
+# On the H200 (PCIe 5) 4096 words and 8 warps read 51.1 GB/s at 32 KiB and 256 KiB pages,
+# 2048/4 50.9, 1024/4 50.4-50.6 (benchmarks/probe_enqueue.py): the shape barely matters.
+GATHER_BLOCK_WORDS = 4096
+GATHER_WARPS = 8
 
 if triton is not None:
 
