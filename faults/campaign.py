@@ -10,12 +10,14 @@ A campaign is a list of *targets*, each run over the same seeds:
   *and* the injector fired: a fault that never fired is NOT EXERCISED, a failure.
 - ``scenario`` — the fixed stack on a plain §8 scenario.
 - ``swarm`` — the fixed stack on a scenario under a random subset of injectors drawn
-  from the seed (``faults.plans.swarm_plan``); every injector must fire somewhere in
-  the campaign.
+  from the seed (``faults.plans.swarm_plan``); an injector some swarm run enabled must
+  fire in at least one of them.
 
-Stopping with the right named error is judged by the properties, not here. This module
-has no I/O besides the optional callbacks; the CLI prints, ``faults.repro`` writes
-replay artifacts, ``faults.campaign_items`` runs targets as pytest items.
+Whether stopping was right is the properties' call (``no_false_stop``, ``liveness``);
+in addition, a single fault whose catalog entry names ``expect_stop`` must stop the
+fixed stack with exactly that error. This module does no I/O besides the optional
+callbacks: the CLI prints, ``faults.repro`` writes replay artifacts,
+``faults.campaign_items`` runs targets as pytest items.
 """
 
 from __future__ import annotations
@@ -82,7 +84,7 @@ class Target:
             spec = FaultSpec.of(self.injector, **INJECTORS[self.injector].defaults)
             return FaultPlan((spec,), seed)
         if self.kind == "swarm":
-            return swarm_plan(seed, self.scenario, self.pinned)
+            return swarm_plan(seed, self.pinned)
         return None
 
     def command(self, seed: int) -> str:
@@ -178,7 +180,7 @@ def _swarm_fn() -> Callable[..., FaultPlan]:
     return fn
 
 
-def swarm_plan(seed: int, scenario: str, pinned: Sequence[str] = ()) -> FaultPlan:
+def swarm_plan(seed: int, pinned: Sequence[str] = ()) -> FaultPlan:
     """The swarm plan of one run: a random subset of injectors drawn from ``seed``
     (``pinned`` fixes the subset), as ``faults.plans.swarm_plan`` draws it."""
     return _swarm_fn()(seed, pinned=tuple(pinned) or None)

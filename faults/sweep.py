@@ -165,10 +165,7 @@ def sweep(
         raise SweepError("no hash seeds to sweep")
     t0 = time.perf_counter()
     if jobs:
-        outcomes = _sweep_on_xdist(seeds, pytest_args, cwd, python, jobs, timeout_s)
-        for o in outcomes:
-            if on_seed:
-                on_seed(o)
+        outcomes = _sweep_on_xdist(seeds, pytest_args, cwd, python, jobs, timeout_s, on_seed)
     else:
         outcomes = []
         for seed in seeds:
@@ -186,11 +183,13 @@ def _sweep_on_xdist(
     python: str,
     jobs: str,
     timeout_s: float | None,
+    on_seed: Callable[[SeedOutcome], None] | None,
 ) -> list[SeedOutcome]:
     import faults.sweep_items as items
 
     with tempfile.TemporaryDirectory(prefix="kvfault-sweep-") as tmp:
-        spec = Path(tmp) / "spec.json"
+        out = Path(tmp)
+        spec = out / "spec.json"
         spec.write_text(
             json.dumps(
                 {
@@ -208,26 +207,52 @@ def _sweep_on_xdist(
             "-n", str(jobs), "--rootdir", tmp, "-c", os.devnull, *LEAN_SESSION,
         ]  # fmt: skip
         env = dict(os.environ, **{SPEC_ENV: str(spec)})
+        done: dict[int, SeedOutcome] = {}
+
+        def collect() -> None:
+            # Seeds report as they finish (in whatever order the workers take them).
+            for seed in seeds:
+                f = out / f"seed-{seed}.json"
+                if seed not in done and f.exists():
+                    done[seed] = SeedOutcome(**json.loads(f.read_text()))
+                    if on_seed:
+                        on_seed(done[seed])
+
         # The outer session's own exit status says only "some seed failed": each seed's
-        # own outcome is read back from the files its item wrote.
-        proc = subprocess.run(
-            cmd, cwd=tmp, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True
-        )
+        # outcome is read back from the file its item wrote.
+        with open(out / "session.log", "w+") as log:
+            proc = subprocess.Popen(
+                cmd,
+                cwd=tmp,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+            while proc.poll() is None:
+                collect()
+                time.sleep(0.1)
+            collect()
+            log.seek(0)
+            tail = "\n".join(log.read().rstrip().splitlines()[-30:])
         outcomes = []
         for seed in seeds:
-            f = Path(tmp) / f"seed-{seed}.json"
-            if f.exists():
-                outcomes.append(SeedOutcome(**json.loads(f.read_text())))
-            else:
-                tail = "\n".join((proc.stdout + proc.stderr).rstrip().splitlines()[-30:])
-                outcomes.append(
-                    SeedOutcome(seed, 3, "the xdist item for this seed never ran", [], 0.0, tail)
+            if seed not in done:
+                done[seed] = SeedOutcome(
+                    seed, 3, "the xdist item for this seed never ran", [], 0.0, tail
                 )
+                if on_seed:
+                    on_seed(done[seed])
+            outcomes.append(done[seed])
         return outcomes
 
 
 def write_seed_outcome(outcome: SeedOutcome, directory: Path) -> None:
-    (directory / f"seed-{outcome.seed}.json").write_text(json.dumps(asdict(outcome)))
+    """Write one seed's outcome where the sweep polls for it (whole, via a rename)."""
+    path = directory / f"seed-{outcome.seed}.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(asdict(outcome)))
+    os.replace(tmp, path)
 
 
 def format_result(result: SweepResult, tail: bool = True, per_seed: bool = True) -> str:
