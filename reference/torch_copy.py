@@ -6,10 +6,12 @@ blocks: it enqueues on its own side stream, records an event as the fence, and r
 completion only through ``event.query()``.
 
 How a restore moves its bytes (``TorchCopyEngine.method``, fixed per engine because it
-depends on the page size; every way is one batched operation, never a loop per block):
+depends on the page size; every way is batched, never a Python loop per block):
 
-- ``dma``: one ``cudaMemcpyBatchAsync`` call queues every block's copy on the copy
-  engines (CUDA runtime 12.8 and up). Best for large pages (>= 256 KiB by default).
+- ``dma``: ``cudaMemcpyBatchAsync`` queues every block's copy on the copy engines (CUDA
+  runtime 12.8 and up), in calls of doubling size (8, 16, 32, ... copies) so the engines
+  start while the host still queues; runs of consecutive slots into consecutive blocks
+  go as one copy. Best for large pages (>= 256 KiB by default).
 - ``mapped``: the pinned pool is viewed as device memory (unified addressing: pinned host
   memory is readable by the device at its host address), and ONE gather kernel reads each
   source block across the bus and writes it into its destination page: a Triton kernel
@@ -22,6 +24,10 @@ depends on the page size; every way is one batched operation, never a loop per b
 
 Each path is probed once at construction (bytes compared), so a device or runtime that
 cannot do it falls back instead of failing a restore.
+
+The host side of ``enqueue`` works on a reused pinned index buffer with numpy (see
+``TorchCopyEngine``): a restore's wall clock is its host time before the first byte
+moves plus the transfer, so that time is kept to a few vectorised operations.
 
 Only this module imports torch; the rest of ``reference/`` never does.
 """
@@ -48,9 +54,9 @@ Method = Literal["auto", "dma", "mapped", "staged"]
 Gather = Literal["auto", "triton", "index"]
 
 # From this page size up, "auto" restores by batched DMA where the runtime has it: on an
-# H200 (PCIe 5) batched DMA moved 89-99% of a contiguous copy end to end at 256 KiB and
-# 2 MiB pages but ~55% at 32 KiB (host time in the batch call, ~2.7 us a copy), where the
-# gather kernel moved ~85% (docs/gpu_tier.md).
+# H200 (PCIe 5) chunked batched DMA moved 97-99% of a contiguous copy end to end at 256 KiB
+# and 2 MiB pages (the gather kernel 91-94%) but 74% at 32 KiB (host time in the batch
+# call, ~1.2 us a copy or more), where the gather kernel moved 89-90% (docs/gpu_tier.md).
 DMA_MIN_BLOCK_BYTES = 256 * 1024
 
 # __cuda_array_interface__ typestrs of the word types a block may be moved as.
