@@ -36,7 +36,7 @@ def test_fixtures_build_a_world_an_engine_and_a_scenario(pytester):
         def test_engine(kv_engine, kv_world):
             engine = kv_engine(EngineConfig())
             assert isinstance(engine, Engine) and engine.injectors == []
-            assert engine.trace is kv_world.trace
+            assert engine.trace.events is kv_world.trace.events
 
         def test_scenario(kv_scenario):
             result = kv_scenario("chunk_aligned_hybrid")

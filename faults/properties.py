@@ -44,8 +44,12 @@ def correctness(run: RunResult) -> list[Violation]:
             out.append(
                 Violation("correctness", f"output of {ev.req_id} differs from its cold run", t=ev.t)
             )
-    dispatch = {str(e.op): e for e in run.trace.of(Ev.DISPATCH)}
-    for ev in run.trace.of(Ev.COPY_COMPLETE):
+    # Generations restart with the scheduler: pair each copy with the latest dispatch.
+    dispatch: dict[str, TraceEvent] = {}
+    for ev in run.trace.of(Ev.DISPATCH, Ev.COPY_COMPLETE):
+        if ev.kind is Ev.DISPATCH:
+            dispatch[str(ev.op)] = ev
+            continue
         d = dispatch.get(str(ev.op))
         if d is None or ev.data.get("digest") is None:
             continue
@@ -161,6 +165,7 @@ class _LoadLife:
     reported: float | None = None
     applied: float | None = None
     reported_step: int | None = None
+    fenced: bool = False  # a fence raised: the load keeps its submission clock
 
 
 def _load_lives(run: RunResult) -> dict[str, _LoadLife]:
@@ -179,6 +184,8 @@ def _load_lives(run: RunResult) -> dict[str, _LoadLife]:
             lives = {k: v for k, v in lives.items() if v.applied is not None}
         elif ev.kind is Ev.DISPATCH:
             lives[str(ev.op)] = _LoadLife(ev.t)
+        elif ev.kind is Ev.COPY_FENCE_ERROR and str(ev.op) in lives:
+            lives[str(ev.op)].fenced = True
         elif ev.kind in fields and ev.op is not None and str(ev.op) in lives:
             life = lives[str(ev.op)]
             if getattr(life, fields[ev.kind]) is None:
@@ -195,7 +202,7 @@ def no_false_stop(run: RunResult) -> list[Violation]:
     if stop is None or stop.op is None:
         return []
     deadline = run.config.transfer_deadline_s
-    for op, life in _load_lives(run).items():
+    for life in _load_lives(run).values():
         if life.submitted is None:
             continue
         if (life.retrieved if life.retrieved is not None else stop.t) - life.submitted > deadline:
@@ -211,10 +218,11 @@ def no_false_stop(run: RunResult) -> list[Violation]:
             and stop.step > life.reported_step
         ):
             return []  # a completion was lost on the way: stopping is right
-        if life.retrieved is not None and life.enqueued is None and life.reported is None:
-            # retrieved but never enqueued: a fence kept raising
-            if any(e.op is not None and str(e.op) == op for e in run.trace.of(Ev.COPY_FENCE_ERROR)):
-                return []
+        if (
+            life.fenced
+            and (life.copied if life.copied is not None else stop.t) - life.submitted > deadline
+        ):
+            return []  # a fence raised and the restore took longer than its submission clock
     return [
         Violation(
             "no_false_stop",

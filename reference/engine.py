@@ -102,13 +102,12 @@ class Engine:
     ):
         self.config = config
         self.parts = parts
-        self.trace = trace
+        self.trace = trace.child(lambda: self.steps)
         self.rules = rules or Rules()
         self.name = name
         self.outputs: dict[str, tuple[int, ...]] = {}
         self.steps = 0
         self._forwards = 0
-        trace.bind_step(lambda: self.steps)
         self._build()
 
     def _build(self) -> None:

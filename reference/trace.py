@@ -63,15 +63,25 @@ class TraceEvent:
 
 
 class Trace:
-    """Append-only list of events; time and step come from the owner's callbacks."""
+    """Append-only list of events; time and step come from the owner's callbacks.
 
-    def __init__(self, now: Callable[[], float], step: Callable[[], int] | None = None):
+    Several engines on one host write to one event list through their own ``child``
+    views, so each event carries the step of the engine that recorded it.
+    """
+
+    def __init__(
+        self,
+        now: Callable[[], float],
+        step: Callable[[], int] | None = None,
+        events: list[TraceEvent] | None = None,
+    ):
         self._now = now
         self._step = step or (lambda: -1)
-        self.events: list[TraceEvent] = []
+        self.events: list[TraceEvent] = [] if events is None else events
 
-    def bind_step(self, step: Callable[[], int]) -> None:
-        self._step = step
+    def child(self, step: Callable[[], int]) -> Trace:
+        """A view appending to the same events with its own step counter."""
+        return Trace(self._now, step, self.events)
 
     def record(
         self,

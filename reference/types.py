@@ -101,6 +101,11 @@ class OperationId:
     def __str__(self) -> str:
         return f"{self.kind.value}:{self.req_id}#{self.generation}"
 
+    def __hash__(self) -> int:
+        # An Enum hashes by its name's string hash (PYTHONHASHSEED); keep the kind's
+        # part fixed so only the request id's hash decides set order.
+        return hash((self.req_id, self.generation, self.kind is OpKind.LOAD))
+
 
 @dataclass(frozen=True)
 class LoadOp:
