@@ -175,7 +175,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"{name:34s} {mode:8s} {','.join('-' if f is None else str(f) for f in firsts):22s} "
                 f"{'-' if worst is None else worst:>5} {max(row['total']):>6} {row['wall_s']:>7.1f}  "
                 f"{row['shrunk']}"
-                + ("" if all(t.fixed_ok in (True, None) for t in trials) else "  [fixed fails too]"),
+                + (
+                    "" if all(t.fixed_ok in (True, None) for t in trials) else "  [fixed fails too]"
+                ),
                 flush=True,
             )
     wall = time.perf_counter() - t0

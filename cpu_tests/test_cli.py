@@ -137,16 +137,20 @@ def test_run_a_selection_writes_the_report_and_leaves_no_artifacts(tmp_path, cap
         "name",
         "scenario",
         "seeds",
+        "props",
         "verdict",
+        "sim",
+        "s",
         "wall",
         "s",
         "detail",
     ]
-    assert table[2].split()[:5] == [
+    assert table[2].split()[:6] == [
         "regression",
         "hybrid_last_chunk",
         "chunk_aligned_hybrid",
         "0-1",
+        "CKFLDH",
         "CAUGHT",
     ]
     assert "hybrid caught on 2/2 seeds" in table[2]

@@ -283,6 +283,7 @@ def test_trigger_nth_and_seeded_probability() -> None:
     t = Trigger((2, 5))
     rng = random.Random(0)
     assert [n for n in range(1, 8) if t.hits(n, rng)] == [2, 5]
+
     def draw(seed: int) -> list[int]:
         rng = random.Random(f"x/{seed}")
         return [n for n in range(1, 200) if Trigger(p=0.1).hits(n, rng)]

@@ -82,18 +82,51 @@ def test_params_are_canonical() -> None:
         ('{"faults": [], "sede": 1}', "unknown plan field 'sede'"),
         ('{"faults": [3]}', "fault #0 must be an object"),
         ('{"faults": [{"injector": "nope"}]}', "unknown injector 'nope'"),
-        ('{"faults": [{"injector": "lost_completion", "params": []}]}', "'params' must be an object"),
+        (
+            '{"faults": [{"injector": "lost_completion", "params": []}]}',
+            "'params' must be an object",
+        ),
         ('{"faults": [{"injector": "lost_completion", "parms": {}}]}', "unknown field 'parms'"),
-        ('{"faults": [{"injector": "lost_completion", "params": {"n": [1]}}]}', "unknown parameter 'n'"),
-        ('{"faults": [{"injector": "lost_completion", "params": {"nth": "5"}}]}', "'nth' must be a list of integers"),
-        ('{"faults": [{"injector": "lost_completion", "params": {"nth": [0]}}]}', "'nth' must be a list of integers"),
-        ('{"faults": [{"injector": "lost_completion", "params": {"nth": [true]}}]}', "'nth' must be a list of integers"),
-        ('{"faults": [{"injector": "lost_completion", "params": {"p": 2}}]}', "'p' must be a number in [0, 1]"),
-        ('{"faults": [{"injector": "fence_failure", "params": {"p": "high"}}]}', "'p' must be a number"),
-        ('{"faults": [{"injector": "engine_restart", "params": {"limit": 1.5}}]}', "'limit' must be an integer"),
-        ('{"faults": [{"injector": "port_zero_ids", "params": {"ports": [0, 0, 0]}}]}', "two ports"),
-        ('{"faults": [{"injector": "slow_forward", "params": {"forwards": [[0]]}}]}', "'forwards' must be a list of [forward index"),
-        ('{"faults": [{"injector": "hash_order_shuffle", "params": {"salt": "a"}}]}', "'salt' must be an integer or null"),
+        (
+            '{"faults": [{"injector": "lost_completion", "params": {"n": [1]}}]}',
+            "unknown parameter 'n'",
+        ),
+        (
+            '{"faults": [{"injector": "lost_completion", "params": {"nth": "5"}}]}',
+            "'nth' must be a list of integers",
+        ),
+        (
+            '{"faults": [{"injector": "lost_completion", "params": {"nth": [0]}}]}',
+            "'nth' must be a list of integers",
+        ),
+        (
+            '{"faults": [{"injector": "lost_completion", "params": {"nth": [true]}}]}',
+            "'nth' must be a list of integers",
+        ),
+        (
+            '{"faults": [{"injector": "lost_completion", "params": {"p": 2}}]}',
+            "'p' must be a number in [0, 1]",
+        ),
+        (
+            '{"faults": [{"injector": "fence_failure", "params": {"p": "high"}}]}',
+            "'p' must be a number",
+        ),
+        (
+            '{"faults": [{"injector": "engine_restart", "params": {"limit": 1.5}}]}',
+            "'limit' must be an integer",
+        ),
+        (
+            '{"faults": [{"injector": "port_zero_ids", "params": {"ports": [0, 0, 0]}}]}',
+            "two ports",
+        ),
+        (
+            '{"faults": [{"injector": "slow_forward", "params": {"forwards": [[0]]}}]}',
+            "'forwards' must be a list of [forward index",
+        ),
+        (
+            '{"faults": [{"injector": "hash_order_shuffle", "params": {"salt": "a"}}]}',
+            "'salt' must be an integer or null",
+        ),
     ],
 )
 def test_bad_plans_get_one_clear_line(text: str, fragment: str) -> None:
@@ -148,7 +181,9 @@ def test_swarm_pins_fix_the_subset_without_shifting_the_draws() -> None:
 
 
 def test_fired_report_and_verdict() -> None:
-    plan = FaultPlan((FaultSpec.of("lost_completion", nth=(1,)), FaultSpec.of("retrieve_failure", nth=(2,))))
+    plan = FaultPlan(
+        (FaultSpec.of("lost_completion", nth=(1,)), FaultSpec.of("retrieve_failure", nth=(2,)))
+    )
     injectors = plan.injectors()
     report = fired_report(injectors)
     assert report == {"lost_completion": 0, "retrieve_failure": 0}

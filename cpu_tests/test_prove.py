@@ -23,16 +23,31 @@ FIXED = '#!/bin/sh\necho "checking keys"\necho "all good"\nexit 0\n'
 
 def git(repo: Path, *args: str) -> str:
     proc = subprocess.run(
-        ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.com",
-         "-c", "commit.gpgsign=false", *args],
-        capture_output=True, text=True, check=True,
+        [
+            "git",
+            "-C",
+            str(repo),
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@example.com",
+            "-c",
+            "commit.gpgsign=false",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     return proc.stdout
 
 
 def worktrees(repo: Path) -> list[str]:
-    return [line for line in git(repo, "worktree", "list", "--porcelain").splitlines()
-            if line.startswith("worktree ")]
+    return [
+        line
+        for line in git(repo, "worktree", "list", "--porcelain").splitlines()
+        if line.startswith("worktree ")
+    ]
 
 
 @pytest.fixture(autouse=True)
@@ -82,8 +97,9 @@ def assert_clean(repo: Path, tmp: Path) -> None:
 
 
 def side(rc: int | None, matched: bool | None = None, error: str | None = None) -> SideRun:
-    return SideRun(rev="r", sha="0" * 40, returncode=rc, seconds=0.1, tail="",
-                   matched=matched, error=error)
+    return SideRun(
+        rev="r", sha="0" * 40, returncode=rc, seconds=0.1, tail="", matched=matched, error=error
+    )
 
 
 @pytest.mark.parametrize(
@@ -96,20 +112,22 @@ def side(rc: int | None, matched: bool | None = None, error: str | None = None) 
         ([side(1)], [side(2)], Verdict.STILL_FAILING, "new fails (exit 2)"),
         ([side(0)], [side(1)], Verdict.STILL_FAILING, "regressed"),
         ([side(None, error="timed out after 1 s")], [], Verdict.ERROR, "timed out"),
-        ([side(1)], [side(0), side(None, error="command not found: x")], Verdict.ERROR,
-         "new"),
+        ([side(1)], [side(0), side(None, error="command not found: x")], Verdict.ERROR, "new"),
         ([side(1), side(0), side(1)], [side(0)] * 3, Verdict.FLAKY, "old disagrees"),
         ([side(1, True), side(1, False)], [side(0)], Verdict.FLAKY, "old"),
         ([side(1)] * 2, [side(0), side(3)], Verdict.FLAKY, "new disagrees"),
         ([side(1), side(3)], [side(0)], Verdict.FLAKY, "old: 1x exit 1, 1x exit 3"),
-        ([side(1, True), side(1, True)], [side(0, True), side(0, False)], Verdict.FIXED,
-         "matches --expect"),  # a passing run's match is not part of its outcome
+        (
+            [side(1, True), side(1, True)],
+            [side(0, True), side(0, False)],
+            Verdict.FIXED,
+            "matches --expect",
+        ),  # a passing run's match is not part of its outcome
         ([side(0), side(1)], [side(0), side(1)], Verdict.FLAKY, "old and new"),
         ([], [side(0)], Verdict.ERROR, "no runs"),
     ],
 )
-def test_decide(old: list[SideRun], new: list[SideRun], verdict: Verdict,
-                in_reason: str) -> None:
+def test_decide(old: list[SideRun], new: list[SideRun], verdict: Verdict, in_reason: str) -> None:
     got, reason = decide(old, new)
     assert got is verdict
     assert in_reason in reason
@@ -117,8 +135,13 @@ def test_decide(old: list[SideRun], new: list[SideRun], verdict: Verdict,
 
 def test_exit_codes() -> None:
     codes = {v: ProofResult(v, [], [], "").exit_code for v in Verdict}
-    assert codes == {Verdict.FIXED: 0, Verdict.STILL_FAILING: 1, Verdict.NOT_REPRODUCED: 2,
-                     Verdict.FLAKY: 2, Verdict.ERROR: 2}
+    assert codes == {
+        Verdict.FIXED: 0,
+        Verdict.STILL_FAILING: 1,
+        Verdict.NOT_REPRODUCED: 2,
+        Verdict.FLAKY: 2,
+        Verdict.ERROR: 2,
+    }
 
 
 # ------------------------------------------------------------------ verdicts
@@ -134,8 +157,7 @@ def test_fixed(repo: Path, isolated: Path, capsys: pytest.CaptureFixture[str]) -
     assert_clean(repo, isolated)
 
 
-def test_still_failing(repo: Path, isolated: Path,
-                       capsys: pytest.CaptureFixture[str]) -> None:
+def test_still_failing(repo: Path, isolated: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli(repo, "--old", "broken", "--new", "broken", "--", "sh", "check.sh") == 1
     assert verdict_line(capsys.readouterr().out).startswith("STILL FAILING: new fails (exit 1)")
     assert_clean(repo, isolated)
@@ -147,8 +169,21 @@ def test_not_reproduced(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_expect_matches(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli(repo, "--old", "broken", "--new", "fixed", "--expect", r"KeyError: media \w+",
-               "--", "sh", "check.sh") == 0
+    assert (
+        cli(
+            repo,
+            "--old",
+            "broken",
+            "--new",
+            "fixed",
+            "--expect",
+            r"KeyError: media \w+",
+            "--",
+            "sh",
+            "check.sh",
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "output matches --expect" in out
     assert verdict_line(out).startswith("FIXED:")
@@ -156,41 +191,57 @@ def test_expect_matches(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_expect_does_not_match(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # Old fails, but for another reason than the one the reviewer expects.
-    assert cli(repo, "--old", "broken", "--new", "fixed", "--expect", "TimeoutError",
-               "--", "sh", "check.sh") == 2
+    assert (
+        cli(
+            repo,
+            "--old",
+            "broken",
+            "--new",
+            "fixed",
+            "--expect",
+            "TimeoutError",
+            "--",
+            "sh",
+            "check.sh",
+        )
+        == 2
+    )
     line = verdict_line(capsys.readouterr().out)
     assert line.startswith("NOT REPRODUCED: old fails (exit 1) but its output does not match")
 
 
 def test_shell_mode_single_string(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli(repo, "--old", "broken", "--new", "fixed", "--",
-               "./check.sh && echo shell-ran-the-and") == 0
+    assert (
+        cli(repo, "--old", "broken", "--new", "fixed", "--", "./check.sh && echo shell-ran-the-and")
+        == 0
+    )
     out = capsys.readouterr().out
     assert "via /bin/sh -c" in out
     assert "shell-ran-the-and" in out
 
 
-def test_error_command_not_found(repo: Path, isolated: Path,
-                                 capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli(repo, "--old", "broken", "--new", "fixed", "--",
-               "no-such-command-kvfault", "x") == 2
+def test_error_command_not_found(
+    repo: Path, isolated: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli(repo, "--old", "broken", "--new", "fixed", "--", "no-such-command-kvfault", "x") == 2
     line = verdict_line(capsys.readouterr().out)
     assert line.startswith("ERROR: old (broken @ ")
     assert "command not found: no-such-command-kvfault" in line
     assert_clean(repo, isolated)
 
 
-def test_error_command_not_found_in_shell(repo: Path,
-                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_error_command_not_found_in_shell(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli(repo, "--old", "broken", "--new", "fixed", "--", "no-such-command-kvfault") == 2
     assert "command not found (exit 127" in verdict_line(capsys.readouterr().out)
 
 
-def test_error_timeout_kills_command(repo: Path, isolated: Path,
-                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_error_timeout_kills_command(
+    repo: Path, isolated: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     start = time.monotonic()
-    assert cli(repo, "--old", "broken", "--new", "fixed", "--timeout", "0.3",
-               "--", "sleep", "20") == 2
+    assert (
+        cli(repo, "--old", "broken", "--new", "fixed", "--timeout", "0.3", "--", "sleep", "20") == 2
+    )
     assert time.monotonic() - start < 5
     line = verdict_line(capsys.readouterr().out)
     assert line.startswith("ERROR: old") and "timed out after 0.3 s" in line
@@ -210,13 +261,17 @@ FLAKY_CMD = (
 
 
 @pytest.mark.parametrize("flaky_side", ["old", "new"])
-def test_repeat_flaky_side(repo: Path, tmp_path: Path, isolated: Path, flaky_side: str,
-                           monkeypatch: pytest.MonkeyPatch,
-                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_repeat_flaky_side(
+    repo: Path,
+    tmp_path: Path,
+    isolated: Path,
+    flaky_side: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     monkeypatch.setenv("COUNTER", str(tmp_path / "counter"))
     monkeypatch.setenv("FLIP_SIDE", flaky_side)
-    assert cli(repo, "--old", "broken", "--new", "fixed", "--repeat", "3", "--",
-               FLAKY_CMD) == 2
+    assert cli(repo, "--old", "broken", "--new", "fixed", "--repeat", "3", "--", FLAKY_CMD) == 2
     out = capsys.readouterr().out
     line = verdict_line(out)
     assert line.startswith(f"FLAKY: {flaky_side} disagrees with itself"), line
@@ -240,8 +295,10 @@ def test_repeat_consistent_gives_verdict(repo: Path) -> None:
 
 def test_tail_keeps_last_lines(repo: Path) -> None:
     result = prove(repo, "broken", "fixed", ["seq 1 100; sh check.sh"], tail_lines=5)
-    assert result.new[0].tail.splitlines() == ["97", "98", "99", "100", "checking keys",
-                                               "all good"][-5:]
+    assert (
+        result.new[0].tail.splitlines()
+        == ["97", "98", "99", "100", "checking keys", "all good"][-5:]
+    )
 
 
 # -------------------------------------------------------------- bad arguments
@@ -254,21 +311,29 @@ def test_tail_keeps_last_lines(repo: Path) -> None:
         (["--old", "broken", "--new", "fixed", "--"], "missing command"),
         (["--old", "broken", "--new", "fixed"], "missing command"),
         (["--old", "broken", "--", "true"], "--old REV and --new REV are required"),
-        (["--old", "nope-not-a-rev", "--new", "fixed", "--", "true"],
-         "unknown --old revision: 'nope-not-a-rev'"),
+        (
+            ["--old", "nope-not-a-rev", "--new", "fixed", "--", "true"],
+            "unknown --old revision: 'nope-not-a-rev'",
+        ),
         (["--old", "broken", "--new", "deadbeef" * 5, "--", "true"], "unknown --new"),
-        (["--old", "broken", "--new", "fixed", "--repeat", "0", "--", "true"],
-         "--repeat must be at least 1"),
-        (["--old", "broken", "--new", "fixed", "--expect", "(unclosed", "--", "true"],
-         "invalid --expect regex"),
-        (["--old", "broken", "--new", "fixed", "--timeout", "0", "--", "true"],
-         "--timeout must be a positive"),
-        (["--old", "broken", "--new", "fixed", "--repeat", "x", "--", "true"],
-         "invalid int value"),
+        (
+            ["--old", "broken", "--new", "fixed", "--repeat", "0", "--", "true"],
+            "--repeat must be at least 1",
+        ),
+        (
+            ["--old", "broken", "--new", "fixed", "--expect", "(unclosed", "--", "true"],
+            "invalid --expect regex",
+        ),
+        (
+            ["--old", "broken", "--new", "fixed", "--timeout", "0", "--", "true"],
+            "--timeout must be a positive",
+        ),
+        (["--old", "broken", "--new", "fixed", "--repeat", "x", "--", "true"], "invalid int value"),
     ],
 )
-def test_bad_arguments_one_line(repo: Path, isolated: Path, args: list[str], message: str,
-                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_arguments_one_line(
+    repo: Path, isolated: Path, args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     try:
         rc = cli(repo, *args)
     except SystemExit as exc:  # argparse's own errors (bad int) exit from parse_args
@@ -293,14 +358,30 @@ def test_not_a_git_repository(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 
 def test_module_entry_point_no_traceback(repo: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "faults.prove", "-C", str(repo), "--old", "nope",
-         "--new", "fixed", "--", "true"],
-        cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
+        [
+            sys.executable,
+            "-m",
+            "faults.prove",
+            "-C",
+            str(repo),
+            "--old",
+            "nope",
+            "--new",
+            "fixed",
+            "--",
+            "true",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert proc.returncode == 2
     assert proc.stdout == ""
     assert proc.stderr.splitlines() == [
-        f"kvfault prove: error: unknown --old revision: 'nope' is not a commit in {repo}"]
+        f"kvfault prove: error: unknown --old revision: 'nope' is not a commit in {repo}"
+    ]
 
 
 # ----------------------------------------------------- cleanup and isolation
@@ -317,13 +398,30 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-def test_interrupt_removes_worktrees(repo: Path, tmp_path: Path, isolated: Path,
-                                     signum: int, code: int) -> None:
+def test_interrupt_removes_worktrees(
+    repo: Path, tmp_path: Path, isolated: Path, signum: int, code: int
+) -> None:
     pidfile = tmp_path / "cmd.pid"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "faults.prove", "-C", str(repo), "--old", "broken",
-         "--new", "fixed", "--", "sh", "-c", f'echo $$ > "{pidfile}"; exec sleep 60'],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "faults.prove",
+            "-C",
+            str(repo),
+            "--old",
+            "broken",
+            "--new",
+            "fixed",
+            "--",
+            "sh",
+            "-c",
+            f'echo $$ > "{pidfile}"; exec sleep 60',
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         deadline = time.monotonic() + 20
@@ -351,8 +449,11 @@ def test_interrupt_removes_worktrees(repo: Path, tmp_path: Path, isolated: Path,
 
 
 def _snapshot(repo: Path) -> dict[str, object]:
-    files = {str(p.relative_to(repo)): p.read_bytes()
-             for p in sorted(repo.rglob("*")) if p.is_file() and ".git" not in p.parts}
+    files = {
+        str(p.relative_to(repo)): p.read_bytes()
+        for p in sorted(repo.rglob("*"))
+        if p.is_file() and ".git" not in p.parts
+    }
     return {
         "files": files,
         "index": (repo / ".git" / "index").read_bytes(),
@@ -363,9 +464,10 @@ def _snapshot(repo: Path) -> dict[str, object]:
     }
 
 
-def test_dirty_working_tree_untouched(repo: Path, isolated: Path,
-                                      capsys: pytest.CaptureFixture[str]) -> None:
-    (repo / "check.sh").write_text('#!/bin/sh\necho DIRTY-EDIT\nexit 3\n')  # modified
+def test_dirty_working_tree_untouched(
+    repo: Path, isolated: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (repo / "check.sh").write_text("#!/bin/sh\necho DIRTY-EDIT\nexit 3\n")  # modified
     (repo / "notes.txt").write_text("v2 staged\n")
     git(repo, "add", "notes.txt")  # staged
     (repo / "notes.txt").write_text("v3 unstaged on top\n")
@@ -385,8 +487,10 @@ def test_dirty_working_tree_untouched(repo: Path, isolated: Path,
 def test_cmd_sees_worktree_not_users_repo(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # A GIT_DIR pointing at the user's repository must not leak into CMD.
     monkeypatch.setenv("GIT_DIR", str(repo / ".git"))
-    script = ('git rev-parse HEAD; pwd; '
-              'test "$(git rev-parse HEAD)" = "$KVFAULT_PROVE_SHA" || exit 9; sh check.sh')
+    script = (
+        "git rev-parse HEAD; pwd; "
+        'test "$(git rev-parse HEAD)" = "$KVFAULT_PROVE_SHA" || exit 9; sh check.sh'
+    )
     result = prove(repo, "broken", "fixed", [script])
     assert result.verdict is Verdict.FIXED, result.reason
     assert result.old[0].tail.splitlines()[0] == result.old_sha

@@ -265,6 +265,7 @@ class CaseOutcome:
     sim_seconds: float = 0.0
     digest: str = ""
     error: str | None = None
+    checked: list[str] = field(default_factory=list)  # properties judged on the fixed run
     # The judged runs (``faults.runner.CaseResult``, for a timeline); which outcomes
     # keep them is the runner's ``keep_runs``.
     legacy_result: Any = field(default=None, repr=False, compare=False)
@@ -298,6 +299,7 @@ class CaseOutcome:
             "sim_seconds": round(self.sim_seconds, 4),
             "digest": self.digest,
             "error": self.error,
+            "properties": self.checked,
             "command": self.case.command,
         }
 
@@ -388,7 +390,9 @@ class CaseRunner:
                 signature=f"{type(exc).__name__}: {exc}",
                 error=traceback.format_exc(),
             )
-        out.wall_seconds = time.perf_counter() - t0
+        # A fixed run shared with an earlier target (cached) still shows its own cost.
+        shared = out.fixed_result.wall_seconds if out.fixed_result is not None else 0.0
+        out.wall_seconds = max(time.perf_counter() - t0, shared)
         if self.keep_runs == "none" or (self.keep_runs == "failing" and out.ok):
             out.legacy_result = out.fixed_result = None
         return out
@@ -422,6 +426,7 @@ class CaseRunner:
             fired=fired,
             sim_seconds=res.sim_seconds,
             digest=res.digest,
+            checked=list(res.checked),
             fixed_result=res,
         )
         expected = _expected_stop(t)
@@ -463,6 +468,7 @@ class CaseRunner:
             legacy_stop=legacy.stop,
             sim_seconds=legacy.sim_seconds + fixed.sim_seconds,
             digest=fixed.digest,
+            checked=list(fixed.checked),
             legacy_result=legacy,
             fixed_result=fixed,
         )
@@ -546,6 +552,18 @@ class TargetOutcome:
     def wall_seconds(self) -> float:
         return sum(c.wall_seconds for c in self.cases)
 
+    @property
+    def sim_seconds(self) -> float:
+        return sum(c.sim_seconds for c in self.cases)
+
+    @property
+    def checked(self) -> list[str]:
+        """Properties judged on the fixed stack, in the order the checkers run."""
+        out: list[str] = []
+        for c in self.cases:
+            out.extend(p for p in c.checked if p not in out)
+        return out
+
     def as_json(self) -> dict[str, Any]:
         return {
             "id": self.target.id,
@@ -555,7 +573,9 @@ class TargetOutcome:
             "detail": self.detail(),
             "seeds": self.seeds,
             "fired": self.fired,
+            "properties": self.checked,
             "wall_seconds": round(self.wall_seconds, 4),
+            "sim_seconds": round(self.sim_seconds, 4),
             "cases": [c.as_json() for c in self.cases],
         }
 

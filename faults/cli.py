@@ -230,6 +230,23 @@ def _seed_span(seeds: list[int]) -> str:
     return ",".join(map(str, seeds))
 
 
+# One letter per property keeps the table narrow; the legend prints under it.
+_PROPERTY_LETTERS = {
+    "correctness": "C",
+    "keys": "K",
+    "identity": "I",
+    "grid": "G",
+    "hybrid": "H",
+    "no_false_stop": "F",
+    "liveness": "L",
+    "determinism": "D",
+}
+
+
+def _letters(props: list[str]) -> str:
+    return "".join(_PROPERTY_LETTERS.get(p, "?") for p in props) or "-"
+
+
 def format_campaign(result: CampaignResult, artifacts: dict[str, Path] | None = None) -> str:
     """The results table, then each failing case's signature and replay command."""
     from faults.repro import replay_command
@@ -240,17 +257,18 @@ def format_campaign(result: CampaignResult, artifacts: dict[str, Path] | None = 
             t.target.name,
             t.target.scenario,
             _seed_span(t.seeds),
+            _letters(t.checked),
             t.verdict,
+            f"{t.sim_seconds:.1f}",
             f"{t.wall_seconds:.2f}",
-            t.detail()[:110],
+            t.detail()[:100],
         ]
         for t in result.targets
     ]
-    out = (
-        [_table(rows, ["kind", "name", "scenario", "seeds", "verdict", "wall s", "detail"])]
-        if rows
-        else []
-    )
+    header = ["kind", "name", "scenario", "seeds", "props", "verdict", "sim s", "wall s", "detail"]
+    out = [_table(rows, header)] if rows else []
+    if rows:
+        out.append("props: " + ", ".join(f"{v}={k}" for k, v in _PROPERTY_LETTERS.items()))
     for c in result.cases:
         if c.ok:
             continue

@@ -180,9 +180,7 @@ class EngineRestart(Injector):
 
     name = "engine_restart"
 
-    def __init__(
-        self, nth: Sequence[int] = (), *, p: float = 0.0, limit: int = 3, seed: int = 0
-    ):
+    def __init__(self, nth: Sequence[int] = (), *, p: float = 0.0, limit: int = 3, seed: int = 0):
         super().__init__(seed)
         if limit < 1:
             raise ValueError(f"engine_restart limit must be >= 1, got {limit}")
@@ -367,9 +365,7 @@ class EvictAfterLookup(Injector):
 
     name = "evict_after_lookup"
 
-    def __init__(
-        self, nth: Sequence[int] = (), *, p: float = 0.0, chunk: int = 0, seed: int = 0
-    ):
+    def __init__(self, nth: Sequence[int] = (), *, p: float = 0.0, chunk: int = 0, seed: int = 0):
         super().__init__(seed)
         self.trigger = Trigger(tuple(nth), p)
         self.chunk = chunk
@@ -605,9 +601,7 @@ class HashOrderShuffle(Injector):
 
     name = "hash_order_shuffle"
 
-    def __init__(
-        self, salt: int | None = None, *, replay_salt: int | None = None, seed: int = 0
-    ):
+    def __init__(self, salt: int | None = None, *, replay_salt: int | None = None, seed: int = 0):
         super().__init__(seed)
         self.salt = salt if salt is not None else self.rng.getrandbits(64)
         self.replay_salt = replay_salt if replay_salt is not None else self.salt ^ 0x5A5A_5A5A

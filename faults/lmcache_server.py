@@ -63,8 +63,11 @@ def lmcache_available(python: str | None = None) -> bool:
     if python is None or os.path.realpath(python) == os.path.realpath(sys.executable):
         return importlib.util.find_spec("lmcache") is not None
     probe = subprocess.run(
-        [python, "-c", "import importlib.util,sys; "
-         "sys.exit(importlib.util.find_spec('lmcache') is None)"],
+        [
+            python,
+            "-c",
+            "import importlib.util,sys; sys.exit(importlib.util.find_spec('lmcache') is None)",
+        ],
         capture_output=True,
         timeout=60,
     )
@@ -258,14 +261,20 @@ class LMCacheServer:
                     f"lmcache server exited with {self.proc.returncode} during start:\n"
                     f"{self.log_tail()}"
                 )
-            if READY_LINE in (self.log_path.read_text(errors="replace")  # type: ignore[union-attr]
-                              if self.log_path else "") and self._port_open():
+            if (
+                READY_LINE
+                in (
+                    self.log_path.read_text(errors="replace")  # type: ignore[union-attr]
+                    if self.log_path
+                    else ""
+                )
+                and self._port_open()
+            ):
                 self.start_seconds = time.monotonic() - t0
                 return
             time.sleep(0.05)
         raise LMCacheServerError(
-            f"lmcache server did not answer within {self.start_timeout_s:g}s:\n"
-            f"{self.log_tail()}"
+            f"lmcache server did not answer within {self.start_timeout_s:g}s:\n{self.log_tail()}"
         )
 
     def _port_open(self) -> bool:

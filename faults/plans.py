@@ -58,9 +58,7 @@ class Param:
         """The value in canonical form (tuples, floats), or ``ValueError`` in one line."""
 
         def bad(want: str) -> ValueError:
-            return ValueError(
-                f"{injector}: parameter {name!r} must be {want}, got {value!r}"
-            )
+            return ValueError(f"{injector}: parameter {name!r} must be {want}, got {value!r}")
 
         def number(v: Any, kind: str) -> Any:
             if isinstance(v, bool) or not isinstance(v, (int, float)):
@@ -173,7 +171,12 @@ INJECTORS: dict[str, InjectorInfo] = {
             "restart_burst",
             {"forwards": ((0, 29.0), (1, 21.0))},
             {
-                "forwards": Param("pairs", "[forward index, seconds]: that forward of every engine start takes that long", 0, 120),
+                "forwards": Param(
+                    "pairs",
+                    "[forward index, seconds]: that forward of every engine start takes that long",
+                    0,
+                    120,
+                ),
                 "p": _P,
                 "seconds": Param("float", "how long a forward hit by p takes", 0, 120),
             },
@@ -204,7 +207,9 @@ INJECTORS: dict[str, InjectorInfo] = {
             {},
             {
                 "salt": Param("salt", "the salt (null: drawn from the run's seed)", 0, 2**64 - 1),
-                "replay_salt": Param("salt", "the determinism re-run's salt (null: another one)", 0, 2**64 - 1),
+                "replay_salt": Param(
+                    "salt", "the determinism re-run's salt (null: another one)", 0, 2**64 - 1
+                ),
             },
         ),
         InjectorInfo(
@@ -234,7 +239,9 @@ INJECTORS: dict[str, InjectorInfo] = {
             {
                 "nth": _nth("retrieves"),
                 "p": _P,
-                "chunk": Param("int", "which chunk of the retrieved range (negative: from its end)", -8, 8),
+                "chunk": Param(
+                    "int", "which chunk of the retrieved range (negative: from its end)", -8, 8
+                ),
             },
         ),
         InjectorInfo(
@@ -283,7 +290,9 @@ INJECTORS: dict[str, InjectorInfo] = {
             {
                 "nth": _nth("stores"),
                 "p": _P,
-                "delay_s": Param("float", "seconds between the acknowledgement and visibility", 1e-3, 600),
+                "delay_s": Param(
+                    "float", "seconds between the acknowledgement and visibility", 1e-3, 600
+                ),
             },
         ),
     )
@@ -455,7 +464,10 @@ def draw_params(name: str, rng: random.Random) -> dict[str, Any]:
         if name == "late_visibility":
             params["p"] = rng.choice((0.0, 0.5, 1.0))
     if name == "slow_forward":
-        params["forwards"] = ((0, rng.choice((5.0, 29.0))), (rng.randint(1, 4), rng.choice((10.0, 21.0))))
+        params["forwards"] = (
+            (0, rng.choice((5.0, 29.0))),
+            (rng.randint(1, 4), rng.choice((10.0, 21.0))),
+        )
     return params
 
 

@@ -204,8 +204,11 @@ def decide(old: Sequence[SideRun], new: Sequence[SideRun]) -> tuple[Verdict, str
     if not old or not new:
         return Verdict.ERROR, "a side has no runs"
 
-    flaky = [(side, runs) for side, runs in (("old", old), ("new", new))
-             if len({outcome(r) for r in runs}) > 1]
+    flaky = [
+        (side, runs)
+        for side, runs in (("old", old), ("new", new))
+        if len({outcome(r) for r in runs}) > 1
+    ]
     if flaky:
         names = " and ".join(side for side, _ in flaky)
         detail = "; ".join(f"{side}: {_describe_counts(runs)}" for side, runs in flaky)
@@ -222,8 +225,10 @@ def decide(old: Sequence[SideRun], new: Sequence[SideRun]) -> tuple[Verdict, str
     if o.passed:
         return Verdict.NOT_REPRODUCED, "old passes (exit 0); nothing to fix"
     if o.matched is False:
-        return (Verdict.NOT_REPRODUCED,
-                f"old fails (exit {o.returncode}) but its output does not match --expect")
+        return (
+            Verdict.NOT_REPRODUCED,
+            f"old fails (exit {o.returncode}) but its output does not match --expect",
+        )
     how = ", output matches --expect" if o.matched else ""
     return Verdict.FIXED, f"old fails (exit {o.returncode}{how}) and new passes"
 
@@ -293,8 +298,12 @@ def _git(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
     try:
         return subprocess.run(
             ["git", "-c", "core.hooksPath=/dev/null", "-C", str(repo), *args],
-            capture_output=True, text=True, stdin=subprocess.DEVNULL,
-            env=_clean_env(), start_new_session=True, check=False,
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            env=_clean_env(),
+            start_new_session=True,
+            check=False,
         )
     except FileNotFoundError:
         raise ProveError("git not found on PATH") from None
@@ -325,8 +334,11 @@ def _resolve(repo: Path, which: str, rev: str) -> str:
 
 def _listed_worktrees(repo: Path) -> set[str]:
     proc = _git(repo, "worktree", "list", "--porcelain")
-    return {os.path.realpath(line[len("worktree "):])
-            for line in proc.stdout.splitlines() if line.startswith("worktree ")}
+    return {
+        os.path.realpath(line[len("worktree ") :])
+        for line in proc.stdout.splitlines()
+        if line.startswith("worktree ")
+    }
 
 
 def _add_worktree(repo: Path, path: Path, sha: str) -> None:
@@ -398,8 +410,13 @@ def _run_once(
         start = time.monotonic()
         try:
             proc = subprocess.Popen(
-                command[0] if shell else command, shell=shell, cwd=cwd, env=env,
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                command[0] if shell else command,
+                shell=shell,
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
         except FileNotFoundError:
@@ -424,15 +441,23 @@ def _run_once(
         error = f"{_SHELL_CANNOT_RUN[returncode]} (exit {returncode} from /bin/sh)"
     text = log_path.read_bytes().decode("utf-8", errors="replace")
     matched = bool(expect.search(text)) if expect is not None else None
-    return SideRun(rev=rev, sha=sha, returncode=returncode, seconds=seconds,
-                   tail=_tail(text, tail_lines), matched=matched, error=error)
+    return SideRun(
+        rev=rev,
+        sha=sha,
+        returncode=returncode,
+        seconds=seconds,
+        tail=_tail(text, tail_lines),
+        matched=matched,
+        error=error,
+    )
 
 
 # --------------------------------------------------------------------- the proof
 
 
-def _validate(command: Sequence[str], repeat: int, timeout: float | None,
-              tail_lines: int, expect: str | None) -> re.Pattern[str] | None:
+def _validate(
+    command: Sequence[str], repeat: int, timeout: float | None, tail_lines: int, expect: str | None
+) -> re.Pattern[str] | None:
     if not command or not command[0]:
         raise ProveError("missing command: put it after '--', e.g. -- pytest -x tests/")
     if repeat < 1:
@@ -500,13 +525,29 @@ def prove(
             for side, rev, sha in sides:
                 for i in range(1, repeat + 1):
                     if progress is not None:
-                        print(f"kvfault prove: {side} {rev} ({sha[:12]}) run {i}/{repeat} ...",
-                              file=progress, flush=True)
-                    env.update(KVFAULT_PROVE_SIDE=side, KVFAULT_PROVE_REV=rev,
-                               KVFAULT_PROVE_SHA=sha, KVFAULT_PROVE_RUN=str(i))
-                    r = _run_once(command=command, shell=shell, cwd=tmp / side, env=env,
-                                  timeout=timeout, log_path=tmp / f"{side}-{i}.log",
-                                  expect=pattern, tail_lines=tail_lines, rev=rev, sha=sha)
+                        print(
+                            f"kvfault prove: {side} {rev} ({sha[:12]}) run {i}/{repeat} ...",
+                            file=progress,
+                            flush=True,
+                        )
+                    env.update(
+                        KVFAULT_PROVE_SIDE=side,
+                        KVFAULT_PROVE_REV=rev,
+                        KVFAULT_PROVE_SHA=sha,
+                        KVFAULT_PROVE_RUN=str(i),
+                    )
+                    r = _run_once(
+                        command=command,
+                        shell=shell,
+                        cwd=tmp / side,
+                        env=env,
+                        timeout=timeout,
+                        log_path=tmp / f"{side}-{i}.log",
+                        expect=pattern,
+                        tail_lines=tail_lines,
+                        rev=rev,
+                        sha=sha,
+                    )
                     runs[side].append(r)
                     if r.error is not None:  # the verdict is ERROR whatever comes next
                         stop = True
@@ -520,9 +561,20 @@ def prove(
         signals.restore()
 
     verdict, reason = decide(runs["old"], runs["new"])
-    return ProofResult(verdict=verdict, old=runs["old"], new=runs["new"], reason=reason,
-                       command=command, shell=shell, expect=expect, old_rev=old,
-                       new_rev=new, old_sha=old_sha, new_sha=new_sha, repo=str(repo_path))
+    return ProofResult(
+        verdict=verdict,
+        old=runs["old"],
+        new=runs["new"],
+        reason=reason,
+        command=command,
+        shell=shell,
+        expect=expect,
+        old_rev=old,
+        new_rev=new,
+        old_sha=old_sha,
+        new_sha=new_sha,
+        repo=str(repo_path),
+    )
 
 
 # ------------------------------------------------------------------------ report
@@ -558,8 +610,9 @@ def format_report(result: ProofResult) -> str:
             out.append("")
             out.append(f"== {_run_line(side, i, len(runs), r)}")
             if outcome(r) in first_run_of:
-                out.append(f"   (same outcome as run {first_run_of[outcome(r)]}; "
-                           "output not repeated)")
+                out.append(
+                    f"   (same outcome as run {first_run_of[outcome(r)]}; output not repeated)"
+                )
                 continue
             first_run_of[outcome(r)] = i
             out.extend(f"   | {line}" for line in (r.tail.splitlines() or ["(no output)"]))
@@ -581,27 +634,56 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """
     parser.add_argument("--old", metavar="REV", help="the revision expected to fail")
     parser.add_argument("--new", metavar="REV", help="the revision expected to pass")
-    parser.add_argument("--expect", metavar="REGEX",
-                        help="old only counts as failing if its output matches REGEX "
-                             "(re.search, MULTILINE, over stdout+stderr)")
-    parser.add_argument("--repeat", metavar="K", type=int, default=1,
-                        help="run each side K times; FLAKY if a side disagrees with itself")
-    parser.add_argument("--timeout", metavar="S", type=float, default=None,
-                        help="seconds per run before it is killed (ERROR); default: none")
-    parser.add_argument("--tail", metavar="N", type=int, default=DEFAULT_TAIL,
-                        help=f"output lines shown per run (default {DEFAULT_TAIL})")
-    parser.add_argument("-C", dest="repo", metavar="DIR", default=".",
-                        help="the git repository (default: current directory)")
-    parser.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ...",
-                        help="the command; one quoted word runs through /bin/sh -c")
+    parser.add_argument(
+        "--expect",
+        metavar="REGEX",
+        help="old only counts as failing if its output matches REGEX "
+        "(re.search, MULTILINE, over stdout+stderr)",
+    )
+    parser.add_argument(
+        "--repeat",
+        metavar="K",
+        type=int,
+        default=1,
+        help="run each side K times; FLAKY if a side disagrees with itself",
+    )
+    parser.add_argument(
+        "--timeout",
+        metavar="S",
+        type=float,
+        default=None,
+        help="seconds per run before it is killed (ERROR); default: none",
+    )
+    parser.add_argument(
+        "--tail",
+        metavar="N",
+        type=int,
+        default=DEFAULT_TAIL,
+        help=f"output lines shown per run (default {DEFAULT_TAIL})",
+    )
+    parser.add_argument(
+        "-C",
+        dest="repo",
+        metavar="DIR",
+        default=".",
+        help="the git repository (default: current directory)",
+    )
+    parser.add_argument(
+        "cmd",
+        nargs=argparse.REMAINDER,
+        metavar="-- CMD ...",
+        help="the command; one quoted word runs through /bin/sh -c",
+    )
 
 
 def _command_from(raw: Sequence[str]) -> list[str]:
     if not raw:
         raise ProveError("missing command: put it after '--', e.g. -- pytest -x tests/")
     if raw[0] != "--":
-        raise ProveError(f"missing '--' before the command (got {shlex.join(raw)!r}); "
-                         "write: kvfault prove --old A --new B -- CMD ...")
+        raise ProveError(
+            f"missing '--' before the command (got {shlex.join(raw)!r}); "
+            "write: kvfault prove --old A --new B -- CMD ..."
+        )
     return list(raw[1:])
 
 
@@ -616,9 +698,17 @@ def run(args: argparse.Namespace) -> int:
         if not args.old or not args.new:
             raise ProveError("both --old REV and --new REV are required")
         command = _command_from(args.cmd)
-        result = prove(args.repo, args.old, args.new, command, expect=args.expect,
-                       repeat=args.repeat, timeout=args.timeout, tail_lines=args.tail,
-                       progress=sys.stderr)
+        result = prove(
+            args.repo,
+            args.old,
+            args.new,
+            command,
+            expect=args.expect,
+            repeat=args.repeat,
+            timeout=args.timeout,
+            tail_lines=args.tail,
+            progress=sys.stderr,
+        )
     except ProveError as exc:
         print(f"kvfault prove: error: {exc}", file=sys.stderr)
         return 2
@@ -640,8 +730,9 @@ class _OneLineParser(argparse.ArgumentParser):
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m faults.prove ...``: the same as ``kvfault prove ...``."""
-    parser = _OneLineParser(prog="kvfault prove",
-                            description="Prove that NEW fixes what fails at OLD.")
+    parser = _OneLineParser(
+        prog="kvfault prove", description="Prove that NEW fixes what fails at OLD."
+    )
     add_arguments(parser)
     return run(parser.parse_args(argv))
 

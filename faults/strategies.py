@@ -18,6 +18,7 @@ from faults.plans import INJECTORS, FaultPlan, FaultSpec, Param
 
 SEEDS = st.integers(min_value=0, max_value=2**16 - 1)
 
+
 def _whole(lo: float, hi: float) -> st.SearchStrategy[float]:
     """Whole seconds as floats: readable in a shrunk plan and in JSON."""
     return st.integers(int(max(lo, 0) + (lo % 1 > 0)), int(hi)).map(float)

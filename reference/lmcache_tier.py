@@ -216,9 +216,7 @@ class LMCacheTier:
             num_layers=layers, hidden_dim_size=hidden, dtype_str=self.layout.dtype,
             use_mla=False,
         )  # fmt: skip
-        resp = self.client.register_kv_cache_engine_driven_context(payload).result(
-            timeout=timeout
-        )
+        resp = self.client.register_kv_cache_engine_driven_context(payload).result(timeout=timeout)
         self._instances.append(iid)
         if not resp.shm_name or resp.pool_size <= 0:
             raise LMCacheTierError(
@@ -470,18 +468,30 @@ class LMCacheTier:
         ids = tuple(tier_ids[:end_al])
         rid = self._new_rid("retrieve")
         try:
-            hit = yield from self._stage(self._locked_lookup(self.model_name, ids, end_al, rid), "lookup")
+            hit = yield from self._stage(
+                self._locked_lookup(self.model_name, ids, end_al, rid), "lookup"
+            )
             if hit * cs < end_al:
                 if hit:
-                    yield self._rpc("free_lookup_locks", self.client.free_lookup_locks(
-                        self._key(self.model_name, ids, 0, hit * cs, rid, None), 1))
+                    yield self._rpc(
+                        "free_lookup_locks",
+                        self.client.free_lookup_locks(
+                            self._key(self.model_name, ids, 0, hit * cs, rid, None), 1
+                        ),
+                    )
                 return TierReply(ok=False, error="chunk evicted before retrieve")
             first = start - start % cs  # off-grid start goes to the server as is
             key = self._key(self.model_name, ids, start if start % cs else first, end_al, rid, 0)
-            resp = yield self._rpc("prepare_retrieve", self.client.prepare_retrieve(key, self._kv_iid))
+            resp = yield self._rpc(
+                "prepare_retrieve", self.client.prepare_retrieve(key, self._kv_iid)
+            )
             if not resp.success:
-                yield self._rpc("free_lookup_locks", self.client.free_lookup_locks(
-                    self._key(self.model_name, ids, 0, end_al, rid, None), 1))
+                yield self._rpc(
+                    "free_lookup_locks",
+                    self.client.free_lookup_locks(
+                        self._key(self.model_name, ids, 0, end_al, rid, None), 1
+                    ),
+                )
                 return TierReply(ok=False, error="chunk evicted before retrieve")
             slots = self._kv_ctx._build_slot_tensors(resp.context.get("slots", []))
             pages: list[Page] = []
@@ -505,8 +515,12 @@ class LMCacheTier:
             del slots
             yield self._rpc("commit_retrieve", self.client.commit_retrieve(key, self._kv_iid))
             if first:
-                yield self._rpc("free_lookup_locks", self.client.free_lookup_locks(
-                    self._key(self.model_name, ids, 0, first, rid, None), 1))
+                yield self._rpc(
+                    "free_lookup_locks",
+                    self.client.free_lookup_locks(
+                        self._key(self.model_name, ids, 0, first, rid, None), 1
+                    ),
+                )
             if error:
                 return TierReply(ok=False, error=error)
             if len(pages) != want:
@@ -537,13 +551,19 @@ class LMCacheTier:
         model, sids = self.state_model_name, self.state_ids(state_key)
         rid = self._new_rid("state")
         try:
-            hit = yield from self._stage(self._locked_lookup(model, sids, len(sids), rid), "state_lookup")
+            hit = yield from self._stage(
+                self._locked_lookup(model, sids, len(sids), rid), "state_lookup"
+            )
             if hit < 1:
                 return None, "state image evicted before retrieve"
             key = self._key(model, sids, 0, len(sids), rid, 0)
-            resp = yield self._rpc("state_prepare_retrieve", self.client.prepare_retrieve(key, self._st_iid))
+            resp = yield self._rpc(
+                "state_prepare_retrieve", self.client.prepare_retrieve(key, self._st_iid)
+            )
             if not resp.success:
-                yield self.client.free_lookup_locks(self._key(model, sids, 0, len(sids), rid, None), 1)
+                yield self.client.free_lookup_locks(
+                    self._key(model, sids, 0, len(sids), rid, None), 1
+                )
                 return None, "state image evicted before retrieve"
             (slot,) = self._st_ctx._build_slot_tensors(resp.context.get("slots", []))
             state = self._decode(slot.view(torch.int16))
@@ -573,7 +593,9 @@ class LMCacheTier:
             rid = self._new_rid("store")
             key = self._key(self.model_name, ids, start, full_end, rid, 0)
             try:
-                resp = yield self._rpc("prepare_store", self.client.prepare_store(key, self._kv_iid))
+                resp = yield self._rpc(
+                    "prepare_store", self.client.prepare_store(key, self._kv_iid)
+                )
                 ctx = resp.context if isinstance(resp.context, dict) else {}
                 slots = self._kv_ctx._build_slot_tensors(ctx.get("slots") or [])
                 indices: list[int] = list(ctx.get("chunk_indices") or [])
@@ -589,7 +611,9 @@ class LMCacheTier:
                 finally:
                     del slots
                 if indices:
-                    ok = yield self._rpc("commit_store", self.client.commit_store(key, self._kv_iid, b""))
+                    ok = yield self._rpc(
+                        "commit_store", self.client.commit_store(key, self._kv_iid, b"")
+                    )
                     if not ok:
                         return TierReply(ok=False, error="commit_store returned False")
             finally:
@@ -621,14 +645,18 @@ class LMCacheTier:
         rid = self._new_rid("state")
         key = self._key(model, sids, 0, len(sids), rid, 0)
         try:
-            resp = yield self._rpc("state_prepare_store", self.client.prepare_store(key, self._st_iid))
+            resp = yield self._rpc(
+                "state_prepare_store", self.client.prepare_store(key, self._st_iid)
+            )
             ctx = resp.context if isinstance(resp.context, dict) else {}
             slots = self._st_ctx._build_slot_tensors(ctx.get("slots") or [])
             if not slots:
                 return ""  # already held
             self._encode_into(slots[0].view(torch.int16), state)
             del slots
-            ok = yield self._rpc("state_commit_store", self.client.commit_store(key, self._st_iid, b""))
+            ok = yield self._rpc(
+                "state_commit_store", self.client.commit_store(key, self._st_iid, b"")
+            )
             return "" if ok else "state commit_store returned False"
         finally:
             self._end_session(rid)

@@ -85,7 +85,9 @@ def test_listens_on_loopback_only_and_stop_leaves_nothing() -> None:
 
 
 def test_failing_test_leaves_nothing(tmp_path: Path) -> None:
-    body = WRITE_INFO + """
+    body = (
+        WRITE_INFO
+        + """
 import pytest
 @pytest.fixture
 def server():
@@ -95,24 +97,30 @@ def test_fails_midway(server):
     write_info(server)
     assert False, "mid-way failure"
 """
+    )
     proc, info = _child(tmp_path, body, "-m", "pytest", "-q", "-p", "no:cacheprovider")
     assert proc.returncode == 1 and "mid-way failure" in proc.stdout
     assert _gone(info) == []
 
 
 def test_keyboard_interrupt_leaves_nothing(tmp_path: Path) -> None:
-    body = WRITE_INFO + """
+    body = (
+        WRITE_INFO
+        + """
 s = LMCacheServer(l1_size_gb=0.05).start()   # no with-block: atexit must clean up
 write_info(s)
 raise KeyboardInterrupt
 """
+    )
     proc, info = _child(tmp_path, body)
     assert proc.returncode != 0 and "KeyboardInterrupt" in proc.stderr
     assert _gone(info) == []
 
 
 def test_keyboard_interrupt_inside_pytest_leaves_nothing(tmp_path: Path) -> None:
-    body = WRITE_INFO + """
+    body = (
+        WRITE_INFO
+        + """
 import pytest
 @pytest.fixture(scope="session")
 def server():
@@ -122,18 +130,22 @@ def test_interrupted(server):
     write_info(server)
     raise KeyboardInterrupt
 """
+    )
     proc, info = _child(tmp_path, body, "-m", "pytest", "-q", "-p", "no:cacheprovider")
     assert proc.returncode == 2 and "KeyboardInterrupt" in proc.stdout + proc.stderr
     assert _gone(info) == []
 
 
 def test_sigkilled_test_process_server_dies_and_segment_is_swept(tmp_path: Path) -> None:
-    body = WRITE_INFO + """
+    body = (
+        WRITE_INFO
+        + """
 import signal
 s = LMCacheServer(l1_size_gb=0.05).start()
 write_info(s)
 os.kill(os.getpid(), signal.SIGKILL)   # no finalizer, no atexit
 """
+    )
     proc, info = _child(tmp_path, body)
     assert proc.returncode == -signal.SIGKILL
     left = _gone(info, limit_s=10.0)
