@@ -154,11 +154,12 @@ def test_run_a_selection_writes_the_report_and_leaves_no_artifacts(tmp_path, cap
         "CAUGHT",
     ]
     assert "hybrid caught on 2/2 seeds" in table[2]
-    assert table[3].split()[:5] == [
+    assert table[3].split()[:6] == [
         "scenario",
         "chunk_aligned_hybrid",
         "chunk_aligned_hybrid",
         "0-1",
+        "CKFLDH",
         "PASS",
     ]
     assert "2 targets, 4 runs: 2 ok, 0 failed" in out
