@@ -8,13 +8,25 @@
 - State grid: state images kept at every block boundary (``"block"``, the in-process
   connector) or only on the chunk grid (``"chunk"``, the multiprocess server, which
   silently drops the rest).
-- Capacity: at most ``capacity_chunks`` chunks, least recently used evicted first.
-- Like the real server, a retrieve whose start is off the chunk grid or whose ids lie
-  outside ``[0, 2**32)`` is never answered.
+- Capacity: at most ``capacity_chunks`` chunks, least recently used evicted first, at
+  once. With ``refuse_when_full`` it behaves like lmcache's L1 instead: a store whose
+  chunks do not fit keeps what fits and answers ``ok=False`` ("store not kept"), and a
+  background evictor -- every ``evict_interval_s``, once usage reaches
+  ``evict_watermark`` of the capacity -- drops the ``evict_ratio`` least recently used
+  share of the chunks (lmcache's ``trigger_watermark`` 0.8, ``eviction_ratio`` 0.2,
+  1 s loop). Evictions happen on the tier's clock, seen at its next call.
+- Like the real server, a retrieve or store whose start is off the chunk grid or whose
+  ids lie outside ``[0, 2**32)`` is never answered. A lookup with such ids is a miss
+  (the real server never answers it; the real tier reports a miss after its lookup
+  timeout), counted in ``unkeyable_lookups``.
+- A range with ``end <= start`` has nothing to transfer: with ``answer_empty_ranges``
+  the tier answers it at once with ``ok=True`` and no pages, as the real tier does
+  (it never sends it to the server); by default it is never answered.
 """
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Sequence
@@ -43,7 +55,10 @@ class _Pending:
 
 class MemoryTier:
     """The embedded tier. ``visibility_delay_s`` models a store acknowledged before it
-    is visible to lookups (0 by default)."""
+    is visible to lookups (0 by default). The options after it make the tier behave
+    like the real lmcache server where the defaults keep the older, simpler model
+    (module docstring): ``refuse_when_full`` and its evictor settings, and
+    ``answer_empty_ranges``."""
 
     def __init__(
         self,
@@ -55,11 +70,25 @@ class MemoryTier:
         bandwidth_bytes_s: float = 20e9,
         page_bytes: int = 64 * 1024,
         visibility_delay_s: float = 0.0,
+        *,
+        refuse_when_full: bool = False,
+        evict_watermark: float = 0.8,
+        evict_ratio: float = 0.2,
+        evict_interval_s: float = 1.0,
+        answer_empty_ranges: bool = False,
     ):
         if state_grid not in ("block", "chunk"):
             raise ValueError(f"state_grid must be 'block' or 'chunk', got {state_grid!r}")
         if capacity_chunks is not None and capacity_chunks <= 0:
             raise ValueError(f"capacity_chunks must be positive, got {capacity_chunks}")
+        if refuse_when_full and capacity_chunks is None:
+            raise ValueError("refuse_when_full needs capacity_chunks")
+        if not 0.0 < evict_watermark <= 1.0:
+            raise ValueError(f"evict_watermark must lie in (0, 1], got {evict_watermark}")
+        if not 0.0 < evict_ratio <= 1.0:
+            raise ValueError(f"evict_ratio must lie in (0, 1], got {evict_ratio}")
+        if evict_interval_s <= 0:
+            raise ValueError(f"evict_interval_s must be positive, got {evict_interval_s}")
         self.clock = clock
         self.block_size = geometry.block_size
         self.chunk_size = geometry.chunk_size
@@ -69,15 +98,32 @@ class MemoryTier:
         self.bandwidth_bytes_s = bandwidth_bytes_s
         self.page_bytes = page_bytes
         self.visibility_delay_s = visibility_delay_s
+        self.refuse_when_full = refuse_when_full
+        self.evict_watermark = evict_watermark
+        self.evict_ratio = evict_ratio
+        self.evict_interval_s = evict_interval_s
+        self.answer_empty_ranges = answer_empty_ranges
+        self.unkeyable_lookups = 0  # lookups with ids outside [0, 2**32): misses
+        self.refused_chunks = 0  # chunks a full tier did not keep
+        self.evicted_chunks = 0  # chunks the background evictor dropped
+        # The evictor's loop ticks every evict_interval_s from the tier's creation.
+        self._next_evict = self.clock.now() + evict_interval_s
         # chunk key -> (visible_at, pages of the chunk)
         self._chunks: OrderedDict[bytes, tuple[float, tuple[Page, ...]]] = OrderedDict()
         self._states: dict[int, tuple[float, State]] = {}
 
     # -- lookup ------------------------------------------------------------------
     def lookup(self, query: LookupQuery) -> LookupResult:
+        self._background_evict()
         now = self.clock.now()
         hit = 0
-        for key in chunk_keys(query.tier_ids, self.chunk_size):
+        try:
+            keys = chunk_keys(query.tier_ids, self.chunk_size)
+        except OverflowError:
+            # The real server never answers such a lookup; the scheduler sees a miss.
+            self.unkeyable_lookups += 1
+            keys = []
+        for key in keys:
             entry = self._chunks.get(key)
             if entry is None or entry[0] > now:
                 break
@@ -111,7 +157,10 @@ class MemoryTier:
         end: int,
         state_key: int | None,
     ) -> _Pending:
-        num_pages = (end - start) // self.block_size
+        self._background_evict()
+        if end <= start and self.answer_empty_ranges:
+            return _Pending(op, self.clock.now(), TierReply(ok=True, pages=[], state=None))
+        num_pages = max(0, (end - start) // self.block_size)
         ready = self.clock.now() + self._cost(num_pages)
         if not self._answerable(tier_ids, start, end):
             return _Pending(op, ready, None)
@@ -156,6 +205,10 @@ class MemoryTier:
         pages: Sequence[Page],
         states: Sequence[tuple[int, int, State]],
     ) -> _Pending:
+        self._background_evict()
+        if end <= start and self.answer_empty_ranges:
+            # No KV to write; the real tier still keeps the on-grid state images.
+            return _Pending(op, self.clock.now(), self._write(tier_ids, start, end, [], states))
         ready = self.clock.now() + self._cost(len(pages))
         if not self._answerable(tier_ids, start, end):
             return _Pending(op, ready, None)
@@ -173,14 +226,27 @@ class MemoryTier:
     ) -> TierReply:
         visible_at = self.clock.now() + self.visibility_delay_s
         per_chunk = self.chunk_size // self.block_size
-        keys = chunk_keys(tier_ids[:end], self.chunk_size)
+        keys = chunk_keys(tier_ids[:end], self.chunk_size) if end > start else []
+        refused = 0
         for i, key in enumerate(keys[start // self.chunk_size :]):
             chunk_pages = tuple(pages[i * per_chunk : (i + 1) * per_chunk])
             if len(chunk_pages) < per_chunk:
                 break  # a partial chunk is not keyed
             if key not in self._chunks:
+                if self.refuse_when_full and len(self._chunks) >= (self.capacity_chunks or 0):
+                    # lmcache reserves no room for a chunk when L1 is full; every later
+                    # chunk of the store is refused too (nothing is freed meanwhile).
+                    refused = len(keys) - start // self.chunk_size - i
+                    break
                 self._chunks[key] = (visible_at, chunk_pages)
             self._chunks.move_to_end(key)
+        if refused:
+            self.refused_chunks += refused
+            return TierReply(
+                ok=False,
+                error=f"store not kept: the tier had no room for {refused} chunks of "
+                f"[{start}, {end}) (full)",
+            )
         for position, key, state in states:
             if self.on_state_grid(position):
                 self._states[key] = (visible_at, state)
@@ -188,10 +254,31 @@ class MemoryTier:
         return TierReply(ok=True)
 
     def _evict(self) -> None:
-        if self.capacity_chunks is None:
+        if self.capacity_chunks is None or self.refuse_when_full:
             return
         while len(self._chunks) > self.capacity_chunks:
             self._chunks.popitem(last=False)
+
+    def _background_evict(self) -> None:
+        """Run the evictor's loop ticks that are due on the tier's clock: at each, when
+        usage is at or above the watermark, drop the least recently used
+        ``evict_ratio`` share of the chunks (``int``, as lmcache's LRU policy rounds)."""
+        if not self.refuse_when_full:
+            return
+        now = self.clock.now()
+        capacity = self.capacity_chunks or 0
+        while self._next_evict <= now:
+            batch = int(len(self._chunks) * self.evict_ratio)
+            if len(self._chunks) < self.evict_watermark * capacity or batch == 0:
+                # Nothing changes until the next store, which comes after this call:
+                # every tick due now would do the same, so they are all skipped.
+                ticks = math.floor((now - self._next_evict) / self.evict_interval_s) + 1
+                self._next_evict += ticks * self.evict_interval_s
+                break
+            for _ in range(batch):
+                self._chunks.popitem(last=False)
+            self.evicted_chunks += batch
+            self._next_evict += self.evict_interval_s
 
     def drop_chunk(self, tier_ids: Sequence[int], index: int) -> bool:
         """Remove the ``index``-th chunk of a prompt (an eviction by someone else)."""
@@ -202,6 +289,7 @@ class MemoryTier:
 
     def poll(self, ticket: object) -> TierReply | None:
         assert isinstance(ticket, _Pending)
+        self._background_evict()
         if ticket.reply is None and ticket.on_ready is not None:
             if self.clock.now() < ticket.ready_at:
                 return None
