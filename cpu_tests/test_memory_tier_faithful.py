@@ -59,7 +59,7 @@ def held(tier: MemoryTier, ids: tuple[int, ...]) -> bool:
 
 @pytest.mark.parametrize("bad", [2**32, 2**40, -1])
 def test_lookup_with_ids_outside_u32_is_a_miss(clock: VirtualClock, bad: int) -> None:
-    tier = MemoryTier(clock, GEO, state_grid="chunk")
+    tier = MemoryTier(clock, GEO, state_grid="chunk", miss_on_bad_ids=True)
     store(tier, clock, IDS[:CS])
     ids = (bad,) + IDS[1:CS]
     result = tier.lookup(LookupQuery(ids))  # no OverflowError
@@ -71,7 +71,7 @@ def test_lookup_with_ids_outside_u32_is_a_miss(clock: VirtualClock, bad: int) ->
 
 def test_lookup_with_bad_ids_still_reports_held_state_images(clock: VirtualClock) -> None:
     # The real tier's KV lookup gets no answer, its state lookups (own ids) do.
-    tier = MemoryTier(clock, GEO, state_grid="chunk")
+    tier = MemoryTier(clock, GEO, state_grid="chunk", miss_on_bad_ids=True)
     ticket = tier.submit_store(sop(), IDS[:CS], 0, CS, pages(0, CS), [(CS, 77, "st")])
     settle(tier, clock, ticket)
     result = tier.lookup(LookupQuery((2**32,) + IDS[1:CS], ((CS, 77),)))
@@ -79,10 +79,17 @@ def test_lookup_with_bad_ids_still_reports_held_state_images(clock: VirtualClock
 
 
 def test_an_out_of_range_id_in_the_partial_tail_is_not_keyed(clock: VirtualClock) -> None:
-    tier = MemoryTier(clock, GEO)
+    tier = MemoryTier(clock, GEO, miss_on_bad_ids=True)
     store(tier, clock, IDS[:CS])
     assert tier.lookup(LookupQuery(IDS[:CS] + (2**32,))).kv_hit == CS
     assert tier.unkeyable_lookups == 0
+
+
+def test_by_default_a_bad_id_lookup_raises(clock: VirtualClock) -> None:
+    # The lookup channel answers "malformed lookup frame" from this error.
+    tier = MemoryTier(clock, GEO)
+    with pytest.raises(OverflowError):
+        tier.lookup(LookupQuery((2**32,) + IDS[1:CS]))
 
 
 # -- (b) empty ranges -----------------------------------------------------------------

@@ -16,9 +16,11 @@
   share of the chunks (lmcache's ``trigger_watermark`` 0.8, ``eviction_ratio`` 0.2,
   1 s loop). Evictions happen on the tier's clock, seen at its next call.
 - Like the real server, a retrieve or store whose start is off the chunk grid or whose
-  ids lie outside ``[0, 2**32)`` is never answered. A lookup with such ids is a miss
-  (the real server never answers it; the real tier reports a miss after its lookup
-  timeout), counted in ``unkeyable_lookups``.
+  ids lie outside ``[0, 2**32)`` is never answered. A lookup with such ids raises
+  ``OverflowError`` by default (the lookup channel turns that into a "malformed lookup
+  frame" reply); with ``miss_on_bad_ids`` it is a miss, counted in
+  ``unkeyable_lookups``, as on the real tier (the server never answers it and the
+  tier reports a miss after its lookup timeout).
 - A range with ``end <= start`` has nothing to transfer: with ``answer_empty_ranges``
   the tier answers it at once with ``ok=True`` and no pages, as the real tier does
   (it never sends it to the server); by default it is never answered.
@@ -57,8 +59,8 @@ class MemoryTier:
     """The embedded tier. ``visibility_delay_s`` models a store acknowledged before it
     is visible to lookups (0 by default). The options after it make the tier behave
     like the real lmcache server where the defaults keep the older, simpler model
-    (module docstring): ``refuse_when_full`` and its evictor settings, and
-    ``answer_empty_ranges``."""
+    (module docstring): ``refuse_when_full`` and its evictor settings,
+    ``answer_empty_ranges`` and ``miss_on_bad_ids``."""
 
     def __init__(
         self,
@@ -76,6 +78,7 @@ class MemoryTier:
         evict_ratio: float = 0.2,
         evict_interval_s: float = 1.0,
         answer_empty_ranges: bool = False,
+        miss_on_bad_ids: bool = False,
     ):
         if state_grid not in ("block", "chunk"):
             raise ValueError(f"state_grid must be 'block' or 'chunk', got {state_grid!r}")
@@ -103,6 +106,7 @@ class MemoryTier:
         self.evict_ratio = evict_ratio
         self.evict_interval_s = evict_interval_s
         self.answer_empty_ranges = answer_empty_ranges
+        self.miss_on_bad_ids = miss_on_bad_ids
         self.unkeyable_lookups = 0  # lookups with ids outside [0, 2**32): misses
         self.refused_chunks = 0  # chunks a full tier did not keep
         self.evicted_chunks = 0  # chunks the background evictor dropped
@@ -120,6 +124,8 @@ class MemoryTier:
         try:
             keys = chunk_keys(query.tier_ids, self.chunk_size)
         except OverflowError:
+            if not self.miss_on_bad_ids:
+                raise
             # The real server never answers such a lookup; the scheduler sees a miss.
             self.unkeyable_lookups += 1
             keys = []
