@@ -1,0 +1,206 @@
+"""The campaign on the real LMCache tier (``faults.real_tier.run_lmcache_campaign``):
+the real-tier scenarios on the fixed stack, the planted regressions whose scenarios
+run there (legacy fails with its signature, fixed passes) and every wire fault, each
+with the ending it must have; then nothing of the campaign survives it: no server
+process, no /dev/shm segment, no temporary directory, no listening socket.
+
+The campaign runs once for the module (one server start, ~2 min on two cores).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from faults.campaign import FIXED, PASS, CaseOutcome
+from faults.lmcache_server import SHM_DIR, TMP_PREFIX
+from faults.real_tier import (
+    EITHER,
+    FINISH,
+    REAL_REGRESSIONS,
+    REAL_SCENARIOS,
+    STOP,
+    WIRE_FAULTS,
+    lmcache_campaign_result,
+    lmcache_targets,
+    run_lmcache_campaign,
+)
+from faults.reports import summary_json
+from reference.trace import Ev
+
+SERVER_MODULE = "lmcache.v1.multiprocess.server"
+
+
+def _server_pids() -> set[int]:
+    """Live lmcache server processes started by this test process (any depth)."""
+    me = str(os.getpid())
+    pids = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        # Our servers' shm names carry our pid: kvfault_<pid>_<hex>.
+        if SERVER_MODULE in cmd and f"kvfault_{me}_" in cmd:
+            pids.add(int(entry.name))
+    return pids
+
+
+def _our_shm() -> set[str]:
+    return (
+        {p.name for p in SHM_DIR.glob(f"*kvfault_{os.getpid()}_*")} if SHM_DIR.is_dir() else set()
+    )
+
+
+def _our_tmp() -> set[str]:
+    return {p.name for p in Path(tempfile.gettempdir()).glob(f"{TMP_PREFIX}{os.getpid()}-*")}
+
+
+def _listening_inodes() -> set[str]:
+    """Inodes of TCP sockets listening anywhere on this host."""
+    out = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 9 and fields[3] == "0A":  # LISTEN
+                out.add(fields[9])
+    return out
+
+
+def _our_listening_sockets() -> int:
+    """How many listening TCP sockets this process holds (a WireProxy's ROUTER)."""
+    listening = _listening_inodes()
+    count = 0
+    for fd in Path("/proc/self/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:[") and target[8:-1] in listening:
+            count += 1
+    return count
+
+
+@dataclass
+class Campaign:
+    outcomes: list[CaseOutcome]
+    progress: list[tuple[int, int, str]]
+    before: dict[str, object]
+    after: dict[str, object]
+
+    def outcome(self, case_id: str) -> CaseOutcome:
+        return next(o for o in self.outcomes if o.case.id == case_id)
+
+
+def _snapshot() -> dict[str, object]:
+    return {
+        "servers": _server_pids(),
+        "shm": _our_shm(),
+        "tmp": _our_tmp(),
+        "listening": _our_listening_sockets(),
+    }
+
+
+@pytest.fixture(scope="module")
+def campaign() -> Campaign:
+    before = _snapshot()
+    progress: list[tuple[int, int, str]] = []
+    outcomes = run_lmcache_campaign(
+        seeds=1,
+        include_regressions=True,
+        progress=lambda done, total, case: progress.append((done, total, case.id)),
+    )
+    return Campaign(outcomes, progress, before, _snapshot())
+
+
+def test_every_target_runs_once_per_seed_in_order(campaign: Campaign) -> None:
+    ids = [o.case.id for o in campaign.outcomes]
+    assert ids == [f"{t.id}@seed0" for t in lmcache_targets()]
+    kinds = [o.case.target.kind for o in campaign.outcomes]
+    assert kinds == sorted(kinds, key=["scenario", "regression", "fault"].index)
+    assert ids[-1] == "lmcache:fault:wire_kill@seed0"  # the one that kills goes last
+    total = len(ids)
+    assert [p[:2] for p in campaign.progress] == [(i, total) for i in range(total)] + [
+        (total, total)
+    ]
+
+
+def test_the_whole_campaign_passes(campaign: Campaign) -> None:
+    bad = [f"{o.case.id}: {o.verdict} {o.signature}" for o in campaign.outcomes if not o.ok]
+    assert not bad, "\n".join(bad)
+    result = lmcache_campaign_result(campaign.outcomes)
+    assert result.ok and len(result.targets) == len(campaign.outcomes)
+    summary = summary_json(campaign.outcomes)  # the report writers take them as they are
+    assert summary["ok"] and summary["total"] == len(campaign.outcomes)
+
+
+@pytest.mark.parametrize("name", REAL_SCENARIOS)
+def test_scenarios_pass_on_the_fixed_stack(campaign: Campaign, name: str) -> None:
+    o = campaign.outcome(f"lmcache:scenario:{name}@seed0")
+    assert o.verdict == PASS, o.signature
+    res = o.fixed_result
+    assert res is not None and "determinism" not in res.checked
+    assert res.notes["tier"] == "lmcache"
+
+
+@pytest.mark.parametrize("name", sorted(REAL_REGRESSIONS))
+def test_regressions_legacy_fails_with_its_signature_fixed_passes(
+    campaign: Campaign, name: str
+) -> None:
+    from faults.regressions import REGRESSIONS
+
+    o = campaign.outcome(f"lmcache:regression:{name}@seed0")
+    assert o.verdict == FIXED, o.signature
+    assert o.signature.startswith(REGRESSIONS[name].signature + ":")
+    assert o.case.target.scenario == REAL_REGRESSIONS[name]
+    assert not o.violations and o.legacy_violations
+    assert o.case.command == (
+        f"kvfault run --tier lmcache --first-seed 0 --seeds 1 --regression {name}"
+    )
+
+
+@pytest.mark.parametrize("name", list(WIRE_FAULTS))
+def test_wire_fault_fires_and_ends_as_it_must(campaign: Campaign, name: str) -> None:
+    info = WIRE_FAULTS[name]
+    o = campaign.outcome(f"lmcache:fault:{name}@seed0")
+    assert o.verdict == PASS, o.signature
+    assert o.fired.get(name, 0) >= 1  # it fired, and says so
+    res = o.fixed_result
+    assert res is not None and res.ok and not res.run.hung
+    evidence = [e for e in res.run.trace.of(Ev.FAULT) if e.data["injector"] == name]
+    assert len(evidence) == o.fired[name]
+    assert {e.data["action"] for e in evidence} <= {"drop", "delay", "duplicate", "kill", "pause"}
+    if info.expect == STOP:
+        assert res.stop is not None and res.stop.startswith("TransferUnprovable")
+        stop = next(res.run.trace.of(Ev.STOP))
+        # Within its deadline (plus one poll), never a hang; it names the stuck load.
+        assert stop.data["elapsed"] < res.run.config.transfer_deadline_s + 1.0
+        assert res.notes.get("stuck_stage")  # the lmcache request it waited on
+        if info.name != "wire_kill":  # a kill leaves every in-flight request unanswered
+            assert res.notes["stuck_stage"].endswith("prepare_retrieve")
+    elif info.expect == FINISH:
+        assert res.stop is None
+    else:
+        assert info.expect == EITHER
+        assert res.stop is None or res.stop.startswith("TransferUnprovable")
+    if name == "wire_duplicate":
+        assert o.fired[name] > 10  # seeded: about half of every reply
+
+
+def test_nothing_of_the_campaign_survives(campaign: Campaign) -> None:
+    before, after = campaign.before, campaign.after
+    # Servers of other fixtures of this pytest session may live on; none of ours does.
+    assert after["servers"] <= before["servers"], f"servers left: {after['servers']}"
+    assert after["shm"] <= before["shm"], f"/dev/shm left: {after['shm'] - before['shm']}"
+    assert after["tmp"] <= before["tmp"], f"temp dirs left: {after['tmp'] - before['tmp']}"
+    assert after["listening"] <= before["listening"], "a proxy socket still listens"
