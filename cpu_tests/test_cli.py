@@ -18,6 +18,14 @@ from faults.regressions import REGRESSIONS
 from faults.scenarios import SCENARIOS
 from reference.rules import Rules
 
+
+@pytest.fixture(autouse=True)
+def _hash_seed_unpinned(monkeypatch):
+    """tox pins a random PYTHONHASHSEED per env, and replay commands then carry it;
+    these tests check the commands of an unpinned run."""
+    monkeypatch.delenv("PYTHONHASHSEED", raising=False)
+
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
