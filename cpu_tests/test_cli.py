@@ -89,8 +89,8 @@ def test_list_shows_every_section(capsys):
     "args, message",
     [
         ([], None),
-        (["run", "--seeds", "x"], "argument --seeds: --seeds wants a whole number, got 'x'"),
-        (["run", "--seeds", "0"], "argument --seeds: --seeds must be at least 1, got 0"),
+        (["run", "--seeds", "x"], "argument --seeds: a seed count wants a whole number, got 'x'"),
+        (["run", "--seeds", "0"], "argument --seeds: a seed count must be at least 1, got 0"),
         (
             ["run", "--fault", "slowforward"],
             "unknown fault 'slowforward' (did you mean: slow_forward?)",
@@ -106,7 +106,10 @@ def test_list_shows_every_section(capsys):
             ["repro", "hash_order"],
             "unknown regression 'hash_order' (did you mean: restart_numbering_in_hash_order?)",
         ),
-        (["repro", "media_keys", "--seed", "-1"], "argument --seed: a seed must be >= 0, got -1"),
+        (
+            ["repro", "media_keys", "--seed", "-1"],
+            "argument --seed: a seed must be at least 0, got -1",
+        ),
         (["replay"], "the following arguments are required: ARTIFACT"),
         (["frobnicate"], "argument COMMAND: invalid choice: 'frobnicate'"),
     ],

@@ -103,7 +103,7 @@ def test_kv_regression_swaps_in_legacy_rules(pytester):
             ["--kv-regression", "media_key"],
             "kvfault: unknown regression 'media_key' (did you mean: media_keys?)",
         ),
-        (["--kv-seeds", "0"], "*--kv-seeds: must be at least 1, got 0"),
+        (["--kv-seeds", "0"], "*--kv-seeds: a seed count must be at least 1, got 0"),
         (["--hashseed-sweep", "5-1"], "*--hashseed-sweep: bad hash seed range '5-1': 1 < 5"),
     ],
 )

@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
+from faults.argtypes import seed, seed_count, timeout_seconds
+
 if TYPE_CHECKING:
     from faults.campaign import CampaignResult, Case, CaseOutcome
 
@@ -45,36 +47,6 @@ def _bad(message: str) -> int:
     return 2
 
 
-def _seed_count(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--seeds wants a whole number, got {text!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"--seeds must be at least 1, got {n}")
-    return n
-
-
-def _seed(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"a seed is a whole number, got {text!r}") from None
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"a seed must be >= 0, got {n}")
-    return n
-
-
-def _seconds(text: str) -> float:
-    try:
-        s = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--timeout wants seconds, got {text!r}") from None
-    if s < 0:
-        raise argparse.ArgumentTypeError(f"--timeout must be >= 0 (0: none), got {text}")
-    return s
-
-
 def _workers(text: str) -> str:
     if text == "auto" or (text.isdigit() and int(text) >= 1):
         return text
@@ -93,9 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
         "run",
         help="the campaign: every regression A/B, the fixed stack under every fault, every scenario",
     )
-    run.add_argument("--seeds", type=_seed_count, default=DEFAULT_SEEDS,
+    run.add_argument("--seeds", type=seed_count, default=DEFAULT_SEEDS,
                      help=f"seeds per target (default {DEFAULT_SEEDS})")  # fmt: skip
-    run.add_argument("--first-seed", type=_seed, default=0, help="first seed (default 0)")
+    run.add_argument("--first-seed", type=seed, default=0, help="first seed (default 0)")
     run.add_argument("--regression", action="append", default=None, metavar="NAME",
                      help="run this planted regression (repeatable)")  # fmt: skip
     run.add_argument("--fault", action="append", default=None, metavar="NAME",
@@ -112,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--artifacts", type=Path, default=None, metavar="DIR",
                      help="replay artifacts of failing cases (default: DIR/artifacts with "
                           "--report, else .kvfault/artifacts)")  # fmt: skip
-    run.add_argument("--timeout", type=_seconds, default=DEFAULT_CASE_TIMEOUT_S, metavar="S",
+    run.add_argument("--timeout", type=timeout_seconds, default=DEFAULT_CASE_TIMEOUT_S, metavar="S",
                      help="a case running longer dumps all stacks and exits (0: never)")  # fmt: skip
     run.add_argument("-n", "--numprocesses", type=_workers, default=None, metavar="N",
                      help="spread the targets over N pytest-xdist workers (or 'auto')")  # fmt: skip
@@ -130,19 +102,19 @@ def build_parser() -> argparse.ArgumentParser:
     repro.add_argument(
         "name", metavar="NAME", help="a planted regression (kvfault list --regressions)"
     )
-    repro.add_argument("--seed", type=_seed, default=0, help="the run's seed (default 0)")
+    repro.add_argument("--seed", type=seed, default=0, help="the run's seed (default 0)")
     repro.add_argument("--timeline", type=Path, default=None, metavar="PATH",
                        help="draw the legacy and fixed timelines (.svg or .png)")  # fmt: skip
     repro.add_argument("--artifacts", type=Path, default=None, metavar="DIR",
                        help="where the replay artifact goes (default .kvfault/artifacts)")  # fmt: skip
-    repro.add_argument("--timeout", type=_seconds, default=DEFAULT_CASE_TIMEOUT_S, metavar="S",
+    repro.add_argument("--timeout", type=timeout_seconds, default=DEFAULT_CASE_TIMEOUT_S, metavar="S",
                        help="a hang dumps all stacks and exits after S seconds (0: never)")  # fmt: skip
 
     replay = sub.add_parser("replay", help="rerun the case a replay artifact names")
     replay.add_argument("artifact", type=Path, metavar="ARTIFACT", help="a JSON replay artifact")
     replay.add_argument("--timeline", type=Path, default=None, metavar="PATH",
                         help="draw the case's timeline (.svg or .png)")  # fmt: skip
-    replay.add_argument("--timeout", type=_seconds, default=DEFAULT_CASE_TIMEOUT_S, metavar="S",
+    replay.add_argument("--timeout", type=timeout_seconds, default=DEFAULT_CASE_TIMEOUT_S, metavar="S",
                         help="a hang dumps all stacks and exits after S seconds (0: never)")  # fmt: skip
 
     sweep = sub.add_parser("sweep", help="run pytest once per PYTHONHASHSEED")
@@ -151,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("-j", "--jobs", type=_workers, default=None, metavar="N",
                        help="spread the seeds over N pytest-xdist workers (or 'auto'); "
                             "-n after -- spreads each seed's tests instead")  # fmt: skip
-    sweep.add_argument("--timeout", type=_seconds, default=0, metavar="S",
+    sweep.add_argument("--timeout", type=timeout_seconds, default=0, metavar="S",
                        help="seconds per seed before its pytest is killed (0: none)")  # fmt: skip
     sweep.add_argument("pytest_args", nargs=argparse.REMAINDER, metavar="-- PYTEST_ARGS",
                        help="what each seed's `python -m pytest` gets")  # fmt: skip

@@ -25,13 +25,14 @@ and every pytest run pays for what it imports); the fixtures import lazily.
 
 from __future__ import annotations
 
-import argparse
 import os
 import shlex
 import sys
 from typing import TYPE_CHECKING, Any, Callable
 
 import pytest
+
+from faults.argtypes import seed, seed_count
 
 if TYPE_CHECKING:
     from faults.plans import FaultPlan
@@ -52,34 +53,14 @@ KV_FIXTURES = frozenset(
 _CALLS = pytest.StashKey[list]()
 
 
-def _positive(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"wants a whole number, got {text!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
-    return n
-
-
-def _seed(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"wants a whole number, got {text!r}") from None
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {n}")
-    return n
-
-
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("kvfault", "kvfault fault injection")
     group.addoption("--kv-fault", action="append", default=[], metavar="NAME",
                     help="add this injector (defaults from faults.plans.INJECTORS) to the "
                          "fault_plan fixture; repeatable")  # fmt: skip
-    group.addoption("--kv-seed", type=_seed, default=0, metavar="N",
+    group.addoption("--kv-seed", type=seed, default=0, metavar="N",
                     help="seed of kv_seed, fault_plan and kv_scenario (default 0)")  # fmt: skip
-    group.addoption("--kv-seeds", type=_positive, default=1, metavar="N",
+    group.addoption("--kv-seeds", type=seed_count, default=1, metavar="N",
                     help="run tests that use kv_seed once per seed, from --kv-seed on")  # fmt: skip
     group.addoption("--kv-regression", default=None, metavar="NAME",
                     help="kv_rules (and kv_engine, kv_scenario) use this planted "
