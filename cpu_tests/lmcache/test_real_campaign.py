@@ -195,6 +195,11 @@ def test_wire_fault_fires_and_ends_as_it_must(campaign: Campaign, name: str) -> 
         assert res.stop is None or res.stop.startswith("TransferUnprovable")
     if name == "wire_duplicate":
         assert o.fired[name] > 10  # seeded: about half of every reply
+    if name == "wire_drop_store":
+        # The server kept the data; the unanswered save fails after the deadline (best
+        # effort), and nothing else does.
+        failed = [e for e in res.run.trace.of(Ev.SAVE_DONE) if e.data["outcome"] == "failed"]
+        assert len(failed) == 1
 
 
 def test_nothing_of_the_campaign_survives(campaign: Campaign) -> None:
