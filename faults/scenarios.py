@@ -249,12 +249,18 @@ def two_images(ctx: RunContext) -> RunResult:
 def restart_tier_kept(ctx: RunContext) -> RunResult:
     """GSM8K-like few-shot pass 1 stores; the engine restarts with the tier kept; pass 2
     loads. Hybrid model on the multiprocess tier (state images only on the chunk grid)."""
+    return two_passes(ctx, "restart_tier_kept", prompts=24)
+
+
+def two_passes(ctx: RunContext, name: str, prompts: int) -> RunResult:
+    """Pass 1 stores ``prompts`` GSM8K-like prompts, the engine restarts with the tier
+    kept, pass 2 sends them again; notes pass 2's hit rate."""
     config = EngineConfig(
         geometry=Geometry(16, 256, 2048, 1024), model_kind="hybrid", state_grid="chunk"
     )
-    run = _Run("restart_tier_kept", ctx, config)
+    run = _Run(name, ctx, config)
     engine = run.engine()
-    reqs = run.workloads.gsm8k_fewshot(24).requests
+    reqs = run.workloads.gsm8k_fewshot(prompts).requests
     run.submit(engine, _renamed(run, reqs, "pass1"))
     run.run(engine)
     if not run.stopped():
@@ -303,18 +309,27 @@ def _store_then_restart(run: _Run, engine: Engine, reqs: Sequence[Request]) -> N
     engine.restart()
 
 
+def burst_after_restart(
+    ctx: RunContext, name: str, loads: int, cold: int, config: EngineConfig = _BURST_CONFIG
+) -> RunResult:
+    """``loads`` prompts are stored, the server restarts, and they come back at once
+    with ``cold`` new long prompts that keep the forwards busy, behind the seed's slow
+    start (29 s compile, 21 s step)."""
+    run = _Run(name, ctx, config, [_compile_and_load(ctx)])
+    engine = run.engine()
+    reqs = run.workloads.burst(loads, 1024).requests
+    _store_then_restart(run, engine, reqs)
+    fresh = run.workloads.burst(cold, 4096).requests
+    run.submit(engine, _renamed(run, reqs, "burst") + _renamed(run, fresh, "cold"))
+    run.run(engine)
+    return run.result()
+
+
 def restart_burst(ctx: RunContext) -> RunResult:
     """A restarted server gets 64 restoring requests at once (plus two cold ones that
     keep the forwards busy), behind a 29 s first forward (kernel compile) and a 21 s
     step under host load. Healthy: the engine must not stop."""
-    run = _Run("restart_burst", ctx, _BURST_CONFIG, [_compile_and_load(ctx)])
-    engine = run.engine()
-    reqs = run.workloads.burst(64, 1024).requests
-    _store_then_restart(run, engine, reqs)
-    cold = run.workloads.burst(2, 4096).requests
-    run.submit(engine, _renamed(run, reqs, "burst") + _renamed(run, cold, "cold"))
-    run.run(engine)
-    return run.result()
+    return burst_after_restart(ctx, "restart_burst", loads=64, cold=2)
 
 
 def lost_completion_burst(ctx: RunContext) -> RunResult:
@@ -403,14 +418,7 @@ def small_restart_burst(ctx: RunContext) -> RunResult:
     the forwards busy) behind a 29 s first forward and a 21 s step: so few loads share
     a step that the order a bound rule numbers them in decides whether the engine
     stops (the hash-order shuffle's scenario). Healthy: it must not stop."""
-    run = _Run("small_restart_burst", ctx, _BURST_CONFIG, [_compile_and_load(ctx)])
-    engine = run.engine()
-    reqs = run.workloads.burst(4, 1024).requests
-    _store_then_restart(run, engine, reqs)
-    cold = run.workloads.burst(1, 4096).requests
-    run.submit(engine, _renamed(run, reqs, "burst") + _renamed(run, cold, "cold"))
-    run.run(engine)
-    return run.result()
+    return burst_after_restart(ctx, "small_restart_burst", loads=4, cold=1)
 
 
 def two_servers_configured(ctx: RunContext) -> RunResult:
