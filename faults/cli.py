@@ -89,6 +89,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("-n", "--numprocesses", type=_workers, default=None, metavar="N",
                      help="spread the targets over N pytest-xdist workers (or 'auto')")  # fmt: skip
     run.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    run.add_argument("--tier", choices=("memory", "lmcache"), default="memory",
+                     help="memory: the embedded in-process tier in virtual time (default); "
+                          "lmcache: a real lmcache server on 127.0.0.1, in real time, with "
+                          "wire faults (needs kvfault[lmcache])")  # fmt: skip
 
     lst = sub.add_parser("list", help="list scenarios, properties, faults and regressions")
     lst.add_argument("--scenarios", action="store_true", help="only scenarios")
@@ -308,6 +312,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from faults.campaign import CampaignError, run_campaign, select_targets
     from faults.repro import arm_hang_guard, artifact_dir, disarm_hang_guard
 
+    if args.tier == "lmcache":
+        return _run_on_lmcache(args)
     try:
         targets = select_targets(args.regression, args.fault, args.scenario, args.swarm, args.pin)
     except CampaignError as exc:
@@ -343,6 +349,43 @@ def _cmd_run(args: argparse.Namespace) -> int:
         _write_report(args, result, seeds, store.kept)
         print(f"report: {args.report / 'summary.json'}, {args.report / 'junit.xml'}")
     store.tidy()
+    return _campaign_exit(result)
+
+
+def _run_on_lmcache(args: argparse.Namespace) -> int:
+    """The campaign on a real lmcache server (``faults.real_tier``): the real-tier
+    scenarios, the regressions they expose, and the wire faults."""
+    if args.swarm or args.numprocesses:
+        return _bad("--tier lmcache runs in one process without --swarm or -n")
+    from faults.lmcache_server import LMCacheNotInstalled
+    from faults.real_tier import lmcache_campaign_result, lmcache_targets, run_lmcache_campaign
+
+    picked = args.scenario or args.regression or args.fault
+    try:
+        targets = lmcache_targets(
+            scenarios=args.scenario or ([] if picked else None),
+            regressions=args.regression or ([] if picked else None),
+            wire_faults=args.fault or ([] if picked else None),
+        )
+    except KeyError as exc:
+        return _bad(f"{exc.args[0]}; see `kvfault list`")
+    show = not args.no_progress and sys.stderr.isatty()
+    t0 = time.perf_counter()
+    try:
+        outcomes = run_lmcache_campaign(
+            args.seeds,
+            first_seed=args.first_seed,
+            targets=targets,
+            progress=lambda i, total, case: _progress(show, i, total, case.id),
+        )
+    except LMCacheNotInstalled as exc:
+        return _bad(str(exc))
+    result = lmcache_campaign_result(outcomes, time.perf_counter() - t0)
+    print(format_campaign(result))
+    if args.report:
+        seeds = list(range(args.first_seed, args.first_seed + args.seeds))
+        _write_report(args, result, seeds, {})
+        print(f"report: {args.report / 'summary.json'}, {args.report / 'junit.xml'}")
     return _campaign_exit(result)
 
 
