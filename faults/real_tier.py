@@ -843,12 +843,17 @@ def lmcache_targets(
 ) -> list[LMCacheTarget]:
     """The real-tier campaign's targets, in run order: scenarios, regressions, wire
     faults (those that kill the server last, so it is restarted as rarely as
-    possible). ``None`` selects all of a group; unknown names raise ``KeyError``."""
-    scen = list(REAL_SCENARIOS if scenarios is None else scenarios)
-    regs = list(REAL_REGRESSIONS if regressions is None else regressions)
-    wires = list(WIRE_FAULTS if wire_faults is None else wire_faults)
+    possible). With no names at all, every one of ``REAL_SCENARIOS``,
+    ``REAL_REGRESSIONS`` (unless ``include_regressions`` is false) and
+    ``WIRE_FAULTS``; naming any group runs only what is named, as ``kvfault run
+    --scenario/--regression/--fault`` do. Unknown names raise ``KeyError`` (one line,
+    with the known names)."""
+    everything = scenarios is None and regressions is None and wire_faults is None
+    scen = list(REAL_SCENARIOS) if everything else list(scenarios or ())
+    regs = list(REAL_REGRESSIONS) if everything else list(regressions or ())
+    wires = list(WIRE_FAULTS) if everything else list(wire_faults or ())
     for group, known, names in (
-        ("scenario", SCENARIOS, scen),
+        ("real-tier scenario", SCENARIOS, scen),
         ("real-tier regression", REAL_REGRESSIONS, regs),
         ("wire fault", WIRE_FAULTS, wires),
     ):

@@ -215,3 +215,26 @@ def test_nothing_of_the_campaign_survives(campaign: Campaign) -> None:
     assert after["shm"] <= before["shm"], f"/dev/shm left: {after['shm'] - before['shm']}"
     assert after["tmp"] <= before["tmp"], f"temp dirs left: {after['tmp'] - before['tmp']}"
     assert after["listening"] <= before["listening"], "a proxy socket still listens"
+
+
+def test_targets_select_like_kvfault_run() -> None:
+    assert [t.id for t in lmcache_targets(regressions=["media_keys"])] == [
+        "lmcache:regression:media_keys"
+    ]
+    picked = lmcache_targets(scenarios=["two_images"], wire_faults=["wire_kill", "wire_pause"])
+    assert [t.id for t in picked] == [
+        "lmcache:scenario:two_images",
+        "lmcache:fault:wire_pause",
+        "lmcache:fault:wire_kill",  # the kill last
+    ]
+    assert all(t.kind != "regression" for t in lmcache_targets(include_regressions=False))
+    with pytest.raises(KeyError, match="unknown wire fault 'wire_explode'"):
+        lmcache_targets(wire_faults=["wire_explode"])
+    with pytest.raises(KeyError, match="unknown real-tier regression 'hybrid_last_chunk'"):
+        lmcache_targets(regressions=["hybrid_last_chunk"])
+    (t,) = lmcache_targets(wire_faults=["wire_drop_retrieve"])
+    assert t.plan(0) is None and t.as_json()["tier"] == "lmcache"
+    assert (
+        t.command(3)
+        == "kvfault run --tier lmcache --first-seed 3 --seeds 1 --fault wire_drop_retrieve"
+    )
