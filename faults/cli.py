@@ -453,7 +453,7 @@ def _run_on_xdist(
             )
         )
         cmd = [
-            sys.executable, "-m", "pytest", items.__file__, "-q", "-p", "no:cacheprovider",
+            sys.executable, "-m", "pytest", "--pyargs", items.__name__, "-q", "-p", "no:cacheprovider",
             "-n", args.numprocesses, "--rootdir", tmp, "-c", os.devnull, *LEAN_SESSION,
         ]  # fmt: skip
         env = dict(os.environ, **{CAMPAIGN_SPEC_ENV: str(spec)})

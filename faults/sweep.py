@@ -203,7 +203,7 @@ def _sweep_on_xdist(
             )
         )
         cmd = [
-            python, "-m", "pytest", items.__file__, "-q", "-p", "no:cacheprovider",
+            python, "-m", "pytest", "--pyargs", items.__name__, "-q", "-p", "no:cacheprovider",
             "-n", str(jobs), "--rootdir", tmp, "-c", os.devnull, *LEAN_SESSION,
         ]  # fmt: skip
         env = dict(os.environ, **{SPEC_ENV: str(spec)})
