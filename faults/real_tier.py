@@ -84,6 +84,7 @@ from faults.scenarios import (
     _renamed,
     _Run,
     _store_then_restart,
+    two_passes,
 )
 from faults.wire_proxy import FiredFault, WireFault, WireProxy
 from reference.clock import RealClock
@@ -617,22 +618,7 @@ def real_restart_tier_kept(ctx: RunContext) -> RunResult:
     """``restart_tier_kept`` with 8 prompts instead of 24: pass 1 stores, the engine
     restarts with the tier kept, pass 2 loads (hybrid, MP grid). The wire faults' run:
     small enough for real time, with loads enough to hit the 3rd of them."""
-    from reference.types import Geometry
-
-    config = EngineConfig(
-        geometry=Geometry(16, 256, 2048, 1024), model_kind="hybrid", state_grid="chunk"
-    )
-    run = _Run("real_restart_tier_kept", ctx, config)
-    engine = run.engine()
-    reqs = run.workloads.gsm8k_fewshot(8).requests
-    run.submit(engine, _renamed(run, reqs, "pass1"))
-    run.run(engine)
-    if not run.stopped():
-        engine.restart()
-        pass2 = run.submit(engine, _renamed(run, reqs, "pass2"))
-        run.run(engine)
-        run.notes["pass2_hit_rate"] = round(run.hit_rate(pass2), 4)
-    return run.result()
+    return two_passes(ctx, "real_restart_tier_kept", prompts=8)
 
 
 def real_restart_burst(ctx: RunContext) -> RunResult:
