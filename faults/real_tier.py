@@ -904,6 +904,7 @@ class LMCacheCaseRunner:
             fired=dict(res.fired),
             sim_seconds=res.sim_seconds,
             digest=res.digest,
+            checked=list(res.checked),
             fixed_result=res,
         )
 
@@ -926,6 +927,7 @@ class LMCacheCaseRunner:
             fired=dict(legacy.fired),
             sim_seconds=legacy.sim_seconds + fixed.sim_seconds,
             digest=fixed.digest,
+            checked=list(fixed.checked),
             legacy_result=legacy,
             fixed_result=fixed,
         )
@@ -958,6 +960,7 @@ class LMCacheCaseRunner:
             fired=fired,
             sim_seconds=res.sim_seconds,
             digest=res.digest,
+            checked=list(res.checked),
             fixed_result=res,
         )
         verdict, sig = judge_wire(info, res, injector.fired)
