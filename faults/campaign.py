@@ -275,6 +275,22 @@ class CaseOutcome:
     def ok(self) -> bool:
         return self.verdict in OK_VERDICTS
 
+    @classmethod
+    def of_run(cls, case: Case, res: CaseResult, fired: dict[str, int]) -> CaseOutcome:
+        """A PASS carrying one judged fixed-stack run; the caller then applies its
+        target's own verdict rules (not exercised, expected stop)."""
+        return cls(
+            case,
+            PASS,
+            violations=[str(v) for v in res.violations],
+            stop=res.stop,
+            fired=fired,
+            sim_seconds=res.sim_seconds,
+            digest=res.digest,
+            checked=list(res.checked),
+            fixed_result=res,
+        )
+
     def as_json(self) -> dict[str, Any]:
         plan = None
         try:
@@ -418,17 +434,7 @@ class CaseRunner:
                 replay_map=_plan_map(plan, "replay_map"),
             )
             fired = rec.fired()
-        out = CaseOutcome(
-            case,
-            PASS,
-            violations=[str(v) for v in res.violations],
-            stop=res.stop,
-            fired=fired,
-            sim_seconds=res.sim_seconds,
-            digest=res.digest,
-            checked=list(res.checked),
-            fixed_result=res,
-        )
+        out = CaseOutcome.of_run(case, res, fired)
         expected = _expected_stop(t)
         stopped_with = _stop_error(res)
         if not res.ok:

@@ -84,6 +84,7 @@ from faults.scenarios import (
     _renamed,
     _Run,
     _store_then_restart,
+    lost_completion_in_traffic,
     two_passes,
 )
 from faults.wire_proxy import FiredFault, WireFault, WireProxy
@@ -647,22 +648,7 @@ def real_lost_completion_burst(ctx: RunContext) -> RunResult:
     more restoring requests arrive every 2 s (40 s of traffic); the completion of the
     8th load is lost. The engine must stop naming that load one bound after the loads
     ahead of it finished, while traffic still flows."""
-    from fakes.workloads import resend
-    from faults.injectors import LostCompletion
-
-    run = _Run("real_lost_completion_burst", ctx, _BURST_CONFIG, [LostCompletion([8])])
-    engine = run.engine()
-    burst = run.workloads.burst(16, 1024).requests
-    stream = run.workloads.burst(20, 1024).requests
-    _store_then_restart(run, engine, burst + stream)
-    t0 = run.world.clock.now()
-    arrivals = _renamed(run, burst, "burst", t0) + [
-        resend(r, f"{r.req_id}-stream", t0 + ctx.seconds(2.0) * (i + 1))
-        for i, r in enumerate(stream)
-    ]
-    run.submit(engine, arrivals)
-    run.run(engine, max_sim_seconds=ctx.seconds(600.0))
-    return run.result()
+    return lost_completion_in_traffic(ctx, "real_lost_completion_burst", 16, 20, lost=8)
 
 
 _PROPS = ("correctness", "keys", "no_false_stop", "liveness", "determinism")
@@ -895,18 +881,10 @@ class LMCacheCaseRunner:
         if t.kind == "fault":
             return self._judge_wire(case)
         res = self.fixed(t.scenario, case.seed)
-        return CaseOutcome(
-            case,
-            PASS if res.ok else FAIL,
-            signature="" if res.ok else signature(res),
-            violations=[str(v) for v in res.violations],
-            stop=res.stop,
-            fired=dict(res.fired),
-            sim_seconds=res.sim_seconds,
-            digest=res.digest,
-            checked=list(res.checked),
-            fixed_result=res,
-        )
+        out = CaseOutcome.of_run(case, res, dict(res.fired))
+        if not res.ok:
+            out.verdict, out.signature = FAIL, signature(res)
+        return out
 
     def _judge_regression(self, case: Case) -> CaseOutcome:
         from faults.regressions import REGRESSIONS
@@ -952,17 +930,7 @@ class LMCacheCaseRunner:
             time_scale=self.time_scale,
         )  # fmt: skip
         fired = {injector.name: injector.fired}
-        out = CaseOutcome(
-            case,
-            PASS,
-            violations=[str(v) for v in res.violations],
-            stop=res.stop,
-            fired=fired,
-            sim_seconds=res.sim_seconds,
-            digest=res.digest,
-            checked=list(res.checked),
-            fixed_result=res,
-        )
+        out = CaseOutcome.of_run(case, res, fired)
         verdict, sig = judge_wire(info, res, injector.fired)
         out.verdict, out.signature = verdict, sig
         return out

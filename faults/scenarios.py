@@ -336,15 +336,23 @@ def lost_completion_burst(ctx: RunContext) -> RunResult:
     """A restart burst of 64 restores while further restoring requests keep arriving
     every 2 s for 150 s; the completion of the 32nd load is lost. The engine must stop
     with an error naming that load, one bound after the loads ahead of it finished."""
-    run = _Run("lost_completion_burst", ctx, _BURST_CONFIG, [LostCompletion([32])])
+    return lost_completion_in_traffic(ctx, "lost_completion_burst", 64, 75, lost=32)
+
+
+def lost_completion_in_traffic(
+    ctx: RunContext, name: str, burst: int, stream: int, lost: int
+) -> RunResult:
+    """``burst`` prompts are stored and come back at once after a restart, while
+    ``stream`` more arrive every 2 s; the ``lost``-th load's completion never arrives."""
+    run = _Run(name, ctx, _BURST_CONFIG, [LostCompletion([lost])])
     engine = run.engine()
-    burst = run.workloads.burst(64, 1024).requests
-    stream = run.workloads.burst(75, 1024).requests
-    _store_then_restart(run, engine, burst + stream)
+    first = run.workloads.burst(burst, 1024).requests
+    later = run.workloads.burst(stream, 1024).requests
+    _store_then_restart(run, engine, first + later)
     t0 = run.world.clock.now()
-    arrivals = _renamed(run, burst, "burst", t0) + [
+    arrivals = _renamed(run, first, "burst", t0) + [
         resend(r, f"{r.req_id}-stream", t0 + ctx.seconds(2.0) * (i + 1))
-        for i, r in enumerate(stream)
+        for i, r in enumerate(later)
     ]
     run.submit(engine, arrivals)
     run.run(engine, max_sim_seconds=ctx.seconds(600.0))
