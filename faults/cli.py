@@ -145,6 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _cmd_list(args: argparse.Namespace) -> int:
     from faults.plans import INJECTORS
     from faults.properties import PROPERTIES
+    from faults.real_tier import WIRE_FAULTS  # also registers the real-tier scenarios
     from faults.regressions import REGRESSIONS
     from faults.scenarios import SCENARIOS
 
@@ -157,7 +158,11 @@ def _cmd_list(args: argparse.Namespace) -> int:
         "scenarios": [(s.name, s.description) for s in SCENARIOS.values()],
         "properties": [(n, first_line(fn.__doc__)) for n, fn in PROPERTIES.items()]
         + [("determinism", "the same seed gives the same trace digest")],
-        "faults": [(i.name, f"{i.description} [on {i.scenario}]") for i in INJECTORS.values()],
+        "faults": [(i.name, f"{i.description} [on {i.scenario}]") for i in INJECTORS.values()]
+        + [
+            (w.name, f"{w.description} [--tier lmcache, on {w.scenario}]")
+            for w in WIRE_FAULTS.values()
+        ],
         "regressions": [
             (r.name, f"{r.description} [{r.scenario}; caught by {r.signature}]")
             for r in REGRESSIONS.values()
