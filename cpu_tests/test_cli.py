@@ -14,6 +14,7 @@ import pytest
 from faults import cli
 from faults.plans import INJECTORS
 from faults.properties import PROPERTIES, Violation
+from faults.real_tier import WIRE_FAULTS
 from faults.regressions import REGRESSIONS
 from faults.scenarios import SCENARIOS
 from reference.rules import Rules
@@ -65,7 +66,11 @@ def test_the_cli_imports_no_torch_zmq_or_faker(code):
 
 @pytest.mark.parametrize(
     "flag, catalog",
-    [("--regressions", REGRESSIONS), ("--faults", INJECTORS), ("--scenarios", SCENARIOS)],
+    [
+        ("--regressions", REGRESSIONS),
+        ("--faults", {**INJECTORS, **WIRE_FAULTS}),
+        ("--scenarios", SCENARIOS),  # the real-tier scenarios register on import
+    ],
 )
 def test_list_one_section_prints_one_name_per_line_then_its_description(capsys, flag, catalog):
     assert cli.main(["list", flag]) == 0
