@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from reference.torch_copy import (  # noqa: E402
+from reference.device import (  # noqa: E402
     DeviceKvPages,
     PinnedHostPool,
     TorchCopyEngine,

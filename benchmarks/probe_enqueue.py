@@ -1,6 +1,6 @@
 """Where one restore's time goes, and which engine settings pay, on the device.
 
-GPU only; a helper for tuning ``reference/torch_copy.py``, not the benchmark of record
+GPU only; a helper for tuning ``reference/device/``, not the benchmark of record
 (that is ``bench_gpu_restore.py``). For 128 MiB restores of random scattered blocks it
 prints, median of ``--reps``:
 
@@ -27,7 +27,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from benchmarks.bench_gpu_restore import Gate  # noqa: E402
-from reference import torch_copy as tc  # noqa: E402
+from reference.device import (  # noqa: E402
+    DeviceKvPages,
+    PinnedHostPool,
+    TorchCopyEngine,
+    launch,
+)
 from reference.types import OperationId  # noqa: E402
 
 KIB = 1024
@@ -36,8 +41,8 @@ OP = OperationId("probe", 1)
 
 def setup(device, total, block_bytes, seed=7):
     n = total // block_bytes
-    pool = tc.PinnedHostPool(2 * n, (block_bytes // 2,), torch.bfloat16)
-    kv = tc.DeviceKvPages(2 * n, (block_bytes // 2,), torch.bfloat16, device)
+    pool = PinnedHostPool(2 * n, (block_bytes // 2,), torch.bfloat16)
+    kv = DeviceKvPages(2 * n, (block_bytes // 2,), torch.bfloat16, device)
     pool.buffer.view(torch.uint8).copy_(
         torch.randint(0, 256, (pool.buffer.numel() * 2,), dtype=torch.uint8, device=device).view(
             pool.buffer.shape[0], -1
@@ -100,7 +105,7 @@ def phases(engine, batch, blocks, reps):
     return {k: round(statistics.median(v[3:]) * 1e6, 1) for k, v in out.items()}
 
 
-class UploadIdx(tc.TorchCopyEngine):
+class UploadIdx(TorchCopyEngine):
     """The gather with its indices uploaded to a device buffer first (one H2D copy)."""
 
     def _move_triton(self, out, buf, n):
@@ -127,7 +132,7 @@ def main() -> int:
     device = torch.device("cuda", torch.cuda.current_device())
     gate = Gate(device)
     total = 128 * 1024 * 1024
-    shape = (tc.GATHER_BLOCK_WORDS, tc.GATHER_WARPS)
+    shape = (launch.GATHER_BLOCK_WORDS, launch.GATHER_WARPS)
     res: dict = {"phases": {}, "shapes": {}, "upload": {}, "dma_chunk": {}, "wall": {}}
 
     for bs in (8 * KIB, 32 * KIB, 256 * KIB, 2048 * KIB):
@@ -151,7 +156,7 @@ def main() -> int:
         key = f"{bs // KIB}K"
         for method in ("auto", "mapped", "dma") if bs >= 256 * KIB else ("auto",):
             try:
-                e = tc.TorchCopyEngine(kv, pool, method=method)
+                e = TorchCopyEngine(kv, pool, method=method)
             except RuntimeError:
                 continue
             res["phases"][f"{key} {method}:{e.gather or ''}"] = phases(e, batch, blocks, args.reps)
@@ -166,14 +171,14 @@ def main() -> int:
             assert torch.equal(got, pool.rows(torch.uint8)[slots]), (key, method)
         if args.shapes and bs <= 256 * KIB:
             for words, warps in ((1024, 4), (2048, 4), (2048, 8), (4096, 8), (4096, 16)):
-                tc.GATHER_BLOCK_WORDS, tc.GATHER_WARPS = words, warps
-                e = tc.TorchCopyEngine(kv, pool, method="mapped")
+                launch.GATHER_BLOCK_WORDS, launch.GATHER_WARPS = words, warps
+                e = TorchCopyEngine(kv, pool, method="mapped")
                 wall, dev, _ = timed(e, batch, blocks, args.reps, gate)
                 res["shapes"][f"{key} {words}w/{warps}"] = [
                     round(total / dev / 1e9, 1),
                     round(contig / wall, 3),
                 ]
-            tc.GATHER_BLOCK_WORDS, tc.GATHER_WARPS = shape
+            launch.GATHER_BLOCK_WORDS, launch.GATHER_WARPS = shape
         if args.upload and bs <= 256 * KIB:
             e = UploadIdx(kv, pool, method="mapped")
             wall, dev, _ = timed(e, batch, blocks, args.reps, gate)
@@ -181,7 +186,7 @@ def main() -> int:
         if bs >= 256 * KIB:
             for chunk in (0, 4, 8, 16):
                 try:
-                    e = tc.TorchCopyEngine(kv, pool, method="dma", dma_chunk=chunk)
+                    e = TorchCopyEngine(kv, pool, method="dma", dma_chunk=chunk)
                 except RuntimeError:
                     break
                 wall, dev, enq = timed(e, batch, blocks, args.reps)

@@ -16,7 +16,7 @@ from fakes.memory_tier import MemoryTier
 from reference.channel import QueueChannel
 from reference.clock import RealClock
 from reference.deadline import RestoreDeadline
-from reference.torch_copy import (
+from reference.device import (
     DeviceKvPages,
     HostPage,
     PinnedHostPool,

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from gpu_tests import device_stack as ds
-from reference import torch_copy as tc
+from reference.device import DeviceKvPages, HostPage, PinnedHostPool, TorchCopyEngine, launch
 from reference.errors import RestoreFenceError
 from reference.types import OperationId
 
@@ -31,11 +31,11 @@ WAYS = ["dma", "mapped:triton", "mapped:index", "staged"]
 def _setup(device, block_bytes, dtype_name, n, way="auto", seed=None):
     dtype = getattr(torch, dtype_name)
     elems = block_bytes // torch.empty((), dtype=dtype).element_size()
-    pool = tc.PinnedHostPool(3 * n + 1, (elems,), dtype)
-    kv = tc.DeviceKvPages(2 * n + 5, (elems,), dtype, device)
+    pool = PinnedHostPool(3 * n + 1, (elems,), dtype)
+    kv = DeviceKvPages(2 * n + 5, (elems,), dtype, device)
     method, _, gather = way.partition(":")
     try:
-        engine = tc.TorchCopyEngine(kv, pool, method=method, gather=gather or "auto")
+        engine = TorchCopyEngine(kv, pool, method=method, gather=gather or "auto")
     except RuntimeError as exc:  # e.g. no batched DMA on HIP, no Triton installed
         pytest.skip(f"{way} not available here: {exc}")
     if gather and engine.gather != gather:
@@ -157,7 +157,7 @@ def test_fence_raises_and_queues_nothing(device, way, fault):
         if fault == "evicted_list":
             pages = list(pages)
     elif fault == "other_pool":
-        other = tc.PinnedHostPool(len(slots), pool.page_shape, pool.dtype)
+        other = PinnedHostPool(len(slots), pool.page_shape, pool.dtype)
         pages = other.take(range(len(slots)))
     elif fault == "size":
         pages = [data[s][:-1].clone() for s in slots]
@@ -171,7 +171,7 @@ def test_fence_raises_and_queues_nothing(device, way, fault):
 def test_gather_uses_the_direct_launcher_where_triton_is_installed(device):
     """The mapped path launches its compiled kernel directly (no per-call binding); the
     jit launch is only a fallback for a Triton without that interface."""
-    if tc._triton_gather is None:
+    if launch._triton_gather is None:
         pytest.skip("Triton is not installed")
     *_, engine, _, _, _, _ = _setup(device, 32 * KIB, "bfloat16", 8, "mapped:triton")
     assert engine._tg is not None and engine._move == engine._move_triton
@@ -241,7 +241,7 @@ def test_more_fences_raise_and_queue_nothing(device, fault):
         blocks = torch.tensor(blocks, dtype=torch.float32)
     elif fault == "forged_slot":
         pages = list(pages)
-        pages[3] = tc.HostPage(pool, pool.num_slots + 3, 0)
+        pages[3] = HostPage(pool, pool.num_slots + 3, 0)
     elif fault == "stale_batch":
         pool.free(pages[0])
         pool.free(pages[11])

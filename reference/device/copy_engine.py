@@ -1,9 +1,8 @@
-"""The device restore path: a pinned host pool, device KV pages, and a copy engine that
-restores scattered blocks from the pool into the pages as one batched operation.
+"""The copy engine: restores scattered blocks from a ``PinnedHostPool`` into
+``DeviceKvPages`` as one batched operation.
 
-Device-agnostic through ``torch.cuda`` (CUDA and HIP builds of torch). The engine never
-blocks: it enqueues on its own side stream, records an event as the fence, and reports
-completion only through ``event.query()``.
+The engine never blocks: it enqueues on its own side stream, records an event as the
+fence, and reports completion only through ``event.query()``.
 
 How a restore moves its bytes (``TorchCopyEngine.method``, fixed per engine because it
 depends on the page size; every way is batched, never a Python loop per block):
@@ -29,16 +28,13 @@ The host side of ``enqueue`` works on a reused pinned index buffer with numpy (s
 ``TorchCopyEngine``): a restore's wall clock is its host time before the first byte
 moves plus the transfer, so that time is kept to a few vectorised operations.
 
-Only this module imports torch; the rest of ``reference/`` never does.
+The launch helpers (batched DMA, the Triton gather, stream ordering) live in
+``reference.device.launch``.
 """
 
 from __future__ import annotations
 
-import ctypes
-import functools
 import struct
-import sys
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
@@ -47,6 +43,9 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from reference.device.device_pages import DeviceKvPages, device_backend
+from reference.device.host_pool import HostPage, HostPageBatch, PinnedHostPool, map_pinned
+from reference.device.launch import _BatchDma, _StreamOrder, _triton_gather, _TritonGather
 from reference.errors import RestoreFenceError
 from reference.types import OperationId
 
@@ -58,25 +57,6 @@ Gather = Literal["auto", "triton", "index"]
 # and 2 MiB pages (the gather kernel 91-94%) but 74% at 32 KiB (host time in the batch
 # call, ~1.2 us a copy or more), where the gather kernel moved 89-90% (docs/gpu_tier.md).
 DMA_MIN_BLOCK_BYTES = 256 * 1024
-
-# __cuda_array_interface__ typestrs of the word types a block may be moved as.
-_TYPESTR = {
-    torch.int64: "<i8",
-    torch.int32: "<i4",
-    torch.int16: "<i2",
-    torch.uint8: "|u1",
-    torch.complex128: "<c16",
-}
-
-
-def device_available() -> bool:
-    """True when torch sees a CUDA or HIP device."""
-    return torch.cuda.is_available() and torch.cuda.device_count() > 0
-
-
-def device_backend() -> str:
-    """``"hip"`` on a ROCm build of torch, ``"cuda"`` otherwise."""
-    return "hip" if getattr(torch.version, "hip", None) else "cuda"
 
 
 def word_dtype(row_bytes: int, widest: torch.dtype = torch.int64) -> torch.dtype:
@@ -94,243 +74,6 @@ def word_dtype(row_bytes: int, widest: torch.dtype = torch.int64) -> torch.dtype
 
 def _itemsize(dt: torch.dtype) -> int:
     return torch.empty((), dtype=dt).element_size()
-
-
-class _MappedArray:
-    """A ``__cuda_array_interface__`` over pinned host memory, so torch sees it as a
-    device tensor at the same address (unified virtual addressing)."""
-
-    def __init__(self, ptr: int, shape: tuple[int, ...], dtype: torch.dtype):
-        self.__cuda_array_interface__ = {
-            "data": (ptr, False),
-            "shape": shape,
-            "typestr": _TYPESTR[dtype],
-            "strides": None,
-            "version": 3,
-        }
-
-
-def map_pinned(host: torch.Tensor, device: torch.device) -> torch.Tensor | None:
-    """A device tensor aliasing the pinned, contiguous ``host`` tensor, or None where the
-    device cannot read it in place (no unified addressing, an old torch, a HIP build
-    without the interface). The caller keeps ``host`` alive as long as the view."""
-    if not (host.is_pinned() and host.is_contiguous()) or host.dtype not in _TYPESTR:
-        return None
-    try:
-        view = torch.as_tensor(
-            _MappedArray(host.data_ptr(), tuple(host.shape), host.dtype), device=device
-        )
-    except Exception:  # noqa: BLE001 - any failure means: no mapped path here
-        return None
-    if view.data_ptr() != host.data_ptr() or view.device.type != "cuda":
-        return None
-    return view
-
-
-@dataclass(frozen=True, eq=False)
-class HostPage:
-    """A handle to one slot of a ``PinnedHostPool``. It goes stale when its slot is freed
-    (an eviction); the copy engine refuses a stale page at enqueue."""
-
-    pool: PinnedHostPool
-    slot: int
-    generation: int
-
-    @property
-    def live(self) -> bool:
-        return self.pool.generation(self.slot) == self.generation
-
-    @property
-    def tensor(self) -> torch.Tensor:
-        """The slot's pinned storage (a view; valid while the page is live)."""
-        return self.pool.buffer[self.slot]
-
-
-class HostPageBatch(Sequence[HostPage]):
-    """Pages of one pool held as two int64 arrays (slots, generations): what a tier
-    built on ``PinnedHostPool`` returns for a retrieve. The copy engine checks and
-    indexes a batch without a Python loop per block (numpy views of the two arrays, no
-    attribute access per page); indexing yields ``HostPage``s."""
-
-    def __init__(
-        self,
-        pool: PinnedHostPool,
-        slots: torch.Tensor,
-        generations: torch.Tensor,
-        epoch: int | None = None,
-    ):
-        if slots.shape != generations.shape or slots.dim() != 1:
-            raise ValueError("slots and generations must be 1-d and of one length")
-        self.pool = pool
-        self.slots = slots.to("cpu", torch.int64).contiguous()
-        self.generations = generations.to("cpu", torch.int64).contiguous()
-        self.slots_np = self.slots.numpy()
-        self.generations_np = self.generations.numpy()
-        # ``pool.frees`` when every page was known live (None: unknown). While the pool
-        # has freed nothing since, every page still is: the engine skips the check.
-        self.epoch = epoch
-        # one unsigned max checks both ends (a negative slot reads as a huge one)
-        if self.slots_np.size and int(self.slots_np.view(np.uint64).max()) >= pool.num_slots:
-            raise ValueError(f"a slot outside [0, {pool.num_slots})")
-
-    def __len__(self) -> int:
-        return self.slots_np.size
-
-    def __getitem__(self, i):  # type: ignore[override]
-        if isinstance(i, slice):
-            return HostPageBatch(self.pool, self.slots[i], self.generations[i], self.epoch)
-        return HostPage(self.pool, int(self.slots_np[i]), int(self.generations_np[i]))
-
-    def all_live(self) -> bool:
-        """No slot of the batch was freed since the batch was taken."""
-        if self.epoch is not None and self.epoch == self.pool.frees:
-            return True
-        return bool((self.pool.generations_np.take(self.slots_np) == self.generations_np).all())
-
-    def stale(self) -> torch.Tensor:
-        """Positions of pages whose slot was freed since the batch was taken."""
-        current = self.pool.generations_np.take(self.slots_np)
-        return torch.from_numpy(np.flatnonzero(current != self.generations_np))
-
-
-class PinnedHostPool:
-    """Tier-side pinned host memory: ``num_slots`` pages of ``page_shape`` and ``dtype``.
-
-    ``put`` copies a page in and returns a live ``HostPage``; ``free`` makes every handle
-    to that slot stale. Slots are handed out in FIFO order so a freed slot is not reused
-    at once (a stale handle then still points at unrelated but valid memory).
-    """
-
-    def __init__(
-        self,
-        num_slots: int,
-        page_shape: tuple[int, ...],
-        dtype: torch.dtype = torch.bfloat16,
-    ):
-        if num_slots <= 0:
-            raise ValueError(f"num_slots must be positive, got {num_slots}")
-        self.page_shape = tuple(page_shape)
-        self.dtype = dtype
-        self.buffer = torch.empty((num_slots, *self.page_shape), dtype=dtype, pin_memory=True)
-        self.row_bytes = self.buffer[0].numel() * self.buffer.element_size()
-        self._free: deque[int] = deque(range(num_slots))
-        # one counter per slot, bumped on free (only there: ``frees`` counts the bumps)
-        self.generations = torch.zeros(num_slots, dtype=torch.int64)
-        self.generations_np = self.generations.numpy()  # the same memory, for the engine
-        self.frees = 0  # bumped with every generation: batches taken since are all live
-        self._mapped: dict[tuple[torch.dtype, str], torch.Tensor | None] = {}
-
-    @property
-    def num_slots(self) -> int:
-        return self.buffer.shape[0]
-
-    @property
-    def num_free(self) -> int:
-        return len(self._free)
-
-    def generation(self, slot: int) -> int:
-        return int(self.generations_np[slot])
-
-    def alloc(self) -> HostPage:
-        """A live page whose content is whatever the slot held; raises when full."""
-        if not self._free:
-            raise MemoryError(f"pinned host pool is full ({self.num_slots} slots)")
-        slot = self._free.popleft()
-        return HostPage(self, slot, self.generation(slot))
-
-    def put(self, page: torch.Tensor) -> HostPage:
-        """Copy ``page`` (any device, same element count) into a fresh slot.
-
-        Blocking when ``page`` lives on a device: stores are not on the restore path.
-        """
-        hp = self.alloc()
-        self.buffer[hp.slot].copy_(page.reshape(self.page_shape))
-        return hp
-
-    def free(self, page: HostPage) -> None:
-        """Return the slot; every handle to it goes stale. Freeing a stale handle is a
-        no-op (an eviction racing a release)."""
-        if page.pool is not self or not page.live:
-            return
-        self.generations_np[page.slot] += 1
-        self.frees += 1
-        self._free.append(page.slot)
-
-    def batch(self, pages: Sequence[HostPage]) -> HostPageBatch:
-        """The same pages as one ``HostPageBatch`` (generations as the handles say)."""
-        if any(p.pool is not self for p in pages):
-            raise ValueError("a page of another pool")
-        return HostPageBatch(
-            self,
-            torch.tensor([p.slot for p in pages], dtype=torch.int64),
-            torch.tensor([p.generation for p in pages], dtype=torch.int64),
-        )
-
-    def take(self, slots: Sequence[int]) -> HostPageBatch:
-        """Live handles to ``slots`` as they are now, as one batch (no copy)."""
-        idx = torch.as_tensor(slots, dtype=torch.int64).reshape(-1)
-        return HostPageBatch(self, idx, self.generations.index_select(0, idx), self.frees)
-
-    def rows(self, word: torch.dtype) -> torch.Tensor:
-        """The pool as ``[num_slots, words]`` host rows of ``word``."""
-        return self.buffer.view(self.num_slots, -1).view(word)
-
-    def mapped_rows(self, word: torch.dtype, device: torch.device) -> torch.Tensor | None:
-        """The pool as device-readable ``[num_slots, words]`` rows, or None (see
-        ``map_pinned``). Cached per word type and device."""
-        key = (word, str(device))
-        if key not in self._mapped:
-            self._mapped[key] = map_pinned(self.rows(word), device)
-        return self._mapped[key]
-
-
-class DeviceKvPages:
-    """HBM: ``num_blocks`` KV pages of ``page_shape`` and ``dtype`` on a device, plus one
-    recurrent-state tensor per request. Implements ``reference.interfaces.KvPages``.
-
-    ``read`` returns a view of the page (clone it to keep a snapshot); ``write`` copies on
-    the current stream.
-    """
-
-    def __init__(
-        self,
-        num_blocks: int,
-        page_shape: tuple[int, ...],
-        dtype: torch.dtype = torch.bfloat16,
-        device: torch.device | str | None = None,
-    ):
-        if num_blocks <= 0:
-            raise ValueError(f"num_blocks must be positive, got {num_blocks}")
-        self.device = torch.device(device) if device is not None else _default_device()
-        self.page_shape = tuple(page_shape)
-        self.dtype = dtype
-        self.num_blocks = num_blocks
-        self.pages = torch.empty((num_blocks, *self.page_shape), dtype=dtype, device=self.device)
-        self.row_bytes = self.pages[0].numel() * self.pages.element_size()
-        self._states: dict[str, torch.Tensor] = {}
-
-    def rows(self, word: torch.dtype) -> torch.Tensor:
-        """The pages as ``[num_blocks, words]`` device rows of ``word``."""
-        return self.pages.view(self.num_blocks, -1).view(word)
-
-    def read(self, block: int) -> torch.Tensor:
-        return self.pages[block]
-
-    def write(self, block: int, page: Any) -> None:
-        self.pages[block].copy_(torch.as_tensor(page).reshape(self.page_shape))
-
-    def read_state(self, req_id: str) -> torch.Tensor | None:
-        return self._states.get(req_id)
-
-    def write_state(self, req_id: str, state: Any | None) -> None:
-        if state is None:
-            self._states.pop(req_id, None)
-        else:
-            self._states[req_id] = torch.as_tensor(state).to(self.device)
-
-
-def _default_device() -> torch.device:
-    return torch.device("cuda", torch.cuda.current_device())
 
 
 class _IndexBuffer:
@@ -829,51 +572,6 @@ def _distinct(row: np.ndarray, n: int, owner: np.ndarray, arange: np.ndarray) ->
     return bool((owner[row] == ar).all())
 
 
-class _StreamOrder:
-    """Make ``side`` wait for the work queued so far on the current stream: one event
-    record and one stream wait, through the CUDA runtime torch loaded (a raw stream
-    handle, a reused event: a few microseconds less than torch's stream objects on
-    every restore), or through torch where that runtime is not at hand (HIP)."""
-
-    def __init__(self, device: torch.device, side: Any):
-        self.index = device.index if device.index is not None else torch.cuda.current_device()
-        self.side = side
-        self.lib = None
-        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-        lib = _loaded_cudart() if device_backend() == "cuda" and raw is not None else None
-        if lib is not None:
-            ev = ctypes.c_void_p()
-            with torch.cuda.device(self.index):
-                ok = lib.cudaEventCreateWithFlags(ctypes.byref(ev), ctypes.c_uint(2)) == 0
-            if ok:  # 2: cudaEventDisableTiming
-                self.lib, self.raw, self.event = lib, raw, ev.value
-                self.side_handle = side.cuda_stream
-                self.record = lib.cudaEventRecord
-                self.record.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
-                self.wait = lib.cudaStreamWaitEvent
-                self.wait.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint]
-        if self.lib is None:
-            self.event = torch.cuda.Event()
-
-    def __call__(self) -> None:
-        if self.lib is None:
-            self.event.record(torch.cuda.current_stream(self.index))
-            self.side.wait_event(self.event)
-            return
-        rc = self.record(self.event, self.raw(self.index))
-        if rc == 0:
-            rc = self.wait(self.side_handle, self.event, 0)
-        if rc != 0:
-            raise RuntimeError(f"ordering the restore after the current stream: cudaError {rc}")
-
-    def __del__(self) -> None:
-        if self.lib is not None:
-            try:
-                self.lib.cudaEventDestroy(ctypes.c_void_p(self.event))
-            except Exception:  # noqa: BLE001 - interpreter shutdown
-                pass
-
-
 def _pinned(t: Any) -> torch.Tensor:
     t = t.tensor if isinstance(t, HostPage) else torch.as_tensor(t)
     if t.device.type != "cpu" or t.is_pinned():
@@ -889,203 +587,3 @@ def _random_rows(n: int, words: int, word: torch.dtype) -> torch.Tensor:
     nbytes = n * words * _itemsize(word)
     raw = torch.randint(0, 256, (nbytes,), dtype=torch.uint8)
     return raw.view(word).view(n, words)
-
-
-# -- batched DMA: cudaMemcpyBatchAsync (CUDA runtime >= 12.8) ----------------------------
-
-
-class _MemLocation(ctypes.Structure):
-    _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
-
-
-class _MemcpyAttributes(ctypes.Structure):
-    _fields_ = [
-        ("srcAccessOrder", ctypes.c_int),
-        ("srcLocHint", _MemLocation),
-        ("dstLocHint", _MemLocation),
-        ("flags", ctypes.c_uint),
-    ]
-
-
-_SRC_ACCESS_ORDER_STREAM = 1  # cudaMemcpySrcAccessOrderStream: read in stream order
-
-
-class _BatchDma:
-    """Every block's copy queued on the device's copy engines by ONE runtime call,
-    ``cudaMemcpyBatchAsync``, through the CUDA runtime torch itself loaded. CUDA only
-    (HIP has no batched copy here: there the mapped gather is the fast path)."""
-
-    _loaded: _BatchDma | None | bool = False
-
-    def __init__(self, fn: Any, version: int):
-        self.fn = fn
-        self.version = version
-        self.attrs = _MemcpyAttributes(_SRC_ACCESS_ORDER_STREAM, _MemLocation(), _MemLocation(), 0)
-        self.attr_idx = (ctypes.c_size_t * 1)(0)
-        self.fail = ctypes.c_size_t(0)  # CUDA 12.8/12.9 report the failing copy here
-
-    @classmethod
-    def load(cls) -> _BatchDma | None:
-        """The runtime's batched copy, or None (HIP, an older runtime, no library)."""
-        if cls._loaded is False:
-            cls._loaded = cls._load()
-        return cls._loaded or None
-
-    @classmethod
-    def _load(cls) -> _BatchDma | None:
-        if device_backend() != "cuda" or sys.platform != "linux":
-            return None
-        lib = _loaded_cudart()
-        if lib is None or not hasattr(lib, "cudaMemcpyBatchAsync"):
-            return None
-        version = ctypes.c_int(0)
-        if lib.cudaRuntimeGetVersion(ctypes.byref(version)) != 0 or version.value < 12080:
-            return None
-        fn = lib.cudaMemcpyBatchAsync
-        vp, sz = ctypes.c_void_p, ctypes.c_size_t
-        # CUDA 12.8/12.9 take a failIdx pointer before the stream; CUDA 13 dropped it.
-        fail = [vp] if version.value < 13000 else []
-        fn.argtypes = [vp, vp, vp, sz, vp, vp, sz, *fail, vp]
-        fn.restype = ctypes.c_int
-        return cls(fn, version.value)
-
-    def copy(self, dsts: int, srcs: int, sizes: int, count: int, stream: int) -> None:
-        """Queue ``count`` copies on ``stream``: host arrays of destination addresses,
-        source addresses and sizes (int64) at ``dsts``, ``srcs``, ``sizes``."""
-        args: list[Any] = [
-            dsts,
-            srcs,
-            sizes,
-            count,
-            ctypes.addressof(self.attrs),
-            ctypes.addressof(self.attr_idx),
-            1,
-        ]
-        if self.version < 13000:
-            args.append(ctypes.addressof(self.fail))
-        args.append(stream)
-        rc = self.fn(*args)
-        if rc != 0:
-            raise RuntimeError(f"cudaMemcpyBatchAsync failed with cudaError {rc}")
-
-
-@functools.cache
-def _loaded_cudart() -> Any | None:
-    """The CUDA runtime library torch has loaded (never a second copy of it)."""
-    try:
-        with open("/proc/self/maps") as maps:
-            paths = {line.split()[-1] for line in maps if "libcudart.so" in line}
-    except OSError:
-        return None
-    for path in sorted(paths):
-        try:
-            return ctypes.CDLL(path)
-        except OSError:
-            continue
-    return None
-
-
-# -- the gather kernel: Triton where it is installed (CUDA and ROCm) ---------------------
-
-try:  # an optional dependency: without it the gather is index_select + index_copy_
-    import triton
-    import triton.language as tl
-except Exception:  # noqa: BLE001 - a missing or broken triton only loses this path
-    triton = None
-
-# Gather kernel shape: one program moves up to GATHER_BLOCK_WORDS words of one row.
-# On the H200 (PCIe 5) 4096 words and 8 warps read 51.1 GB/s at 32 KiB and 256 KiB pages,
-# 2048/4 50.9, 1024/4 50.4-50.6 (benchmarks/probe_enqueue.py): the shape barely matters.
-GATHER_BLOCK_WORDS = 4096
-GATHER_WARPS = 8
-
-if triton is not None:
-
-    @triton.jit
-    def _gather_kernel(src, dst, src_idx, dst_idx, words, BLOCK: tl.constexpr):
-        row = tl.program_id(0)
-        col = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-        s = tl.load(src_idx + row).to(tl.int64)
-        d = tl.load(dst_idx + row).to(tl.int64)
-        mask = col < words
-        tl.store(dst + d * words + col, tl.load(src + s * words + col, mask=mask), mask=mask)
-
-    def _gather_block(words: int) -> int:
-        return min(GATHER_BLOCK_WORDS, triton.next_power_of_2(words))
-
-    def _triton_gather(
-        src: torch.Tensor, dst: torch.Tensor, src_idx: torch.Tensor, dst_idx: torch.Tensor
-    ) -> None:
-        """One kernel: ``dst[dst_idx[i]] = src[src_idx[i]]``, every row at once, reading
-        ``src`` (the mapped pool) across the bus and writing the pages directly."""
-        words = dst.shape[1]
-        block = _gather_block(words)
-        grid = (dst_idx.numel(), triton.cdiv(words, block))
-        _gather_kernel[grid](src, dst, src_idx, dst_idx, words, BLOCK=block, num_warps=GATHER_WARPS)
-
-else:
-    _triton_gather = None
-
-
-class _TritonGather:
-    """The gather kernel compiled once for one engine (its pool, its pages, its row
-    length) and launched through the compiled kernel's own launcher: no argument
-    binding, specialization key or cache lookup per restore. Valid because every launch
-    passes arguments that specialize alike (16-byte aligned pointers, the same
-    ``words``); the engine's probe checks the bytes it moves before using it."""
-
-    def __init__(self, kernel: Any, words: int, block: int):
-        self.run = kernel.run  # loads the module on the current device
-        self.function = kernel.function
-        self.packed = kernel.packed_metadata
-        self.words = words
-        self.block = block
-        self.cols = -(-words // block)
-
-    @classmethod
-    def compile(
-        cls, src: torch.Tensor, dst: torch.Tensor, index: _IndexBuffer
-    ) -> _TritonGather | None:
-        if triton is None:
-            return None
-        words = dst.shape[1]
-        block = _gather_block(words)
-        try:
-            with torch.cuda.device(dst.device):
-                idx = map_pinned(index.host, dst.device)
-                if idx is None:
-                    return None
-                kernel = _gather_kernel.warmup(
-                    src,
-                    dst,
-                    idx[0],
-                    idx[1],
-                    words,
-                    BLOCK=block,
-                    num_warps=GATHER_WARPS,
-                    grid=(1,),
-                )
-                if hasattr(kernel, "result"):
-                    kernel = kernel.result()
-                return cls(kernel, words, block)
-        except Exception:  # noqa: BLE001 - another Triton: the engine uses kernel[grid]
-            return None
-
-    def __call__(self, stream: int, src: int, dst: int, src_idx: int, dst_idx: int, n: int):
-        self.run(
-            n,
-            self.cols,
-            1,
-            stream,
-            self.function,
-            self.packed,
-            None,
-            None,
-            None,
-            src,
-            dst,
-            src_idx,
-            dst_idx,
-            self.words,
-            self.block,
-        )
