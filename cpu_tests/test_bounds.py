@@ -118,3 +118,15 @@ def test_later_dispatches_wait_their_own_bound():
     b.terminal(o[0], 41.0, True)
     assert b.overdue(80.9) is None
     assert b.overdue(81.1)[0] == o[1]
+
+
+def test_an_operation_id_pickles_without_its_cached_hash():
+    """The id caches its hash and text; the hash of a string is per process, so a
+    pickled id (a sweep's worker sends them) is rebuilt, never carries the cache."""
+    import pickle
+
+    (a,) = ops(1)
+    data = pickle.dumps(a)
+    assert b"_hash" not in data
+    b = pickle.loads(data)
+    assert b == a and hash(b) == hash(a) and str(b) == str(a)

@@ -326,3 +326,21 @@ def test_requests_wait_for_their_arrival_and_for_free_blocks(rig):
     assert admitted_at[small.req_id] == 0.0
     assert admitted_at[big.req_id] == 10.0  # small decoded its last token at t=8
     assert r.sched.seq(small.req_id).phase.value == "done"
+
+
+def test_admission_skips_what_does_not_fit_and_admits_what_does_behind_it(rig):
+    """HBM admission keeps arrival order but does not block at the head: a request too
+    big for the free blocks waits while shorter ones behind it are admitted, in order,
+    until nothing waiting fits (where the scan stops)."""
+    r = rig(GEO, num_blocks=100)  # 16-token blocks
+    big = prompts(1, 1024 + 512, seed=4)  # 96 blocks
+    small = prompts(3, 512, seed=5)  # 32 blocks each
+    for req in [*small[:1], *big, *small[1:]]:
+        r.sched.add(req)
+    r.step()
+    # small[0] takes 32 of 100: big (96) no longer fits; small[1] and small[2] do.
+    assert [e.req_id for e in r.trace.of(Ev.LOOKUP)] == [s.req_id for s in small]
+    assert r.pool.num_free == 4
+    r.sched.add(prompts(1, 512, seed=6)[0])
+    r.step()  # nothing fits in 4 blocks: nothing is looked up
+    assert len(list(r.trace.of(Ev.LOOKUP))) == 3

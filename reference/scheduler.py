@@ -8,6 +8,7 @@ and emits the step's saves.
 from __future__ import annotations
 
 import enum
+from collections import Counter
 from dataclasses import dataclass, field
 
 from reference.anchors import grid_step
@@ -63,6 +64,7 @@ class SeqState:
     anchors: list[int] = field(default_factory=list)
     load: LoadOp | None = None
     decode_left: int = 0
+    n_blocks: int = 0  # HBM blocks the whole prompt needs
 
 
 def _first_key_hex(keys: list) -> str | None:
@@ -94,8 +96,13 @@ class Scheduler:
         self._seqs: dict[str, SeqState] = {}
         self._arrivals: list[SeqState] = []
         self._waiting: list[SeqState] = []
-        self._running: list[SeqState] = []
+        # How many waiting requests need each block count: a step's admission scan
+        # stops once no waiting request can fit, instead of visiting every one.
+        self._waiting_needs: Counter[int] = Counter()
+        # Running requests in the order they started (a dict: removal is O(1)).
+        self._running: dict[str, SeqState] = {}
         self._loading: dict[OperationId, SeqState] = {}
+        self._unfinished = 0
 
     @property
     def hybrid(self) -> bool:
@@ -111,15 +118,17 @@ class Scheduler:
             tier_ids=self.rules.tier_ids(req, None),
             chain=block_hash_chain(req.prompt_token_ids, bs, req.cache_seed),
             state_chain=block_hash_chain(req.prompt_token_ids, bs, self.rules.side_chain_seed(req)),
+            n_blocks=-(-req.prompt_len // bs),
         )
         self._seqs[req.req_id] = seq
+        self._unfinished += 1
         self._arrivals.append(seq)
 
     def seq(self, req_id: str) -> SeqState:
         return self._seqs[req_id]
 
     def has_work(self) -> bool:
-        return any(s.phase is not Phase.DONE for s in self._seqs.values())
+        return self._unfinished > 0
 
     def next_arrival(self) -> float | None:
         return min((s.req.arrival_time for s in self._arrivals), default=None)
@@ -181,7 +190,7 @@ class Scheduler:
             )
             for a in seq.anchors:
                 self.trace.record(Ev.ANCHOR, req_id=seq.req.req_id, position=a)
-        self._running.append(seq)
+        self._running[seq.req.req_id] = seq
 
     # -- step 1b: bounds -------------------------------------------------------------
     def check_bounds(self) -> None:
@@ -199,10 +208,19 @@ class Scheduler:
             for s in arrived:
                 self.trace.record(Ev.ARRIVE, req_id=s.req.req_id)
             self._waiting.extend(arrived)
+            self._waiting_needs.update(s.n_blocks for s in arrived)
         meta = StepMeta(step=step)
         still_waiting = []
-        for seq in self._waiting:
-            if not self._admit(seq, meta):
+        for i, seq in enumerate(self._waiting):
+            if self._waiting_needs and self.pool.num_free < min(self._waiting_needs):
+                # Admitting only takes blocks: nothing from here on can fit this step.
+                still_waiting.extend(self._waiting[i:])
+                break
+            if self._admit(seq, meta):
+                self._waiting_needs[seq.n_blocks] -= 1
+                if not self._waiting_needs[seq.n_blocks]:
+                    del self._waiting_needs[seq.n_blocks]
+            else:
                 still_waiting.append(seq)
         self._waiting = still_waiting
         self._plan_compute(meta)
@@ -211,11 +229,10 @@ class Scheduler:
     def _admit(self, seq: SeqState, meta: StepMeta) -> bool:
         geo = self.geometry
         req = seq.req
-        n_blocks = -(-req.prompt_len // geo.block_size)
-        if not self.pool.can_allocate(n_blocks):
+        if not self.pool.can_allocate(seq.n_blocks):
             return False
         use_cache = self.config.prefix_caching and not self.hybrid
-        seq.blocks, cached = self.pool.allocate(seq.chain, n_blocks, use_cache)
+        seq.blocks, cached = self.pool.allocate(seq.chain, seq.n_blocks, use_cache)
         seq.hbm_hit = min(cached * geo.block_size, geo.floor_block(req.prompt_len - 1))
         self._key_event("hbm", seq, seq.chain)
 
@@ -280,7 +297,7 @@ class Scheduler:
 
     def _plan_compute(self, meta: StepMeta) -> None:
         budget = self.geometry.prefill_budget
-        for seq in self._running:
+        for seq in self._running.values():
             if seq.computed < seq.req.prompt_len:
                 if budget <= 0:
                     continue
@@ -343,5 +360,6 @@ class Scheduler:
 
     def _finish(self, seq: SeqState) -> None:
         seq.phase = Phase.DONE
-        self._running.remove(seq)
+        self._unfinished -= 1
+        del self._running[seq.req.req_id]
         self.pool.free(seq.blocks)

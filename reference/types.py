@@ -98,13 +98,23 @@ class OperationId:
     generation: int
     kind: OpKind = OpKind.LOAD
 
-    def __str__(self) -> str:
-        return f"{self.kind.value}:{self.req_id}#{self.generation}"
-
-    def __hash__(self) -> int:
+    def __post_init__(self) -> None:
+        # Both are asked for on every bound restart and trace line: computed once.
         # An Enum hashes by its name's string hash (PYTHONHASHSEED); keep the kind's
         # part fixed so only the request id's hash decides set order.
-        return hash((self.req_id, self.generation, self.kind is OpKind.LOAD))
+        object.__setattr__(
+            self, "_hash", hash((self.req_id, self.generation, self.kind is OpKind.LOAD))
+        )
+        object.__setattr__(self, "_str", f"{self.kind.value}:{self.req_id}#{self.generation}")
+
+    def __reduce__(self):  # the cached hash is per process: rebuild it on unpickling
+        return (OperationId, (self.req_id, self.generation, self.kind))
+
+    def __str__(self) -> str:
+        return self._str  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return self._hash  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True)
