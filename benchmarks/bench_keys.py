@@ -14,7 +14,7 @@ import random
 import statistics
 import time
 
-from reference.keys import chunk_keys, media_cache_seed, tier_token_ids
+from reference.rules.keys import chunk_keys, media_cache_seed, tier_token_ids
 from reference.types import Request
 
 

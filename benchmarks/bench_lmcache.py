@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from faults.lmcache_server import LMCacheServer  # noqa: E402
+from faults.lmcache.server import LMCacheServer  # noqa: E402
 from reference.interfaces import LookupQuery  # noqa: E402
 from reference.types import Geometry, OperationId, OpKind  # noqa: E402
 
@@ -45,7 +45,7 @@ def main() -> None:
 
     import torch
 
-    from reference.lmcache_tier import KVLayout, LMCacheTier
+    from reference.tiers.lmcache import KVLayout, LMCacheTier
 
     cs = 256
     geometry = Geometry(block_size=args.block_size, chunk_size=cs)

@@ -7,7 +7,7 @@ Three ways to run one scenario with one seed:
 - ``memory/virtual``: ``MemoryTier`` on the virtual clock (what ``kvfault run`` does);
 - ``memory/real``: ``MemoryTier`` on a real clock at the real tier's time scale, so the
   scaled forwards and deadlines are really waited for;
-- ``lmcache``: a real lmcache server through ``LMCacheTier`` (``faults.real_tier``), same
+- ``lmcache``: a real lmcache server through ``LMCacheTier`` (``faults.lmcache.real_tier``), same
   clock and scale. ``lmcache - memory/real`` is what the real tier itself costs.
 
     /work/venv-lmc/bin/python benchmarks/bench_tiers.py [--scenarios a,b] [--repeat 3]
@@ -23,15 +23,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from faults.real_tier import (  # noqa: E402
+from faults.campaign.execute import check, run_case  # noqa: E402
+from faults.lmcache.real_tier import (  # noqa: E402
     DEFAULT_TIME_SCALE,
     LMCacheSession,
     RunClock,
     real_properties,
     run_real_case,
 )
-from faults.runner import check, run_case  # noqa: E402
-from faults.scenarios import SCENARIOS, RunContext  # noqa: E402
+from faults.runs import RunContext  # noqa: E402
+from faults.scenarios import SCENARIOS
 
 DEFAULT_SCENARIOS = (
     "two_images",

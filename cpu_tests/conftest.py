@@ -84,8 +84,8 @@ class SchedulerRig:
     def __init__(self, geometry, model_kind="dense", state_grid="block", bound_s=40.0, **kw):
         from fakes.clock import VirtualClock
         from fakes.memory_tier import MemoryTier
-        from reference.hbm import BlockPool
-        from reference.scheduler import Scheduler, SchedulerConfig
+        from reference.stack.hbm import BlockPool
+        from reference.stack.scheduler import Scheduler, SchedulerConfig
         from reference.trace import Trace
 
         self.clock = VirtualClock()

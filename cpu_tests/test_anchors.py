@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reference.anchors import AnchorPolicy, grid_step
+from reference.rules.anchors import AnchorPolicy, grid_step
 from reference.trace import Ev
 from reference.types import Geometry, Request
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from fakes.workloads import Workloads
-from reference.bounds import LoadBounds
+from reference.rules.bounds import LoadBounds
 from reference.types import OperationId
 
 BOUND = 40.0

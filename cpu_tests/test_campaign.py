@@ -1,4 +1,4 @@
-"""The campaign (faults/campaign.py): targets, verdicts, and what makes it fail."""
+"""The campaign (faults/campaign/runner.py): targets, verdicts, and what makes it fail."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from faults import campaign as cm
-from faults.campaign import (
+from faults.campaign.runner import (
     ERROR,
     FAIL,
     FIXED,
@@ -29,9 +29,9 @@ from faults.campaign import (
     run_campaign,
     select_targets,
 )
-from faults.plans import INJECTORS
-from faults.properties import PROPERTIES, Violation
-from faults.regressions import REGRESSIONS, Regression
+from faults.injectors.plans import INJECTORS
+from faults.properties.checks import PROPERTIES, Violation
+from faults.regressions.legacy import REGRESSIONS, Regression
 from faults.scenarios import SCENARIOS
 from reference.rules import Rules
 

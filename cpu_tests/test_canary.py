@@ -1,7 +1,7 @@
 """Canary: every planted regression must make the property suite fail, with its signature.
 
-Each planted regression (faults.regressions) is swapped into the stack in turn and its
-scenario is judged by faults.properties. If a property is weakened so that it no longer
+Each planted regression (faults.regressions.legacy) is swapped into the stack in turn and its
+scenario is judged by faults.properties.checks. If a property is weakened so that it no longer
 sees the legacy behaviour it exists for, its canary goes red here: a green property
 suite proves something only while these fail the legacy stack.
 """
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from faults.properties import PROPERTIES
-from faults.regressions import REGRESSIONS, Regression
-from faults.runner import run_case
+from faults.campaign.execute import run_case
+from faults.properties.checks import PROPERTIES
+from faults.regressions.legacy import REGRESSIONS, Regression
 from faults.scenarios import SCENARIOS
 
 

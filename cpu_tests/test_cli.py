@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from faults import cli
-from faults.plans import INJECTORS
-from faults.properties import PROPERTIES, Violation
-from faults.real_tier import WIRE_FAULTS
-from faults.regressions import REGRESSIONS
+from faults.injectors.plans import INJECTORS
+from faults.lmcache.real_tier import WIRE_FAULTS
+from faults.properties.checks import PROPERTIES, Violation
+from faults.regressions.legacy import REGRESSIONS
 from faults.scenarios import SCENARIOS
 from reference.rules import Rules
 
@@ -293,7 +293,7 @@ def test_repro_draws_a_timeline(tmp_path, capsys):
 
 
 def test_replay_of_a_fault_case(tmp_path, capsys):
-    from faults.campaign import Case, fault_target
+    from faults.campaign.runner import Case, fault_target
     from faults.repro import write_artifact
 
     path = write_artifact(Case(fault_target("fence_failure"), 1), tmp_path)
@@ -342,13 +342,13 @@ def test_the_artifact_is_on_disk_before_a_hanging_case_and_the_hang_dumps_stacks
     script = textwrap.dedent(
         f"""
         import time
-        import faults.runner
+        import faults.campaign.execute
         from faults.cli import main
 
         def hang(*args, **kwargs):
             time.sleep(60)
 
-        faults.runner.run_case = hang
+        faults.campaign.execute.run_case = hang
         main(["repro", "media_keys", "--artifacts", {str(tmp_path)!r}, "--timeout", "1"])
         """
     )

@@ -11,8 +11,8 @@ import pytest
 from fakes.model import DeterministicModel
 from fakes.sim import SimWorld
 from fakes.workloads import Workloads
-from reference.engine import EngineConfig
 from reference.errors import TransferUnprovable
+from reference.stack.engine import EngineConfig
 from reference.trace import Ev
 from reference.types import Geometry, Request
 

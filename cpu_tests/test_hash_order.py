@@ -27,11 +27,11 @@ import random
 import uuid
 from dataclasses import replace
 
-from faults.injectors import SlowForward, wrap_all
-from faults.runner import check, run_case
-from faults.scenarios import RunResult
-from reference.engine import EngineConfig
+from faults.campaign.execute import check, run_case
+from faults.injectors.base import SlowForward, wrap_all
+from faults.runs import RunResult
 from reference.rules import Rules
+from reference.stack.engine import EngineConfig
 from reference.types import Geometry, Request
 
 _PROPS = ["no_false_stop", "liveness", "correctness"]

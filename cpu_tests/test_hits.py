@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reference.hits import HitPolicy, LoadPlan, joint_boundary
+from reference.rules.hits import HitPolicy, LoadPlan, joint_boundary
 from reference.types import Geometry
 
 GEO = Geometry(16, 256, 2048, 1024)

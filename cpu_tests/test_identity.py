@@ -17,10 +17,10 @@ import zmq
 from fakes.clock import VirtualClock
 from fakes.memory_tier import MemoryTier
 from reference.errors import EngineIdentityConflict
-from reference.identity import DEFAULT_PREFIX, EngineIdentity, lookup_socket_path
 from reference.interfaces import LookupQuery, LookupResult
-from reference.keys import chunk_keys
-from reference.lookup_channel import (
+from reference.rules.identity import DEFAULT_PREFIX, EngineIdentity, lookup_socket_path
+from reference.rules.keys import chunk_keys
+from reference.stack.lookup_channel import (
     LookupServer,
     ZmqLookupClient,
     path_is_live,

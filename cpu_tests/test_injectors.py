@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from faults.injectors import (
+from faults.campaign.execute import CaseResult, run_case
+from faults.injectors.base import (
     EngineCrash,
     HashOrderShuffle,
     SaltedId,
@@ -20,7 +21,7 @@ from faults.injectors import (
     Trigger,
     salted_ids,
 )
-from faults.plans import (
+from faults.injectors.plans import (
     INJECTORS,
     NOT_EXERCISED,
     PASS,
@@ -30,8 +31,7 @@ from faults.plans import (
     planned,
     verdict,
 )
-from faults.regressions import REGRESSIONS
-from faults.runner import CaseResult, run_case
+from faults.regressions.legacy import REGRESSIONS
 from reference.trace import Ev
 
 

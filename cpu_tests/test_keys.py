@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from reference.keys import (
+from reference.rules import side_chain_seed
+from reference.rules.keys import (
     block_hash_chain,
     chunk_keys,
     media_cache_seed,
     state_image_key,
     tier_token_ids,
 )
-from reference.rules import side_chain_seed
 from reference.types import TEXT_CACHE_SEED, Request
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -190,7 +190,7 @@ def test_media_cache_seed():
 
 
 _HASHSEED_PROBE = """
-from reference.keys import block_hash_chain, chunk_keys, tier_token_ids
+from reference.rules.keys import block_hash_chain, chunk_keys, tier_token_ids
 from reference.rules import side_chain_seed
 from reference.types import Request
 r = Request("chatcmpl-x", tuple(range(3, 515)), cache_seed=12345678901234)

@@ -9,7 +9,7 @@ import pytest
 from fakes.clock import VirtualClock
 from fakes.memory_tier import MemoryTier
 from reference.interfaces import LookupQuery
-from reference.keys import chunk_keys
+from reference.rules.keys import chunk_keys
 from reference.types import Geometry, OperationId, OpKind
 
 GEO = Geometry(16, 64, 256, 256)  # 4 blocks per chunk

@@ -11,7 +11,8 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from faults.plans import (
+from faults.campaign.execute import run_case
+from faults.injectors.plans import (
     FAIL,
     INJECTORS,
     NOT_EXERCISED,
@@ -23,8 +24,7 @@ from faults.plans import (
     swarm_plan,
     verdict,
 )
-from faults.regressions import REGRESSIONS
-from faults.runner import run_case
+from faults.regressions.legacy import REGRESSIONS
 from faults.scenarios import SCENARIOS
 from faults.strategies import WorkloadParams, fault_plans, fault_specs, workload_params
 from reference.trace import Ev

@@ -7,7 +7,7 @@ pass 2: every prompt again with its own media, plus a twin of one prompt with th
 token ids and a different picture. It asserts
 
 - correctness: every output equals ``DeterministicModel.cold_output``;
-- key separation: ``faults.properties.keys`` finds nothing, the same media gives the
+- key separation: ``faults.properties.checks.keys`` finds nothing, the same media gives the
   same keys at every site, a text prompt keys on exactly its raw ids, and the twin
   hits nothing of the prompt it copies (not in the tier, not in HBM);
 - loadable hits: the hybrid claim is the joint boundary, the dense claim gives back
@@ -26,11 +26,11 @@ from hypothesis import strategies as st
 
 from fakes.model import DeterministicModel
 from fakes.sim import SimWorld
-from faults.properties import correctness, hybrid, keys
-from faults.scenarios import RunResult
-from reference.engine import EngineConfig
+from faults.properties.checks import correctness, hybrid, keys
+from faults.runs import RunResult
 from reference.interfaces import LookupQuery
-from reference.keys import chunk_keys, media_cache_seed, tier_token_ids
+from reference.rules.keys import chunk_keys, media_cache_seed, tier_token_ids
+from reference.stack.engine import EngineConfig
 from reference.trace import Ev
 from reference.types import Geometry, Request
 

@@ -1,4 +1,4 @@
-"""Reports (faults/reports.py): JSON summary, JUnit XML, replay artifacts, hang guard."""
+"""Reports (faults/report/summary.py): JSON summary, JUnit XML, replay artifacts, hang guard."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from faults.regressions import REGRESSIONS
-from faults.reports import (
+from faults.campaign.execute import run_case
+from faults.regressions.legacy import REGRESSIONS
+from faults.report.summary import (
     SUMMARY_SCHEMA,
     CaseReport,
     ReplayArtifact,
@@ -23,7 +24,6 @@ from faults.reports import (
     write_junit,
     write_reports,
 )
-from faults.runner import run_case
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -128,7 +128,7 @@ def test_summary_has_the_documented_fields(tmp_path: Path):
     scen = obj["cases"][2]
     assert scen["kind"] == "scenario" and scen["verdict"] == "PASS" and len(scen["digest"]) == 64
     # The module docstring documents every field (the reviewer doc points there).
-    import faults.reports as mod
+    import faults.report.summary as mod
 
     for name in CASE_FIELDS | TOP_FIELDS:
         assert f'"{name}"' in mod.__doc__, name
@@ -186,7 +186,7 @@ def test_duplicate_case_ids_are_refused():
 
 
 def test_case_report_of_a_campaign_outcome_shape():
-    class Outcome:  # what faults.campaign.CaseOutcome.as_json() gives
+    class Outcome:  # what faults.campaign.runner.CaseOutcome.as_json() gives
         case = object()
 
         def as_json(self):
@@ -325,7 +325,7 @@ def test_artifact_is_on_disk_before_the_case_runs(tmp_path: Path):
         f"""
         import os, sys
         sys.path.insert(0, {str(ROOT)!r})
-        from faults.reports import ReplayArtifact
+        from faults.report.summary import ReplayArtifact
 
         def case():
             os._exit(86)  # a crash: nothing after this line runs

@@ -13,8 +13,9 @@ import os
 
 import pytest
 
-from faults.runner import CaseResult, run_case
-from faults.scenarios import SCENARIOS, RunContext
+from faults.campaign.execute import CaseResult, run_case
+from faults.runs import RunContext
+from faults.scenarios import SCENARIOS
 from reference.trace import Ev
 
 SEED_SCENARIOS = (

@@ -10,10 +10,10 @@ import pytest
 
 from fakes.sim import SimWorld
 from fakes.workloads import Workloads
-from reference.engine import EngineConfig
 from reference.errors import LoadNotTerminal
-from reference.keys import media_cache_seed, tier_token_ids
 from reference.rules import Rules
+from reference.rules.keys import media_cache_seed, tier_token_ids
+from reference.stack.engine import EngineConfig
 from reference.trace import Ev
 from reference.types import Completion, Geometry, OperationId, OpKind, Outcome, Request
 

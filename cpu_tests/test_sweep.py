@@ -26,9 +26,9 @@ ROOT = Path(__file__).resolve().parents[1]
 SPLIT = f"""
 import importlib.util
 
-from faults.regressions import REGRESSIONS
+from faults.regressions.legacy import REGRESSIONS
 from reference.rules import Rules
-from faults.runner import check
+from faults.campaign.execute import check
 
 _spec = importlib.util.spec_from_file_location("hash_order", {str(ROOT / "cpu_tests" / "test_hash_order.py")!r})
 hash_order = importlib.util.module_from_spec(_spec)

@@ -1,4 +1,4 @@
-"""Timeline pictures (faults/timeline.py): the data each panel draws, and the files."""
+"""Timeline pictures (faults/report/timeline.py): the data each panel draws, and the files."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from faults.regressions import REGRESSIONS
-from faults.runner import CaseResult, run_case
-from faults.timeline import _diagnosis, load_rows, panel_of, short_op, write_timeline
+from faults.campaign.execute import CaseResult, run_case
+from faults.regressions.legacy import REGRESSIONS
+from faults.report.timeline import _diagnosis, load_rows, panel_of, short_op, write_timeline
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -14,13 +14,13 @@ from fakes.clock import VirtualClock
 from fakes.copy_engine import SimCopyEngine
 from fakes.kv_pages import SimKvPages
 from fakes.memory_tier import MemoryTier
-from reference.channel import QueueChannel
-from reference.deadline import RestoreDeadline
 from reference.errors import RestoreFenceError, TransferUnprovable
 from reference.interfaces import LookupResult, TierReply
+from reference.rules.deadline import RestoreDeadline
+from reference.stack.completion_channel import QueueChannel
+from reference.stack.worker import RestoreWorker
 from reference.trace import Ev, Trace
 from reference.types import Completion, Geometry, LoadOp, OperationId, OpKind, Outcome, SaveOp
-from reference.worker import RestoreWorker
 
 BS = 16
 

@@ -21,7 +21,7 @@ from fakes.workloads import (
     token_id,
     tokenize,
 )
-from reference.keys import media_cache_seed
+from reference.rules.keys import media_cache_seed
 from reference.types import TEXT_CACHE_SEED
 
 ROOT = Path(__file__).resolve().parents[1]

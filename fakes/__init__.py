@@ -1,1 +1,25 @@
-"""What surrounds the offload stack in a real engine, simulated deterministically."""
+"""What surrounds the offload stack in a real engine, simulated deterministically:
+a virtual clock, a deterministic model, an in-process LMCache-like tier, simulated
+copies and pages, faker workloads, and ``SimWorld`` that assembles them."""
+
+from fakes.clock import VirtualClock
+from fakes.copy_engine import SimCopyEngine
+from fakes.kv_pages import SimKvPages
+from fakes.memory_tier import MemoryTier
+from fakes.model import ConstantForwardTimer, DeterministicModel
+from fakes.sim import SimWorld, no_wrap
+from fakes.workloads import Workload, Workloads, resend
+
+__all__ = [
+    "ConstantForwardTimer",
+    "DeterministicModel",
+    "MemoryTier",
+    "SimCopyEngine",
+    "SimKvPages",
+    "SimWorld",
+    "VirtualClock",
+    "Workload",
+    "Workloads",
+    "no_wrap",
+    "resend",
+]

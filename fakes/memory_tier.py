@@ -1,6 +1,6 @@
 """In-process tier with LMCache semantics, in virtual (or real) time.
 
-- Keys: prefix-chain chunk keys over tier ids (``reference.keys.chunk_keys``); a partial
+- Keys: prefix-chain chunk keys over tier ids (``reference.rules.keys.chunk_keys``); a partial
   chunk is not keyed, so it is neither stored nor hit.
 - Lookup: the contiguous prefix of full chunks held and visible.
 - Completion: asynchronous; a submitted retrieve or store answers ``latency_s`` later
@@ -41,7 +41,7 @@ from reference.interfaces import (
     State,
     TierReply,
 )
-from reference.keys import chunk_keys
+from reference.rules.keys import chunk_keys
 from reference.types import Geometry, OperationId, StateGrid
 
 _U32_LIMIT = 2**32

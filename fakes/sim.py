@@ -10,10 +10,10 @@ from fakes.copy_engine import SimCopyEngine
 from fakes.kv_pages import SimKvPages
 from fakes.memory_tier import MemoryTier
 from fakes.model import ConstantForwardTimer, DeterministicModel
-from reference.channel import QueueChannel
-from reference.engine import Collaborators, Engine, EngineConfig
 from reference.interfaces import Clock, ForwardTimer, LookupClient, Tier
 from reference.rules import Rules
+from reference.stack.completion_channel import QueueChannel
+from reference.stack.engine import Collaborators, Engine, EngineConfig
 from reference.trace import Trace
 
 # wrap(role, collaborator) -> collaborator; roles: "timer", "tier", "channel", "copy"

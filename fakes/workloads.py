@@ -12,7 +12,7 @@ import random
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable
 
-from reference.keys import media_cache_seed
+from reference.rules.keys import media_cache_seed
 from reference.types import Request
 
 if TYPE_CHECKING:  # faker is imported lazily: a sweep's subprocess may never need it

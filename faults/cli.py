@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from faults.argtypes import seed, seed_count, timeout_seconds
 
 if TYPE_CHECKING:
-    from faults.campaign import CampaignResult, Case, CaseOutcome
+    from faults.campaign.runner import CampaignResult, Case, CaseOutcome
 
 # Seeds per target in a plain `kvfault run`: the whole default campaign stays under
 # 30 s on 2 cores (benchmarks/bench_campaign.py measures it).
@@ -143,10 +143,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
-    from faults.plans import INJECTORS
-    from faults.properties import PROPERTIES
-    from faults.real_tier import WIRE_FAULTS  # also registers the real-tier scenarios
-    from faults.regressions import REGRESSIONS
+    from faults.injectors.plans import INJECTORS
+    from faults.lmcache.real_tier import WIRE_FAULTS  # also registers the real-tier scenarios
+    from faults.properties.checks import PROPERTIES
+    from faults.regressions.legacy import REGRESSIONS
     from faults.scenarios import SCENARIOS
 
     def first_line(text: str | None) -> str:
@@ -274,7 +274,7 @@ def format_campaign(result: CampaignResult, artifacts: dict[str, Path] | None = 
 
 
 def _campaign_exit(result: CampaignResult) -> int:
-    from faults.campaign import ERROR
+    from faults.campaign.runner import ERROR
 
     if any(c.verdict == ERROR for c in result.cases):
         return 2
@@ -314,7 +314,7 @@ class _Artifacts:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from faults.campaign import CampaignError, run_campaign, select_targets
+    from faults.campaign.runner import CampaignError, run_campaign, select_targets
     from faults.repro import arm_hang_guard, artifact_dir, disarm_hang_guard
 
     if args.tier == "lmcache":
@@ -358,12 +358,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _run_on_lmcache(args: argparse.Namespace) -> int:
-    """The campaign on a real lmcache server (``faults.real_tier``): the real-tier
+    """The campaign on a real lmcache server (``faults.lmcache.real_tier``): the real-tier
     scenarios, the regressions they expose, and the wire faults."""
     if args.swarm or args.numprocesses:
         return _bad("--tier lmcache runs in one process without --swarm or -n")
-    from faults.lmcache_server import LMCacheNotInstalled
-    from faults.real_tier import lmcache_campaign_result, lmcache_targets, run_lmcache_campaign
+    from faults.lmcache.real_tier import (
+        lmcache_campaign_result,
+        lmcache_targets,
+        run_lmcache_campaign,
+    )
+    from faults.lmcache.server import LMCacheNotInstalled
 
     picked = args.scenario or args.regression or args.fault
     try:
@@ -397,11 +401,11 @@ def _run_on_lmcache(args: argparse.Namespace) -> int:
 def _write_report(
     args: argparse.Namespace, result: CampaignResult, seeds: list[int], kept: dict[str, Path]
 ) -> None:
-    """summary.json and junit.xml (``faults.reports``), a timeline per failing case.
+    """summary.json and junit.xml (``faults.report.summary``), a timeline per failing case.
 
     The summary's own ``ok`` is per case; ``meta.campaign`` carries the campaign's
     verdict, which judges a regression by its target (caught on some seed)."""
-    from faults.reports import CaseReport, write_reports
+    from faults.report.summary import CaseReport, write_reports
     from faults.repro import hashseed, replay_command, write_timeline
 
     report: Path = args.report
@@ -437,10 +441,10 @@ def _write_report(
 def _run_on_xdist(
     args: argparse.Namespace, targets: list, seeds: list[int], store: _Artifacts, show: bool
 ) -> CampaignResult | None:
-    """Run the targets as pytest items of ``faults.campaign_items`` over xdist workers
+    """Run the targets as pytest items of ``faults.campaign.items`` over xdist workers
     and read their outcomes back."""
-    import faults.campaign_items as items
-    from faults.campaign import CampaignResult, TargetOutcome
+    import faults.campaign.items as items
+    from faults.campaign.runner import CampaignResult, TargetOutcome
     from faults.sweep import LEAN_SESSION
 
     t0 = time.perf_counter()
@@ -493,7 +497,7 @@ def _run_on_xdist(
 
 
 def _cmd_repro(args: argparse.Namespace) -> int:
-    from faults.campaign import CampaignError, Case, regression_target
+    from faults.campaign.runner import CampaignError, Case, regression_target
     from faults.repro import artifact_dir, format_reproduction, reproduce
 
     try:

@@ -12,7 +12,7 @@ Fixtures (all simulated, virtual time):
 - ``kv_engine`` — a factory of engines on ``kv_world`` under ``kv_rules`` and
   ``fault_plan``.
 - ``kv_scenario`` — runs and judges a named scenario: ``kv_scenario("restart_burst")``
-  returns a ``faults.runner.CaseResult``.
+  returns a ``faults.campaign.execute.CaseResult``.
 
 Markers ``gpu``, ``lmcache`` and ``slow`` are registered. ``--hashseed-sweep RANGE``
 runs the whole session once per PYTHONHASHSEED in subprocesses (``faults.sweep``).
@@ -35,10 +35,10 @@ import pytest
 from faults.argtypes import seed, seed_count
 
 if TYPE_CHECKING:
-    from faults.plans import FaultPlan
-    from faults.runner import CaseResult
-    from reference.engine import Engine
+    from faults.campaign.execute import CaseResult
+    from faults.injectors.plans import FaultPlan
     from reference.rules import Rules
+    from reference.stack.engine import Engine
 
 MARKERS = (
     "gpu: needs a CUDA or HIP device (gpu_tests/)",
@@ -56,7 +56,7 @@ _CALLS = pytest.StashKey[list]()
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("kvfault", "kvfault fault injection")
     group.addoption("--kv-fault", action="append", default=[], metavar="NAME",
-                    help="add this injector (defaults from faults.plans.INJECTORS) to the "
+                    help="add this injector (defaults from faults.injectors.plans.INJECTORS) to the "
                          "fault_plan fixture; repeatable")  # fmt: skip
     group.addoption("--kv-seed", type=seed, default=0, metavar="N",
                     help="seed of kv_seed, fault_plan and kv_scenario (default 0)")  # fmt: skip
@@ -77,7 +77,7 @@ def pytest_configure(config: pytest.Config) -> None:
     regression = config.getoption("kv_regression")
     if faults or regression:
         # Check names at start-up (one line, exit 4), not in the first test that looks.
-        from faults.campaign import CampaignError, fault_target, regression_target
+        from faults.campaign.runner import CampaignError, fault_target, regression_target
 
         try:
             for name in faults:
@@ -179,7 +179,7 @@ def kv_rules(request: pytest.FixtureRequest) -> Rules:
     """The fixed rules, or ``--kv-regression NAME``'s legacy rules."""
     name = request.config.getoption("kv_regression")
     if name:
-        from faults.regressions import REGRESSIONS
+        from faults.regressions.legacy import REGRESSIONS
 
         return REGRESSIONS[name].rules
     from reference.rules import Rules
@@ -191,7 +191,7 @@ def kv_rules(request: pytest.FixtureRequest) -> Rules:
 def fault_plan(request: pytest.FixtureRequest, kv_seed: int) -> FaultPlan:
     """The ``--kv-fault`` injectors with their catalog defaults, seeded by ``kv_seed``
     (an empty plan when no fault was named)."""
-    from faults.plans import INJECTORS, FaultPlan, FaultSpec
+    from faults.injectors.plans import INJECTORS, FaultPlan, FaultSpec
 
     names = request.config.getoption("kv_fault") or []
     return FaultPlan(tuple(FaultSpec.of(n, **INJECTORS[n].defaults) for n in names), kv_seed)
@@ -202,8 +202,8 @@ def kv_engine(kv_world, kv_rules: Rules, fault_plan: FaultPlan) -> Callable[...,
     """``kv_engine(config=None, *, rules=None, plan=None, name="engine", **kw)``: an
     engine on ``kv_world`` with ``kv_rules`` and a fresh set of ``fault_plan``'s
     injectors wrapped around its collaborators (``engine.injectors`` lists them)."""
-    from faults.injectors import wrap_all
-    from reference.engine import EngineConfig
+    from faults.injectors.base import wrap_all
+    from reference.stack.engine import EngineConfig
 
     def make(config=None, *, rules=None, plan=None, name: str = "engine", **kw: Any) -> Engine:
         injectors = (plan if plan is not None else fault_plan).injectors()
@@ -229,7 +229,7 @@ def kv_scenario(
     """``kv_scenario(name, seed=None, *, rules=None, plan=None, properties=None)``: run
     scenario ``name`` (defaults: ``kv_seed``, ``kv_rules``, ``fault_plan``) and judge it
     with its properties; returns the ``CaseResult`` (``.ok``, ``.violations``)."""
-    from faults.runner import run_case
+    from faults.campaign.execute import run_case
 
     calls = request.node.stash.setdefault(_CALLS, [])
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from faults.campaign import (
+from faults.campaign.runner import (
     ERROR,
     FAIL,
     FIXED,
@@ -118,7 +118,7 @@ def write_artifact(case: Case, directory: Path) -> Path:
 def read_artifact(path: Path) -> tuple[Case, dict[str, Any]]:
     """Read an artifact back into the case it names; raises ``ArtifactError`` with one
     clear line for anything malformed."""
-    from faults.plans import FaultPlan
+    from faults.injectors.plans import FaultPlan
 
     try:
         text = Path(path).read_text()
@@ -182,12 +182,12 @@ def hang_guard(timeout_s: float | None) -> Iterator[None]:
 
 def write_timeline(outcome: CaseOutcome, path: Path) -> str | None:
     """Draw ``outcome``'s timeline picture (legacy above fixed) through
-    ``faults.timeline``; returns why not when it cannot (None on success). A path
+    ``faults.report.timeline``; returns why not when it cannot (None on success). A path
     ending ``.svg`` writes SVG, anything else PNG."""
     try:
-        from faults.timeline import write_timeline as draw
+        from faults.report.timeline import write_timeline as draw
     except ImportError:
-        return "no timeline: faults.timeline is not available in this version"
+        return "no timeline: faults.report.timeline is not available in this version"
 
     def judged(result: Any) -> Any:
         return result if result is not None and getattr(result, "run", None) is not None else None
@@ -242,7 +242,7 @@ def format_reproduction(rep: Reproduction) -> str:
     t = case.target
     lines: list[str] = []
     if t.kind == "regression":
-        from faults.regressions import REGRESSIONS
+        from faults.regressions.legacy import REGRESSIONS
 
         reg = REGRESSIONS[t.name]
         lines.append(f"repro {t.name} (seed {case.seed}): {reg.description}")

@@ -1,7 +1,7 @@
 """Hypothesis strategies for fault plans and workloads (DESIGN §5, §9).
 
 Everything drawn here is plain data (``FaultSpec``, ``FaultPlan``, ``WorkloadParams``)
-whose parameters come from the injector catalog's schema (``faults.plans.INJECTORS``),
+whose parameters come from the injector catalog's schema (``faults.injectors.plans.INJECTORS``),
 so a new injector is drawable as soon as it is registered. Draws shrink toward the
 simplest case: no faults, seed 0, the first scenario, each injector's catalog defaults
 (the parameters known to make it fire in its own scenario).
@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 from hypothesis import strategies as st
 
-from faults.plans import INJECTORS, FaultPlan, FaultSpec, Param
+from faults.injectors.plans import INJECTORS, FaultPlan, FaultSpec, Param
 
 SEEDS = st.integers(min_value=0, max_value=2**16 - 1)
 
@@ -92,7 +92,7 @@ def fault_plans(
 
 @dataclass(frozen=True)
 class WorkloadParams:
-    """The workload of one case: a named scenario (``faults.scenarios.SCENARIOS``)
+    """The workload of one case: a named scenario (``faults.scenarios.simulated.SCENARIOS``)
     and the seed that draws its prompts, ids and pictures."""
 
     scenario: str

@@ -13,18 +13,18 @@ from dataclasses import dataclass
 import torch
 
 from fakes.memory_tier import MemoryTier
-from reference.channel import QueueChannel
 from reference.clock import RealClock
-from reference.deadline import RestoreDeadline
 from reference.device import (
     DeviceKvPages,
     HostPage,
     PinnedHostPool,
     TorchCopyEngine,
 )
+from reference.rules.deadline import RestoreDeadline
+from reference.stack.completion_channel import QueueChannel
+from reference.stack.worker import RestoreWorker
 from reference.trace import Trace
 from reference.types import Geometry, LoadOp, OperationId, OpKind
-from reference.worker import RestoreWorker
 
 POISON = 0xA5  # every byte of a destination before a restore
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from faults.regressions import SubmissionDeadline
+from faults.regressions.legacy import SubmissionDeadline
 from gpu_tests import device_stack as ds
-from reference.deadline import RestoreDeadline
 from reference.errors import RestoreFenceError, TransferUnprovable
+from reference.rules.deadline import RestoreDeadline
 from reference.trace import Ev
 from reference.types import Outcome
 

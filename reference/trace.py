@@ -1,6 +1,6 @@
 """Typed trace events and the recorder every component of a run writes to.
 
-Checkers (``faults.properties``) read a trace; nothing in the stack reads it back.
+Checkers (``faults.properties.checks``) read a trace; nothing in the stack reads it back.
 A trace has a digest so two runs can be compared for determinism.
 """
 

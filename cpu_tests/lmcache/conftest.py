@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterator
 import pytest
 from lmc_util import GEOMETRY, HAVE_LMCACHE, SKIP_REASON
 
-from faults.lmcache_server import LMCacheServer
+from faults.lmcache.server import LMCacheServer
 from reference.types import Geometry
 
 
@@ -56,7 +56,7 @@ def fresh_server() -> Iterator[LMCacheServer]:
 @pytest.fixture
 def make_tier() -> Iterator[Callable[..., Any]]:
     """Build ``LMCacheTier``s against a URL; all are closed after the test."""
-    from reference.lmcache_tier import LMCacheTier
+    from reference.tiers.lmcache import LMCacheTier
 
     tiers: list[LMCacheTier] = []
 

@@ -6,7 +6,7 @@ import importlib.util
 import time
 from typing import Any
 
-from faults.lmcache_server import INSTALL_HINT
+from faults.lmcache.server import INSTALL_HINT
 from reference.interfaces import TierReply
 from reference.types import Geometry
 

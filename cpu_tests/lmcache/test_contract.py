@@ -14,7 +14,7 @@ import pytest
 from lmc_util import GEOMETRY, SAFETY_NET_S, wait_reply
 
 from reference.interfaces import LookupQuery
-from reference.keys import tier_token_ids
+from reference.rules.keys import tier_token_ids
 from reference.types import OperationId, OpKind, Request
 
 CS, BS = GEOMETRY.chunk_size, GEOMETRY.block_size
@@ -194,8 +194,8 @@ def small_tier(request: pytest.FixtureRequest, make_tier: Callable[..., Any]) ->
         yield MemoryTier(RealClock(), GEOMETRY, state_grid="chunk", capacity_chunks=12,
                          latency_s=1e-4)  # fmt: skip
         return
-    from faults.lmcache_server import LMCacheServer
-    from reference.lmcache_tier import KVLayout
+    from faults.lmcache.server import LMCacheServer
+    from reference.tiers.lmcache import KVLayout
 
     # 2 MiB chunks in a 24 MiB pool: about a dozen chunks before the watermark.
     with LMCacheServer(l1_size_gb=24 / 1024) as server:

@@ -12,8 +12,8 @@ from typing import Any, Callable
 import pytest
 from lmc_util import GEOMETRY, SAFETY_NET_S, wait_reply
 
-from faults.lmcache_server import LMCacheServer
-from faults.wire_proxy import WireFault, WireProxy
+from faults.lmcache.server import LMCacheServer
+from faults.lmcache.wire_proxy import WireFault, WireProxy
 from reference.interfaces import LookupQuery
 from reference.types import LoadOp, OperationId, OpKind
 
@@ -112,12 +112,12 @@ def run_worker_until_stop(tier: Any, ids: tuple[int, ...], start: int, end: int,
     """Drive a RestoreWorker with one load in real time; return (error, seconds)."""
     from fakes.copy_engine import SimCopyEngine
     from fakes.kv_pages import SimKvPages
-    from reference.channel import QueueChannel
     from reference.clock import RealClock
-    from reference.deadline import RestoreDeadline
     from reference.errors import TransferUnprovable
+    from reference.rules.deadline import RestoreDeadline
+    from reference.stack.completion_channel import QueueChannel
+    from reference.stack.worker import RestoreWorker
     from reference.trace import Trace
-    from reference.worker import RestoreWorker
 
     clock = RealClock()
     kv = SimKvPages(64)

@@ -1,4 +1,4 @@
-"""The campaign on the real LMCache tier (``faults.real_tier.run_lmcache_campaign``):
+"""The campaign on the real LMCache tier (``faults.lmcache.real_tier.run_lmcache_campaign``):
 the real-tier scenarios on the fixed stack, the planted regressions whose scenarios
 run there (legacy fails with its signature, fixed passes) and every wire fault, each
 with the ending it must have; then nothing of the campaign survives it: no server
@@ -16,9 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from faults.campaign import FIXED, PASS, CaseOutcome
-from faults.lmcache_server import SHM_DIR, TMP_PREFIX
-from faults.real_tier import (
+from faults.campaign.runner import FIXED, PASS, CaseOutcome
+from faults.lmcache.real_tier import (
     EITHER,
     FINISH,
     REAL_REGRESSIONS,
@@ -29,7 +28,8 @@ from faults.real_tier import (
     lmcache_targets,
     run_lmcache_campaign,
 )
-from faults.reports import summary_json
+from faults.lmcache.server import SHM_DIR, TMP_PREFIX
+from faults.report.summary import summary_json
 from reference.trace import Ev
 from reference.types import OpKind
 
@@ -158,7 +158,7 @@ def test_scenarios_pass_on_the_fixed_stack(campaign: Campaign, name: str) -> Non
 def test_regressions_legacy_fails_with_its_signature_fixed_passes(
     campaign: Campaign, name: str
 ) -> None:
-    from faults.regressions import REGRESSIONS
+    from faults.regressions.legacy import REGRESSIONS
 
     o = campaign.outcome(f"lmcache:regression:{name}@seed0")
     assert o.verdict == FIXED, o.signature

@@ -1,4 +1,4 @@
-"""The §8 scenarios on the real LMCache tier (``faults.real_tier``): the fixed stack
+"""The §8 scenarios on the real LMCache tier (``faults.lmcache.real_tier``): the fixed stack
 holds every property of each scenario except determinism, in real time, against one
 real lmcache server for the whole module.
 
@@ -13,7 +13,8 @@ from typing import Iterator
 
 import pytest
 
-from faults.real_tier import (
+from faults.campaign.execute import run_case
+from faults.lmcache.real_tier import (
     REAL_SCENARIOS,
     WIRE_FAULTS,
     LMCacheSession,
@@ -22,7 +23,6 @@ from faults.real_tier import (
     real_properties,
     run_real_case,
 )
-from faults.runner import run_case
 from faults.scenarios import SCENARIOS
 from reference.trace import Ev
 

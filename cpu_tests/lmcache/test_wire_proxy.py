@@ -10,8 +10,8 @@ from typing import Any, Callable
 import pytest
 from lmc_util import GEOMETRY, SAFETY_NET_S, wait_reply
 
-from faults.lmcache_server import LMCacheServer
-from faults.wire_proxy import WireFault, WireProxy
+from faults.lmcache.server import LMCacheServer
+from faults.lmcache.wire_proxy import WireFault, WireProxy
 from reference.interfaces import LookupQuery
 from reference.types import OperationId, OpKind
 

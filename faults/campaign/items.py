@@ -1,6 +1,6 @@
 """The campaign's targets as pytest items, so pytest-xdist spreads a campaign.
 
-``kvfault run -n auto`` runs ``python -m pytest faults/campaign_items.py -n auto`` with
+``kvfault run -n auto`` runs ``python -m pytest faults/campaign/items.py -n auto`` with
 ``$KVFAULT_CAMPAIGN_SPEC`` naming a JSON spec (targets, seeds, where to write); each
 item runs one target over every seed and writes its outcome for the CLI to read back.
 
@@ -8,7 +8,7 @@ Run directly, the spec comes from the plugin's options instead: every target of 
 default campaign (``--kv-fault NAME`` narrows the faults; ``--kv-seed``, ``--kv-seeds``
 pick the seeds)::
 
-    pytest faults/campaign_items.py -n auto --kv-seeds 3
+    pytest faults/campaign/items.py -n auto --kv-seeds 3
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from faults.campaign import Target, run_target, select_targets
+from faults.campaign.runner import Target, run_target, select_targets
 
 SPEC_ENV = "KVFAULT_CAMPAIGN_SPEC"
 

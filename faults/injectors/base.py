@@ -36,7 +36,7 @@ from reference.trace import Ev, Trace
 from reference.types import Completion, OperationId, OpKind, Outcome, Request
 
 if TYPE_CHECKING:  # scenarios import this module; the hooks only need the type
-    from faults.scenarios import RunContext
+    from faults.runs import RunContext
 
 
 @dataclass(frozen=True)
@@ -580,7 +580,7 @@ class SaltedId(str):
 
 def salted_ids(salt: int) -> Callable[[Request], Request]:
     """A request map giving every request id a hash salted with ``salt``. Stable API:
-    the campaign passes it to ``faults.runner.run_case(request_map=..., replay_map=...)``."""
+    the campaign passes it to ``faults.campaign.execute.run_case(request_map=..., replay_map=...)``."""
 
     def salt_request(req: Request) -> Request:
         return dataclasses.replace(req, req_id=SaltedId(str(req.req_id), salt))

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from faults.scenarios import RunResult
+from faults.runs import RunResult
 from reference.trace import Ev, TraceEvent
 
 __all__ = ["LoadRow", "Panel", "StopInfo", "load_rows", "panel_of", "short_op", "write_timeline"]
@@ -220,7 +220,7 @@ def _forwards(run: RunResult) -> list[tuple[float, float, str]]:
 
 def _unwrap(result: Any) -> tuple[RunResult, list[Any] | None]:
     """Accept a ``RunResult`` or anything with ``.run`` and ``.violations`` (a
-    ``faults.runner.CaseResult``), whose verdict then heads the panel."""
+    ``faults.campaign.execute.CaseResult``), whose verdict then heads the panel."""
     if isinstance(result, RunResult):
         return result, None
     run = getattr(result, "run", None)

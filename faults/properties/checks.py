@@ -11,9 +11,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Callable
 
-from faults.scenarios import RunResult
+from faults.runs import RunResult
+from reference.stack.worker import page_digest
 from reference.trace import Ev, TraceEvent
-from reference.worker import page_digest
 
 
 @dataclass(frozen=True)
@@ -287,4 +287,4 @@ PROPERTIES: dict[str, Checker] = {
     "no_false_stop": no_false_stop,
     "liveness": liveness,
 }
-# "determinism" compares two runs; faults.runner checks it.
+# "determinism" compares two runs; faults.campaign.execute checks it.

@@ -5,19 +5,19 @@ A campaign is a list of *targets*, each run over the same seeds:
 - ``regression`` — a planted regression A/B: its legacy rules and the fixed stack on
   its scenario. A seed is FIXED when the legacy run violates the regression's
   signature property and the fixed run holds every property.
-- ``fault`` — the fixed stack under one injector of ``faults.plans.INJECTORS`` (on the
+- ``fault`` — the fixed stack under one injector of ``faults.injectors.plans.INJECTORS`` (on the
   injector's scenario with its defaults). A seed passes when every property holds
   *and* the injector fired: a fault that never fired is NOT EXERCISED, a failure.
 - ``scenario`` — the fixed stack on a plain §8 scenario.
 - ``swarm`` — the fixed stack on a scenario under a random subset of injectors drawn
-  from the seed (``faults.plans.swarm_plan``); an injector some swarm run enabled must
+  from the seed (``faults.injectors.plans.swarm_plan``); an injector some swarm run enabled must
   fire in at least one of them.
 
 Whether stopping was right is the properties' call (``no_false_stop``, ``liveness``);
 in addition, a single fault whose catalog entry names ``expect_stop`` must stop the
 fixed stack with exactly that error. This module does no I/O besides the optional
 callbacks: the CLI prints, ``faults.repro`` writes replay artifacts,
-``faults.campaign_items`` runs targets as pytest items.
+``faults.campaign.items`` runs targets as pytest items.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 if TYPE_CHECKING:  # the campaign's modules import the stack lazily (cheap `kvfault list`)
-    from faults.plans import FaultPlan
-    from faults.runner import CaseResult
+    from faults.campaign.execute import CaseResult
+    from faults.injectors.plans import FaultPlan
 
 KINDS = ("regression", "fault", "scenario", "swarm")
 
@@ -77,7 +77,7 @@ class Target:
 
     def plan(self, seed: int) -> FaultPlan | None:
         """The fault plan of this target's run with ``seed`` (None: no plan)."""
-        from faults.plans import INJECTORS, FaultPlan, FaultSpec
+        from faults.injectors.plans import INJECTORS, FaultPlan, FaultSpec
 
         if self.kind == "fault":
             assert self.injector is not None
@@ -137,7 +137,7 @@ class Target:
 
 
 def regression_target(name: str) -> Target:
-    from faults.regressions import REGRESSIONS
+    from faults.regressions.legacy import REGRESSIONS
 
     if name not in REGRESSIONS:
         raise CampaignError(f"unknown regression {name!r}{close_matches(name, REGRESSIONS)}")
@@ -145,7 +145,7 @@ def regression_target(name: str) -> Target:
 
 
 def fault_target(name: str) -> Target:
-    from faults.plans import INJECTORS
+    from faults.injectors.plans import INJECTORS
 
     if name not in INJECTORS:
         raise CampaignError(f"unknown fault {name!r}{close_matches(name, INJECTORS)}")
@@ -161,7 +161,7 @@ def scenario_target(name: str) -> Target:
 
 
 def swarm_target(scenario: str, pinned: Sequence[str] = ()) -> Target:
-    from faults.plans import INJECTORS
+    from faults.injectors.plans import INJECTORS
 
     scenario_target(scenario)  # validates the name
     for p in pinned:
@@ -176,13 +176,15 @@ def _swarm_fn() -> Callable[..., FaultPlan]:
 
     fn = getattr(plans, "swarm_plan", None)
     if fn is None:
-        raise CampaignError("--swarm needs faults.plans.swarm_plan, which this version lacks")
+        raise CampaignError(
+            "--swarm needs faults.injectors.plans.swarm_plan, which this version lacks"
+        )
     return fn
 
 
 def swarm_plan(seed: int, pinned: Sequence[str] = ()) -> FaultPlan:
     """The swarm plan of one run: a random subset of injectors drawn from ``seed``
-    (``pinned`` fixes the subset), as ``faults.plans.swarm_plan`` draws it."""
+    (``pinned`` fixes the subset), as ``faults.injectors.plans.swarm_plan`` draws it."""
     return _swarm_fn()(seed, pinned=tuple(pinned) or None)
 
 
@@ -198,8 +200,8 @@ def select_targets(
     plain. Naming any group runs only what is named; with ``swarm``, the scenarios
     named (default: all) get a swarm target besides their plain one. Unknown names
     raise ``CampaignError``."""
-    from faults.plans import INJECTORS
-    from faults.regressions import REGRESSIONS
+    from faults.injectors.plans import INJECTORS
+    from faults.regressions.legacy import REGRESSIONS
     from faults.scenarios import SCENARIOS
 
     everything = regressions is None and faults is None and scenarios is None
@@ -266,7 +268,7 @@ class CaseOutcome:
     digest: str = ""
     error: str | None = None
     checked: list[str] = field(default_factory=list)  # properties judged on the fixed run
-    # The judged runs (``faults.runner.CaseResult``, for a timeline); which outcomes
+    # The judged runs (``faults.campaign.execute.CaseResult``, for a timeline); which outcomes
     # keep them is the runner's ``keep_runs``.
     legacy_result: Any = field(default=None, repr=False, compare=False)
     fixed_result: Any = field(default=None, repr=False, compare=False)
@@ -384,7 +386,7 @@ class CaseRunner:
         self._fixed: dict[tuple[str, int], CaseResult] = {}
 
     def fixed(self, scenario: str, seed: int) -> CaseResult:
-        from faults.runner import run_case
+        from faults.campaign.execute import run_case
 
         key = (scenario, seed)
         if key not in self._fixed:
@@ -414,7 +416,7 @@ class CaseRunner:
         return out
 
     def _judge(self, case: Case) -> CaseOutcome:
-        from faults.runner import run_case
+        from faults.campaign.execute import run_case
 
         t = case.target
         if t.kind == "regression":
@@ -453,8 +455,8 @@ class CaseRunner:
         return out
 
     def _judge_regression(self, case: Case) -> CaseOutcome:
-        from faults.regressions import REGRESSIONS
-        from faults.runner import run_case
+        from faults.campaign.execute import run_case
+        from faults.regressions.legacy import REGRESSIONS
         from faults.scenarios import SCENARIOS
 
         reg = REGRESSIONS[str(case.target.regression)]
@@ -537,7 +539,7 @@ class TargetOutcome:
         bad = [c for c in self.cases if not c.ok]
         t = self.target
         if t.kind == "regression":
-            from faults.regressions import REGRESSIONS
+            from faults.regressions.legacy import REGRESSIONS
 
             sig = REGRESSIONS[t.name].signature
             text = f"{sig} caught on {self.caught}/{n} seeds"
@@ -621,7 +623,7 @@ class CampaignResult:
     @property
     def never_drawn(self) -> list[str]:
         """Injectors no swarm run enabled (more seeds draw more subsets)."""
-        from faults.plans import INJECTORS
+        from faults.injectors.plans import INJECTORS
 
         if not any(t.target.kind == "swarm" for t in self.targets):
             return []
@@ -660,7 +662,7 @@ def _expected_stop(target: Target) -> str | None:
     fault on its own scenario (None: it must not need to stop)."""
     if target.kind != "fault":
         return None
-    from faults.plans import INJECTORS
+    from faults.injectors.plans import INJECTORS
 
     return getattr(INJECTORS[str(target.injector)], "expect_stop", None)
 

@@ -3,78 +3,25 @@
 A scenario assembles engines on a simulated host, runs its workload and returns a
 ``RunResult`` (the trace plus what the checkers need). It takes the stack's ``Rules``
 (fixed or a planted legacy variant) and extra injectors from a fault plan; it never
-asserts anything itself: ``faults.properties`` judges the trace.
+asserts anything itself: ``faults.properties.checks`` judges the trace.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
-from fakes.clock import VirtualClock
-from fakes.model import DeterministicModel
 from fakes.sim import SimWorld
 from fakes.workloads import Workloads, resend
-from faults.injectors import Injector, LostCompletion, SlowForward, wrap_all
-from reference.engine import Engine, EngineConfig, RunOutcome
+from faults.injectors.base import Injector, LostCompletion, SlowForward, wrap_all
+from faults.runs import RunContext, RunResult
 from reference.errors import EngineIdentityConflict
-from reference.identity import lookup_socket_path
-from reference.interfaces import Clock, Tier
-from reference.rules import Rules
-from reference.trace import Ev, Trace
+from reference.interfaces import Tier
+from reference.rules.identity import lookup_socket_path
+from reference.stack.engine import Engine, EngineConfig, RunOutcome
+from reference.trace import Ev
 from reference.types import Geometry, Request
-
-
-@dataclass
-class RunContext:
-    """Everything one run of a scenario is made from; one seed drives the workload."""
-
-    seed: int = 0
-    rules: Rules = field(default_factory=Rules)
-    injectors: list[Injector] = field(default_factory=list)
-    # Wraps request ids before they enter the stack (the hash-order shuffle uses it).
-    request_map: Callable[[Request], Request] = lambda r: r
-    ports: tuple[int, int] = (35849, 34969)
-    # The tier a run's engines use: the in-process tier by default; the real LMCache
-    # tier passes its own (``reference.lmcache_tier``) together with a real clock.
-    tier_factory: Callable[[SimWorld, EngineConfig], Tier] | None = None
-    clock_factory: Callable[[], Clock] = VirtualClock
-    # Multiplies every duration a scenario sets (deadlines, bounds, slow forwards,
-    # arrival gaps): real-time tiers run the same story faster, e.g. 0.05.
-    time_scale: float = 1.0
-
-    def seconds(self, s: float) -> float:
-        return s * self.time_scale
-
-
-@dataclass
-class RunResult:
-    scenario: str
-    seed: int
-    trace: Trace
-    config: EngineConfig
-    requests: dict[str, Request]
-    outcomes: list[RunOutcome]
-    injectors: list[Injector]
-    notes: dict[str, object] = field(default_factory=dict)
-    startup_error: str | None = None
-
-    @property
-    def model(self) -> DeterministicModel:
-        return DeterministicModel(self.config.model_kind, self.config.geometry)
-
-    @property
-    def stop(self):
-        return next((o.stopped for o in self.outcomes if o.stopped), None)
-
-    @property
-    def hung(self) -> bool:
-        return any(o.hung for o in self.outcomes)
-
-    @property
-    def sim_seconds(self) -> float:
-        return self.trace.events[-1].t if self.trace.events else 0.0
 
 
 class _Run:
@@ -170,7 +117,7 @@ def two_servers(ctx: RunContext) -> RunResult:
     """Two servers on one host, each with its own tier and a real ipc lookup socket;
     prompts cross: X stored on S1 and Y on S2, then X sent to S2 and Y to S1, then
     both restarted and each prompt sent to its own server again."""
-    from reference.lookup_channel import (
+    from reference.stack.lookup_channel import (
         LookupServer,
         ZmqLookupClient,
         private_rpc_dir,
@@ -418,7 +365,7 @@ SCENARIOS: dict[str, Scenario] = {
 }
 
 
-# -- scenarios where a fault plan's injectors fire (appended with faults/injectors.py) ----
+# -- scenarios where a fault plan's injectors fire (appended with faults/injectors/base.py) ----
 
 
 def small_restart_burst(ctx: RunContext) -> RunResult:
@@ -432,7 +379,7 @@ def small_restart_burst(ctx: RunContext) -> RunResult:
 def two_servers_configured(ctx: RunContext) -> RunResult:
     """``two_servers`` after the plan's configuration faults rewrite the servers'
     startup settings (port-0 ids: data_parallel_base_port left unresolved)."""
-    from faults.injectors import configure_all
+    from faults.injectors.base import configure_all
 
     return two_servers(configure_all(ctx.injectors, ctx))
 
@@ -444,7 +391,7 @@ def _run_through_crashes(run: _Run, engine: Engine, sent: Sequence[Request]) -> 
     """Run ``engine``; when it dies (``EngineCrash``) restart it with the tier kept and
     send the requests it had not answered again, under the same ids, as clients retry.
     Returns the number of restarts."""
-    from faults.injectors import EngineCrash
+    from faults.injectors.base import EngineCrash
 
     restarts = 0
     while True:
@@ -467,7 +414,7 @@ def restart_mid_run(ctx: RunContext) -> RunResult:
     ``engine_restart`` fault kills the engine at a forward in either pass: it restarts
     with the tier kept (HBM, scheduler and worker state gone) and the unanswered
     requests are sent again. Every answer must still equal its cold run."""
-    from faults.injectors import arm_crashes
+    from faults.injectors.base import arm_crashes
 
     config = EngineConfig(
         geometry=Geometry(16, 256, 2048, 1024), model_kind="hybrid", state_grid="chunk"

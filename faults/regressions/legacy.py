@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from reference.anchors import AnchorPolicy
-from reference.bounds import LoadBounds
-from reference.deadline import LoadClock, RestoreDeadline
-from reference.hits import HitPolicy, LoadPlan, joint_boundary
-from reference.identity import EngineIdentity
 from reference.rules import Rules
+from reference.rules.anchors import AnchorPolicy
+from reference.rules.bounds import LoadBounds
+from reference.rules.deadline import LoadClock, RestoreDeadline
+from reference.rules.hits import HitPolicy, LoadPlan, joint_boundary
+from reference.rules.identity import EngineIdentity
 from reference.types import Geometry, OperationId, Request, StateGrid
 
 _SIDE_CHAIN_TAG = 0x5349_4445

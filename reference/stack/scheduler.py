@@ -11,13 +11,13 @@ import enum
 from collections import Counter
 from dataclasses import dataclass, field
 
-from reference.anchors import grid_step
 from reference.errors import LoadNotTerminal
-from reference.hbm import BlockPool
-from reference.hits import LoadPlan
 from reference.interfaces import Clock, LookupClient, LookupQuery
-from reference.keys import block_hash_chain, chunk_keys, state_image_key
 from reference.rules import Rules
+from reference.rules.anchors import grid_step
+from reference.rules.hits import LoadPlan
+from reference.rules.keys import block_hash_chain, chunk_keys, state_image_key
+from reference.stack.hbm import BlockPool
 from reference.trace import Ev, Trace
 from reference.types import (
     Completion,

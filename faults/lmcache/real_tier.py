@@ -1,8 +1,8 @@
 """Scenarios, wire faults and the campaign on the real LMCache tier (DESIGN §3.8, §5).
 
 The same scenarios that run on the in-process tier in virtual time run here on a real
-``lmcache`` multiprocess server (``faults.lmcache_server.LMCacheServer``) through the
-real client (``reference.lmcache_tier.LMCacheTier``), in real time:
+``lmcache`` multiprocess server (``faults.lmcache.server.LMCacheServer``) through the
+real client (``reference.tiers.lmcache.LMCacheTier``), in real time:
 
 - ``LMCacheSession`` starts one server for a whole campaign (a start costs 10-20 s on
   two cores) and always stops it and removes what it leaves (process group, /dev/shm
@@ -36,8 +36,8 @@ test harness (both measured, see docs/lmcache_tier.md):
   healthy engine; at 0.1 its first load finished 0.9-2.0 s after dispatch against a
   4 s bound. ``DEFAULT_TIME_SCALE`` is 0.2 (deadline 6 s, bound 8 s): a 4x margin.
 
-Wire faults (``WIRE_FAULTS``) are injectors (``faults.injectors.Injector``) that put a
-``faults.wire_proxy.WireProxy`` between a run's tier client and the server and drop,
+Wire faults (``WIRE_FAULTS``) are injectors (``faults.injectors.base.Injector``) that put a
+``faults.lmcache.wire_proxy.WireProxy`` between a run's tier client and the server and drop,
 delay or duplicate chosen replies, or pause or kill the server; each fires (``fire``)
 once per fault the proxy applied, with the proxy's evidence.
 
@@ -56,7 +56,8 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from faults.campaign import (
+from faults.campaign.execute import CaseResult, check
+from faults.campaign.runner import (
     ERROR,
     FAIL,
     FIXED,
@@ -71,14 +72,13 @@ from faults.campaign import (
     TargetOutcome,
     signature,
 )
-from faults.injectors import Injector
-from faults.lmcache_server import LMCacheServer
-from faults.runner import CaseResult, check
-from faults.scenarios import (
+from faults.injectors.base import Injector
+from faults.lmcache.server import LMCacheServer
+from faults.lmcache.wire_proxy import FiredFault, WireFault, WireProxy
+from faults.runs import RunContext, RunResult
+from faults.scenarios.simulated import (
     _BURST_CONFIG,
     SCENARIOS,
-    RunContext,
-    RunResult,
     Scenario,
     _compile_and_load,
     _renamed,
@@ -87,11 +87,10 @@ from faults.scenarios import (
     lost_completion_in_traffic,
     two_passes,
 )
-from faults.wire_proxy import FiredFault, WireFault, WireProxy
 from reference.clock import RealClock
-from reference.engine import EngineConfig
-from reference.lmcache_tier import KVLayout, LMCacheTier
 from reference.rules import Rules
+from reference.stack.engine import EngineConfig
+from reference.tiers.lmcache import KVLayout, LMCacheTier
 from reference.trace import Ev
 from reference.types import Request
 
@@ -629,7 +628,7 @@ def real_restart_burst(ctx: RunContext) -> RunResult:
     run out; few enough for a real server on two cores. Only the restarted engine
     compiles slowly (the storing pass is not the story and would double the wall
     time). Healthy: no stop."""
-    from faults.injectors import SlowForward
+    from faults.injectors.base import SlowForward
 
     slow = SlowForward({})
     run = _Run("real_restart_burst", ctx, _BURST_CONFIG, [slow])
@@ -887,7 +886,7 @@ class LMCacheCaseRunner:
         return out
 
     def _judge_regression(self, case: Case) -> CaseOutcome:
-        from faults.regressions import REGRESSIONS
+        from faults.regressions.legacy import REGRESSIONS
 
         reg = REGRESSIONS[str(case.target.regression)]
         scenario = case.target.scenario
@@ -975,9 +974,9 @@ def run_lmcache_campaign(
     Starts one ``LMCacheSession`` (unless ``session`` is given, which is left open)
     and always closes it. ``progress(done, total, case)`` is called before each case
     and once at the end; ``before(case)``/``after(case, outcome, token)`` as in
-    ``faults.campaign.run_target``. Each outcome's ``fired`` says which injectors
+    ``faults.campaign.runner.run_target``. Each outcome's ``fired`` says which injectors
     fired (the wire fault's, or a scenario's own). Raises
-    ``faults.lmcache_server.LMCacheNotInstalled`` when lmcache is missing.
+    ``faults.lmcache.server.LMCacheNotInstalled`` when lmcache is missing.
     """
     if seeds < 1:
         raise ValueError(f"seeds must be >= 1, got {seeds}")

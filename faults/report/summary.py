@@ -43,7 +43,7 @@ JSON summary (``write_summary``), schema ``kvfault.summary/1``::
           "digest": str,          # trace digest of the fixed (or only) run
           "error": str | null,    # traceback text for ERROR
           "command": str,         # the one command that replays the case
-          "plan": object | null,  # the fault plan (faults.plans.FaultPlan JSON)
+          "plan": object | null,  # the fault plan (faults.injectors.plans.FaultPlan JSON)
           "artifact": str | null, # path of the case's replay artifact
           "timeline": str | null  # path of the case's timeline picture
         }
@@ -367,7 +367,7 @@ class ReplayArtifact:
     ``kind``: ``regression`` (legacy vs fixed A/B of ``name``), ``plan`` (``scenario``
     under the fault plan ``plan``) or ``scenario`` (``scenario`` on its own).
     ``rules``: ``"fixed"`` or the name of the regression whose legacy rules ran (a
-    regression artifact names itself). ``plan``: ``faults.plans.FaultPlan`` JSON.
+    regression artifact names itself). ``plan``: ``faults.injectors.plans.FaultPlan`` JSON.
     ``command``: the one command that replays the case (a default is derived when
     empty). ``pythonhashseed``: the PYTHONHASHSEED the case ran under, when fixed.
     """
@@ -384,7 +384,7 @@ class ReplayArtifact:
     @classmethod
     def for_regression(cls, name: str, seed: int = 0) -> ReplayArtifact:
         """The artifact of ``kvfault repro NAME --seed SEED``."""
-        from faults.regressions import REGRESSIONS
+        from faults.regressions.legacy import REGRESSIONS
 
         if name not in REGRESSIONS:
             raise ValueError(f"unknown regression {name!r}; known: {', '.join(REGRESSIONS)}")
@@ -541,8 +541,8 @@ class ReplayArtifact:
 
 def _check_names(kind: str, name: str, scenario: str, rules: Any, plan: Any) -> None:
     # Imported here: reading an artifact is rare, and `kvfault list` stays cheap.
-    from faults.plans import FaultPlan
-    from faults.regressions import REGRESSIONS
+    from faults.injectors.plans import FaultPlan
+    from faults.regressions.legacy import REGRESSIONS
     from faults.scenarios import SCENARIOS
 
     if scenario not in SCENARIOS:

@@ -12,9 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from reference.channel import QueueChannel
 from reference.errors import EngineStopped
-from reference.hbm import BlockPool
 from reference.interfaces import (
     Clock,
     CompletionChannel,
@@ -25,10 +23,12 @@ from reference.interfaces import (
     Tier,
 )
 from reference.rules import Rules
-from reference.scheduler import Scheduler, SchedulerConfig
+from reference.stack.completion_channel import QueueChannel
+from reference.stack.hbm import BlockPool
+from reference.stack.scheduler import Scheduler, SchedulerConfig
+from reference.stack.worker import RestoreWorker
 from reference.trace import Ev, Trace
 from reference.types import Geometry, ModelKind, Request, StateGrid
-from reference.worker import RestoreWorker
 
 
 class ModelRunner:

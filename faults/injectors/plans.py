@@ -17,7 +17,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-from faults.injectors import (
+from faults.injectors.base import (
     EngineRestart,
     EvictAfterLookup,
     FenceFailure,

@@ -10,9 +10,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from faults.injectors import Injector
-from faults.properties import PROPERTIES, Violation
-from faults.scenarios import SCENARIOS, RunContext, RunResult
+from faults.injectors.base import Injector
+from faults.properties.checks import PROPERTIES, Violation
+from faults.runs import RunContext, RunResult
+from faults.scenarios import SCENARIOS
 from reference.rules import Rules
 from reference.types import Request
 

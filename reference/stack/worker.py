@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from reference.deadline import LoadClock, RestoreDeadline
 from reference.errors import RestoreFenceError, TransferUnprovable
 from reference.interfaces import (
     Clock,
@@ -20,6 +19,7 @@ from reference.interfaces import (
     Tier,
     TierReply,
 )
+from reference.rules.deadline import LoadClock, RestoreDeadline
 from reference.trace import Ev, Trace
 from reference.types import Completion, LoadOp, OperationId, Outcome, SaveOp
 

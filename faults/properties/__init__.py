@@ -1,0 +1,18 @@
+"""Properties checked over a run's trace: each is a function of a RunResult that
+returns its violations, with the evidence a reviewer needs."""
+
+from faults._lazy import lazy_exports
+
+_EXPORTS = {
+    "PROPERTIES": "faults.properties.checks",
+    "Violation": "faults.properties.checks",
+    "correctness": "faults.properties.checks",
+    "grid": "faults.properties.checks",
+    "hybrid": "faults.properties.checks",
+    "identity": "faults.properties.checks",
+    "keys": "faults.properties.checks",
+    "liveness": "faults.properties.checks",
+    "no_false_stop": "faults.properties.checks",
+}
+__all__ = sorted(_EXPORTS)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -1,0 +1,17 @@
+"""What a run leaves behind: the JSON summary, JUnit XML, replay artifacts and timeline
+pictures."""
+
+from faults._lazy import lazy_exports
+
+_EXPORTS = {
+    "ReplayArtifact": "faults.report.summary",
+    "junit_tree": "faults.report.summary",
+    "panel_of": "faults.report.timeline",
+    "summary_json": "faults.report.summary",
+    "write_junit": "faults.report.summary",
+    "write_reports": "faults.report.summary",
+    "write_summary": "faults.report.summary",
+    "write_timeline": "faults.report.timeline",
+}
+__all__ = sorted(_EXPORTS)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -1,0 +1,38 @@
+"""The stack's rules, pure and swappable: keys, identity, anchors, hits, bounds, deadline.
+
+``Rules`` bundles them; the stack asks its ``Rules`` and never which variant it runs.
+"""
+
+from reference.rules.anchors import AnchorPolicy, grid_step
+from reference.rules.bounds import LoadBounds
+from reference.rules.deadline import LoadClock, RestoreDeadline
+from reference.rules.hits import HitPolicy, LoadPlan, joint_boundary
+from reference.rules.identity import EngineIdentity, lookup_socket_path
+from reference.rules.keys import (
+    block_hash_chain,
+    chunk_keys,
+    media_cache_seed,
+    state_image_key,
+    tier_token_ids,
+)
+from reference.rules.ruleset import Rules, side_chain_seed
+
+__all__ = [
+    "AnchorPolicy",
+    "EngineIdentity",
+    "HitPolicy",
+    "LoadBounds",
+    "LoadClock",
+    "LoadPlan",
+    "RestoreDeadline",
+    "Rules",
+    "block_hash_chain",
+    "chunk_keys",
+    "grid_step",
+    "joint_boundary",
+    "lookup_socket_path",
+    "media_cache_seed",
+    "side_chain_seed",
+    "state_image_key",
+    "tier_token_ids",
+]

@@ -1,0 +1,25 @@
+"""The offload stack: scheduler-side connector, restore worker, HBM pool, channels and
+the engine step loop that drives them. Collaborators (tier, clock, copy engine, pages)
+come in through the constructors; see ``reference.interfaces``."""
+
+from reference.stack.completion_channel import QueueChannel
+from reference.stack.engine import Collaborators, Engine, EngineConfig, ModelRunner, RunOutcome
+from reference.stack.hbm import BlockPool, OutOfBlocks
+from reference.stack.scheduler import Phase, Scheduler, SchedulerConfig
+from reference.stack.worker import RestoreWorker, page_digest
+
+__all__ = [
+    "BlockPool",
+    "Collaborators",
+    "Engine",
+    "EngineConfig",
+    "ModelRunner",
+    "OutOfBlocks",
+    "Phase",
+    "QueueChannel",
+    "RestoreWorker",
+    "RunOutcome",
+    "Scheduler",
+    "SchedulerConfig",
+    "page_digest",
+]
