@@ -71,14 +71,14 @@ def main() -> int:
         bench_campaign(extra)
         if args.workers:
             bench_campaign([*extra, "-n", args.workers])
-    # A lean child loads no plugin its test does not use (see cpu_tests/test_sweep.py).
+    # A lean child loads no plugin its test does not use (see cpu_tests/faults/test_sweep.py).
     lean = ["-q", "-p", "no:cacheprovider", "-p", "no:hypothesispytest", "-p", "no:faker",
             "-p", "no:xdist", "--assert=plain"]  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="kvfault-bench-") as tmp:
         Path(tmp, "test_trivial.py").write_text("def test_trivial():\n    pass\n")
         bench_sweep("sweep: trivial test, lean child", [*lean, "test_trivial.py"], Path(tmp))
         bench_sweep("sweep: trivial test, every plugin", ["-q", "test_trivial.py"], Path(tmp))
-    hash_order = ["cpu_tests/test_hash_order.py", "-k", "loads_dispatched_together"]
+    hash_order = ["cpu_tests/faults/injectors/test_hash_order.py", "-k", "loads_dispatched_together"]
     bench_sweep("sweep: 8-loads hash-order test, project cfg", [*hash_order, "-q"], ROOT)
     bench_sweep(
         "sweep: 8-loads hash-order test, lean child", [*hash_order, *lean, "--noconftest"], ROOT

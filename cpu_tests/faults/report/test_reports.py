@@ -25,7 +25,7 @@ from faults.report.summary import (
     write_reports,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 CASE_FIELDS = {
     "id",

@@ -15,7 +15,7 @@ import pytest
 from faults import prove as prove_mod
 from faults.prove import ProofResult, SideRun, Verdict, decide, main, prove
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 BROKEN = '#!/bin/sh\necho "checking keys"\necho "KeyError: media key missing" >&2\nexit 1\n'
 FIXED = '#!/bin/sh\necho "checking keys"\necho "all good"\nexit 0\n'

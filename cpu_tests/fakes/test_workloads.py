@@ -24,7 +24,7 @@ from fakes.workloads import (
 from reference.rules.keys import media_cache_seed
 from reference.types import TEXT_CACHE_SEED
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 UUID_ID = re.compile(
     r"^chatcmpl-[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$"
 )

@@ -23,7 +23,7 @@ from reference.rules.keys import (
 )
 from reference.types import TEXT_CACHE_SEED, Request
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 U32 = 2**32
 
 PROMPT = tuple(range(1000, 1000 + 600))

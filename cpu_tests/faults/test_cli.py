@@ -27,7 +27,7 @@ def _hash_seed_unpinned(monkeypatch):
     monkeypatch.delenv("PYTHONHASHSEED", raising=False)
 
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def kvfault(*args: str, cwd: Path = ROOT, timeout: float = 120) -> subprocess.CompletedProcess:

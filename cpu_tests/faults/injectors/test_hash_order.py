@@ -7,8 +7,8 @@ order — and whether a healthy engine stops — depends on the process's hash s
 These tests take their rules from the ``kv_rules`` fixture (fixed, or
 ``--kv-regression NAME``), so a PYTHONHASHSEED sweep can run them both ways::
 
-    kvfault sweep --hashseeds 0-15 -- cpu_tests/test_hash_order.py
-    kvfault sweep --hashseeds 0-15 -- cpu_tests/test_hash_order.py \\
+    kvfault sweep --hashseeds 0-15 -- cpu_tests/faults/injectors/test_hash_order.py
+    kvfault sweep --hashseeds 0-15 -- cpu_tests/faults/injectors/test_hash_order.py \\
         -k loads_dispatched_together --kv-regression restart_numbering_in_hash_order
 
 The 64-restore burst stops the legacy stack under nearly every hash seed (a seed that

@@ -35,7 +35,7 @@ from faults.regressions.legacy import REGRESSIONS, Regression
 from faults.scenarios import SCENARIOS
 from reference.rules import Rules
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 # -- selection ---------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 The demonstration: over hash seeds 0-15, in one subprocess per seed, the legacy
 restart numbering (``HashOrderBounds``) stops a healthy engine under some seeds and
 not others, while the fixed stack passes under all of them. The test it sweeps is
-``cpu_tests/test_hash_order.py::test_restart_numbering_loads_dispatched_together``
+``cpu_tests/faults/injectors/test_hash_order.py::test_restart_numbering_loads_dispatched_together``
 (8 loads in one step: the 64-restore burst fails the legacy rule under nearly every
 seed, so it cannot show the split).
 """
@@ -18,7 +18,7 @@ import pytest
 
 from faults.sweep import SeedOutcome, SweepError, SweepResult, format_result, parse_seeds, sweep
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # One small dedicated module runs the 8-loads scenario under both rule sets, so one
 # sweep (one child per seed) shows both sides: the fixed test never fails, the legacy
@@ -30,7 +30,7 @@ from faults.regressions.legacy import REGRESSIONS
 from reference.rules import Rules
 from faults.campaign.execute import check
 
-_spec = importlib.util.spec_from_file_location("hash_order", {str(ROOT / "cpu_tests" / "test_hash_order.py")!r})
+_spec = importlib.util.spec_from_file_location("hash_order", {str(ROOT / "cpu_tests" / "faults" / "injectors" / "test_hash_order.py")!r})
 hash_order = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(hash_order)
 
