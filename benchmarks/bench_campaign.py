@@ -78,7 +78,11 @@ def main() -> int:
         Path(tmp, "test_trivial.py").write_text("def test_trivial():\n    pass\n")
         bench_sweep("sweep: trivial test, lean child", [*lean, "test_trivial.py"], Path(tmp))
         bench_sweep("sweep: trivial test, every plugin", ["-q", "test_trivial.py"], Path(tmp))
-    hash_order = ["cpu_tests/faults/injectors/test_hash_order.py", "-k", "loads_dispatched_together"]
+    hash_order = [
+        "cpu_tests/faults/injectors/test_hash_order.py",
+        "-k",
+        "loads_dispatched_together",
+    ]
     bench_sweep("sweep: 8-loads hash-order test, project cfg", [*hash_order, "-q"], ROOT)
     bench_sweep(
         "sweep: 8-loads hash-order test, lean child", [*hash_order, *lean, "--noconftest"], ROOT
