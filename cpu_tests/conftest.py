@@ -21,6 +21,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 
+from reference.lookup_channel import rpc_base_budget
+
 _COMMON = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 # The explain phase re-runs a shrunk failure many times to point at the lines that
 # matter; with whole simulated runs per example that takes minutes. dev and ci skip it,
@@ -47,10 +49,9 @@ if PROFILE not in ("dev", "ci", "nightly"):
 settings.load_profile(PROFILE)
 
 
-# An ipc:// path must fit in sockaddr_un (107 bytes). The longest one the stack makes is
-# {rpc_dir}/engine_kvfault-offload-r{port}-dp{rank}_service_lookup_rpc_port_{tp} inside a
-# private_rpc_dir ("kvfault-rpc-XXXXXXXX"): about 82 bytes below the temp dir.
-_IPC_BASE_MAX = 107 - 82
+# An ipc:// path must fit in sockaddr_un; private_rpc_dir goes under the temp dir only
+# when it is at most this long (else under /tmp).
+_IPC_BASE_MAX = rpc_base_budget()
 
 
 @pytest.fixture

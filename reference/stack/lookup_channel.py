@@ -3,6 +3,10 @@
 One lookup server per engine binds ``lookup_socket_path`` under a private directory
 (mode 0700). Startup refuses a path already served by a live server. pyzmq is imported
 here only, so paths that need no socket never import it.
+
+An ``ipc://`` path must fit in ``sockaddr_un.sun_path`` (107 bytes on Linux, 103 on
+macOS), so the private directory goes under the first short enough temp dir: ``TMPDIR``
+when it is short, else ``/tmp`` (a macOS ``TMPDIR`` alone is ~50 bytes).
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import json
 import os
 import shutil
 import stat
+import sys
 import tempfile
 import threading
 from typing import Any
@@ -21,10 +26,40 @@ from reference.interfaces import LookupClient, LookupQuery, LookupResult
 _PING = b"ping"
 _PROBE_TIMEOUT_MS = 200
 
+# sizeof(sockaddr_un.sun_path) less the NUL: 107 on Linux, 103 on macOS.
+IPC_PATH_MAX = 103 if sys.platform == "darwin" else 107
+# Room left below the private directory for a socket name: the longest the stack makes,
+# engine_kvfault-offload-r65535-dp0_service_lookup_rpc_port_0 (59), plus slack for
+# multi-digit ranks.
+SOCKET_NAME_ROOM = 64
+_FALLBACK_BASES = ("/tmp", "/var/tmp", "/dev/shm")
+
+
+def rpc_base_budget(prefix: str = "kvfault-rpc-") -> int:
+    """The longest temp dir under which ``private_rpc_dir(prefix)`` may go."""
+    return IPC_PATH_MAX - SOCKET_NAME_ROOM - len(prefix) - 8 - 1  # mkdtemp adds 8 + "/"
+
+
+def _rpc_base(prefix: str) -> str:
+    """The first temp dir under which ``<prefix>XXXXXXXX/<socket name>`` fits."""
+    budget = rpc_base_budget(prefix)
+    candidates = (tempfile.gettempdir(), *_FALLBACK_BASES)
+    for base in candidates:
+        if len(base) <= budget and os.path.isdir(base) and os.access(base, os.W_OK | os.X_OK):
+            return base
+    raise OSError(
+        f"no temp dir short enough for ipc:// sockets (TMPDIR={tempfile.gettempdir()!r} "
+        f"is {len(tempfile.gettempdir())} bytes; at most {budget} fit): "
+        "set TMPDIR to a short writable directory"
+    )
+
 
 def private_rpc_dir(prefix: str = "kvfault-rpc-") -> str:
-    """A fresh directory only this user can enter (0700)."""
-    path = tempfile.mkdtemp(prefix=prefix)
+    """A fresh directory only this user can enter (0700), short enough that every
+    ``lookup_socket_path`` in it fits an ``ipc://`` address: under the temp dir when
+    that is short, else under ``/tmp`` (raises ``OSError`` naming ``TMPDIR`` if no
+    candidate is short and writable)."""
+    path = tempfile.mkdtemp(prefix=prefix, dir=_rpc_base(prefix))
     os.chmod(path, stat.S_IRWXU)
     return path
 
