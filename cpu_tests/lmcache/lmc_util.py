@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import time
 from typing import Any
 
-from faults.lmcache.server import INSTALL_HINT
+from faults.lmcache.server import INSTALL_HINT, lmcache_available
 from reference.interfaces import TierReply
 from reference.types import Geometry
 
-HAVE_LMCACHE = importlib.util.find_spec("lmcache") is not None
-SKIP_REASON = f"lmcache is not installed ({INSTALL_HINT})"
+HAVE_LMCACHE = lmcache_available()
+SKIP_REASON = f"cpu_tests/lmcache: lmcache is not installed; {INSTALL_HINT}"
 GEOMETRY = Geometry(block_size=16, chunk_size=256)
 SAFETY_NET_S = 30.0  # generous real-time bound for replies that must come
 

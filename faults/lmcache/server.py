@@ -41,7 +41,11 @@ SHM_PREFIX = "lmcache_l1_pool_"  # lmcache prepends this to --shm-name
 NAME_PREFIX = "kvfault"
 TMP_PREFIX = "kvfault-lmcache-"  # + owner pid + "-": private log directory (mode 0700)
 READY_LINE = "LMCache cache server is running..."
-INSTALL_HINT = "pip install kvfault[lmcache]  (or: pip install torch==2.13.0 lmcache==0.5.6)"
+# kvfault is not on a package index: the extra installs from a checkout, with the
+# constraints that pin the CPU build of torch (the README's command).
+INSTALL_HINT = (
+    "install the lmcache extra: pip install -c constraints/ci.txt '.[lmcache]' (see README)"
+)
 
 _LIVE: weakref.WeakSet[LMCacheServer] = weakref.WeakSet()
 _LIVE_LOCK = threading.Lock()
@@ -59,14 +63,16 @@ class LMCacheServerError(RuntimeError):
 
 
 def lmcache_available(python: str | None = None) -> bool:
-    """True when ``lmcache`` is importable (in this interpreter, or in ``python``)."""
+    """True when ``lmcache`` and the torch it needs are installed (in this interpreter,
+    or in ``python``); nothing is imported."""
     if python is None or os.path.realpath(python) == os.path.realpath(sys.executable):
-        return importlib.util.find_spec("lmcache") is not None
+        return all(importlib.util.find_spec(m) is not None for m in ("lmcache", "torch"))
     probe = subprocess.run(
         [
             python,
             "-c",
-            "import importlib.util,sys; sys.exit(importlib.util.find_spec('lmcache') is None)",
+            "import importlib.util as u,sys; "
+            "sys.exit(any(u.find_spec(m) is None for m in ('lmcache', 'torch')))",
         ],
         capture_output=True,
         timeout=60,
