@@ -3,8 +3,7 @@
 For each block size (8 KiB, 32 KiB, 256 KiB, 2 MiB) one run measures, on the same
 device, the same bytes and the same random scattered placement:
 
-- ``contiguous``: one pinned host-to-device copy of all the bytes (the ceiling; DESIGN
-  §10 asks the engine for >= 90% of it for blocks of 32 KiB and up);
+- ``contiguous``: one pinned host-to-device copy of all the bytes (the ceiling; docs/design.md#performance-targets asks the engine for >= 90% of it for blocks of 32 KiB and up);
 - the engine: ``TorchCopyEngine.enqueue`` of a scattered batch (sources spread over a
   pool twice the size, destinations over device pages twice the size), polled with
   ``is_complete`` until done. ``auto`` is what the worker gets (the path it took is

@@ -6,7 +6,7 @@ the case runs, so a crash or a hang still leaves it behind; a hang dumps every
 thread's stack (``faulthandler.dump_traceback_later``) and ends the process instead
 of blocking CI.
 
-Verdicts and exit codes (DESIGN §6): FIXED 0 (legacy fails with its signature
+Verdicts and exit codes (docs/design.md#planted-regressions): FIXED 0 (legacy fails with its signature
 property, fixed passes); STILL FAILING 1 (the fixed stack fails); NOT REPRODUCED or
 ERROR 2. A replayed non-regression case prints PASS 0, FAIL or NOT EXERCISED 1,
 ERROR 2.

@@ -1,4 +1,4 @@
-"""Hypothesis strategies for fault plans and workloads (DESIGN §5, §9).
+"""Hypothesis strategies for fault plans and workloads (docs/design.md#faults, docs/design.md#interfaces).
 
 Everything drawn here is plain data (``FaultSpec``, ``FaultPlan``, ``WorkloadParams``)
 whose parameters come from the injector catalog's schema (``faults.injectors.plans.INJECTORS``),

@@ -1,4 +1,4 @@
-"""The in-process tier's LMCache semantics (DESIGN §3.8, §4): prefix-chain keys,
+"""The in-process tier's LMCache semantics (docs/design.md#tiers, docs/design.md#fakes): prefix-chain keys,
 contiguous-prefix lookup, asynchronous completion, the state grid, LRU capacity,
 late visibility, and the requests the real server never answers."""
 

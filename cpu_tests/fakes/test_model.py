@@ -1,4 +1,4 @@
-"""The deterministic model (DESIGN §4): KV and state are pure functions of
+"""The deterministic model (docs/design.md#fakes): KV and state are pure functions of
 ``(cache_seed, ids[:i+1])``; the output is a function of every page and the final
 state, so any wrong restore changes it."""
 

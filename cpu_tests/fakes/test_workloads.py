@@ -1,4 +1,4 @@
-"""Workload generators (DESIGN §4): one seed makes everything; realistic request ids;
+"""Workload generators (docs/design.md#fakes): one seed makes everything; realistic request ids;
 pictures with the same placeholder ids; chunk-aligned prompts; bursts."""
 
 from __future__ import annotations

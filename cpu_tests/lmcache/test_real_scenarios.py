@@ -1,4 +1,4 @@
-"""The §8 scenarios on the real LMCache tier (``faults.lmcache.real_tier``): the fixed stack
+"""The scenarios (docs/design.md#scenarios) on the real LMCache tier (``faults.lmcache.real_tier``): the fixed stack
 holds every property of each scenario except determinism, in real time, against one
 real lmcache server for the whole module.
 

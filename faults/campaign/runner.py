@@ -1,4 +1,4 @@
-"""The kvfault campaign (DESIGN §5, §6, §9): what ``kvfault run`` runs and how it judges.
+"""The kvfault campaign (docs/design.md: #faults, #planted-regressions, #interfaces): what ``kvfault run`` runs and how it judges.
 
 A campaign is a list of *targets*, each run over the same seeds:
 
@@ -8,7 +8,7 @@ A campaign is a list of *targets*, each run over the same seeds:
 - ``fault`` — the fixed stack under one injector of ``faults.injectors.plans.INJECTORS`` (on the
   injector's scenario with its defaults). A seed passes when every property holds
   *and* the injector fired: a fault that never fired is NOT EXERCISED, a failure.
-- ``scenario`` — the fixed stack on a plain §8 scenario.
+- ``scenario`` — the fixed stack on a plain scenario (docs/design.md#scenarios).
 - ``swarm`` — the fixed stack on a scenario under a random subset of injectors drawn
   from the seed (``faults.injectors.plans.swarm_plan``); an injector some swarm run enabled must
   fire in at least one of them.

@@ -1,4 +1,4 @@
-"""Scenarios, wire faults and the campaign on the real LMCache tier (DESIGN §3.8, §5).
+"""Scenarios, wire faults and the campaign on the real LMCache tier (docs/design.md#tiers, docs/design.md#faults).
 
 The same scenarios that run on the in-process tier in virtual time run here on a real
 ``lmcache`` multiprocess server (``faults.lmcache.server.LMCacheServer``) through the

@@ -1,4 +1,4 @@
-"""Properties checked over a run's trace (DESIGN §7).
+"""Properties checked over a run's trace (docs/design.md#properties).
 
 Each checker reads only the trace and what the run was made from (requests, geometry,
 the model's cold run): never the name of a rule variant or a fault. A planted regression

@@ -1,4 +1,4 @@
-"""Named, parameterised workloads from the seed's validation (DESIGN §8).
+"""Named, parameterised workloads from the seed's validation (docs/design.md#scenarios).
 
 A scenario assembles engines on a simulated host, runs its workload and returns a
 ``RunResult`` (the trace plus what the checkers need). It takes the stack's ``Rules``

@@ -1,4 +1,4 @@
-"""The engine step loop (DESIGN §3.2) and the assembly of one engine from collaborators.
+"""The engine step loop (docs/design.md#the-step-loop) and the assembly of one engine from collaborators.
 
 One step: the scheduler applies last step's completions, checks load bounds and
 schedules; the worker enqueues the step's retrieves; the forward runs; the worker

@@ -1,6 +1,6 @@
 """Scheduler-side connector: lookups, load and save decisions, prefill chunking, bounds.
 
-Per step (DESIGN §3.2): ``apply`` the completions the worker reported last step, then
+Per step (docs/design.md#the-step-loop): ``apply`` the completions the worker reported last step, then
 ``check_bounds``, then ``schedule``. ``after_forward`` books what the forward computed
 and emits the step's saves.
 """

@@ -1,4 +1,4 @@
-"""Worker-side restore engine (DESIGN §3.5).
+"""Worker-side restore engine (docs/design.md#restores-and-the-transfer-deadline).
 
 ``start_load`` only enqueues retrieves. ``get_finished`` is the only place the worker
 polls, between forwards: it advances retrieves and restore copies, enqueues copies two

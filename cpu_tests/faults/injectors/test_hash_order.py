@@ -1,4 +1,4 @@
-"""Restart numbering under every PYTHONHASHSEED (DESIGN §3.6 legacy B, §7 determinism).
+"""Restart numbering under every PYTHONHASHSEED (docs/design.md#load-bounds legacy B, docs/design.md#properties determinism).
 
 Loads dispatched in one step must restart their bounds in dispatch order. The legacy
 rule (``HashOrderBounds``) numbers them by iterating a set of operation ids, so the

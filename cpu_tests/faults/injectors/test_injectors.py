@@ -1,5 +1,5 @@
 """Every fault injector fires in its scenario, and the fixed stack then holds every
-property or stops with the named error the catalog expects (DESIGN §5, §7).
+property or stops with the named error the catalog expects (docs/design.md#faults, docs/design.md#properties).
 
 An injector that never fires is reported as NOT EXERCISED, never as a pass.
 """

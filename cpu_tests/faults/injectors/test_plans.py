@@ -1,4 +1,4 @@
-"""Fault plans as data (DESIGN §5): JSON round trip, one-line errors for bad input,
+"""Fault plans as data (docs/design.md#faults): JSON round trip, one-line errors for bad input,
 swarm plans drawn from a seed, fired reports, and hypothesis searches over plans
 that find every planted regression and shrink to a small plan."""
 

@@ -1,4 +1,4 @@
-"""Property tests over random workloads (DESIGN §7, §9): prompt lengths around chunk
+"""Property tests over random workloads (docs/design.md#properties, docs/design.md#interfaces): prompt lengths around chunk
 boundaries, text or media, dense or hybrid, block and chunk sizes, in-process
 ("block") or MP ("chunk") state grid.
 

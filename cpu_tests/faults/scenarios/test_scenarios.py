@@ -1,4 +1,4 @@
-"""Every §8 scenario on the fixed stack passes its properties, with the seed's numbers
+"""Every scenario (docs/design.md#scenarios) on the fixed stack passes its properties, with the seed's numbers
 checked on the trace (virtual time only).
 
 Each rule is tested at its own function in its own module; here it is tested where the

@@ -1,4 +1,4 @@
-"""Anchors and the chunk grid (DESIGN §3.7, fix 3): the rule's own functions, and the
+"""Anchors and the chunk grid (docs/design.md#chunk-grid-anchors-and-hybrid-hits, fix 3): the rule's own functions, and the
 scheduler cutting prefill at them. Its scenario (restart with the tier kept, MP grid)
 is in test_scenarios.py."""
 

@@ -1,4 +1,4 @@
-"""The scheduler's load bounds (DESIGN §3.6, fix 6): the rule's own class here; the
+"""The scheduler's load bounds (docs/design.md#load-bounds, fix 6): the rule's own class here; the
 scheduler applying it in test_scheduler.py; its scenarios (a restart burst of 64 behind
 slow forwards, a lost completion in the middle of one) in test_scenarios.py."""
 

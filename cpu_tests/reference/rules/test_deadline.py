@@ -1,4 +1,4 @@
-"""The worker's transfer deadline (DESIGN §3.5, fix 5): which clock runs. The rule's own
+"""The worker's transfer deadline (docs/design.md#restores-and-the-transfer-deadline, fix 5): which clock runs. The rule's own
 class here; the worker applying it in test_worker.py; its scenario (a restart burst
 behind a 29 s first forward) in test_scenarios.py."""
 

@@ -1,4 +1,4 @@
-"""Loadable hits (DESIGN §3.7, fix 4): the dense give-back and the hybrid joint
+"""Loadable hits (docs/design.md#chunk-grid-anchors-and-hybrid-hits, fix 4): the dense give-back and the hybrid joint
 boundary. The rule's own functions here; the scheduler applying them in
 test_scheduler.py; its scenario (a chunk-aligned hybrid prompt sent twice loads 1920
 tokens) in test_scenarios.py; dense and hybrid over random prompts in

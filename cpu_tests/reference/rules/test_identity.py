@@ -1,4 +1,4 @@
-"""Engine identity and the lookup channel (DESIGN §3.4, §11) over real pyzmq ``ipc://``.
+"""Engine identity and the lookup channel (docs/design.md#engine-identity, docs/design.md#reliability-and-security) over real pyzmq ``ipc://``.
 
 The rule's own functions here; its scenario (two servers on one host crossing prompts)
 in test_scenarios.py.

@@ -1,4 +1,4 @@
-"""Keys (DESIGN §3.3): tier ids, chunk keys, seeded hash chains, media seeds.
+"""Keys (docs/design.md#keys): tier ids, chunk keys, seeded hash chains, media seeds.
 
 The rule's own functions here; its scenario (two pictures with the same text) in
 test_scenarios.py and over random workloads in test_properties_hypothesis.py.

@@ -1,4 +1,4 @@
-"""The engine step loop (DESIGN §3.2) on the simulated collaborators: outputs equal the
+"""The engine step loop (docs/design.md#the-step-loop) on the simulated collaborators: outputs equal the
 cold run with and without tier hits, the worker polls only between forwards, idle
 ticks, restarts with the tier kept, and how a run ends (finished, stopped, hung)."""
 

@@ -1,4 +1,5 @@
-"""Scheduler-side connector (DESIGN §3.2, §3.3, §3.6, §3.7): key sites, exact
+"""Scheduler-side connector (docs/design.md: #the-step-loop, #keys, #load-bounds,
+#chunk-grid-anchors-and-hybrid-hits): key sites, exact
 operations, dispatch order, bounds, loadable hits, prefill and saves, driven step by
 step on a virtual clock."""
 

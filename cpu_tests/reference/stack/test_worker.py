@@ -1,4 +1,4 @@
-"""Worker-side restore engine (DESIGN §3.5): in-order two-slot restores, polling only
+"""Worker-side restore engine (docs/design.md#restores-and-the-transfer-deadline): in-order two-slot restores, polling only
 in ``get_finished``, the transfer deadline's clocks, failures and lost tier replies.
 
 A scripted tier and copy engine let each test decide exactly when a retrieve answers
