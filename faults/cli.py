@@ -108,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     repro.add_argument("--seed", type=seed, default=0, help="the run's seed (default 0)")
     repro.add_argument("--timeline", type=Path, default=None, metavar="PATH",
-                       help="draw the legacy and fixed timelines (.svg or .png)")  # fmt: skip
+                       help="draw the legacy and fixed timelines (.png, .svg, .pdf or .jpg)")  # fmt: skip
     repro.add_argument("--artifacts", type=Path, default=None, metavar="DIR",
                        help="where the replay artifact goes (default .kvfault/artifacts)")  # fmt: skip
     repro.add_argument("--timeout", type=timeout_seconds, default=DEFAULT_CASE_TIMEOUT_S, metavar="S",
@@ -117,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     replay = sub.add_parser("replay", help="rerun the case a replay artifact names")
     replay.add_argument("artifact", type=Path, metavar="ARTIFACT", help="a JSON replay artifact")
     replay.add_argument("--timeline", type=Path, default=None, metavar="PATH",
-                        help="draw the case's timeline (.svg or .png)")  # fmt: skip
+                        help="draw the case's timeline (.png, .svg, .pdf or .jpg)")  # fmt: skip
     replay.add_argument("--timeout", type=timeout_seconds, default=DEFAULT_CASE_TIMEOUT_S, metavar="S",
                         help="a hang dumps all stacks and exits after S seconds (0: never)")  # fmt: skip
 
@@ -504,10 +504,12 @@ def _cmd_repro(args: argparse.Namespace) -> int:
         target = regression_target(args.name)
     except CampaignError as exc:
         return _bad(f"{exc}; see `kvfault list --regressions`")
+    bad = _timeline_refused(args.timeline)
+    if bad:
+        return _bad(bad)
     rep = reproduce(Case(target, args.seed), artifact_dir(args.artifacts), args.timeout)
     print(format_reproduction(rep))
-    _timeline(args.timeline, rep.outcome)
-    return rep.exit_code
+    return _timeline(args.timeline, rep.outcome, rep.exit_code)
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
@@ -517,6 +519,9 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         case, obj = read_artifact(args.artifact)
     except ArtifactError as exc:
         return _bad(str(exc))
+    bad = _timeline_refused(args.timeline)
+    if bad:
+        return _bad(bad)
     recorded = obj.get("pythonhashseed")
     if recorded is not None and str(recorded) != str(hashseed()):
         print(
@@ -529,17 +534,50 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     rep = reproduce(case, None, args.timeout)
     rep.artifact = args.artifact
     print(format_reproduction(rep))
-    _timeline(args.timeline, rep.outcome)
-    return rep.exit_code
+    return _timeline(args.timeline, rep.outcome, rep.exit_code)
 
 
-def _timeline(path: Path | None, outcome: Any) -> None:
+def _timeline_refused(path: Path | None) -> str | None:
+    """Why ``--timeline PATH`` cannot be written, checked before the case runs: an
+    extension that names no picture format, no matplotlib, or a place that cannot
+    hold the file."""
     if path is None:
-        return
+        return None
+    import importlib.util
+
+    from faults.report.timeline import PLOT_HINT, picture_format
+
+    try:
+        picture_format(path)
+    except ValueError as exc:
+        return f"--timeline: {exc}"
+    if importlib.util.find_spec("matplotlib") is None:
+        return f"--timeline needs matplotlib; {PLOT_HINT}"
+    if path.is_dir():
+        return f"--timeline: {path} is a directory"
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        return f"--timeline: {parent} is not a directory"
+    if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        return f"--timeline: {path} is not writable"
+    return None
+
+
+def _timeline(path: Path | None, outcome: Any, code: int) -> int:
+    """Draw the picture when asked; a picture that could not be written is an error
+    (one line on stderr, exit 2) after the verdict, which stands as printed."""
+    if path is None:
+        return code
     from faults.repro import write_timeline
 
     why = write_timeline(outcome, path)
-    print(f"timeline: {path}" if why is None else f"timeline: {why}")
+    if why is not None:
+        print(f"kvfault: error: --timeline {path}: {why}", file=sys.stderr)
+        return 2
+    print(f"timeline: {path}")
+    return code
 
 
 # -- sweep ------------------------------------------------------------------------------

@@ -182,8 +182,8 @@ def hang_guard(timeout_s: float | None) -> Iterator[None]:
 
 def write_timeline(outcome: CaseOutcome, path: Path) -> str | None:
     """Draw ``outcome``'s timeline picture (legacy above fixed) through
-    ``faults.report.timeline``; returns why not when it cannot (None on success). A path
-    ending ``.svg`` writes SVG, anything else PNG."""
+    ``faults.report.timeline``; returns why not when it cannot (None on success). The path's
+    extension names the format (``faults.report.timeline.FORMATS``)."""
     try:
         from faults.report.timeline import write_timeline as draw
     except ImportError:

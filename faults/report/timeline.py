@@ -33,7 +33,31 @@ from typing import Any
 from faults.runs import RunResult
 from reference.trace import Ev, TraceEvent
 
-__all__ = ["LoadRow", "Panel", "StopInfo", "load_rows", "panel_of", "short_op", "write_timeline"]
+__all__ = [
+    "FORMATS",
+    "LoadRow",
+    "Panel",
+    "StopInfo",
+    "load_rows",
+    "panel_of",
+    "picture_format",
+    "short_op",
+    "write_timeline",
+]
+
+# The picture formats a path's extension may name (matplotlib writers; jpeg via Pillow,
+# which matplotlib requires).
+FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf", ".jpg": "jpeg", ".jpeg": "jpeg"}
+PLOT_HINT = "install the plot extra: pip install '.[plot]' in a kvfault checkout (see README)"
+
+
+def picture_format(path: str | Path) -> str:
+    """The format ``path``'s extension names; ``ValueError`` (one line) for any other."""
+    suffix = Path(path).suffix.lower()
+    if suffix not in FORMATS:
+        named = f"extension {suffix!r}" if suffix else "no extension"
+        raise ValueError(f"{path} has {named}; a timeline is written as {', '.join(FORMATS)}")
+    return FORMATS[suffix]
 
 
 @dataclass
@@ -305,7 +329,7 @@ def _import_pyplot():
     try:
         import matplotlib
     except ImportError:
-        raise ImportError("timeline pictures need matplotlib: pip install kvfault[plot]") from None
+        raise ImportError(f"timeline pictures need matplotlib; {PLOT_HINT}") from None
     matplotlib.use("Agg", force=True)  # files only; never open a window in CI
     import matplotlib.pyplot as plt
 
@@ -410,10 +434,13 @@ def write_timeline(
     ``legacy`` and ``fixed`` are ``RunResult``s, ``CaseResult``s (then each panel is
     headed PASS/FAIL with its first violated property and message) or ``None`` (that
     panel is left out; at least one is needed). When the decisive moment crowds many
-    events into a sliver of the axis, a zoom column on the right shows it. A path
-    ending ``.svg`` writes SVG, anything else PNG. Returns the path written. Raises
-    ``ImportError`` naming ``pip install kvfault[plot]`` when matplotlib is missing.
+    events into a sliver of the axis, a zoom column on the right shows it. The path's
+    extension names the format (``FORMATS``: .png, .svg, .pdf, .jpg); any other is a
+    ``ValueError`` before anything is drawn. Returns the path written. Raises
+    ``ImportError`` naming the plot extra when matplotlib is missing, and ``OSError``
+    when the file cannot be written.
     """
+    fmt = picture_format(path)
     if legacy is None and fixed is None:
         raise ValueError("write_timeline needs at least one run (legacy or fixed)")
     if max_rows < 4:
@@ -456,8 +483,10 @@ def write_timeline(
         )
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="svg" if path.suffix.lower() == ".svg" else "png", dpi=110)
-    plt.close(fig)
+    try:
+        fig.savefig(path, format=fmt, dpi=110)
+    finally:
+        plt.close(fig)
     return path
 
 

@@ -108,7 +108,7 @@ def test_bad_arguments(tmp_path: Path, bound_pair):
 
 def test_missing_matplotlib_names_the_extra(monkeypatch, tmp_path: Path, bound_pair):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` now fails
-    with pytest.raises(ImportError, match=r"pip install kvfault\[plot\]"):
+    with pytest.raises(ImportError, match=r"pip install '\.\[plot\]'"):
         write_timeline(bound_pair[0], None, tmp_path / "x.png")
 
 
