@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 
-from reference.lookup_channel import rpc_base_budget
+from reference.stack.lookup_channel import rpc_base_budget
 
 _COMMON = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 # The explain phase re-runs a shrunk failure many times to point at the lines that

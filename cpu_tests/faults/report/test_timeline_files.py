@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from faults import cli
-from faults.runner import run_case
-from faults.timeline import picture_format, write_timeline
+from faults.campaign.execute import run_case
+from faults.report.timeline import picture_format, write_timeline
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 MAGIC = {".png": b"\x89PNG", ".svg": b"<?xml", ".pdf": b"%PDF", ".jpg": b"\xff\xd8\xff"}
 
 

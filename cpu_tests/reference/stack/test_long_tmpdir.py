@@ -13,15 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from reference.identity import EngineIdentity, lookup_socket_path
-from reference.lookup_channel import (
+from reference.rules.identity import EngineIdentity, lookup_socket_path
+from reference.stack.lookup_channel import (
     IPC_PATH_MAX,
     _rpc_base,
     private_rpc_dir,
     remove_rpc_dir,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 # The depth of a macOS TMPDIR: /var/folders/zz/zyxvpxvq6csfxvn_n0000000000000/T
 MACOS_LIKE = "var/folders/zz/zyxvpxvq6csfxvn_n0000000000000/T"
 
@@ -52,7 +52,7 @@ def test_private_rpc_dir_falls_back_to_a_short_dir_under_a_long_tmpdir(long_tmp)
 
 def test_the_longest_socket_binds_under_a_long_tmpdir(long_tmp):
     """A real pyzmq bind, which is what failed (ZMQError: ipc path ... longer than 107)."""
-    from reference.lookup_channel import LookupServer
+    from reference.stack.lookup_channel import LookupServer
 
     class _Backend:
         def lookup(self, query):  # pragma: no cover - never asked
@@ -68,7 +68,7 @@ def test_the_longest_socket_binds_under_a_long_tmpdir(long_tmp):
 
 
 def test_no_short_writable_dir_is_one_clear_error(long_tmp, monkeypatch):
-    monkeypatch.setattr("reference.lookup_channel._FALLBACK_BASES", ())
+    monkeypatch.setattr("reference.stack.lookup_channel._FALLBACK_BASES", ())
     with pytest.raises(OSError, match="set TMPDIR to a short writable directory"):
         _rpc_base("kvfault-rpc-")
 
