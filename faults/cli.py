@@ -274,11 +274,12 @@ def format_campaign(result: CampaignResult, artifacts: dict[str, Path] | None = 
 
 
 def _campaign_exit(result: CampaignResult) -> int:
-    from faults.campaign.runner import ERROR
+    """0 when every row holds; 1 when the stack is wrong; 2 when a row proved nothing
+    (an error, a regression that did not reproduce)."""
+    from faults.verdicts import exit_code
 
-    if any(c.verdict == ERROR for c in result.cases):
-        return 2
-    return 0 if result.ok else 1
+    code = exit_code(t.verdict for t in result.targets)
+    return code or (0 if result.ok else 1)
 
 
 class _Artifacts:

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import enum
 import os
 import re
 import shlex
@@ -45,6 +44,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
+
+from faults.verdicts import EXIT_CODES, Verdict
 
 __all__ = [
     "EXIT_CODES",
@@ -79,25 +80,6 @@ _GIT_LOCATION_VARS = (
     "GIT_PREFIX",
     "GIT_OBJECT_DIRECTORY",
 )
-
-
-class Verdict(str, enum.Enum):
-    """The outcome of a proof; the value is what gets printed."""
-
-    FIXED = "FIXED"
-    STILL_FAILING = "STILL FAILING"
-    NOT_REPRODUCED = "NOT REPRODUCED"
-    FLAKY = "FLAKY"
-    ERROR = "ERROR"
-
-
-EXIT_CODES: dict[Verdict, int] = {
-    Verdict.FIXED: 0,
-    Verdict.STILL_FAILING: 1,
-    Verdict.NOT_REPRODUCED: 2,
-    Verdict.FLAKY: 2,
-    Verdict.ERROR: 2,
-}
 
 
 class ProveError(Exception):

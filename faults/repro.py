@@ -26,9 +26,7 @@ from typing import Any, Iterator
 
 from faults.campaign.runner import (
     ERROR,
-    FAIL,
     FIXED,
-    NOT_EXERCISED,
     NOT_REPRODUCED,
     PASS,
     STILL_FAILING,
@@ -38,20 +36,11 @@ from faults.campaign.runner import (
     CaseRunner,
     Target,
 )
+from faults.verdicts import Verdict
 
 ARTIFACT_VERSION = 1
 DEFAULT_ARTIFACT_DIR = Path(".kvfault") / "artifacts"
 DEFAULT_TIMEOUT_S = 600.0
-
-EXIT_CODES = {
-    FIXED: 0,
-    PASS: 0,
-    STILL_FAILING: 1,
-    FAIL: 1,
-    NOT_EXERCISED: 1,
-    NOT_REPRODUCED: 2,
-    ERROR: 2,
-}
 
 
 class ArtifactError(ValueError):
@@ -215,7 +204,7 @@ class Reproduction:
 
     @property
     def exit_code(self) -> int:
-        return EXIT_CODES.get(self.verdict, 2)
+        return Verdict(self.verdict).exit_code
 
 
 def reproduce(

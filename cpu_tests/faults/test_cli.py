@@ -167,7 +167,7 @@ def test_run_a_selection_writes_the_report_and_leaves_no_artifacts(tmp_path, cap
         "chunk_aligned_hybrid",
         "0-1",
         "CKFLDH",
-        "CAUGHT",
+        "FIXED",
     ]
     assert "hybrid caught on 2/2 seeds" in table[2]
     assert table[3].split()[:6] == [
@@ -237,10 +237,10 @@ def test_run_fails_when_a_regression_is_not_caught(capsys, monkeypatch, tmp_path
     reg = REGRESSIONS["hybrid_last_chunk"]
     monkeypatch.setitem(REGRESSIONS, "hybrid_last_chunk", dataclasses.replace(reg, rules=Rules()))
     assert (
-        cli.main(["run", "--seeds", "1", "--regression", "hybrid_last_chunk", "--no-progress"]) == 1
+        cli.main(["run", "--seeds", "1", "--regression", "hybrid_last_chunk", "--no-progress"]) == 2
     )
     out = capsys.readouterr().out
-    assert "NOT CAUGHT" in out and "hybrid caught on 0/1 seeds" in out
+    assert "NOT REPRODUCED" in out and "hybrid caught on 0/1 seeds" in out
     assert "NOT REPRODUCED regression:hybrid_last_chunk@seed0: legacy passed every property" in out
 
 

@@ -29,22 +29,23 @@ import traceback
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
+from faults.verdicts import OK, Verdict, worst
+
 if TYPE_CHECKING:  # the campaign's modules import the stack lazily (cheap `kvfault list`)
     from faults.campaign.execute import CaseResult
     from faults.injectors.plans import FaultPlan
 
 KINDS = ("regression", "fault", "scenario", "swarm")
 
-# Case verdicts. A regression case speaks as `kvfault repro` does.
-FIXED = "FIXED"
-STILL_FAILING = "STILL FAILING"
-NOT_REPRODUCED = "NOT REPRODUCED"
-ERROR = "ERROR"
-PASS = "PASS"
-FAIL = "FAIL"
-NOT_EXERCISED = "NOT EXERCISED"
-
-OK_VERDICTS = frozenset({FIXED, PASS})
+# A regression case speaks as `kvfault repro` does; every verdict is one word of
+# ``faults.verdicts``.
+FIXED = Verdict.FIXED
+STILL_FAILING = Verdict.STILL_FAILING
+NOT_REPRODUCED = Verdict.NOT_REPRODUCED
+ERROR = Verdict.ERROR
+PASS = Verdict.PASS
+FAIL = Verdict.FAIL
+NOT_EXERCISED = Verdict.NOT_EXERCISED
 
 
 class CampaignError(ValueError):
@@ -172,7 +173,7 @@ def swarm_target(scenario: str, pinned: Sequence[str] = ()) -> Target:
 
 
 def _swarm_fn() -> Callable[..., FaultPlan]:
-    from faults import plans
+    from faults.injectors import plans
 
     fn = getattr(plans, "swarm_plan", None)
     if fn is None:
@@ -275,7 +276,7 @@ class CaseOutcome:
 
     @property
     def ok(self) -> bool:
-        return self.verdict in OK_VERDICTS
+        return self.verdict in OK
 
     @classmethod
     def of_run(cls, case: Case, res: CaseResult, fired: dict[str, int]) -> CaseOutcome:
@@ -366,10 +367,9 @@ class _Recording:
         return injs
 
     def fired(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for inj in self.made[0] if self.made else []:
-            out[inj.name] = out.get(inj.name, 0) + inj.fired
-        return out
+        from faults.injectors.plans import fired_report
+
+        return fired_report(self.made[0] if self.made else [])
 
 
 class CaseRunner:
@@ -506,20 +506,17 @@ class TargetOutcome:
         return sum(c.verdict == FIXED for c in self.cases)
 
     @property
-    def verdict(self) -> str:
-        verdicts = [c.verdict for c in self.cases]
-        for bad in (ERROR, STILL_FAILING, FAIL, NOT_EXERCISED):
-            if bad in verdicts:
-                return bad
+    def verdict(self) -> Verdict:
         if self.target.kind == "regression":
             # Hash-order regressions are caught under some hash seeds only: a target is
-            # caught when some seed catches it; the table shows k/N.
-            return "CAUGHT" if self.caught else "NOT CAUGHT"
-        return PASS
+            # FIXED when some seed catches it and no seed broke; the table shows k/N.
+            bad = worst(c.verdict for c in self.cases if c.verdict != NOT_REPRODUCED)
+            return bad or (FIXED if self.caught else NOT_REPRODUCED)
+        return worst(c.verdict for c in self.cases) or PASS
 
     @property
     def ok(self) -> bool:
-        return self.verdict in ("CAUGHT", PASS)
+        return self.verdict in OK
 
     @property
     def seeds(self) -> list[int]:

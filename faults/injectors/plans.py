@@ -5,9 +5,9 @@ injector objects for one run (injectors hold per-run state, plans do not). Plans
 drawable by hypothesis (``faults.strategies``) so a failing plan shrinks, and by
 ``swarm_plan`` (a random subset of injectors drawn from a seed).
 
-Every injector of a plan must demonstrably fire: ``fired_report`` counts firings and
-``verdict`` reports a run whose planned fault never fired as NOT EXERCISED, never as
-a pass.
+Every injector of a plan must demonstrably fire: ``fired_report`` counts firings (the
+one count the campaign's judge reads), and a run whose planned fault never fired is
+NOT EXERCISED, never a pass.
 """
 
 from __future__ import annotations
@@ -498,10 +498,6 @@ def swarm_plan(
 
 # -- did the faults fire? ----------------------------------------------------------------
 
-PASS = "PASS"
-FAIL = "FAIL"
-NOT_EXERCISED = "NOT EXERCISED"
-
 
 def fired_report(injectors: Sequence[Injector]) -> dict[str, int]:
     """How often each injector fired, by name (zero included: a fault that never
@@ -520,14 +516,3 @@ def planned(injectors: Sequence[Injector]) -> list[Injector]:
 def not_exercised(report: Mapping[str, int]) -> list[str]:
     """The names in a fired report that never fired."""
     return sorted(name for name, count in report.items() if not count)
-
-
-def verdict(ok: bool, report: Mapping[str, int]) -> str:
-    """A run's verdict: FAIL when a property failed; else NOT EXERCISED when a planned
-    fault never fired (the run proves nothing about it, so it is never a pass); else
-    PASS."""
-    if not ok:
-        return FAIL
-    if not_exercised(report):
-        return NOT_EXERCISED
-    return PASS

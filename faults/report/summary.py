@@ -77,6 +77,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any, Iterator, Sequence
 
+from faults.verdicts import OK
+
 __all__ = [
     "ARTIFACT_KINDS",
     "SUMMARY_SCHEMA",
@@ -92,7 +94,6 @@ __all__ = [
 SUMMARY_SCHEMA = "kvfault.summary/1"
 ARTIFACT_VERSION = 1
 ARTIFACT_KINDS = ("regression", "plan", "scenario")
-_OK_VERDICTS = frozenset({"PASS", "FIXED"})
 
 
 # -- case records --------------------------------------------------------------------
@@ -161,7 +162,7 @@ class CaseReport:
             scenario=str(target.get("scenario", "")),
             seed=int(obj["seed"]),
             verdict=str(obj["verdict"]),
-            ok=bool(obj.get("ok", obj["verdict"] in _OK_VERDICTS)),
+            ok=bool(obj.get("ok", obj["verdict"] in OK)),
             signature=str(obj.get("signature") or ""),
             violations=[str(v) for v in obj.get("violations", [])],
             legacy_violations=[str(v) for v in obj.get("legacy_violations", [])],

@@ -141,7 +141,7 @@ def test_a_regression_that_legacy_does_not_show_is_not_reproduced(monkeypatch):
     )
     assert t.cases[0].verdict == NOT_REPRODUCED
     assert "legacy passed every property" in t.cases[0].signature
-    assert t.verdict == "NOT CAUGHT" and not t.ok
+    assert t.verdict == "NOT REPRODUCED" and not t.ok
 
 
 def test_a_regression_caught_by_another_property_is_not_caught(monkeypatch):
@@ -201,7 +201,7 @@ def test_a_crashing_case_is_an_error_and_the_campaign_goes_on(monkeypatch):
     first, second = result.targets
     assert first.verdict == ERROR and first.cases[0].signature == "RuntimeError: scenario exploded"
     assert "Traceback" in first.cases[0].error
-    assert second.verdict == "CAUGHT"
+    assert second.verdict == "FIXED"
     assert not result.ok
 
 
@@ -223,7 +223,7 @@ def _outcome(target: Target, seed: int, verdict: str, **kw) -> CaseOutcome:
 def test_a_regression_caught_on_some_seeds_is_caught_and_says_where_it_missed():
     t = cm.regression_target("restart_numbering_in_hash_order")
     out = TargetOutcome(t, [_outcome(t, 0, FIXED), _outcome(t, 1, NOT_REPRODUCED)])
-    assert out.verdict == "CAUGHT" and out.ok
+    assert out.verdict == "FIXED" and out.ok
     assert out.detail() == "no_false_stop caught on 1/2 seeds (missed: 1)"
 
 
@@ -272,7 +272,7 @@ def test_kvfault_run_spreads_targets_over_xdist_workers(tmp_path):
         capture_output=True, text=True, cwd=tmp_path, timeout=180,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "regression  hybrid_last_chunk" in proc.stdout and "CAUGHT" in proc.stdout
+    assert "regression  hybrid_last_chunk" in proc.stdout and "FIXED" in proc.stdout
     assert "fault       fence_failure" in proc.stdout
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["meta"]["campaign"]["ok"] is True
