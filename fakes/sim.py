@@ -58,7 +58,7 @@ class SimWorld:
             tier=tier if tier is not None else wrap("tier", self.memory_tier(config)),
             kv_factory=SimKvPages,
             copy_factory=lambda kv: wrap("copy", SimCopyEngine(clock, kv)),
-            channel_factory=lambda: wrap("channel", QueueChannel()),
+            channel_factory=lambda trace: wrap("channel", QueueChannel(trace)),
             lookup=lookup,
         )
         return Engine(config, parts, self.trace, rules, name)

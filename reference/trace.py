@@ -25,6 +25,7 @@ class Ev(str, enum.Enum):
     COPY_FENCE_ERROR = "copy_fence_error"
     COPY_COMPLETE = "copy_complete"
     FINISHED_REPORTED = "finished_reported"
+    DELIVERED = "delivered"  # a completion reached the scheduler's inbox
     COMPLETION_APPLIED = "completion_applied"
     BOUND_RESTART = "bound_restart"
     STOP = "stop"

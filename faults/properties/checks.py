@@ -162,9 +162,9 @@ class _LoadLife:
     retrieved: float | None = None
     enqueued: float | None = None
     copied: float | None = None
-    reported: float | None = None
+    reported: float | None = None  # the worker sent its completion
+    delivered: float | None = None  # the completion reached the scheduler's inbox
     applied: float | None = None
-    reported_step: int | None = None
     fenced: bool = False  # a fence raised: the load keeps its submission clock
 
 
@@ -177,6 +177,7 @@ def _load_lives(run: RunResult) -> dict[str, _LoadLife]:
         Ev.COPY_ENQUEUE: "enqueued",
         Ev.COPY_COMPLETE: "copied",
         Ev.FINISHED_REPORTED: "reported",
+        Ev.DELIVERED: "delivered",
         Ev.COMPLETION_APPLIED: "applied",
     }
     for ev in run.trace.events:
@@ -190,19 +191,34 @@ def _load_lives(run: RunResult) -> dict[str, _LoadLife]:
             life = lives[str(ev.op)]
             if getattr(life, fields[ev.kind]) is None:
                 setattr(life, fields[ev.kind], ev.t)
-                if ev.kind is Ev.FINISHED_REPORTED:
-                    life.reported_step = ev.step
     return lives
 
 
 def no_false_stop(run: RunResult) -> list[Violation]:
     """When every retrieve and copy completed within the deadline of its own clock, as
-    the polling worker saw it, and no completion was lost, the engine never stops."""
+    the polling worker saw it, and no completion was lost, the engine never stops.
+
+    A completion is lost when the worker reported it and it never reached the
+    scheduler's inbox (``delivered``). One that reached the inbox but was not applied
+    when the engine stopped is not lost: the scheduler stopped before applying what it
+    had been told, and a stop naming such a load is false whatever else happened."""
     stop = next(iter(run.trace.of(Ev.STOP)), None)
     if stop is None or stop.op is None:
         return []
     deadline = run.config.transfer_deadline_s
-    for life in _load_lives(run).values():
+    lives = _load_lives(run)
+    named = lives.get(str(stop.op))
+    if named is not None and named.delivered is not None and named.applied is None:
+        return [
+            Violation(
+                "no_false_stop",
+                f"engine stopped ({stop.data['error']}) on a load whose completion had reached "
+                f"the scheduler at t={named.delivered:.3f}s and was not yet applied",
+                str(stop.op),
+                stop.t,
+            )
+        ]
+    for life in lives.values():
         if life.submitted is None:
             continue
         if (life.retrieved if life.retrieved is not None else stop.t) - life.submitted > deadline:
@@ -212,11 +228,7 @@ def no_false_stop(run: RunResult) -> list[Violation]:
             and (life.copied if life.copied is not None else stop.t) - life.enqueued > deadline
         ):
             return []
-        if (
-            life.reported_step is not None
-            and life.applied is None
-            and stop.step > life.reported_step
-        ):
+        if life.reported is not None and life.delivered is None and life.applied is None:
             return []  # a completion was lost on the way: stopping is right
         if (
             life.fenced

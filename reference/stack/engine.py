@@ -74,7 +74,8 @@ class Collaborators:
     tier: Tier
     kv_factory: Callable[[int], KvPages]
     copy_factory: Callable[[KvPages], CopyEngine]
-    channel_factory: Callable[[], CompletionChannel] = QueueChannel
+    # Called with the engine's trace, so the channel can record deliveries.
+    channel_factory: Callable[[Trace], CompletionChannel] = QueueChannel
     lookup: LookupClient | None = None  # defaults to the tier itself
 
 
@@ -113,7 +114,7 @@ class Engine:
     def _build(self) -> None:
         cfg, p = self.config, self.parts
         self.kv = p.kv_factory(cfg.num_blocks)
-        self.channel = p.channel_factory()
+        self.channel = p.channel_factory(self.trace)
         self.scheduler = Scheduler(
             SchedulerConfig(
                 cfg.geometry, cfg.model_kind, cfg.state_grid, cfg.bound_s, cfg.prefix_caching
