@@ -26,3 +26,28 @@ def number_at_least(minimum: float, what: str, kind: type = int) -> Callable[[st
 seed_count = number_at_least(1, "a seed count")
 seed = number_at_least(0, "a seed")
 timeout_seconds = number_at_least(0, "--timeout (seconds, 0: none)", float)
+
+
+# A scenario's size multiplier (``faults.scenarios.RunContext.scale``): 256 turns the
+# 64-load restart burst into 16,384 restores, far past any real burst.
+MAX_SCALE = 256
+
+
+def check_scale(value: object) -> int:
+    """``value`` as a scenario scale, a whole number in ``[1, MAX_SCALE]``; raises
+    ``ValueError`` with one line naming what is wrong."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"scale must be a whole number from 1 to {MAX_SCALE}, got {value!r}")
+    if not 1 <= value <= MAX_SCALE:
+        raise ValueError(f"scale must be from 1 to {MAX_SCALE}, got {value}")
+    return value
+
+
+def scale(text: str) -> int:
+    """A ``type=`` for argparse and pytest options: a scenario scale."""
+    try:
+        return check_scale(int(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"a scale is a whole number from 1 to {MAX_SCALE}, got {text!r}"
+        ) from None

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from faults.argtypes import seed, seed_count, timeout_seconds
+from faults.argtypes import MAX_SCALE, scale, seed, seed_count, timeout_seconds
 
 if TYPE_CHECKING:
     from faults.campaign.runner import CampaignResult, Case, CaseOutcome
@@ -77,6 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--swarm", action="store_true",
                      help="instead of one run per fault, each run enables a random subset of "
                           "injectors drawn from its seed")  # fmt: skip
+    run.add_argument("--scale", type=scale, default=1, metavar="K",
+                     help="multiply each scenario's size by K (burst loads, cold prompts, "
+                          f"traffic length; 1 to {MAX_SCALE}; default 1)")  # fmt: skip
     run.add_argument("--pin", type=_names, default=[], metavar="A,B",
                      help="with --swarm: enable exactly these injectors in every run")  # fmt: skip
     run.add_argument("--report", type=Path, default=None, metavar="DIR",
@@ -235,7 +238,7 @@ def format_campaign(result: CampaignResult, artifacts: dict[str, Path] | None = 
     rows = [
         [
             t.target.kind,
-            t.target.name,
+            t.target.name + (f" x{t.target.scale}" if t.target.scale != 1 else ""),
             t.target.scenario,
             _seed_span(t.seeds),
             _letters(t.checked),
@@ -321,7 +324,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.tier == "lmcache":
         return _run_on_lmcache(args)
     try:
-        targets = select_targets(args.regression, args.fault, args.scenario, args.swarm, args.pin)
+        targets = select_targets(
+            args.regression, args.fault, args.scenario, args.swarm, args.pin, args.scale
+        )
     except CampaignError as exc:
         return _bad(f"{exc}; see `kvfault list`")
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))
@@ -363,6 +368,8 @@ def _run_on_lmcache(args: argparse.Namespace) -> int:
     scenarios, the regressions they expose, and the wire faults."""
     if args.swarm or args.numprocesses:
         return _bad("--tier lmcache runs in one process without --swarm or -n")
+    if args.scale != 1:
+        return _bad("--scale is for the simulated tier; --tier lmcache runs at scale 1")
     from faults.lmcache.real_tier import (
         lmcache_campaign_result,
         lmcache_targets,

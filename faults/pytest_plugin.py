@@ -8,7 +8,8 @@ Fixtures (all simulated, virtual time):
   for it runs once per seed).
 - ``kv_rules`` — the stack's rules: fixed, or a planted regression's legacy rules
   (``--kv-regression NAME``).
-- ``fault_plan`` — a ``FaultPlan`` of the ``--kv-fault`` injectors with their defaults.
+- ``fault_plan`` — a ``FaultPlan`` of the ``--kv-fault`` injectors with their defaults,
+  at ``--kv-scale K`` (what ``kv_scenario`` runs at; default 1).
 - ``kv_engine`` — a factory of engines on ``kv_world`` under ``kv_rules`` and
   ``fault_plan``.
 - ``kv_scenario`` — runs and judges a named scenario: ``kv_scenario("restart_burst")``
@@ -32,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import pytest
 
-from faults.argtypes import seed, seed_count
+from faults.argtypes import MAX_SCALE, scale, seed, seed_count
 
 if TYPE_CHECKING:
     from faults.campaign.execute import CaseResult
@@ -62,6 +63,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="seed of kv_seed, fault_plan and kv_scenario (default 0)")  # fmt: skip
     group.addoption("--kv-seeds", type=seed_count, default=1, metavar="N",
                     help="run tests that use kv_seed once per seed, from --kv-seed on")  # fmt: skip
+    group.addoption("--kv-scale", type=scale, default=1, metavar="K",
+                    help="fault_plan and kv_scenario run scenarios K times their size "
+                         f"(1 to {MAX_SCALE}; default 1)")  # fmt: skip
     group.addoption("--kv-regression", default=None, metavar="NAME",
                     help="kv_rules (and kv_engine, kv_scenario) use this planted "
                          "regression's legacy rules instead of the fixed stack")  # fmt: skip
@@ -137,6 +141,8 @@ def pytest_report_header(config: pytest.Config) -> str | None:
         opts.append("faults " + ",".join(config.getoption("kv_fault")))
     if config.getoption("kv_regression"):
         opts.append(f"legacy rules {config.getoption('kv_regression')}")
+    if config.getoption("kv_scale") != 1:
+        opts.append(f"scale {config.getoption('kv_scale')}")
     opts.append(f"PYTHONHASHSEED={os.environ.get('PYTHONHASHSEED', 'random')}")
     return "kvfault: " + ", ".join(opts)
 
@@ -189,12 +195,13 @@ def kv_rules(request: pytest.FixtureRequest) -> Rules:
 
 @pytest.fixture
 def fault_plan(request: pytest.FixtureRequest, kv_seed: int) -> FaultPlan:
-    """The ``--kv-fault`` injectors with their catalog defaults, seeded by ``kv_seed``
-    (an empty plan when no fault was named)."""
+    """The ``--kv-fault`` injectors with their catalog defaults, seeded by ``kv_seed``,
+    at ``--kv-scale`` (an empty plan when no fault was named)."""
     from faults.injectors.plans import INJECTORS, FaultPlan, FaultSpec
 
     names = request.config.getoption("kv_fault") or []
-    return FaultPlan(tuple(FaultSpec.of(n, **INJECTORS[n].defaults) for n in names), kv_seed)
+    specs = tuple(FaultSpec.of(n, **INJECTORS[n].defaults) for n in names)
+    return FaultPlan(specs, kv_seed, request.config.getoption("kv_scale"))
 
 
 @pytest.fixture
@@ -227,8 +234,9 @@ def kv_scenario(
     request: pytest.FixtureRequest, kv_seed: int, kv_rules: Rules, fault_plan: FaultPlan
 ) -> Callable[..., CaseResult]:
     """``kv_scenario(name, seed=None, *, rules=None, plan=None, properties=None)``: run
-    scenario ``name`` (defaults: ``kv_seed``, ``kv_rules``, ``fault_plan``) and judge it
-    with its properties; returns the ``CaseResult`` (``.ok``, ``.violations``)."""
+    scenario ``name`` (defaults: ``kv_seed``, ``kv_rules``, ``fault_plan``) at the
+    plan's scale and judge it with its properties; returns the ``CaseResult``
+    (``.ok``, ``.violations``)."""
     from faults.campaign.execute import run_case
 
     calls = request.node.stash.setdefault(_CALLS, [])
@@ -236,13 +244,14 @@ def kv_scenario(
     def run(name: str, seed: int | None = None, *, rules=None, plan=None, properties=None):
         s = kv_seed if seed is None else seed
         p = fault_plan if plan is None else plan
-        calls.append((name, s, [f.injector for f in p.faults]))
+        calls.append((name, s, [f.injector for f in p.faults], p.scale))
         return run_case(
             name,
             s,
             rules=rules if rules is not None else kv_rules,
             injectors=p.injectors,
             properties=properties,
+            scale=p.scale,
         )
 
     return run
@@ -275,6 +284,8 @@ def replay_text(item: pytest.Item) -> str:
         args += ["--kv-fault", f]
     if config.getoption("kv_regression"):
         args += ["--kv-regression", config.getoption("kv_regression")]
+    if config.getoption("kv_scale") != 1:
+        args += ["--kv-scale", str(config.getoption("kv_scale"))]
     hs = os.environ.get("PYTHONHASHSEED")
     lines = []
     if hs and hs != "random":
@@ -285,15 +296,20 @@ def replay_text(item: pytest.Item) -> str:
             "(PYTHONHASHSEED was random: if this is hash-order dependent, find a failing "
             "seed with --hashseed-sweep 0-15)"
         )
-    for name, s, faults in item.stash.get(_CALLS, []):
+    for name, s, faults, k in item.stash.get(_CALLS, []):
         regression = config.getoption("kv_regression")
-        if regression:
+        at = f" --scale {k}" if k != 1 else ""
+        if regression and not at:
             lines.append(f"scenario {name}: kvfault repro {regression} --seed {s}")
+        elif regression:
+            lines.append(
+                f"scenario {name}: kvfault run --regression {regression} --first-seed {s} --seeds 1{at}"
+            )
         elif faults:
             extra = " ".join(f"--fault {f}" for f in faults)
-            lines.append(f"scenario {name}: kvfault run --first-seed {s} --seeds 1 {extra}")
+            lines.append(f"scenario {name}: kvfault run --first-seed {s} --seeds 1{at} {extra}")
         else:
             lines.append(
-                f"scenario {name}: kvfault run --scenario {name} --first-seed {s} --seeds 1"
+                f"scenario {name}: kvfault run --scenario {name} --first-seed {s} --seeds 1{at}"
             )
     return "\n".join(lines)

@@ -87,9 +87,9 @@ def artifact_json(case: Case, path: Path | None = None) -> dict[str, Any]:
 
 def artifact_path(case: Case, directory: Path) -> Path:
     """Where ``case``'s artifact lives in ``directory`` (one file per case)."""
-    stem = re.sub(
-        r"[^A-Za-z0-9_.-]+", "-", f"{case.target.kind}-{case.target.name}-seed{case.seed}"
-    )
+    t = case.target
+    at = f"-x{t.scale}" if t.scale != 1 else ""
+    stem = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{t.kind}-{t.name}{at}-seed{case.seed}")
     return directory / f"{stem}.json"
 
 

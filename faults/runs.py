@@ -37,6 +37,12 @@ class RunContext:
     # Multiplies every duration a scenario sets (deadlines, bounds, slow forwards,
     # arrival gaps): real-time tiers run the same story faster, e.g. 0.05.
     time_scale: float = 1.0
+    # Multiplies the scenario's size (``Scenario.scales``); 1 to ``argtypes.MAX_SCALE``.
+    scale: int = 1
+
+    def sized(self, n: int) -> int:
+        """``n`` things (loads, prompts, arrivals) at this run's scale."""
+        return n * self.scale
 
     def seconds(self, s: float) -> float:
         return s * self.time_scale

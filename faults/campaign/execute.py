@@ -45,10 +45,12 @@ def run_scenario(
     rules: Rules | None = None,
     injectors: InjectorFactory = lambda: (),
     request_map: Callable[[Request], Request] | None = None,
+    scale: int = 1,
 ) -> RunResult:
+    """Run scenario ``name`` once at ``scale`` (``RunContext.scale``)."""
     if name not in SCENARIOS:
         raise KeyError(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}")
-    ctx = RunContext(seed=seed, rules=rules or Rules(), injectors=list(injectors()))
+    ctx = RunContext(seed=seed, rules=rules or Rules(), injectors=list(injectors()), scale=scale)
     if request_map is not None:
         ctx.request_map = request_map
     return SCENARIOS[name].run(ctx)
@@ -70,18 +72,19 @@ def run_case(
     properties: Sequence[str] | None = None,
     request_map: Callable[[Request], Request] | None = None,
     replay_map: Callable[[Request], Request] | None = None,
+    scale: int = 1,
 ) -> CaseResult:
-    """Run and judge one case. ``replay_map`` (default: ``request_map``) is used for the
-    determinism re-run, so a hash-order shuffle can compare two salts."""
+    """Run and judge one case at ``scale``. ``replay_map`` (default: ``request_map``)
+    is used for the determinism re-run, so a hash-order shuffle can compare two salts."""
     scenario = SCENARIOS[name]
     props = list(properties or scenario.properties)
     t0 = time.perf_counter()
-    run = run_scenario(name, seed, rules, injectors, request_map)
+    run = run_scenario(name, seed, rules, injectors, request_map, scale)
     wall = time.perf_counter() - t0
     violations = check(run, props)
     digest = run.trace.digest()
     if "determinism" in props:
-        again = run_scenario(name, seed, rules, injectors, replay_map or request_map)
+        again = run_scenario(name, seed, rules, injectors, replay_map or request_map, scale)
         if again.trace.digest() != digest:
             violations.append(
                 Violation(

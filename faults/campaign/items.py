@@ -37,7 +37,10 @@ def _spec(config: pytest.Config) -> dict[str, Any]:
         return json.loads(Path(path).read_text())
     first, n = config.getoption("kv_seed"), config.getoption("kv_seeds")
     faults = config.getoption("kv_fault") or None
-    targets = select_targets(None, faults, None) if faults else select_targets()
+    scale = config.getoption("kv_scale")
+    targets = (
+        select_targets(None, faults, None, scale=scale) if faults else select_targets(scale=scale)
+    )
     return {"targets": [t.as_json() for t in targets], "seeds": list(range(first, first + n))}
 
 

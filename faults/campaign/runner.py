@@ -26,9 +26,10 @@ import difflib
 import shlex
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
+from faults.argtypes import check_scale
 from faults.verdicts import OK, Verdict, worst
 
 if TYPE_CHECKING:  # the campaign's modules import the stack lazily (cheap `kvfault list`)
@@ -71,10 +72,12 @@ class Target:
     regression: str | None = None
     injector: str | None = None
     pinned: tuple[str, ...] = ()  # swarm only: injectors every run enables
+    scale: int = 1  # the scenario's size (``faults.scenarios.RunContext.scale``)
 
     @property
     def id(self) -> str:
-        return f"{self.kind}:{self.name}"
+        at = f"-x{self.scale}" if self.scale != 1 else ""
+        return f"{self.kind}:{self.name}{at}"
 
     def plan(self, seed: int) -> FaultPlan | None:
         """The fault plan of this target's run with ``seed`` (None: no plan)."""
@@ -83,16 +86,19 @@ class Target:
         if self.kind == "fault":
             assert self.injector is not None
             spec = FaultSpec.of(self.injector, **INJECTORS[self.injector].defaults)
-            return FaultPlan((spec,), seed)
+            return FaultPlan((spec,), seed, self.scale)
         if self.kind == "swarm":
-            return swarm_plan(seed, self.pinned)
+            return replace(swarm_plan(seed, self.pinned), scale=self.scale)
         return None
 
     def command(self, seed: int) -> str:
         """The one ``kvfault`` command that replays this target's run with ``seed``."""
-        if self.kind == "regression":
+        scaled = ["--scale", str(self.scale)] if self.scale != 1 else []
+        if self.kind == "regression" and not scaled:
             return f"kvfault repro {self.name} --seed {seed}"
-        base = ["kvfault", "run", "--first-seed", str(seed), "--seeds", "1"]
+        base = ["kvfault", "run", "--first-seed", str(seed), "--seeds", "1", *scaled]
+        if self.kind == "regression":
+            return shlex.join([*base, "--regression", self.name])
         if self.kind == "fault":
             return shlex.join([*base, "--fault", str(self.injector)])
         if self.kind == "swarm":
@@ -108,6 +114,7 @@ class Target:
             "regression": self.regression,
             "injector": self.injector,
             "pinned": list(self.pinned),
+            **({"scale": self.scale} if self.scale != 1 else {}),
         }
 
     @classmethod
@@ -125,16 +132,22 @@ class Target:
         pinned = obj.get("pinned") or []
         if not isinstance(pinned, list) or not all(isinstance(p, str) for p in pinned):
             raise CampaignError("target 'pinned' must be a list of injector names")
+        try:
+            scale = check_scale(obj.get("scale", 1))
+        except ValueError as exc:
+            raise CampaignError(f"target {exc}") from None
         if kind == "regression":
-            return regression_target(name)
-        if kind == "fault":
-            return fault_target(name)
-        if kind == "scenario":
-            return scenario_target(name)
-        scenario = obj.get("scenario")
-        if not isinstance(scenario, str):
-            raise CampaignError("swarm target needs a 'scenario' name")
-        return swarm_target(scenario, tuple(pinned))
+            target = regression_target(name)
+        elif kind == "fault":
+            target = fault_target(name)
+        elif kind == "scenario":
+            target = scenario_target(name)
+        else:
+            scenario = obj.get("scenario")
+            if not isinstance(scenario, str):
+                raise CampaignError("swarm target needs a 'scenario' name")
+            target = swarm_target(scenario, tuple(pinned))
+        return replace(target, scale=scale)
 
 
 def regression_target(name: str) -> Target:
@@ -195,12 +208,13 @@ def select_targets(
     scenarios: Sequence[str] | None = None,
     swarm: bool = False,
     pinned: Sequence[str] = (),
+    scale: int = 1,
 ) -> list[Target]:
     """The campaign's targets. With no selection at all: every regression, every
     injector (with ``swarm`` instead: a swarm on every scenario) and every scenario
     plain. Naming any group runs only what is named; with ``swarm``, the scenarios
-    named (default: all) get a swarm target besides their plain one. Unknown names
-    raise ``CampaignError``."""
+    named (default: all) get a swarm target besides their plain one. Every target
+    runs its scenario at ``scale``. Unknown names raise ``CampaignError``."""
     from faults.injectors.plans import INJECTORS
     from faults.regressions.legacy import REGRESSIONS
     from faults.scenarios import SCENARIOS
@@ -220,12 +234,16 @@ def select_targets(
             raise CampaignError("--pin only makes sense with --swarm")
         out += [fault_target(n) for n in names(faults, INJECTORS)]
     out += [scenario_target(n) for n in names(scenarios, SCENARIOS)]
+    try:
+        check_scale(scale)
+    except ValueError as exc:
+        raise CampaignError(str(exc)) from None
     seen: set[str] = set()
     unique = []
     for t in out:
         if t.id not in seen:
             seen.add(t.id)
-            unique.append(t)
+            unique.append(replace(t, scale=scale))
     return unique
 
 
@@ -383,14 +401,14 @@ class CaseRunner:
         if keep_runs not in ("failing", "all", "none"):
             raise ValueError(f"keep_runs must be failing, all or none, got {keep_runs!r}")
         self.keep_runs = keep_runs
-        self._fixed: dict[tuple[str, int], CaseResult] = {}
+        self._fixed: dict[tuple[str, int, int], CaseResult] = {}
 
-    def fixed(self, scenario: str, seed: int) -> CaseResult:
+    def fixed(self, scenario: str, seed: int, scale: int = 1) -> CaseResult:
         from faults.campaign.execute import run_case
 
-        key = (scenario, seed)
+        key = (scenario, seed, scale)
         if key not in self._fixed:
-            res = run_case(scenario, seed)
+            res = run_case(scenario, seed, scale=scale)
             if res.ok and self.keep_runs != "all":
                 res.run = None  # the cache outlives the case: keep only what is judged
             self._fixed[key] = res
@@ -423,7 +441,7 @@ class CaseRunner:
             return self._judge_regression(case)
         plan = case.plan()
         if plan is None:
-            res = self.fixed(t.scenario, case.seed)
+            res = self.fixed(t.scenario, case.seed, t.scale)
             fired: dict[str, int] = {}
         else:
             rec = _Recording(plan)
@@ -434,6 +452,7 @@ class CaseRunner:
                 # The hash-order shuffle salts request ids: the plan says how.
                 request_map=_plan_map(plan, "request_map"),
                 replay_map=_plan_map(plan, "replay_map"),
+                scale=plan.scale,
             )
             fired = rec.fired()
         out = CaseOutcome.of_run(case, res, fired)
@@ -465,8 +484,9 @@ class CaseRunner:
             # The legacy side only has to show its signature; its determinism re-run
             # would double the cost of every regression for nothing.
             props = [p for p in props if p != "determinism"]
-        legacy = run_case(reg.scenario, case.seed, rules=reg.rules, properties=props)
-        fixed = self.fixed(reg.scenario, case.seed)
+        scale = case.target.scale
+        legacy = run_case(reg.scenario, case.seed, rules=reg.rules, properties=props, scale=scale)
+        fixed = self.fixed(reg.scenario, case.seed, scale)
         out = CaseOutcome(
             case,
             FIXED,

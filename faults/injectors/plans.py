@@ -17,6 +17,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
+from faults.argtypes import check_scale
 from faults.injectors.base import (
     EngineRestart,
     EvictAfterLookup,
@@ -350,14 +351,17 @@ class FaultSpec:
 
 @dataclass(frozen=True)
 class FaultPlan:
-    """The faults of one run and the seed that drives their triggers (the run's seed)."""
+    """The faults of one run, the seed that drives their triggers (the run's seed) and
+    the scale the scenario runs at (``faults.scenarios.RunContext.scale``)."""
 
     faults: tuple[FaultSpec, ...] = ()
     seed: int = 0
+    scale: int = 1
 
     def __post_init__(self) -> None:
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise ValueError(f"plan seed must be an integer, got {self.seed!r}")
+        check_scale(self.scale)
         object.__setattr__(self, "faults", tuple(self.faults))
         for f in self.faults:
             if not isinstance(f, FaultSpec):
@@ -381,10 +385,15 @@ class FaultPlan:
         return [f.injector for f in self.faults]
 
     def describe(self) -> str:
-        return f"seed {self.seed}: " + (", ".join(f.describe() for f in self.faults) or "no faults")
+        at = f", scale {self.scale}" if self.scale != 1 else ""
+        faults = ", ".join(f.describe() for f in self.faults) or "no faults"
+        return f"seed {self.seed}{at}: {faults}"
 
     def as_json(self) -> dict[str, Any]:
-        return {"seed": self.seed, "faults": [f.as_json() for f in self.faults]}
+        out: dict[str, Any] = {"seed": self.seed, "faults": [f.as_json() for f in self.faults]}
+        if self.scale != 1:  # plans at the default size read as they always did
+            out["scale"] = self.scale
+        return out
 
     def dumps(self) -> str:
         return json.dumps(self.as_json(), sort_keys=True)
@@ -403,12 +412,15 @@ class FaultPlan:
         """Parse a plan; raises ``ValueError`` with one clear line on bad input."""
         if not isinstance(obj, dict):
             raise ValueError("a fault plan is a JSON object with 'seed' and 'faults'")
-        unknown = sorted(set(obj) - {"seed", "faults"})
+        unknown = sorted(set(obj) - {"seed", "faults", "scale"})
         if unknown:
-            raise ValueError(f"unknown plan field {unknown[0]!r}; a plan has 'seed' and 'faults'")
+            raise ValueError(
+                f"unknown plan field {unknown[0]!r}; a plan has 'seed', 'faults' and 'scale'"
+            )
         seed = obj.get("seed", 0)
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise ValueError(f"plan seed must be an integer, got {seed!r}")
+        scale = check_scale(obj.get("scale", 1))
         faults = obj.get("faults", [])
         if not isinstance(faults, list):
             raise ValueError("plan 'faults' must be a list")
@@ -423,7 +435,7 @@ class FaultPlan:
             if not isinstance(params, dict):
                 raise ValueError(f"fault #{i} ({f['injector']}): 'params' must be an object")
             specs.append(FaultSpec.of(f["injector"], **params))
-        return cls(tuple(specs), seed)
+        return cls(tuple(specs), seed, scale)
 
 
 def _thaw(value: Any) -> Any:

@@ -4,6 +4,10 @@ A scenario assembles engines on a simulated host, runs its workload and returns 
 ``RunResult`` (the trace plus what the checkers need). It takes the stack's ``Rules``
 (fixed or a planted legacy variant) and extra injectors from a fault plan; it never
 asserts anything itself: ``faults.properties.checks`` judges the trace.
+
+A run's ``scale`` multiplies the size of the scenarios that have one (restore bursts,
+cold prompts, traffic length, prompt counts; ``Scenario.scales`` says what grows); the
+properties hold at every scale, and the run's cost grows linearly with it.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from typing import Callable, Sequence
 
 from fakes.sim import SimWorld
 from fakes.workloads import Workloads, resend
+from faults.argtypes import check_scale
 from faults.injectors.base import Injector, LostCompletion, SlowForward, wrap_all
 from faults.runs import RunContext, RunResult
 from reference.errors import EngineIdentityConflict
@@ -36,6 +41,7 @@ class _Run:
     ):
         if ctx.time_scale <= 0:
             raise ValueError(f"time_scale must be positive, got {ctx.time_scale}")
+        check_scale(ctx.scale)
         self.name = name
         self.ctx = ctx
         self.config = replace(
@@ -196,7 +202,7 @@ def two_images(ctx: RunContext) -> RunResult:
 def restart_tier_kept(ctx: RunContext) -> RunResult:
     """GSM8K-like few-shot pass 1 stores; the engine restarts with the tier kept; pass 2
     loads. Hybrid model on the multiprocess tier (state images only on the chunk grid)."""
-    return two_passes(ctx, "restart_tier_kept", prompts=24)
+    return two_passes(ctx, "restart_tier_kept", prompts=ctx.sized(24))
 
 
 def two_passes(ctx: RunContext, name: str, prompts: int) -> RunResult:
@@ -276,14 +282,16 @@ def restart_burst(ctx: RunContext) -> RunResult:
     """A restarted server gets 64 restoring requests at once (plus two cold ones that
     keep the forwards busy), behind a 29 s first forward (kernel compile) and a 21 s
     step under host load. Healthy: the engine must not stop."""
-    return burst_after_restart(ctx, "restart_burst", loads=64, cold=2)
+    return burst_after_restart(ctx, "restart_burst", loads=ctx.sized(64), cold=ctx.sized(2))
 
 
 def lost_completion_burst(ctx: RunContext) -> RunResult:
     """A restart burst of 64 restores while further restoring requests keep arriving
     every 2 s for 150 s; the completion of the 32nd load is lost. The engine must stop
     with an error naming that load, one bound after the loads ahead of it finished."""
-    return lost_completion_in_traffic(ctx, "lost_completion_burst", 64, 75, lost=32)
+    return lost_completion_in_traffic(
+        ctx, "lost_completion_burst", ctx.sized(64), ctx.sized(75), lost=ctx.sized(32)
+    )
 
 
 def lost_completion_in_traffic(
@@ -302,7 +310,8 @@ def lost_completion_in_traffic(
         for i, r in enumerate(later)
     ]
     run.submit(engine, arrivals)
-    run.run(engine, max_sim_seconds=ctx.seconds(600.0))
+    # Room for the whole stream (2 s apart) and the bound after it.
+    run.run(engine, max_sim_seconds=ctx.seconds(max(600.0, 4.0 * stream)))
     return run.result()
 
 
@@ -312,6 +321,8 @@ class Scenario:
     description: str
     run: Callable[[RunContext], RunResult]
     properties: tuple[str, ...]
+    # What grows with ``RunContext.scale`` (K); empty: the scenario has a fixed size.
+    scales: str = ""
 
 
 _ALL = (
@@ -342,6 +353,7 @@ SCENARIOS: dict[str, Scenario] = {
             "GSM8K-like pass 1 stores, restart with the tier kept, pass 2 loads (hybrid, MP grid)",
             restart_tier_kept,
             (*_ALL, "grid", "hybrid"),
+            "24*K prompts per pass",
         ),
         Scenario(
             "chunk_aligned_hybrid",
@@ -354,12 +366,14 @@ SCENARIOS: dict[str, Scenario] = {
             "64 restores after a restart behind a 29 s first forward and a 21 s step",
             restart_burst,
             (*_ALL, "grid"),
+            "64*K restores, 2*K cold prompts",
         ),
         Scenario(
             "lost_completion_burst",
             "a lost load completion in the middle of a burst while traffic flows",
             lost_completion_burst,
             (*_ALL, "grid"),
+            "64*K burst restores, 75*K arrivals 2 s apart, the (32*K)-th load lost",
         ),
     )
 }
@@ -373,7 +387,7 @@ def small_restart_burst(ctx: RunContext) -> RunResult:
     the forwards busy) behind a 29 s first forward and a 21 s step: so few loads share
     a step that the order a bound rule numbers them in decides whether the engine
     stops (the hash-order shuffle's scenario). Healthy: it must not stop."""
-    return burst_after_restart(ctx, "small_restart_burst", loads=4, cold=1)
+    return burst_after_restart(ctx, "small_restart_burst", loads=ctx.sized(4), cold=ctx.sized(1))
 
 
 def two_servers_configured(ctx: RunContext) -> RunResult:
@@ -422,7 +436,7 @@ def restart_mid_run(ctx: RunContext) -> RunResult:
     run = _Run("restart_mid_run", ctx, config)
     arm_crashes(run.injectors)
     engine = run.engine()
-    reqs = run.workloads.gsm8k_fewshot(16).requests
+    reqs = run.workloads.gsm8k_fewshot(ctx.sized(16)).requests
     crashes = 0
     for tag in ("pass1", "pass2"):
         sent = run.submit(engine, _renamed(run, reqs, tag))
@@ -444,6 +458,7 @@ SCENARIOS.update(
                 "4 restores after a restart behind slow forwards: bound numbering order decides a stop",
                 small_restart_burst,
                 (*_ALL, "grid"),
+                "4*K restores, K cold prompts",
             ),
             Scenario(
                 "two_servers_configured",
@@ -456,6 +471,7 @@ SCENARIOS.update(
                 "pass 1 stores, pass 2 loads; the engine may die mid-run and restart with the tier kept",
                 restart_mid_run,
                 (*_ALL, "grid", "hybrid"),
+                "16*K prompts per pass",
             ),
         )
     }
