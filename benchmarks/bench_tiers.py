@@ -7,7 +7,7 @@ Three ways to run one scenario with one seed:
 - ``memory/virtual``: ``MemoryTier`` on the virtual clock (what ``kvfault run`` does);
 - ``memory/real``: ``MemoryTier`` on a real clock at the real tier's time scale, so the
   scaled forwards and deadlines are really waited for;
-- ``lmcache``: a real lmcache server through ``LMCacheTier`` (``faults.lmcache.real_tier``), same
+- ``lmcache``: a real lmcache server through ``LMCacheTier`` (``faults.lmcache.executor``), same
   clock and scale. ``lmcache - memory/real`` is what the real tier itself costs.
 
     /work/venv-lmc/bin/python benchmarks/bench_tiers.py [--scenarios a,b] [--repeat 3]
@@ -24,13 +24,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from faults.campaign.execute import check, run_case  # noqa: E402
-from faults.lmcache.real_tier import (  # noqa: E402
-    DEFAULT_TIME_SCALE,
-    LMCacheSession,
-    RunClock,
-    real_properties,
-    run_real_case,
-)
+from faults.lmcache.executor import LMCacheExecutor  # noqa: E402
+from faults.lmcache.session import DEFAULT_TIME_SCALE, LMCacheSession, RunClock  # noqa: E402
 from faults.runs import RunContext  # noqa: E402
 from faults.scenarios import SCENARIOS
 
@@ -41,6 +36,11 @@ DEFAULT_SCENARIOS = (
     "restart_tier_kept",
     "real_restart_burst",
 )
+
+
+def real_properties(name: str) -> list[str]:
+    """Every property of the scenario but determinism (real time is not deterministic)."""
+    return [p for p in SCENARIOS[name].properties if p != "determinism"]
 
 
 def memory_virtual(name: str, seed: int) -> tuple[float, float, bool]:
@@ -57,7 +57,7 @@ def memory_real(name: str, seed: int, scale: float) -> tuple[float, float, bool]
 
 
 def lmcache(session: LMCacheSession, name: str, seed: int, scale: float):
-    res = run_real_case(session, name, seed, time_scale=scale)
+    res = run_case(name, seed, executor=LMCacheExecutor(session, scale))
     return res.wall_seconds, res.sim_seconds, res.ok
 
 

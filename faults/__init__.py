@@ -18,7 +18,7 @@ _EXPORTS = {
     "INJECTORS": "faults.injectors.plans",
     "PROPERTIES": "faults.properties.checks",
     "REGRESSIONS": "faults.regressions.legacy",
-    "SCENARIOS": "faults.scenarios.simulated",
+    "SCENARIOS": "faults.scenarios.catalog",
     "RunContext": "faults.runs",
     "RunResult": "faults.runs",
     "run_case": "faults.campaign.execute",

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from faults.argtypes import MAX_SCALE, scale, seed, seed_count, timeout_seconds
 
 if TYPE_CHECKING:
-    from faults.campaign.runner import CampaignResult, Case, CaseOutcome
+    from faults.campaign import CampaignResult, Case, CaseOutcome
 
 # Seeds per target in a plain `kvfault run`: the whole default campaign stays under
 # 30 s on 2 cores (benchmarks/bench_campaign.py measures it).
@@ -146,30 +146,37 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
-    from faults.injectors.plans import INJECTORS
-    from faults.lmcache.real_tier import WIRE_FAULTS  # also registers the real-tier scenarios
+    from faults.catalog import entries
     from faults.properties.checks import PROPERTIES
-    from faults.regressions.legacy import REGRESSIONS
-    from faults.scenarios import SCENARIOS
 
     def first_line(text: str | None) -> str:
         # A docstring's first sentence, on one line.
         flat = " ".join((text or "").split())
         return flat.split(". ")[0].rstrip(".")
 
+    def where(e) -> str:  # type: ignore[no-untyped-def]
+        # Which tiers a name runs on (memory, the default, needs no flag), and where.
+        parts = []
+        for tier, scenario in e.scenarios.items():
+            on = "" if e.kind == "scenario" else f" {scenario}"
+            parts.append(f"on{on}" if tier == "memory" else f"--tier lmcache{on and ':'}{on}")
+        if e.kind == "scenario" and len(parts) == 1 and e.tiers == ("lmcache",):
+            parts = ["--tier lmcache only"]
+        elif e.kind == "scenario":
+            parts = ["also --tier lmcache"] if "lmcache" in e.tiers else []
+        return f" [{'; '.join(parts)}]" if parts else ""
+
+    from faults.regressions.legacy import REGRESSIONS
+
+    def regression_line(e) -> str:  # type: ignore[no-untyped-def]
+        return f"{e.description}{where(e)[:-1]}; caught by {REGRESSIONS[e.name].signature}]"
+
     sections = {
-        "scenarios": [(s.name, s.description) for s in SCENARIOS.values()],
+        "scenarios": [(e.name, f"{e.description}{where(e)}") for e in entries("scenario").values()],
         "properties": [(n, first_line(fn.__doc__)) for n, fn in PROPERTIES.items()]
         + [("determinism", "the same seed gives the same trace digest")],
-        "faults": [(i.name, f"{i.description} [on {i.scenario}]") for i in INJECTORS.values()]
-        + [
-            (w.name, f"{w.description} [--tier lmcache, on {w.scenario}]")
-            for w in WIRE_FAULTS.values()
-        ],
-        "regressions": [
-            (r.name, f"{r.description} [{r.scenario}; caught by {r.signature}]")
-            for r in REGRESSIONS.values()
-        ],
+        "faults": [(e.name, f"{e.description}{where(e)}") for e in entries("fault").values()],
+        "regressions": [(e.name, regression_line(e)) for e in entries("regression").values()],
     }
     chosen = [name for name in sections if getattr(args, name)]
     show_all = not chosen
@@ -318,14 +325,17 @@ class _Artifacts:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from faults.campaign.runner import CampaignError, run_campaign, select_targets
+    from faults.campaign import CampaignError, run_campaign, select_targets
     from faults.repro import arm_hang_guard, artifact_dir, disarm_hang_guard
 
-    if args.tier == "lmcache":
-        return _run_on_lmcache(args)
+    tier = "memory" if args.tier == "memory" else "lmcache"
+    if tier == "lmcache" and args.numprocesses:
+        return _bad("--tier lmcache runs in one process (one real server): drop -n")
+    if tier == "lmcache" and args.scale != 1:
+        return _bad("--scale is for the simulated tier; --tier lmcache runs at scale 1")
     try:
         targets = select_targets(
-            args.regression, args.fault, args.scenario, args.swarm, args.pin, args.scale
+            args.regression, args.fault, args.scenario, args.swarm, args.pin, args.scale, tier=tier
         )
     except CampaignError as exc:
         return _bad(f"{exc}; see `kvfault list`")
@@ -354,55 +364,22 @@ def _cmd_run(args: argparse.Namespace) -> int:
             disarm_hang_guard()
             store.after(case, outcome, path)
 
-        result = run_campaign(targets, seeds, before=before, after=after, progress=progress)
+        from faults.campaign.tiers import open_executor
+        from faults.lmcache.server import LMCacheNotInstalled
+
+        try:
+            with open_executor(tier) as executor:
+                result = run_campaign(
+                    targets, seeds, before=before, after=after, progress=progress,
+                    executor=executor,
+                )  # fmt: skip
+        except LMCacheNotInstalled as exc:
+            return _bad(str(exc))
     print(format_campaign(result, store.kept))
     if args.report:
         _write_report(args, result, seeds, store.kept)
         print(f"report: {args.report / 'summary.json'}, {args.report / 'junit.xml'}")
     store.tidy()
-    return _campaign_exit(result)
-
-
-def _run_on_lmcache(args: argparse.Namespace) -> int:
-    """The campaign on a real lmcache server (``faults.lmcache.real_tier``): the real-tier
-    scenarios, the regressions they expose, and the wire faults."""
-    if args.swarm or args.numprocesses:
-        return _bad("--tier lmcache runs in one process without --swarm or -n")
-    if args.scale != 1:
-        return _bad("--scale is for the simulated tier; --tier lmcache runs at scale 1")
-    from faults.lmcache.real_tier import (
-        lmcache_campaign_result,
-        lmcache_targets,
-        run_lmcache_campaign,
-    )
-    from faults.lmcache.server import LMCacheNotInstalled
-
-    picked = args.scenario or args.regression or args.fault
-    try:
-        targets = lmcache_targets(
-            scenarios=args.scenario or ([] if picked else None),
-            regressions=args.regression or ([] if picked else None),
-            wire_faults=args.fault or ([] if picked else None),
-        )
-    except KeyError as exc:
-        return _bad(f"{exc.args[0]}; see `kvfault list`")
-    show = not args.no_progress and sys.stderr.isatty()
-    t0 = time.perf_counter()
-    try:
-        outcomes = run_lmcache_campaign(
-            args.seeds,
-            first_seed=args.first_seed,
-            targets=targets,
-            progress=lambda i, total, case: _progress(show, i, total, case.id),
-        )
-    except LMCacheNotInstalled as exc:
-        return _bad(str(exc))
-    result = lmcache_campaign_result(outcomes, time.perf_counter() - t0)
-    print(format_campaign(result))
-    if args.report:
-        seeds = list(range(args.first_seed, args.first_seed + args.seeds))
-        _write_report(args, result, seeds, {})
-        print(f"report: {args.report / 'summary.json'}, {args.report / 'junit.xml'}")
     return _campaign_exit(result)
 
 
@@ -452,7 +429,7 @@ def _run_on_xdist(
     """Run the targets as pytest items of ``faults.campaign.items`` over xdist workers
     and read their outcomes back."""
     import faults.campaign.items as items
-    from faults.campaign.runner import CampaignResult, TargetOutcome
+    from faults.campaign import CampaignResult, TargetOutcome
     from faults.sweep import LEAN_SESSION
 
     t0 = time.perf_counter()
@@ -505,7 +482,7 @@ def _run_on_xdist(
 
 
 def _cmd_repro(args: argparse.Namespace) -> int:
-    from faults.campaign.runner import CampaignError, Case, regression_target
+    from faults.campaign import CampaignError, Case, regression_target
     from faults.repro import artifact_dir, format_reproduction, reproduce
 
     try:

@@ -81,7 +81,7 @@ def pytest_configure(config: pytest.Config) -> None:
     regression = config.getoption("kv_regression")
     if faults or regression:
         # Check names at start-up (one line, exit 4), not in the first test that looks.
-        from faults.campaign.runner import CampaignError, fault_target, regression_target
+        from faults.campaign import CampaignError, fault_target, regression_target
 
         try:
             for name in faults:

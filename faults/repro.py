@@ -24,18 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from faults.campaign.runner import (
-    ERROR,
-    FIXED,
-    NOT_REPRODUCED,
-    PASS,
-    STILL_FAILING,
-    CampaignError,
-    Case,
-    CaseOutcome,
-    CaseRunner,
-    Target,
-)
+from faults.campaign import CampaignError, Case, CaseOutcome, CaseRunner, Target
 from faults.verdicts import Verdict
 
 ARTIFACT_VERSION = 1
@@ -216,8 +205,10 @@ def reproduce(
     """Write ``case``'s artifact (unless ``artifacts`` is None), then run the case under
     the hang guard."""
     path = write_artifact(case, artifacts) if artifacts is not None else None
-    with hang_guard(timeout_s):
-        outcome = CaseRunner(keep_runs=keep_runs).run(case)
+    from faults.campaign.tiers import open_executor
+
+    with hang_guard(timeout_s), open_executor(case.target.tier) as executor:
+        outcome = CaseRunner(keep_runs=keep_runs, executor=executor).run(case)
     return Reproduction(outcome, path)
 
 
@@ -236,7 +227,7 @@ def format_reproduction(rep: Reproduction) -> str:
         reg = REGRESSIONS[t.name]
         lines.append(f"repro {t.name} (seed {case.seed}): {reg.description}")
         lines.append(f"  scenario   {t.scenario}; signature property {reg.signature}")
-        if o.verdict == ERROR:
+        if o.verdict == Verdict.ERROR:
             lines.append(f"  error      {o.signature}")
         else:
             legacy = "FAIL" if o.legacy_violations else "PASS"
@@ -252,10 +243,10 @@ def format_reproduction(rep: Reproduction) -> str:
             if o.stop:
                 lines.append(f"             stop: {o.stop}")
         meaning = {
-            FIXED: f"the legacy stack fails with {reg.signature}, the fixed stack passes",
-            STILL_FAILING: "the fixed stack fails too",
-            NOT_REPRODUCED: f"the legacy stack did not fail with {reg.signature}",
-            ERROR: "the case could not run",
+            Verdict.FIXED: f"the legacy stack fails with {reg.signature}, the fixed stack passes",
+            Verdict.STILL_FAILING: "the fixed stack fails too",
+            Verdict.NOT_REPRODUCED: f"the legacy stack did not fail with {reg.signature}",
+            Verdict.ERROR: "the case could not run",
         }[o.verdict]
         lines.append(f"{o.verdict}: {meaning}")
     else:
@@ -263,7 +254,7 @@ def format_reproduction(rep: Reproduction) -> str:
         faults = ", ".join(f.injector for f in plan.faults) if plan is not None else "no fault"
         lines.append(f"replay {case.id}: {t.scenario} under {faults}")
         lines.append(f"  fixed      {o.verdict}  {o.signature or _fired(o)}")
-        if o.stop and o.verdict == PASS:
+        if o.stop and o.verdict == Verdict.PASS:
             lines.append(f"             stopped correctly: {o.stop}")
         lines.append(o.verdict)
     if o.signature:

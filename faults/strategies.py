@@ -92,7 +92,7 @@ def fault_plans(
 
 @dataclass(frozen=True)
 class WorkloadParams:
-    """The workload of one case: a named scenario (``faults.scenarios.simulated.SCENARIOS``)
+    """The workload of one case: a named scenario (``faults.scenarios.SCENARIOS``)
     and the seed that draws its prompts, ids and pictures."""
 
     scenario: str

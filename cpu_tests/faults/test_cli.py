@@ -13,7 +13,7 @@ import pytest
 
 from faults import cli
 from faults.injectors.plans import INJECTORS
-from faults.lmcache.real_tier import WIRE_FAULTS
+from faults.lmcache.wire_faults import WIRE_FAULTS
 from faults.properties.checks import PROPERTIES, Violation
 from faults.regressions.legacy import REGRESSIONS
 from faults.scenarios import SCENARIOS
@@ -293,7 +293,7 @@ def test_repro_draws_a_timeline(tmp_path, capsys):
 
 
 def test_replay_of_a_fault_case(tmp_path, capsys):
-    from faults.campaign.runner import Case, fault_target
+    from faults.campaign import Case, fault_target
     from faults.repro import write_artifact
 
     path = write_artifact(Case(fault_target("fence_failure"), 1), tmp_path)

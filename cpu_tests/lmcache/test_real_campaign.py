@@ -1,4 +1,4 @@
-"""The campaign on the real LMCache tier (``faults.lmcache.real_tier.run_lmcache_campaign``):
+"""The campaign on the real LMCache tier (``faults.campaign.run_campaign`` with the lmcache executor):
 the real-tier scenarios on the fixed stack, the planted regressions whose scenarios
 run there (legacy fails with its signature, fixed passes) and every wire fault, each
 with the ending it must have; then nothing of the campaign survives it: no server
@@ -16,22 +16,25 @@ from pathlib import Path
 
 import pytest
 
-from faults.campaign.runner import FIXED, PASS, CaseOutcome
-from faults.lmcache.real_tier import (
-    EITHER,
-    FINISH,
-    REAL_REGRESSIONS,
-    REAL_SCENARIOS,
-    STOP,
-    WIRE_FAULTS,
-    lmcache_campaign_result,
-    lmcache_targets,
-    run_lmcache_campaign,
-)
+from faults.campaign import CampaignError, CampaignResult, CaseOutcome, run_campaign, select_targets
+from faults.campaign.tiers import open_executor
+from faults.catalog import entries, on_tier
 from faults.lmcache.server import SHM_DIR, TMP_PREFIX
+from faults.lmcache.wire_faults import EITHER, FINISH, STOP, WIRE_FAULTS
 from faults.report.summary import summary_json
+from faults.verdicts import Verdict
 from reference.trace import Ev
 from reference.types import OpKind
+
+REAL_SCENARIOS = on_tier("scenario", "lmcache")
+REAL_REGRESSIONS = {
+    n: e.scenarios["lmcache"] for n, e in entries("regression").items() if "lmcache" in e.tiers
+}
+
+
+def lmcache_targets(**chosen):  # type: ignore[no-untyped-def]
+    return select_targets(**chosen, tier="lmcache")
+
 
 SERVER_MODULE = "lmcache.v1.multiprocess.server"
 
@@ -98,6 +101,7 @@ class Campaign:
     progress: list[tuple[int, int, str]]
     before: dict[str, object]
     after: dict[str, object]
+    result: CampaignResult
 
     def outcome(self, case_id: str) -> CaseOutcome:
         return next(o for o in self.outcomes if o.case.id == case_id)
@@ -116,12 +120,14 @@ def _snapshot() -> dict[str, object]:
 def campaign() -> Campaign:
     before = _snapshot()
     progress: list[tuple[int, int, str]] = []
-    outcomes = run_lmcache_campaign(
-        seeds=1,
-        include_regressions=True,
-        progress=lambda done, total, case: progress.append((done, total, case.id)),
-    )
-    return Campaign(outcomes, progress, before, _snapshot())
+    with open_executor("lmcache") as executor:
+        result = run_campaign(
+            lmcache_targets(),
+            [0],
+            progress=lambda done, total, case: progress.append((done, total, case.id)),
+            executor=executor,
+        )
+    return Campaign(result.cases, progress, before, _snapshot(), result)
 
 
 def test_every_target_runs_once_per_seed_in_order(campaign: Campaign) -> None:
@@ -139,7 +145,7 @@ def test_every_target_runs_once_per_seed_in_order(campaign: Campaign) -> None:
 def test_the_whole_campaign_passes(campaign: Campaign) -> None:
     bad = [f"{o.case.id}: {o.verdict} {o.signature}" for o in campaign.outcomes if not o.ok]
     assert not bad, "\n".join(bad)
-    result = lmcache_campaign_result(campaign.outcomes)
+    result = campaign.result
     assert result.ok and len(result.targets) == len(campaign.outcomes)
     summary = summary_json(campaign.outcomes)  # the report writers take them as they are
     assert summary["ok"] and summary["total"] == len(campaign.outcomes)
@@ -148,7 +154,7 @@ def test_the_whole_campaign_passes(campaign: Campaign) -> None:
 @pytest.mark.parametrize("name", REAL_SCENARIOS)
 def test_scenarios_pass_on_the_fixed_stack(campaign: Campaign, name: str) -> None:
     o = campaign.outcome(f"lmcache:scenario:{name}@seed0")
-    assert o.verdict == PASS, o.signature
+    assert o.verdict == Verdict.PASS, o.signature
     res = o.fixed_result
     assert res is not None and "determinism" not in res.checked
     assert res.notes["tier"] == "lmcache"
@@ -161,7 +167,7 @@ def test_regressions_legacy_fails_with_its_signature_fixed_passes(
     from faults.regressions.legacy import REGRESSIONS
 
     o = campaign.outcome(f"lmcache:regression:{name}@seed0")
-    assert o.verdict == FIXED, o.signature
+    assert o.verdict == Verdict.FIXED, o.signature
     assert o.signature.startswith(REGRESSIONS[name].signature + ":")
     assert o.case.target.scenario == REAL_REGRESSIONS[name]
     assert not o.violations and o.legacy_violations
@@ -174,7 +180,7 @@ def test_regressions_legacy_fails_with_its_signature_fixed_passes(
 def test_wire_fault_fires_and_ends_as_it_must(campaign: Campaign, name: str) -> None:
     info = WIRE_FAULTS[name]
     o = campaign.outcome(f"lmcache:fault:{name}@seed0")
-    assert o.verdict == PASS, o.signature
+    assert o.verdict == Verdict.PASS, o.signature
     assert o.fired.get(name, 0) >= 1  # it fired, and says so
     res = o.fixed_result
     assert res is not None and res.ok and not res.run.hung
@@ -221,18 +227,19 @@ def test_targets_select_like_kvfault_run() -> None:
     assert [t.id for t in lmcache_targets(regressions=["media_keys"])] == [
         "lmcache:regression:media_keys"
     ]
-    picked = lmcache_targets(scenarios=["two_images"], wire_faults=["wire_kill", "wire_pause"])
+    picked = lmcache_targets(scenarios=["two_images"], faults=["wire_kill", "wire_pause"])
     assert [t.id for t in picked] == [
         "lmcache:scenario:two_images",
         "lmcache:fault:wire_pause",
         "lmcache:fault:wire_kill",  # the kill last
     ]
-    assert all(t.kind != "regression" for t in lmcache_targets(include_regressions=False))
-    with pytest.raises(KeyError, match="unknown wire fault 'wire_explode'"):
-        lmcache_targets(wire_faults=["wire_explode"])
-    with pytest.raises(KeyError, match="unknown real-tier regression 'hybrid_last_chunk'"):
+    with pytest.raises(CampaignError, match="unknown fault 'wire_explode'"):
+        lmcache_targets(faults=["wire_explode"])
+    with pytest.raises(
+        CampaignError, match="regression 'hybrid_last_chunk' runs with --tier memory"
+    ):
         lmcache_targets(regressions=["hybrid_last_chunk"])
-    (t,) = lmcache_targets(wire_faults=["wire_drop_retrieve"])
+    (t,) = lmcache_targets(faults=["wire_drop_retrieve"])
     assert t.plan(0) is None and t.as_json()["tier"] == "lmcache"
     assert (
         t.command(3)

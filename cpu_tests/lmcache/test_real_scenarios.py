@@ -1,4 +1,4 @@
-"""The scenarios (docs/design.md#scenarios) on the real LMCache tier (``faults.lmcache.real_tier``): the fixed stack
+"""The scenarios (docs/design.md#scenarios) on the real LMCache tier (``faults.lmcache.executor.LMCacheExecutor``): the fixed stack
 holds every property of each scenario except determinism, in real time, against one
 real lmcache server for the whole module.
 
@@ -13,16 +13,11 @@ from typing import Iterator
 
 import pytest
 
-from faults.campaign.execute import run_case
-from faults.lmcache.real_tier import (
-    REAL_SCENARIOS,
-    WIRE_FAULTS,
-    LMCacheSession,
-    PumpedTier,
-    lmcache_context,
-    real_properties,
-    run_real_case,
-)
+from faults.campaign.execute import properties_of, run_case
+from faults.catalog import on_tier
+from faults.lmcache.executor import LMCacheExecutor
+from faults.lmcache.session import LMCacheSession, PumpedTier, lmcache_context
+from faults.lmcache.wire_faults import WIRE_FAULTS
 from faults.scenarios import SCENARIOS
 from reference.trace import Ev
 
@@ -49,9 +44,9 @@ def outputs(result, tag: str) -> dict[str, tuple[int, ...]]:
     return out
 
 
-@pytest.mark.parametrize("name", REAL_SCENARIOS)
+@pytest.mark.parametrize("name", on_tier("scenario", "lmcache"))
 def test_scenario_holds_its_properties_on_the_real_tier(session: LMCacheSession, name: str) -> None:
-    res = run_real_case(session, name, seed=0)
+    res = run_case(name, 0, executor=LMCacheExecutor(session))
     assert "determinism" not in res.checked
     assert set(res.checked) == set(SCENARIOS[name].properties) - {"determinism"}
     assert res.ok, [str(v) for v in res.violations]
@@ -67,7 +62,7 @@ def test_scenario_holds_its_properties_on_the_real_tier(session: LMCacheSession,
 
 
 def test_restart_tier_kept_pass2_loads_and_answers_as_pass1(session: LMCacheSession) -> None:
-    res = run_real_case(session, "restart_tier_kept", seed=1)
+    res = run_case("restart_tier_kept", 1, executor=LMCacheExecutor(session))
     assert res.ok, [str(v) for v in res.violations]
     first, second = outputs(res, "pass1"), outputs(res, "pass2")
     assert len(first) == 24 and second == first  # and both equal the cold run (correctness)
@@ -81,7 +76,7 @@ def test_restart_tier_kept_pass2_loads_and_answers_as_pass1(session: LMCacheSess
 
 
 def test_two_images_b_never_hits_a(session: LMCacheSession) -> None:
-    res = run_real_case(session, "two_images", seed=2)
+    res = run_case("two_images", 2, executor=LMCacheExecutor(session))
     assert res.ok, [str(v) for v in res.violations]
     claims = {e.req_id: e.data["claim"] for e in res.run.trace.of(Ev.LOOKUP)}
     p0 = [r for r in claims if r.endswith("-p0")]
@@ -91,8 +86,8 @@ def test_two_images_b_never_hits_a(session: LMCacheSession) -> None:
 
 
 def test_real_time_traces_differ_answers_do_not(session: LMCacheSession) -> None:
-    a = run_real_case(session, "real_restart_tier_kept", seed=3)
-    b = run_real_case(session, "real_restart_tier_kept", seed=3)
+    a = run_case("real_restart_tier_kept", 3, executor=LMCacheExecutor(session))
+    b = run_case("real_restart_tier_kept", 3, executor=LMCacheExecutor(session))
     assert a.ok and b.ok
     assert outputs(a, "pass2") == outputs(b, "pass2")
     assert a.digest != b.digest  # times differ: determinism is not a real-tier property
@@ -109,13 +104,13 @@ def test_runs_use_their_own_namespaces_and_close_their_tiers(session: LMCacheSes
     factory.close()  # type: ignore[attr-defined]
     assert all(t.inner._closed for t in tiers)
     # A second run of the same seed starts empty: pass 1 of it hits nothing.
-    again = run_real_case(session, "real_restart_tier_kept", seed=4)
+    again = run_case("real_restart_tier_kept", 4, executor=LMCacheExecutor(session))
     pass1 = [e for e in again.run.trace.of(Ev.LOOKUP) if e.req_id.endswith("-pass1")]
     assert pass1 and all(e.data["kv_hit"] == 0 for e in pass1[:1])
 
 
 def test_the_time_scale_shrinks_deadlines_and_slow_forwards(session: LMCacheSession) -> None:
-    res = run_real_case(session, "real_restart_burst", seed=0, time_scale=0.25)
+    res = run_case("real_restart_burst", 0, executor=LMCacheExecutor(session, 0.25))
     assert res.ok, [str(v) for v in res.violations]
     assert res.run.config.transfer_deadline_s == pytest.approx(7.5)
     assert res.run.config.bound_s == pytest.approx(10.0)
@@ -123,7 +118,7 @@ def test_the_time_scale_shrinks_deadlines_and_slow_forwards(session: LMCacheSess
     assert slow == [pytest.approx(29 * 0.25), pytest.approx(21 * 0.25)]
 
 
-def test_properties_never_include_determinism() -> None:
-    for name in (*REAL_SCENARIOS, *(w.scenario for w in WIRE_FAULTS.values())):
-        props = real_properties(name)
+def test_properties_never_include_determinism(session: LMCacheSession) -> None:
+    for name in (*on_tier("scenario", "lmcache"), *(w.scenario for w in WIRE_FAULTS.values())):
+        props = properties_of(name, LMCacheExecutor(session))
         assert "determinism" not in props and "correctness" in props

@@ -1,28 +1,37 @@
-"""The campaign: targets (regressions, faults, scenarios, swarms) run over seeds, one
-case runner, one judge."""
+"""The campaign: targets (regressions, faults, scenarios, swarms) on a tier, run over
+seeds by one case runner and judged by one judge; the tier is a parameter (an
+``Executor``)."""
 
 from faults._lazy import lazy_exports
 
 _EXPORTS = {
-    "CampaignError": "faults.campaign.runner",
-    "CampaignResult": "faults.campaign.runner",
-    "Case": "faults.campaign.runner",
-    "CaseOutcome": "faults.campaign.runner",
-    "CaseResult": "faults.campaign.execute",
+    "CampaignError": "faults.campaign.targets",
+    "Case": "faults.campaign.targets",
+    "KINDS": "faults.campaign.targets",
+    "Target": "faults.campaign.targets",
+    "fault_target": "faults.campaign.targets",
+    "regression_target": "faults.campaign.targets",
+    "scenario_target": "faults.campaign.targets",
+    "select_targets": "faults.campaign.targets",
+    "swarm_plan": "faults.campaign.targets",
+    "swarm_target": "faults.campaign.targets",
+    "CampaignResult": "faults.campaign.outcomes",
+    "CaseOutcome": "faults.campaign.outcomes",
+    "TargetOutcome": "faults.campaign.outcomes",
+    "signature": "faults.campaign.outcomes",
+    "AfterCase": "faults.campaign.runner",
+    "BeforeCase": "faults.campaign.runner",
     "CaseRunner": "faults.campaign.runner",
-    "Target": "faults.campaign.runner",
-    "TargetOutcome": "faults.campaign.runner",
-    "check": "faults.campaign.execute",
-    "fault_target": "faults.campaign.runner",
-    "regression_target": "faults.campaign.runner",
+    "Progress": "faults.campaign.runner",
     "run_campaign": "faults.campaign.runner",
+    "run_target": "faults.campaign.runner",
+    "CaseResult": "faults.campaign.execute",
+    "Executor": "faults.campaign.execute",
+    "MemoryExecutor": "faults.campaign.execute",
+    "check": "faults.campaign.execute",
+    "properties_of": "faults.campaign.execute",
     "run_case": "faults.campaign.execute",
     "run_scenario": "faults.campaign.execute",
-    "run_target": "faults.campaign.runner",
-    "scenario_target": "faults.campaign.runner",
-    "select_targets": "faults.campaign.runner",
-    "signature": "faults.campaign.runner",
-    "swarm_target": "faults.campaign.runner",
 }
 __all__ = sorted(_EXPORTS)
 __getattr__ = lazy_exports(__name__, _EXPORTS)

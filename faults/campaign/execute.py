@@ -1,16 +1,22 @@
-"""Run one case (a scenario, a seed, a rule set, a fault plan) and judge it.
+"""Run one case (a scenario, a seed, a rule set, injectors) on a tier and judge it.
 
-The determinism property needs two runs: the case runs its scenario twice with fresh
-injectors and compares trace digests.
+The tier is a parameter: an ``Executor`` builds a run's context and runs the scenario
+on its tier. ``MemoryExecutor`` is the in-process tier in virtual time;
+``faults.lmcache.executor.LMCacheExecutor`` is a real lmcache server in real time.
+Everything else -- the property list, the checks, the fired count -- is the same.
+
+The determinism property needs two runs: on a deterministic executor the case runs
+its scenario twice with fresh injectors and compares trace digests.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Protocol, Sequence
 
 from faults.injectors.base import Injector
+from faults.injectors.plans import fired_report
 from faults.properties.checks import PROPERTIES, Violation
 from faults.runs import RunContext, RunResult
 from faults.scenarios import SCENARIOS
@@ -18,6 +24,38 @@ from reference.rules import Rules
 from reference.types import Request
 
 InjectorFactory = Callable[[], Sequence[Injector]]
+RequestMap = Callable[[Request], Request]
+
+
+class Executor(Protocol):
+    """Runs scenarios on one tier. ``tier`` names it (``memory``, ``lmcache``);
+    ``deterministic`` says whether the same seed must give the same trace there."""
+
+    tier: str
+    deterministic: bool
+
+    def execute(self, scenario: str, ctx: RunContext) -> tuple[RunResult, dict[str, object]]:
+        """Run ``scenario`` from ``ctx`` on this tier (the context's tier and clock are
+        the executor's); return the run and notes about the tier. Whatever the run
+        opened on the tier is closed before this returns."""
+        ...
+
+    def case_done(self) -> None:
+        """A case (one or more runs) is over: release what it may have left."""
+        ...
+
+
+class MemoryExecutor:
+    """The in-process tier (``fakes.memory_tier``) in virtual time: deterministic."""
+
+    tier = "memory"
+    deterministic = True
+
+    def execute(self, scenario: str, ctx: RunContext) -> tuple[RunResult, dict[str, object]]:
+        return SCENARIOS[scenario].run(ctx), {}
+
+    def case_done(self) -> None:
+        pass
 
 
 @dataclass
@@ -38,22 +76,48 @@ class CaseResult:
     def ok(self) -> bool:
         return not self.violations
 
+    @property
+    def stop_error(self) -> str | None:
+        """The name of the error the run stopped with (engine stop or startup refusal)."""
+        if self.run is None:
+            return None
+        from reference.trace import Ev
+
+        stop = next(iter(self.run.trace.of(Ev.STOP)), None)
+        return stop.data.get("error") if stop is not None else None
+
+
+def _known(name: str) -> None:
+    # Any executor runs any scenario; a scenario's ``tiers`` say where the campaign
+    # selects it (the catalog answers a CLI name on the wrong tier in one line).
+    if name not in SCENARIOS:
+        raise KeyError(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}")
+
 
 def run_scenario(
     name: str,
     seed: int = 0,
     rules: Rules | None = None,
     injectors: InjectorFactory = lambda: (),
-    request_map: Callable[[Request], Request] | None = None,
+    request_map: RequestMap | None = None,
+    executor: Executor | None = None,
     scale: int = 1,
 ) -> RunResult:
-    """Run scenario ``name`` once at ``scale`` (``RunContext.scale``)."""
-    if name not in SCENARIOS:
-        raise KeyError(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}")
+    """One run of scenario ``name`` with ``seed`` at ``scale`` (``RunContext.scale``) on
+    ``executor``'s tier (default: the in-process tier)."""
+    executor = executor or MemoryExecutor()
+    _known(name)
     ctx = RunContext(seed=seed, rules=rules or Rules(), injectors=list(injectors()), scale=scale)
     if request_map is not None:
         ctx.request_map = request_map
-    return SCENARIOS[name].run(ctx)
+    return executor.execute(name, ctx)[0]
+
+
+def properties_of(name: str, executor: Executor | None = None) -> list[str]:
+    """The properties a run of ``name`` is judged by on ``executor``'s tier: all of the
+    scenario's, less ``determinism`` where the tier is not deterministic."""
+    deterministic = executor is None or executor.deterministic
+    return [p for p in SCENARIOS[name].properties if deterministic or p != "determinism"]
 
 
 def check(run: RunResult, properties: Sequence[str]) -> list[Violation]:
@@ -70,21 +134,35 @@ def run_case(
     rules: Rules | None = None,
     injectors: InjectorFactory = lambda: (),
     properties: Sequence[str] | None = None,
-    request_map: Callable[[Request], Request] | None = None,
-    replay_map: Callable[[Request], Request] | None = None,
+    request_map: RequestMap | None = None,
+    replay_map: RequestMap | None = None,
+    executor: Executor | None = None,
     scale: int = 1,
 ) -> CaseResult:
-    """Run and judge one case at ``scale``. ``replay_map`` (default: ``request_map``)
-    is used for the determinism re-run, so a hash-order shuffle can compare two salts."""
-    scenario = SCENARIOS[name]
-    props = list(properties or scenario.properties)
+    """Run and judge one case at ``scale`` on ``executor``'s tier (default: in-process).
+    ``replay_map`` (default: ``request_map``) is used for the determinism re-run, so a
+    hash-order shuffle can compare two salts."""
+    executor = executor or MemoryExecutor()
+    _known(name)
+    props = list(properties or properties_of(name, executor))
+    if not executor.deterministic:
+        props = [p for p in props if p != "determinism"]
+
+    def once(mapping: RequestMap | None) -> tuple[RunResult, dict[str, object]]:
+        ctx = RunContext(
+            seed=seed, rules=rules or Rules(), injectors=list(injectors()), scale=scale
+        )
+        if mapping is not None:
+            ctx.request_map = mapping
+        return executor.execute(name, ctx)
+
     t0 = time.perf_counter()
-    run = run_scenario(name, seed, rules, injectors, request_map, scale)
+    run, tier_notes = once(request_map)
     wall = time.perf_counter() - t0
     violations = check(run, props)
     digest = run.trace.digest()
     if "determinism" in props:
-        again = run_scenario(name, seed, rules, injectors, replay_map or request_map, scale)
+        again, _ = once(replay_map or request_map)
         if again.trace.digest() != digest:
             violations.append(
                 Violation(
@@ -92,9 +170,6 @@ def run_case(
                     f"same seed, different traces ({digest[:12]} vs {again.trace.digest()[:12]})",
                 )
             )
-    fired: dict[str, int] = {}
-    for inj in run.injectors:
-        fired[inj.name] = fired.get(inj.name, 0) + inj.fired
     stop = run.stop
     return CaseResult(
         scenario=name,
@@ -105,7 +180,7 @@ def run_case(
         wall_seconds=wall,
         digest=digest,
         stop=(f"{type(stop).__name__}: {stop}" if stop else run.startup_error),
-        fired=fired,
-        notes=dict(run.notes),
+        fired=fired_report(run.injectors),
+        notes={**run.notes, **tier_notes},
         run=run,
     )

@@ -21,7 +21,8 @@ from typing import Any
 
 import pytest
 
-from faults.campaign.runner import Target, run_target, select_targets
+from faults.campaign.runner import run_target
+from faults.campaign.targets import Target, select_targets
 
 SPEC_ENV = "KVFAULT_CAMPAIGN_SPEC"
 

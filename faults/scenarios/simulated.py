@@ -317,12 +317,20 @@ def lost_completion_in_traffic(
 
 @dataclass(frozen=True)
 class Scenario:
+    """A named workload: ``run`` builds and runs it from a context; ``properties`` are
+    checked over its trace; ``tiers`` are the tiers it runs on (``memory``: the
+    in-process tier in virtual time; ``lmcache``: a real server in real time)."""
+
     name: str
     description: str
     run: Callable[[RunContext], RunResult]
     properties: tuple[str, ...]
     # What grows with ``RunContext.scale`` (K); empty: the scenario has a fixed size.
     scales: str = ""
+    tiers: tuple[str, ...] = ("memory",)
+
+
+BOTH_TIERS = ("memory", "lmcache")
 
 
 _ALL = (
@@ -341,12 +349,14 @@ SCENARIOS: dict[str, Scenario] = {
             "two servers on one host cross prompts over real ipc lookup sockets",
             two_servers,
             (*_ALL, "identity"),
+            tiers=BOTH_TIERS,
         ),
         Scenario(
             "two_images",
             "two pictures with the same text: B must not hit A",
             two_images,
             (*_ALL, "hybrid"),
+            tiers=BOTH_TIERS,
         ),
         Scenario(
             "restart_tier_kept",
@@ -354,12 +364,14 @@ SCENARIOS: dict[str, Scenario] = {
             restart_tier_kept,
             (*_ALL, "grid", "hybrid"),
             "24*K prompts per pass",
+            tiers=BOTH_TIERS,
         ),
         Scenario(
             "chunk_aligned_hybrid",
             "a chunk-aligned 2048-token hybrid prompt sent twice loads 1920 tokens",
             chunk_aligned_hybrid,
             (*_ALL, "hybrid"),
+            tiers=BOTH_TIERS,
         ),
         Scenario(
             "restart_burst",

@@ -11,14 +11,7 @@ from pathlib import Path
 import pytest
 
 from faults import campaign as cm
-from faults.campaign.runner import (
-    ERROR,
-    FAIL,
-    FIXED,
-    NOT_EXERCISED,
-    NOT_REPRODUCED,
-    PASS,
-    STILL_FAILING,
+from faults.campaign import (
     CampaignError,
     CampaignResult,
     Case,
@@ -33,6 +26,7 @@ from faults.injectors.plans import INJECTORS
 from faults.properties.checks import PROPERTIES, Violation
 from faults.regressions.legacy import REGRESSIONS, Regression
 from faults.scenarios import SCENARIOS
+from faults.verdicts import Verdict
 from reference.rules import Rules
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -46,7 +40,7 @@ def test_default_campaign_covers_every_regression_injector_and_scenario():
     assert ids == (
         [f"regression:{n}" for n in REGRESSIONS]
         + [f"fault:{n}" for n in INJECTORS]
-        + [f"scenario:{n}" for n in SCENARIOS]
+        + [f"scenario:{n}" for n in SCENARIOS if "memory" in SCENARIOS[n].tiers]
     )
 
 
@@ -107,7 +101,7 @@ def test_targets_round_trip_through_json_and_name_their_replay_command():
 
 def test_a_regression_case_is_fixed_when_legacy_fails_with_its_signature():
     out = CaseRunner().run(Case(cm.regression_target("hybrid_last_chunk"), 0))
-    assert out.verdict == FIXED and out.ok
+    assert out.verdict == Verdict.FIXED and out.ok
     assert out.signature.startswith("hybrid: ")
     assert out.legacy_violations and not out.violations
     assert out.legacy_result is None  # a passing case keeps no runs by default
@@ -139,7 +133,7 @@ def test_a_regression_that_legacy_does_not_show_is_not_reproduced(monkeypatch):
     t = TargetOutcome(
         cm.regression_target("no_op"), [CaseRunner().run(Case(cm.regression_target("no_op"), 0))]
     )
-    assert t.cases[0].verdict == NOT_REPRODUCED
+    assert t.cases[0].verdict == Verdict.NOT_REPRODUCED
     assert "legacy passed every property" in t.cases[0].signature
     assert t.verdict == "NOT REPRODUCED" and not t.ok
 
@@ -150,7 +144,7 @@ def test_a_regression_caught_by_another_property_is_not_caught(monkeypatch):
         REGRESSIONS, "hybrid_last_chunk", dataclasses.replace(reg, signature="keys")
     )
     out = CaseRunner().run(Case(cm.regression_target("hybrid_last_chunk"), 0))
-    assert out.verdict == NOT_REPRODUCED
+    assert out.verdict == Verdict.NOT_REPRODUCED
     assert "not with its signature keys" in out.signature
 
 
@@ -159,7 +153,7 @@ def test_a_fixed_stack_that_fails_is_still_failing(monkeypatch):
         PROPERTIES, "hybrid", lambda run: [Violation("hybrid", "planted", "load:x#1", 1.0)]
     )
     out = CaseRunner().run(Case(cm.regression_target("hybrid_last_chunk"), 0))
-    assert out.verdict == STILL_FAILING and not out.ok
+    assert out.verdict == Verdict.STILL_FAILING and not out.ok
     assert out.signature.startswith("hybrid: planted [load:x#1]")
     assert out.fixed_result is not None  # kept for a timeline
 
@@ -173,7 +167,7 @@ def test_a_fault_that_never_fires_is_not_exercised(monkeypatch):
         dataclasses.replace(info, scenario="chunk_aligned_hybrid", defaults={"nth": (64,)}),
     )
     out = CaseRunner().run(Case(cm.fault_target("lost_completion"), 0))
-    assert out.verdict == NOT_EXERCISED and not out.ok
+    assert out.verdict == Verdict.NOT_EXERCISED and not out.ok
     assert out.fired == {"lost_completion": 0}
     assert "never fired" in out.signature
 
@@ -184,7 +178,7 @@ def test_a_fault_must_stop_with_the_error_its_catalog_names(monkeypatch):
         INJECTORS, "retrieve_failure", dataclasses.replace(info, expect_stop="TransferUnprovable")
     )
     out = CaseRunner().run(Case(cm.fault_target("retrieve_failure"), 0))
-    assert out.verdict == FAIL
+    assert out.verdict == Verdict.FAIL
     assert "must stop with TransferUnprovable; it did not stop" in out.signature
 
 
@@ -199,7 +193,10 @@ def test_a_crashing_case_is_an_error_and_the_campaign_goes_on(monkeypatch):
         [cm.scenario_target("two_images"), cm.regression_target("hybrid_last_chunk")], [0]
     )
     first, second = result.targets
-    assert first.verdict == ERROR and first.cases[0].signature == "RuntimeError: scenario exploded"
+    assert (
+        first.verdict == Verdict.ERROR
+        and first.cases[0].signature == "RuntimeError: scenario exploded"
+    )
     assert "Traceback" in first.cases[0].error
     assert second.verdict == "FIXED"
     assert not result.ok
@@ -209,7 +206,7 @@ def test_a_crashing_case_is_an_error_and_the_campaign_goes_on(monkeypatch):
 def test_every_injector_fires_and_the_fixed_stack_holds(name):
     """The campaign's fault half, seed 0: each injector on its own scenario."""
     out = CaseRunner().run(Case(cm.fault_target(name), 0))
-    assert out.verdict == PASS, out.signature
+    assert out.verdict == Verdict.PASS, out.signature
     assert out.fired.get(name, 0) > 0
 
 
@@ -222,7 +219,7 @@ def _outcome(target: Target, seed: int, verdict: str, **kw) -> CaseOutcome:
 
 def test_a_regression_caught_on_some_seeds_is_caught_and_says_where_it_missed():
     t = cm.regression_target("restart_numbering_in_hash_order")
-    out = TargetOutcome(t, [_outcome(t, 0, FIXED), _outcome(t, 1, NOT_REPRODUCED)])
+    out = TargetOutcome(t, [_outcome(t, 0, Verdict.FIXED), _outcome(t, 1, Verdict.NOT_REPRODUCED)])
     assert out.verdict == "FIXED" and out.ok
     assert out.detail() == "no_false_stop caught on 1/2 seeds (missed: 1)"
 
@@ -230,22 +227,29 @@ def test_a_regression_caught_on_some_seeds_is_caught_and_says_where_it_missed():
 def test_the_worst_case_decides_a_target():
     t = cm.fault_target("slow_forward")
     assert (
-        TargetOutcome(t, [_outcome(t, 0, PASS), _outcome(t, 1, NOT_EXERCISED)]).verdict
-        == NOT_EXERCISED
+        TargetOutcome(
+            t, [_outcome(t, 0, Verdict.PASS), _outcome(t, 1, Verdict.NOT_EXERCISED)]
+        ).verdict
+        == Verdict.NOT_EXERCISED
     )
-    assert TargetOutcome(t, [_outcome(t, 0, FAIL), _outcome(t, 1, ERROR)]).verdict == ERROR
+    assert (
+        TargetOutcome(t, [_outcome(t, 0, Verdict.FAIL), _outcome(t, 1, Verdict.ERROR)]).verdict
+        == Verdict.ERROR
+    )
     r = cm.regression_target("media_keys")
     assert (
-        TargetOutcome(r, [_outcome(r, 0, FIXED), _outcome(r, 1, STILL_FAILING)]).verdict
-        == STILL_FAILING
+        TargetOutcome(
+            r, [_outcome(r, 0, Verdict.FIXED), _outcome(r, 1, Verdict.STILL_FAILING)]
+        ).verdict
+        == Verdict.STILL_FAILING
     )
 
 
 def test_a_swarm_injector_enabled_but_never_fired_fails_the_campaign():
     t = cm.swarm_target("restart_burst", ("slow_forward", "lost_completion"))
     runs = [
-        _outcome(t, 0, PASS, fired={"slow_forward": 2, "lost_completion": 0}),
-        _outcome(t, 1, PASS, fired={"slow_forward": 1, "lost_completion": 0}),
+        _outcome(t, 0, Verdict.PASS, fired={"slow_forward": 2, "lost_completion": 0}),
+        _outcome(t, 1, Verdict.PASS, fired={"slow_forward": 1, "lost_completion": 0}),
     ]
     result = CampaignResult([TargetOutcome(t, runs)])
     assert result.unexercised == ["lost_completion"]
@@ -256,7 +260,7 @@ def test_a_swarm_injector_enabled_but_never_fired_fails_the_campaign():
 def test_outcomes_round_trip_through_json():
     t = cm.fault_target("slow_forward")
     out = TargetOutcome(
-        t, [_outcome(t, 0, PASS, fired={"slow_forward": 4}, stop=None, digest="ab")]
+        t, [_outcome(t, 0, Verdict.PASS, fired={"slow_forward": 4}, stop=None, digest="ab")]
     )
     back = TargetOutcome.from_json(json.loads(json.dumps(out.as_json())))
     assert back.as_json() == out.as_json()

@@ -186,7 +186,7 @@ def test_duplicate_case_ids_are_refused():
 
 
 def test_case_report_of_a_campaign_outcome_shape():
-    class Outcome:  # what faults.campaign.runner.CaseOutcome.as_json() gives
+    class Outcome:  # what faults.campaign.CaseOutcome.as_json() gives
         case = object()
 
         def as_json(self):

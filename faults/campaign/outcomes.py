@@ -1,0 +1,282 @@
+"""The verdicts of a campaign as plain data: one case's outcome with its evidence, a
+target's over its seeds, and the campaign's. Rendering (table, JSON, JUnit) is the
+report's job; these only say what happened."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from faults.campaign.targets import CampaignError, Case, Target
+from faults.verdicts import OK, Verdict, worst
+
+if TYPE_CHECKING:
+    from faults.campaign.execute import CaseResult
+
+FIXED = Verdict.FIXED
+NOT_REPRODUCED = Verdict.NOT_REPRODUCED
+PASS = Verdict.PASS
+
+
+@dataclass
+class CaseOutcome:
+    """The verdict on one case, with the evidence a reviewer needs (plain data)."""
+
+    case: Case
+    verdict: str
+    signature: str = ""  # the failure: violated property with evidence, or error + op
+    violations: list[str] = field(default_factory=list)
+    legacy_violations: list[str] = field(default_factory=list)
+    stop: str | None = None
+    legacy_stop: str | None = None
+    fired: dict[str, int] = field(default_factory=dict)
+    wall_seconds: float = 0.0
+    sim_seconds: float = 0.0
+    digest: str = ""
+    error: str | None = None
+    checked: list[str] = field(default_factory=list)  # properties judged on the fixed run
+    # The judged runs (``faults.campaign.execute.CaseResult``, for a timeline); which outcomes
+    # keep them is the runner's ``keep_runs``.
+    legacy_result: Any = field(default=None, repr=False, compare=False)
+    fixed_result: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict in OK
+
+    @classmethod
+    def of_run(cls, case: Case, res: CaseResult, fired: dict[str, int]) -> CaseOutcome:
+        """A PASS carrying one judged fixed-stack run; the caller then applies its
+        target's own verdict rules (not exercised, expected stop)."""
+        return cls(
+            case,
+            PASS,
+            violations=[str(v) for v in res.violations],
+            stop=res.stop,
+            fired=fired,
+            sim_seconds=res.sim_seconds,
+            digest=res.digest,
+            checked=list(res.checked),
+            fixed_result=res,
+        )
+
+    def as_json(self) -> dict[str, Any]:
+        plan = None
+        try:
+            p = self.case.plan()
+            plan = p.as_json() if p is not None else None
+        except CampaignError:
+            pass
+        return {
+            "id": self.case.id,
+            "target": self.case.target.as_json(),
+            "seed": self.case.seed,
+            "plan": plan,
+            "verdict": self.verdict,
+            "ok": self.ok,
+            "signature": self.signature,
+            "violations": self.violations,
+            "legacy_violations": self.legacy_violations,
+            "stop": self.stop,
+            "legacy_stop": self.legacy_stop,
+            "fired": self.fired,
+            "wall_seconds": round(self.wall_seconds, 4),
+            "sim_seconds": round(self.sim_seconds, 4),
+            "digest": self.digest,
+            "error": self.error,
+            "properties": self.checked,
+            "command": self.case.command,
+        }
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> CaseOutcome:
+        return cls(
+            case=Case(Target.from_json(obj["target"]), int(obj["seed"])),
+            verdict=obj["verdict"],
+            signature=obj.get("signature", ""),
+            violations=list(obj.get("violations", [])),
+            legacy_violations=list(obj.get("legacy_violations", [])),
+            stop=obj.get("stop"),
+            legacy_stop=obj.get("legacy_stop"),
+            fired=dict(obj.get("fired", {})),
+            wall_seconds=float(obj.get("wall_seconds", 0.0)),
+            sim_seconds=float(obj.get("sim_seconds", 0.0)),
+            digest=obj.get("digest", ""),
+            error=obj.get("error"),
+        )
+
+
+def signature(result: CaseResult, prop: str | None = None) -> str:
+    """A run's failure in one line: the first violation (of ``prop`` when given) with
+    its evidence, then the named error the engine stopped with, if any."""
+    viols = [v for v in result.violations if prop is None or v.prop == prop] or result.violations
+    parts = []
+    if viols:
+        more = f" (+{len(viols) - 1} more)" if len(viols) > 1 else ""
+        parts.append(f"{viols[0]}{more}")
+    if result.stop:
+        parts.append(f"stop: {result.stop}")
+    return "; ".join(parts)
+
+
+@dataclass
+class TargetOutcome:
+    """A target over all its seeds: its cases and the target's verdict."""
+
+    target: Target
+    cases: list[CaseOutcome]
+
+    @property
+    def caught(self) -> int:
+        return sum(c.verdict == FIXED for c in self.cases)
+
+    @property
+    def verdict(self) -> Verdict:
+        if self.target.kind == "regression":
+            # Hash-order regressions are caught under some hash seeds only: a target is
+            # FIXED when some seed catches it and no seed broke; the table shows k/N.
+            bad = worst(c.verdict for c in self.cases if c.verdict != NOT_REPRODUCED)
+            return bad or (FIXED if self.caught else NOT_REPRODUCED)
+        return worst(c.verdict for c in self.cases) or PASS
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict in OK
+
+    @property
+    def seeds(self) -> list[int]:
+        return [c.case.seed for c in self.cases]
+
+    @property
+    def fired(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for c in self.cases:
+            for k, v in c.fired.items():
+                out[k] = out.get(k, 0) + v
+        return out
+
+    def detail(self) -> str:
+        """One short line for the results table."""
+        n = len(self.cases)
+        bad = [c for c in self.cases if not c.ok]
+        t = self.target
+        if t.kind == "regression":
+            from faults.regressions.legacy import REGRESSIONS
+
+            sig = REGRESSIONS[t.name].signature
+            text = f"{sig} caught on {self.caught}/{n} seeds"
+            if self.caught and self.caught < n:
+                text += " (missed: " + ",".join(str(c.case.seed) for c in bad) + ")"
+            return text
+        if bad:
+            return f"{len(bad)}/{n} seeds: {bad[0].signature}"
+        if t.kind in ("fault", "swarm"):
+            fired = self.fired
+            return "fired " + (
+                ", ".join(f"{k} x{v}" for k, v in sorted(fired.items())) or "nothing"
+            )
+        stops = sum(1 for c in self.cases if c.stop)
+        return f"stopped correctly on {stops}/{n} seeds" if stops else "no stop"
+
+    @property
+    def wall_seconds(self) -> float:
+        return sum(c.wall_seconds for c in self.cases)
+
+    @property
+    def sim_seconds(self) -> float:
+        return sum(c.sim_seconds for c in self.cases)
+
+    @property
+    def checked(self) -> list[str]:
+        """Properties judged on the fixed stack, in the order the checkers run."""
+        out: list[str] = []
+        for c in self.cases:
+            out.extend(p for p in c.checked if p not in out)
+        return out
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "id": self.target.id,
+            "target": self.target.as_json(),
+            "verdict": self.verdict,
+            "ok": self.ok,
+            "detail": self.detail(),
+            "seeds": self.seeds,
+            "fired": self.fired,
+            "properties": self.checked,
+            "wall_seconds": round(self.wall_seconds, 4),
+            "sim_seconds": round(self.sim_seconds, 4),
+            "cases": [c.as_json() for c in self.cases],
+        }
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> TargetOutcome:
+        return cls(
+            Target.from_json(obj["target"]), [CaseOutcome.from_json(c) for c in obj["cases"]]
+        )
+
+
+@dataclass
+class CampaignResult:
+    """Every target's outcome; ``ok`` is the campaign's exit-0 condition."""
+
+    targets: list[TargetOutcome]
+    wall_seconds: float = 0.0
+
+    def _swarm_counts(self) -> tuple[set[str], dict[str, int]]:
+        enabled: set[str] = set()
+        fired: dict[str, int] = {}
+        for t in self.targets:
+            if t.target.kind != "swarm":
+                continue
+            for c in t.cases:
+                enabled.update(_plan_names(c.case))
+                for k, v in c.fired.items():
+                    fired[k] = fired.get(k, 0) + v
+        return enabled, fired
+
+    @property
+    def unexercised(self) -> list[str]:
+        """Injectors that swarm runs enabled but that never fired in any of them (a
+        single-fault target reports its own NOT EXERCISED)."""
+        enabled, fired = self._swarm_counts()
+        return sorted(n for n in enabled if not fired.get(n))
+
+    @property
+    def never_drawn(self) -> list[str]:
+        """Injectors no swarm run enabled (more seeds draw more subsets)."""
+        from faults.injectors.plans import INJECTORS
+
+        if not any(t.target.kind == "swarm" for t in self.targets):
+            return []
+        enabled, _ = self._swarm_counts()
+        return sorted(n for n in INJECTORS if n not in enabled)
+
+    @property
+    def ok(self) -> bool:
+        return all(t.ok for t in self.targets) and not self.unexercised
+
+    @property
+    def cases(self) -> list[CaseOutcome]:
+        return [c for t in self.targets for c in t.cases]
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "targets_total": len(self.targets),
+            "targets_ok": sum(t.ok for t in self.targets),
+            "cases_total": len(self.cases),
+            "cases_ok": sum(c.ok for c in self.cases),
+            "unexercised": self.unexercised,
+            "never_drawn": self.never_drawn,
+            "wall_seconds": round(self.wall_seconds, 3),
+            "targets": [t.as_json() for t in self.targets],
+        }
+
+
+def _plan_names(case: Case) -> list[str]:
+    try:
+        plan = case.plan()
+    except CampaignError:
+        return []
+    return [f.injector for f in plan.faults] if plan is not None else []

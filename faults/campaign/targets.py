@@ -1,0 +1,234 @@
+"""What a campaign runs: targets (a regression, a fault, a scenario, a swarm) on a
+tier, and cases (a target with one seed). Plain data: a case is what a replay
+artifact records."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Sequence
+
+from faults.argtypes import check_scale
+from faults.catalog import TIERS, UnknownName, close_matches, on_tier, resolve
+
+if TYPE_CHECKING:
+    from faults.injectors.plans import FaultPlan
+
+KINDS = ("regression", "fault", "scenario", "swarm")
+
+
+class CampaignError(ValueError):
+    """A campaign cannot be assembled (unknown name, wrong tier): one line."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """One line of the campaign: a regression, a fault, a scenario or a swarm, on one
+    tier (``memory``: in-process, virtual time; ``lmcache``: a real server)."""
+
+    kind: str
+    name: str
+    scenario: str
+    regression: str | None = None
+    injector: str | None = None
+    pinned: tuple[str, ...] = ()  # swarm only: injectors every run enables
+    tier: str = "memory"
+    scale: int = 1  # the scenario's size (``faults.runs.RunContext.scale``)
+
+    @property
+    def id(self) -> str:
+        at = f"-x{self.scale}" if self.scale != 1 else ""
+        base = f"{self.kind}:{self.name}{at}"
+        return base if self.tier == "memory" else f"{self.tier}:{base}"
+
+    def plan(self, seed: int) -> FaultPlan | None:
+        """The in-process fault plan of this target's run with ``seed`` (None: no plan;
+        a wire fault is built by the real tier's catalog, not by a plan)."""
+        from faults.injectors.plans import INJECTORS, FaultPlan, FaultSpec
+
+        if self.kind == "fault" and self.tier == "memory":
+            assert self.injector is not None
+            spec = FaultSpec.of(self.injector, **INJECTORS[self.injector].defaults)
+            return FaultPlan((spec,), seed, self.scale)
+        if self.kind == "swarm":
+            return replace(swarm_plan(seed, self.pinned), scale=self.scale)
+        return None
+
+    def command(self, seed: int) -> str:
+        """The one ``kvfault`` command that replays this target's run with ``seed``."""
+        scaled = ["--scale", str(self.scale)] if self.scale != 1 else []
+        if self.kind == "regression" and self.tier == "memory" and not scaled:
+            return f"kvfault repro {self.name} --seed {seed}"
+        base = ["kvfault", "run", "--first-seed", str(seed), "--seeds", "1", *scaled]
+        if self.tier != "memory":
+            base += ["--tier", self.tier]
+        if self.kind == "regression":
+            return shlex.join([*base, "--regression", self.name])
+        if self.kind == "fault":
+            return shlex.join([*base, "--fault", str(self.injector)])
+        if self.kind == "swarm":
+            pins = ["--pin", ",".join(self.pinned)] if self.pinned else []
+            return shlex.join([*base, "--swarm", "--scenario", self.scenario, *pins])
+        return shlex.join([*base, "--scenario", self.scenario])
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "name": self.name,
+            "scenario": self.scenario,
+            "regression": self.regression,
+            "injector": self.injector,
+            "pinned": list(self.pinned),
+            "tier": self.tier,
+            **({"scale": self.scale} if self.scale != 1 else {}),
+        }
+
+    @classmethod
+    def from_json(cls, obj: Any) -> Target:
+        """Rebuild a target and check it still names things this version knows;
+        raises ``CampaignError`` with one clear line."""
+        if not isinstance(obj, dict):
+            raise CampaignError("a target is a JSON object")
+        kind = obj.get("kind")
+        if kind not in KINDS:
+            raise CampaignError(f"target kind must be one of {', '.join(KINDS)}, got {kind!r}")
+        name = obj.get("name")
+        if not isinstance(name, str):
+            raise CampaignError("target 'name' must be a string")
+        tier = obj.get("tier", "memory")
+        if tier not in TIERS:
+            raise CampaignError(f"target tier must be one of {', '.join(TIERS)}, got {tier!r}")
+        pinned = obj.get("pinned") or []
+        if not isinstance(pinned, list) or not all(isinstance(p, str) for p in pinned):
+            raise CampaignError("target 'pinned' must be a list of injector names")
+        try:
+            scale = check_scale(obj.get("scale", 1))
+        except ValueError as exc:
+            raise CampaignError(f"target {exc}") from None
+        if kind == "regression":
+            target = regression_target(name, tier)
+        elif kind == "fault":
+            target = fault_target(name, tier)
+        elif kind == "scenario":
+            target = scenario_target(name, tier)
+        else:
+            scenario = obj.get("scenario")
+            if not isinstance(scenario, str):
+                raise CampaignError("swarm target needs a 'scenario' name")
+            target = swarm_target(scenario, tuple(pinned))
+        return replace(target, scale=scale)
+
+
+def _resolve(kind: str, name: str, tier: str) -> str:
+    """The scenario ``name`` runs on with ``tier``; one-line ``CampaignError`` else."""
+    try:
+        return resolve(kind, name, tier).scenarios[tier]
+    except UnknownName as exc:
+        raise CampaignError(str(exc)) from None
+
+
+def regression_target(name: str, tier: str = "memory") -> Target:
+    return Target(
+        "regression", name, _resolve("regression", name, tier), regression=name, tier=tier
+    )
+
+
+def fault_target(name: str, tier: str = "memory") -> Target:
+    return Target("fault", name, _resolve("fault", name, tier), injector=name, tier=tier)
+
+
+def scenario_target(name: str, tier: str = "memory") -> Target:
+    return Target("scenario", name, _resolve("scenario", name, tier), tier=tier)
+
+
+def swarm_target(scenario: str, pinned: Sequence[str] = ()) -> Target:
+    """A swarm: random subsets of the in-process injectors on ``scenario``."""
+    from faults.injectors.plans import INJECTORS
+
+    _resolve("scenario", scenario, "memory")
+    for p in pinned:
+        if p not in INJECTORS:
+            raise CampaignError(f"unknown fault {p!r} in --pin{close_matches(p, INJECTORS)}")
+    return Target("swarm", f"{scenario}", scenario, pinned=tuple(pinned))
+
+
+def swarm_plan(seed: int, pinned: Sequence[str] = ()) -> FaultPlan:
+    """The swarm plan of one run: a random subset of injectors drawn from ``seed``
+    (``pinned`` fixes the subset), as ``faults.injectors.plans.swarm_plan`` draws it."""
+    from faults.injectors.plans import swarm_plan as draw
+
+    return draw(seed, pinned=tuple(pinned) or None)
+
+
+def select_targets(
+    regressions: Sequence[str] | None = None,
+    faults: Sequence[str] | None = None,
+    scenarios: Sequence[str] | None = None,
+    swarm: bool = False,
+    pinned: Sequence[str] = (),
+    scale: int = 1,
+    tier: str = "memory",
+) -> list[Target]:
+    """The campaign's targets on ``tier``. With no selection at all: every regression,
+    every fault (with ``swarm`` instead: a swarm on every scenario) and every scenario
+    plain, of those that run on ``tier``. Naming any group runs only what is named;
+    with ``swarm``, the scenarios named (default: all) get a swarm target besides
+    their plain one. Every target runs its scenario at ``scale``. Unknown names, or
+    names of another tier, raise ``CampaignError``.
+    On the lmcache tier, faults that kill the server run last, so it restarts rarely."""
+    if tier not in TIERS:
+        raise CampaignError(f"--tier must be one of {', '.join(TIERS)}, got {tier!r}")
+    if swarm and tier != "memory":
+        raise CampaignError("--swarm draws in-process injectors: it runs on --tier memory")
+    everything = regressions is None and faults is None and scenarios is None
+
+    def names(chosen: Sequence[str] | None, kind: str) -> list[str]:
+        return on_tier(kind, tier) if everything else list(chosen or [])
+
+    out = [regression_target(n, tier) for n in names(regressions, "regression")]
+    if swarm:
+        if faults:
+            raise CampaignError("--swarm draws its faults; fix them with --pin, not --fault")
+        out += [swarm_target(s, pinned) for s in (scenarios or on_tier("scenario", tier))]
+    else:
+        if pinned:
+            raise CampaignError("--pin only makes sense with --swarm")
+        out += [fault_target(n, tier) for n in names(faults, "fault")]
+    out += [scenario_target(n, tier) for n in names(scenarios, "scenario")]
+    try:
+        check_scale(scale)
+    except ValueError as exc:
+        raise CampaignError(str(exc)) from None
+    unique = [replace(t, scale=scale) for t in {t.id: t for t in out}.values()]
+    if tier == "lmcache":
+        from faults.lmcache.wire_faults import WIRE_FAULTS
+
+        def kills(t: Target) -> bool:
+            return t.kind == "fault" and WIRE_FAULTS[t.name].kills_server
+
+        order = {"scenario": 0, "regression": 1, "fault": 2}
+        unique.sort(key=lambda t: (order[t.kind], kills(t)))
+    return unique
+
+
+@dataclass(frozen=True)
+class Case:
+    """One run of a target with one seed: what a replay artifact records. ``recorded``
+    is a plan read back from an artifact: a replay runs it, not a fresh draw."""
+
+    target: Target
+    seed: int
+    recorded: FaultPlan | None = None
+
+    @property
+    def id(self) -> str:
+        return f"{self.target.id}@seed{self.seed}"
+
+    @property
+    def command(self) -> str:
+        return self.target.command(self.seed)
+
+    def plan(self) -> FaultPlan | None:
+        if self.recorded is not None:
+            return self.recorded
+        return self.target.plan(self.seed)

@@ -1,0 +1,78 @@
+"""The campaign's executor for the real LMCache tier: each run's tiers are clients of
+one real lmcache server (an ``LMCacheSession``), in real time, with every duration a
+scenario sets shrunk by a time scale. The case runner, judge and properties are the
+campaign's own (``faults.campaign``); only this executor differs."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import replace
+
+from faults.lmcache.session import (
+    DEFAULT_TIME_SCALE,
+    LMCacheSession,
+    RealTierFactory,
+    RunClock,
+)
+from faults.runs import RunContext, RunResult
+from faults.scenarios import SCENARIOS
+
+
+class LMCacheExecutor:
+    """Runs scenarios on ``session``'s server. Not deterministic: reply times, and so
+    the steps at which things happen, differ between runs of one seed.
+
+    Notes per run: the tier, the time scale, lookups that timed out, and for a stop
+    the lmcache request the stopped load waited on (``stuck_stage``)."""
+
+    tier = "lmcache"
+    deterministic = False
+
+    def __init__(self, session: LMCacheSession, time_scale: float = DEFAULT_TIME_SCALE):
+        if time_scale <= 0:
+            raise ValueError(f"time_scale must be positive, got {time_scale}")
+        self.session = session
+        self.time_scale = time_scale
+
+    def context(self, ctx: RunContext) -> RunContext:
+        """``ctx`` with this session's tiers, a real clock and the time scale."""
+        return replace(
+            ctx,
+            tier_factory=RealTierFactory(self.session, ctx.injectors),
+            clock_factory=RunClock,
+            time_scale=self.time_scale,
+        )
+
+    def execute(self, scenario: str, ctx: RunContext) -> tuple[RunResult, dict[str, object]]:
+        ctx = self.context(ctx)
+        factory = ctx.tier_factory
+        assert isinstance(factory, RealTierFactory)
+        try:
+            run = SCENARIOS[scenario].run(ctx)
+        finally:
+            factory.close()  # also reports wire firings seen after the last poll
+        notes: dict[str, object] = {
+            "tier": "lmcache",
+            "time_scale": self.time_scale,
+            "lookup_timeouts": sum(t.inner.lookup_timeouts for t in factory.tiers),
+        }
+        stop = run.stop
+        if stop is not None:
+            for tier in factory.tiers:
+                ticket = tier.tickets.get(str(stop.op))
+                if ticket is not None and ticket.reply is None:
+                    notes["stuck_stage"] = ticket.stage
+        return run, notes
+
+    def case_done(self) -> None:
+        self.session.close_runs()
+
+
+@contextlib.contextmanager
+def lmcache_executor(time_scale: float = DEFAULT_TIME_SCALE) -> Iterator[LMCacheExecutor]:
+    """An ``LMCacheExecutor`` on a fresh session: the server is started on entry (raises
+    ``LMCacheNotInstalled`` in one line without lmcache) and stopped, with everything
+    it left, on exit."""
+    with LMCacheSession() as session:
+        yield LMCacheExecutor(session, time_scale)

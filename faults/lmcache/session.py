@@ -1,0 +1,333 @@
+"""One real lmcache server per campaign and the tiers of each run on it (docs/design.md#tiers).
+
+The same scenarios that run on the in-process tier in virtual time run here on a real
+``lmcache`` multiprocess server (``faults.lmcache.server.LMCacheServer``) through the
+real client (``reference.tiers.lmcache.LMCacheTier``), in real time:
+
+- ``LMCacheSession`` starts one server for a whole campaign (a start costs 10-20 s on
+  two cores) and always stops it and removes what it leaves (process group, /dev/shm
+  segment, temporary directory).
+- ``lmcache_context(session, seed, rules, injectors)`` is a ``RunContext`` whose tiers
+  are ``LMCacheTier``s against that server, with a real clock (``RunClock``, zero at
+  the run's start) and a time scale (``DEFAULT_TIME_SCALE``) that shrinks every
+  duration a scenario sets: the 30 s transfer deadline, the 10 s bound slack, the 29 s
+  compile and the 21 s step.
+- Each tier a run builds gets its own model name (an lmcache key namespace), so runs
+  never see each other's data, as each in-process tier starts empty; a scenario with
+  two servers gets two namespaces, as it gets two in-process tiers.
+- Determinism (same seed, same trace digest) does not apply in real time: reply times,
+  and so the steps at which things happen, differ between runs. Real-tier cases check
+  every property of their scenario except ``determinism``.
+
+Two things make the real tier behave like the engine's real connector, not like a
+test harness (both measured, see docs/lmcache_tier.md):
+
+- ``PumpedTier``: a retrieve through lmcache takes several request/reply rounds
+  (lookup, prefetch status, prepare, commit). ``LMCacheTier.poll`` advances one round
+  per poll and the worker polls only between forwards, so alone it would stretch a
+  retrieve over several forwards -- behind a 29 s compile and a 21 s step that is
+  past the 30 s deadline. A real connector's client progresses its requests in the
+  background (as ``MemoryTier`` answers after its latency whatever the poll cadence);
+  the pump does that with one thread per tier, under one lock with the engine's calls.
+- The time scale leaves the load bound room for real costs the virtual story puts at
+  zero: a step that looks up 24 hybrid prompts on the real server takes 0.7-1.35 s on
+  two cores (the bound of its first load runs meanwhile), and 24 concurrent retrieves
+  take up to 1.3 s more. With scale 0.05 (bound 2 s) ``restart_tier_kept`` stopped a
+  healthy engine; at 0.1 its first load finished 0.9-2.0 s after dispatch against a
+  4 s bound. ``DEFAULT_TIME_SCALE`` is 0.2 (deadline 6 s, bound 8 s): a 4x margin.
+
+The campaign runs on this tier through ``faults.lmcache.executor.LMCacheExecutor``:
+the same case runner and judge as the in-process tier, only the executor differs.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+import uuid
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+from faults.injectors.base import Injector
+from faults.lmcache.server import LMCacheServer
+from faults.lmcache.wire_faults import WireInjector
+from faults.runs import RunContext
+from reference.clock import RealClock
+from reference.rules import Rules
+from reference.stack.engine import EngineConfig
+from reference.tiers.lmcache import KVLayout, LMCacheTier
+from reference.types import Request
+
+if TYPE_CHECKING:
+    from fakes.sim import SimWorld
+
+DEFAULT_TIME_SCALE = 0.2
+# Small but real: 4 layers x 2 KV heads x 8 head dim, bf16 = 64 KiB per 256-token
+# chunk, so a campaign's stores fit the pool and a block's byte-exact check is cheap.
+SCENARIO_LAYOUT = KVLayout(num_layers=4, num_heads=2, head_dim=8)
+DEFAULT_L1_GB = 0.25
+# A lookup that gets no answer in this long is a miss (recomputing is always right).
+# Real lookups take milliseconds; a stalled one must not hold a step for seconds.
+LOOKUP_TIMEOUT_S = 1.0
+PUMP_INTERVAL_S = 0.001
+
+# -- the clock -----------------------------------------------------------------------
+
+
+class RunClock(RealClock):
+    """``RealClock`` whose zero is the moment the run's clock was made, so trace times
+    read as seconds into the run (``RunResult.sim_seconds`` is the run's wall time)."""
+
+    def __init__(self) -> None:
+        self._origin = time.monotonic()
+
+    def now(self) -> float:
+        return time.monotonic() - self._origin
+
+
+# -- background progress ---------------------------------------------------------------
+
+
+class PumpedTier:
+    """An ``LMCacheTier`` whose submitted operations progress in the background.
+
+    A daemon thread polls every pending ticket every ``interval_s`` (``poll`` never
+    blocks), so a retrieve advances through its request/reply rounds while the engine
+    runs a forward, as a real connector's client does. Every call into the tier --
+    the engine's ``lookup``/``submit_*``/``poll`` and the pump's -- holds one lock, so
+    the tier is only ever used by one thread at a time. Anything else is the tier's.
+    """
+
+    def __init__(self, inner: LMCacheTier, interval_s: float = PUMP_INTERVAL_S):
+        self._inner = inner
+        self._lock = threading.Lock()
+        self._pending: list[Any] = []
+        self._stop = threading.Event()
+        self._interval = interval_s
+        self.tickets: dict[str, Any] = {}  # str(op) -> ticket: the stage a stop waited on
+        self._thread = threading.Thread(target=self._pump, name="kvfault-tier-pump", daemon=True)
+        self._thread.start()
+
+    @property
+    def inner(self) -> LMCacheTier:
+        return self._inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def lookup(self, query):  # type: ignore[no-untyped-def]
+        with self._lock:
+            return self._inner.lookup(query)
+
+    def submit_retrieve(self, op, tier_ids, start, end, state_key):  # type: ignore[no-untyped-def]
+        with self._lock:
+            ticket = self._inner.submit_retrieve(op, tier_ids, start, end, state_key)
+            self._track(op, ticket)
+        return ticket
+
+    def submit_store(self, op, tier_ids, start, end, pages, states):  # type: ignore[no-untyped-def]
+        with self._lock:
+            ticket = self._inner.submit_store(op, tier_ids, start, end, pages, states)
+            self._track(op, ticket)
+        return ticket
+
+    def poll(self, ticket: object):  # type: ignore[no-untyped-def]
+        with self._lock:
+            return self._inner.poll(ticket)
+
+    def _track(self, op: Any, ticket: Any) -> None:
+        self.tickets[str(op)] = ticket
+        if ticket.reply is None:
+            self._pending.append(ticket)
+
+    def _pump(self) -> None:
+        while not self._stop.wait(self._interval):
+            with self._lock:
+                if self._stop.is_set():
+                    return
+                still = []
+                for ticket in self._pending:
+                    try:
+                        self._inner.poll(ticket)
+                    except Exception:  # a broken ticket stays pending; the deadline names it
+                        pass
+                    if ticket.reply is None:
+                        still.append(ticket)
+                self._pending = still
+
+    def close(self) -> None:
+        """Stop the pump and close the tier (unregister, close the client)."""
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=10)
+        with self._lock:
+            self._inner.close()
+
+
+# -- the session and one run's tiers -------------------------------------------------------
+
+
+def _import_client() -> None:
+    try:
+        import torch  # noqa: F401
+        from lmcache.v1.multiprocess.transfer_context import base  # noqa: F401
+        from lmcache.v1.multiprocess.transport import factory  # noqa: F401
+    except ImportError:  # LMCacheServer.start says what is missing, in one line
+        pass
+
+
+class LMCacheSession:
+    """One real lmcache server for a whole campaign; a context manager.
+
+    Promises: ``start()`` (or ``with``) returns once the server answers; ``server``
+    is live at the start of every run built from this session (a run whose wire fault
+    killed it gets a new one: ``starts`` counts them); ``close()`` closes every tier
+    and proxy its runs left open, stops the server and removes its process group,
+    /dev/shm segment and temporary directory, also after a failure.
+    """
+
+    def __init__(
+        self,
+        *,
+        l1_size_gb: float = DEFAULT_L1_GB,
+        chunk_size: int = 256,
+        layout: KVLayout = SCENARIO_LAYOUT,
+        lookup_timeout_s: float = LOOKUP_TIMEOUT_S,
+        python: str | None = None,
+    ):
+        self.l1_size_gb = l1_size_gb
+        self.chunk_size = chunk_size
+        self.layout = layout
+        self.lookup_timeout_s = lookup_timeout_s
+        self.python = python
+        self.server: LMCacheServer | None = None
+        self.servers: list[LMCacheServer] = []  # every server started (for leftovers)
+        self.starts = 0
+        self.start_seconds: list[float] = []
+        self._open: list[RealTierFactory] = []
+        self._names = itertools.count()
+        self._tag = uuid.uuid4().hex[:6]
+
+    def start(self) -> LMCacheSession:
+        # The client's first import of torch and lmcache takes seconds: do it while
+        # the server starts, so it is not charged to the first run's wall time.
+        warm = threading.Thread(target=_import_client, name="kvfault-import", daemon=True)
+        warm.start()
+        try:
+            self.ensure_server()
+        finally:
+            warm.join()
+        return self
+
+    def ensure_server(self) -> LMCacheServer:
+        """The live server, started (again) when there is none or it died."""
+        if self.server is not None and self.server.alive():
+            return self.server
+        if self.server is not None:
+            self.server.stop()
+        server = LMCacheServer(
+            chunk_size=self.chunk_size, l1_size_gb=self.l1_size_gb, python=self.python
+        )
+        self.servers.append(server)
+        self.server = server
+        server.start()
+        self.starts += 1
+        self.start_seconds.append(server.start_seconds or 0.0)
+        return server
+
+    def namespace(self, tag: str = "run") -> str:
+        """A model name no other tier of this session uses (its own key namespace)."""
+        return f"kvf-{self._tag}-{tag}-{next(self._names)}"
+
+    def close_runs(self) -> None:
+        """Close every tier and proxy a run of this session left open."""
+        while self._open:
+            self._open.pop().close()
+
+    def leftovers(self) -> list[str]:
+        """What of any server this session started still exists (empty after close)."""
+        return [item for s in self.servers for item in s.leftovers()]
+
+    def close(self) -> None:
+        try:
+            self.close_runs()
+        finally:
+            for s in self.servers:
+                s.stop()
+            self.server = None
+
+    def __enter__(self) -> LMCacheSession:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class RealTierFactory:
+    """``RunContext.tier_factory`` of one run: every call builds a pumped
+    ``LMCacheTier`` in a fresh namespace of the session's server, routed through the
+    proxy of each wire-fault injector of the run. ``close()`` closes what it built."""
+
+    def __init__(self, session: LMCacheSession, injectors: Sequence[Injector] = ()):
+        self.session = session
+        self.injectors = list(injectors)
+        self.tiers: list[PumpedTier] = []
+        self._closed = False
+        session._open.append(self)
+
+    def __call__(self, world: SimWorld, config: EngineConfig) -> PumpedTier:
+        server = self.session.ensure_server()
+        url = server.url
+        for inj in self.injectors:
+            if isinstance(inj, WireInjector):
+                url = inj.route(url, server, config)
+        tier = LMCacheTier(
+            url,
+            config.geometry,
+            layout=self.session.layout,
+            model_name=self.session.namespace(),
+            lookup_timeout_s=self.session.lookup_timeout_s,
+            # Not the run's seed: instance and request ids must differ between runs
+            # of one seed on one server, or a late unregister of the last run's
+            # instance would drop this run's context.
+            rng_seed=None,
+        )
+        pumped = PumpedTier(tier)
+        self.tiers.append(pumped)
+        return pumped
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for tier in self.tiers:
+            tier.close()
+        for inj in self.injectors:
+            if isinstance(inj, WireInjector):
+                inj.close()
+        if self in self.session._open:
+            self.session._open.remove(self)
+
+
+def lmcache_context(
+    session: LMCacheSession,
+    seed: int = 0,
+    rules: Rules | None = None,
+    injectors: Sequence[Injector] = (),
+    time_scale: float = DEFAULT_TIME_SCALE,
+    request_map: Callable[[Request], Request] | None = None,
+) -> RunContext:
+    """A ``RunContext`` for one run on the session's real server (module docstring).
+    Its ``tier_factory`` is a ``RealTierFactory``: close it after the run (or let
+    ``session.close_runs()`` / ``session.close()`` do it)."""
+    ctx = RunContext(
+        seed=seed,
+        rules=rules or Rules(),
+        injectors=list(injectors),
+        tier_factory=RealTierFactory(session, injectors),
+        clock_factory=RunClock,
+        time_scale=time_scale,
+    )
+    if request_map is not None:
+        ctx.request_map = request_map
+    return ctx

@@ -1,0 +1,15 @@
+"""Every scenario by name, built here and nowhere else: the simulated stories and
+their real-tier sizes. Each ``Scenario`` says which tiers it runs on."""
+
+from __future__ import annotations
+
+from faults.scenarios.real_sized import REAL_SIZED
+from faults.scenarios.simulated import SCENARIOS as _SIMULATED
+from faults.scenarios.simulated import Scenario
+
+SCENARIOS: dict[str, Scenario] = {**_SIMULATED, **REAL_SIZED}
+
+
+def on_tier(tier: str) -> list[str]:
+    """The names of the scenarios that run on ``tier``, in catalog order."""
+    return [name for name, s in SCENARIOS.items() if tier in s.tiers]
