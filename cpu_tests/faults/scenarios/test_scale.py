@@ -14,7 +14,7 @@ import pytest
 
 from faults.argtypes import MAX_SCALE, check_scale
 from faults.campaign.execute import run_case, run_scenario
-from faults.campaign.runner import Target, scenario_target, select_targets
+from faults.campaign import Target, scenario_target, select_targets
 from faults.injectors.plans import INJECTORS, FaultPlan, FaultSpec
 from faults.runs import RunContext
 from faults.scenarios import SCENARIOS
@@ -81,7 +81,7 @@ def test_a_plan_with_a_bad_scale_is_one_clear_error(obj, message):
 
 
 def test_a_target_with_a_bad_scale_is_one_clear_error():
-    from faults.campaign.runner import CampaignError
+    from faults.campaign import CampaignError
 
     with pytest.raises(CampaignError, match="target scale must be from 1 to 256, got 0"):
         Target.from_json({"kind": "scenario", "name": "restart_burst", "scale": 0})
