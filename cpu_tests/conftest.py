@@ -1,53 +1,16 @@
-"""CPU tier configuration: hypothesis profiles and small shared fixtures.
-
-Profiles (select with ``HYPOTHESIS_PROFILE``, default ``dev``):
-
-- ``dev``: a few examples per property, for the edit-test loop.
-- ``ci``: more examples, derandomized (the same examples on every CI run, so a red CI
-  reproduces locally with ``HYPOTHESIS_PROFILE=ci``); about a minute on 2 cores.
-- ``nightly``: many examples, random, for the nightly job's wider search.
-
-Simulated runs take milliseconds of wall time but their cost varies with the drawn
-geometry, so no profile has a per-example deadline; virtual time is asserted instead.
-"""
+"""CPU tier configuration: small shared fixtures. The hypothesis profiles (dev, ci,
+nightly) come from kvfault's pytest plugin; ``kv_hypothesis_profile`` in pyproject.toml
+makes ``dev`` the default here, ``HYPOTHESIS_PROFILE`` picks another."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, Phase, settings
 
 from reference.stack.lookup_channel import rpc_base_budget
-
-_COMMON = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow])
-# The explain phase re-runs a shrunk failure many times to point at the lines that
-# matter; with whole simulated runs per example that takes minutes. dev and ci skip it,
-# so a failure reports in seconds; nightly keeps it.
-_FAST_PHASES = tuple(p for p in Phase if p is not Phase.explain)
-
-settings.register_profile("dev", max_examples=12, phases=_FAST_PHASES, **_COMMON)
-settings.register_profile(
-    "ci",
-    max_examples=150,
-    derandomize=True,
-    database=None,
-    print_blob=True,
-    phases=_FAST_PHASES,
-    **_COMMON,
-)
-settings.register_profile("nightly", max_examples=1000, print_blob=True, **_COMMON)
-
-PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "dev")
-if PROFILE not in ("dev", "ci", "nightly"):
-    raise pytest.UsageError(
-        f"HYPOTHESIS_PROFILE={PROFILE!r} is not a profile; use dev, ci or nightly"
-    )
-settings.load_profile(PROFILE)
-
 
 # An ipc:// path must fit in sockaddr_un; private_rpc_dir goes under the temp dir only
 # when it is at most this long (else under /tmp).

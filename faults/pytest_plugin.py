@@ -15,7 +15,9 @@ Fixtures (all simulated, virtual time):
 - ``kv_scenario`` — runs and judges a named scenario: ``kv_scenario("restart_burst")``
   returns a ``faults.campaign.execute.CaseResult``.
 
-Markers ``gpu``, ``lmcache`` and ``slow`` are registered. ``--hashseed-sweep RANGE``
+Markers ``gpu``, ``lmcache`` and ``slow`` are registered, and the hypothesis profiles
+``dev``, ``ci`` and ``nightly`` (``faults.hypothesis_profiles``): ``HYPOTHESIS_PROFILE``
+or the ini value ``kv_hypothesis_profile`` picks one. ``--hashseed-sweep RANGE``
 runs the whole session once per PYTHONHASHSEED in subprocesses (``faults.sweep``).
 A failing test that used a kvfault fixture gets a "kvfault replay" section with the
 command that reruns it under the same seed, faults and hash seed.
@@ -72,11 +74,27 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--hashseed-sweep", default=None, metavar="RANGE",
                     help="run this session once per PYTHONHASHSEED in RANGE (e.g. 0-15) "
                          "in subprocesses; fail when any seed fails")  # fmt: skip
+    parser.addini("kv_hypothesis_profile", default=None,
+                  help="kvfault hypothesis profile to load (dev, ci, nightly) unless "
+                       "HYPOTHESIS_PROFILE is set")  # fmt: skip
 
 
 def pytest_configure(config: pytest.Config) -> None:
     for line in MARKERS:
         config.addinivalue_line("markers", line)
+    from faults import hypothesis_profiles as profiles
+
+    profiles.register()
+    try:
+        chosen = profiles.choose(
+            os.environ.get(profiles.ENV), config.getini("kv_hypothesis_profile")
+        )
+    except ValueError as exc:
+        raise pytest.UsageError(f"kvfault: {exc}") from None
+    if chosen is not None:
+        from hypothesis import settings
+
+        settings.load_profile(chosen)
     faults = config.getoption("kv_fault") or []
     regression = config.getoption("kv_regression")
     if faults or regression:

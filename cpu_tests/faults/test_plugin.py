@@ -203,3 +203,29 @@ def test_plugin_import_pulls_in_no_torch_zmq_or_faker():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+_PROFILE_PROBE = """
+from hypothesis import settings
+
+def test_profile():
+    print("max_examples", settings().max_examples, "derandomize", settings().derandomize)
+"""
+
+
+def test_the_installed_plugin_registers_the_hypothesis_profiles(pytester, monkeypatch):
+    # A project with no conftest of its own: the profiles come from the plugin.
+    monkeypatch.setenv("HYPOTHESIS_PROFILE", "ci")
+    res = _run(pytester, _PROFILE_PROBE, "-s")
+    res.assert_outcomes(passed=1)
+    res.stdout.fnmatch_lines(["*max_examples 150 derandomize True*"])
+    monkeypatch.delenv("HYPOTHESIS_PROFILE")
+    pytester.makeini("[pytest]\nkv_hypothesis_profile = dev\n")
+    _run(pytester, _PROFILE_PROBE, "-s").stdout.fnmatch_lines(["*max_examples 12 *"])
+
+
+def test_an_unknown_hypothesis_profile_is_one_clear_line(pytester, monkeypatch):
+    monkeypatch.setenv("HYPOTHESIS_PROFILE", "weekly")
+    res = _run(pytester, _PROFILE_PROBE)
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    res.stderr.fnmatch_lines(["*HYPOTHESIS_PROFILE='weekly' is not a kvfault profile*"])

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from faults.argtypes import MAX_SCALE, check_scale
-from faults.campaign.execute import run_case, run_scenario
 from faults.campaign import Target, scenario_target, select_targets
+from faults.campaign.execute import run_case, run_scenario
 from faults.injectors.plans import INJECTORS, FaultPlan, FaultSpec
 from faults.runs import RunContext
 from faults.scenarios import SCENARIOS
