@@ -231,6 +231,9 @@ _PROPERTY_LETTERS = {
     "no_false_stop": "F",
     "liveness": "L",
     "determinism": "D",
+    "efficiency": "E",
+    "exactly_once": "X",
+    "resources": "R",
 }
 
 

@@ -40,6 +40,7 @@ class Ev(str, enum.Enum):
     ARRIVE = "arrive"
     OUTPUT = "output"
     RESTART = "restart"
+    QUIESCENT = "quiescent"  # an engine's run ended with nothing left: what it still holds
     FAULT = "fault"
 
 

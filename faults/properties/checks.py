@@ -9,27 +9,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Callable
 
+from faults.properties.violation import Checker, Violation
 from faults.runs import RunResult
 from reference.stack.worker import page_digest
 from reference.trace import Ev, TraceEvent
-
-
-@dataclass(frozen=True)
-class Violation:
-    prop: str
-    message: str
-    op: str | None = None
-    t: float | None = None
-
-    def __str__(self) -> str:
-        where = f" [{self.op}]" if self.op else ""
-        when = f" at t={self.t:.3f}s" if self.t is not None else ""
-        return f"{self.prop}: {self.message}{where}{when}"
-
-
-Checker = Callable[[RunResult], list[Violation]]
 
 
 def correctness(run: RunResult) -> list[Violation]:
@@ -290,6 +274,9 @@ def _longest_gap(run: RunResult) -> float:
     return max((e.data["duration"] for e in run.trace.of(Ev.FORWARD_START)), default=0.0)
 
 
+# The accounting properties (what was loaded, which operations ended, what is held).
+from faults.properties.ledger import efficiency, exactly_once, resources  # noqa: E402
+
 PROPERTIES: dict[str, Checker] = {
     "correctness": correctness,
     "keys": keys,
@@ -298,5 +285,8 @@ PROPERTIES: dict[str, Checker] = {
     "hybrid": hybrid,
     "no_false_stop": no_false_stop,
     "liveness": liveness,
+    "efficiency": efficiency,
+    "exactly_once": exactly_once,
+    "resources": resources,
 }
 # "determinism" compares two runs; faults.campaign.execute checks it.

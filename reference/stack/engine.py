@@ -109,9 +109,9 @@ class Engine:
         self.outputs: dict[str, tuple[int, ...]] = {}
         self.steps = 0
         self._forwards = 0
-        self._build()
+        self._build(0)
 
-    def _build(self) -> None:
+    def _build(self, generation: int) -> None:
         cfg, p = self.config, self.parts
         self.kv = p.kv_factory(cfg.num_blocks)
         self.channel = p.channel_factory(self.trace)
@@ -124,6 +124,7 @@ class Engine:
             BlockPool(cfg.num_blocks),
             self.trace,
             self.rules,
+            generation,
         )
         self.worker = RestoreWorker(
             p.clock,
@@ -139,7 +140,7 @@ class Engine:
 
     def restart(self) -> None:
         self.trace.record(Ev.RESTART, engine=self.name)
-        self._build()
+        self._build(self.scheduler.generation)
 
     def add_request(self, req: Request) -> None:
         self.scheduler.add(req)
@@ -209,6 +210,13 @@ class Engine:
             stopped = exc
             self.trace.record(
                 Ev.STOP, op=exc.op, error=type(exc).__name__, elapsed=exc.elapsed, message=str(exc)
+            )
+        if stopped is None and not hung:
+            self.trace.record(
+                Ev.QUIESCENT,
+                engine=self.name,
+                **self.scheduler.holdings(),
+                **self.worker.pending(),
             )
         return RunOutcome(
             stopped,

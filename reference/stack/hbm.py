@@ -27,6 +27,11 @@ class BlockPool:
     def num_free(self) -> int:
         return len(self._free)
 
+    @property
+    def num_held(self) -> int:
+        """Blocks some request holds (allocated and not freed)."""
+        return len(self._refs)
+
     def match(self, chain: Sequence[int]) -> list[int]:
         """Cached blocks holding the longest prefix of ``chain``."""
         hit: list[int] = []

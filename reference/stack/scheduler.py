@@ -83,6 +83,7 @@ class Scheduler:
         pool: BlockPool,
         trace: Trace,
         rules: Rules | None = None,
+        generation: int = 0,
     ):
         self.config = config
         self.geometry = config.geometry
@@ -92,7 +93,9 @@ class Scheduler:
         self.trace = trace
         self.rules = rules or Rules()
         self.bounds = self.rules.bounds(config.bound_s)
-        self._generation = 0
+        # Operation ids count on from ``generation``: an engine restart hands over the
+        # last one, so an id never recurs where an old completion could still meet it.
+        self._generation = generation
         self._seqs: dict[str, SeqState] = {}
         self._arrivals: list[SeqState] = []
         self._waiting: list[SeqState] = []
@@ -129,6 +132,20 @@ class Scheduler:
 
     def has_work(self) -> bool:
         return self._unfinished > 0
+
+    @property
+    def generation(self) -> int:
+        """The last operation generation handed out."""
+        return self._generation
+
+    def holdings(self) -> dict[str, int]:
+        """What the scheduler still holds: HBM blocks, loads awaiting completion and
+        unfinished requests."""
+        return {
+            "hbm_blocks": self.pool.num_held,
+            "loading": len(self._loading),
+            "unfinished": self._unfinished,
+        }
 
     def next_arrival(self) -> float | None:
         return min((s.req.arrival_time for s in self._arrivals), default=None)

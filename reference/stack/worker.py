@@ -69,6 +69,16 @@ class RestoreWorker:
     def has_pending(self) -> bool:
         return bool(self._loads or self._saves)
 
+    def pending(self) -> dict[str, int]:
+        """What the worker still tracks: loads and saves not reported terminal, and of
+        those the tier tickets whose reply it has not seen."""
+        unanswered = sum(1 for e in self._loads.values() if e.reply is None)
+        return {
+            "loads": len(self._loads),
+            "saves": len(self._saves),
+            "tier_tickets": unanswered + len(self._saves),
+        }
+
     # -- enqueue only ------------------------------------------------------------------
     def start_load(self, loads: list[LoadOp]) -> None:
         for load in loads:

@@ -62,5 +62,8 @@ def test_a_weakened_property_is_noticed(monkeypatch):
 def test_every_signature_is_caught_by_some_canary():
     """No property in the catalog is left without a regression that keeps it honest,
     except those whose legacy behaviour is not planted (listed here on purpose)."""
-    unguarded = set(PROPERTIES) - {r.signature for r in REGRESSIONS.values()}
+    # No rule variant breaks these (they judge the stack's bookkeeping, not its rules):
+    # cpu_tests/faults/properties/test_breaks.py breaks the stack for each instead.
+    by_breaks = {"exactly_once", "resources", "efficiency"}
+    unguarded = set(PROPERTIES) - {r.signature for r in REGRESSIONS.values()} - by_breaks
     assert unguarded == set(), f"properties no planted regression exercises: {sorted(unguarded)}"

@@ -52,3 +52,70 @@ def test_a_lost_completion_still_justifies_the_stop():
     res = run_case("lost_completion_burst", 0, properties=["no_false_stop", "liveness"])
     assert res.stop and "LoadNotTerminal" in res.stop
     assert res.ok, [str(v) for v in res.violations]
+
+
+# -- efficiency ---------------------------------------------------------------------------
+
+
+def test_efficiency_holds_on_the_healthy_stack():
+    assert "efficiency" not in _props(run_case("restart_tier_kept", 0, properties=["efficiency"]))
+
+
+def test_a_lookup_that_never_matches_its_saves_is_a_silent_miss(monkeypatch):
+    """The scheduler asks the tier with ids that are not the ones it saves under:
+    outputs stay right (it recomputes), only efficiency sees the loss."""
+    import reference.stack.scheduler as sched
+
+    query = sched.LookupQuery
+    monkeypatch.setattr(
+        sched, "LookupQuery", lambda ids, states: query(tuple(i ^ 1 for i in ids), states)
+    )
+    res = run_case("restart_tier_kept", 0, properties=["correctness", "efficiency"])
+    assert _props(res) == {"efficiency"}
+    assert any("silent miss" in v.message for v in res.violations)
+
+
+def test_a_claim_never_loaded_is_caught(monkeypatch):
+    """The scheduler claims a tier hit and then starts from its HBM hit (loads nothing)."""
+    monkeypatch.setattr(
+        Scheduler,
+        "_dispatch_load",
+        lambda self, seq, plan, meta: self._start_running(seq, seq.hbm_hit),
+    )
+    res = run_case("restart_tier_kept", 0, properties=["correctness", "efficiency"])
+    assert _props(res) == {"efficiency"}
+    assert any("never loaded" in v.message for v in res.violations)
+
+
+# -- exactly once -------------------------------------------------------------------------
+
+
+def test_exactly_once_holds_on_the_healthy_stack():
+    res = run_case("restart_burst", 0, properties=["exactly_once"])
+    assert res.ok, [str(v) for v in res.violations]
+
+
+def test_a_reused_operation_id_is_caught(monkeypatch):
+    monkeypatch.setattr(Scheduler, "_next_generation", lambda self: 1)
+    res = run_case("restart_tier_kept", 0, properties=["correctness", "exactly_once"])
+    assert "exactly_once" in _props(res)
+    assert any("operation id reused" in v.message for v in res.violations)
+
+
+# -- resources ----------------------------------------------------------------------------
+
+
+def test_resources_hold_on_the_healthy_stack():
+    res = run_case("two_images", 0, properties=["resources"])
+    assert res.ok, [str(v) for v in res.violations]
+
+
+def test_a_finished_request_that_keeps_its_blocks_is_caught(monkeypatch):
+    """The scheduler forgets to free a finished request's HBM blocks: with a pool this
+    large nothing else notices."""
+    from reference.stack.hbm import BlockPool
+
+    monkeypatch.setattr(BlockPool, "free", lambda self, blocks: None)
+    res = run_case("two_images", 0, properties=["correctness", "liveness", "resources"])
+    assert _props(res) == {"resources"}
+    assert any("hbm_blocks=" in v.message for v in res.violations)
