@@ -1,9 +1,29 @@
-"""Real LMCache tier figures: server start time, store / retrieve throughput and lookup
-latency through a real lmcache MP server on loopback, for 256-token chunks of a
-realistic KV layout (default: 32 layers x 8 KV heads x 128 head dim, bf16 = 32 MiB per
-chunk). Prints figures; asserts nothing about time.
+"""Real LMCache tier throughput beside lmcache's own client, in one run on one server.
 
-    python benchmarks/bench_lmcache.py [--chunks 16] [--layers 32] [--heads 8]
+Stores and retrieves ``--chunks`` chunks of a realistic KV layout (default: 16 chunks of
+256 tokens x 32 layers x 8 KV heads x 128 head dim, bf16 = 32 MiB each, 512 MiB in all,
+``--chunks-per-op`` chunks per operation) through a real lmcache MP server on loopback,
+three ways:
+
+- ``memcpy``: a plain copy of the same chunks between two warm CPU buffers, with
+  torch's ``copy_`` and with numpy (the ceiling of any SHM transfer on this machine);
+- ``lmcache``: lmcache's own engine-driven SHM client (``EngineDrivenContextShm``:
+  ``prepare_store`` -> copy each chunk into its slot -> ``commit_store``; retrieve =
+  ``lookup`` + ``query_prefetch_status`` -> ``prepare_retrieve`` -> copy each slot into a
+  preallocated chunk -> ``commit_retrieve``), blocking on its futures as its own worker
+  adapter does. Its copies are one contiguous copy per chunk, with torch ``copy_`` (as
+  lmcache's own gather/scatter) or, with ``--raw-copy numpy``, through numpy as the
+  tier copies;
+- ``kvfault``: ``LMCacheTier`` with tensor pages (one page per 16-token block), driven
+  by ``submit_*`` and the blocking ``wait``.
+
+Round 1 is the cold pool (the first touch of the server's SHM pages by this process's
+mapping); rounds 2.. reuse the same pool slots (the server is cleared between phases)
+and are reported apart as the warm pool (median and range over the warm rounds). Bytes
+are verified after each timed phase, outside the timed region. Prints figures and the
+kvfault / lmcache ratio; asserts nothing about time.
+
+    python benchmarks/bench_lmcache.py [--chunks 16] [--rounds 4] [--raw-copy torch|numpy]
 """
 
 from __future__ import annotations
@@ -14,6 +34,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -21,95 +42,291 @@ from faults.lmcache.server import LMCacheServer  # noqa: E402
 from reference.interfaces import LookupQuery  # noqa: E402
 from reference.types import Geometry, OperationId, OpKind  # noqa: E402
 
+CHUNK = 256
+LIMIT_S = 120.0  # a reply that takes this long means the server is stuck
 
-def wait(tier, ticket, limit_s: float = 120.0):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
-        reply = tier.poll(ticket)
-        if reply is not None:
-            return reply
-    raise SystemExit(f"no reply within {limit_s}s (stage {ticket.stage})")
+
+def gib_s(nbytes: int, seconds: float) -> float:
+    return nbytes / 2**30 / seconds
+
+
+class RawClient:
+    """lmcache's own engine-driven SHM client, used as its worker adapter uses it."""
+
+    def __init__(self, url: str, layout: Any, block_size: int, model: str, copy: str) -> None:
+        import torch
+        from lmcache.v1.distributed.api import MemoryLayoutDesc
+        from lmcache.v1.multiprocess.custom_types import (
+            IPCCacheServerKey,
+            RegisterEngineDrivenContextPayload,
+        )
+        from lmcache.v1.multiprocess.transfer_context.base import (
+            EngineDrivenContextMetadata,
+            create_engine_driven_context,
+        )
+        from lmcache.v1.multiprocess.transport.factory import RequestClientFactory
+
+        self.Key = IPCCacheServerKey
+        self.model = model
+        self.client = RequestClientFactory.create(url)
+        self.iid = random.randrange(1, 2**31)
+        payload = RegisterEngineDrivenContextPayload(
+            instance_id=self.iid, model_name=model, world_size=1, block_size=block_size,
+            num_layers=layout.num_layers, hidden_dim_size=layout.hidden,
+            dtype_str=layout.dtype, use_mla=False,
+        )  # fmt: skip
+        resp = self.client.register_kv_cache_engine_driven_context(payload).result(LIMIT_S)
+        shape = torch.Size((2, layout.num_layers, CHUNK, layout.hidden))
+        meta = EngineDrivenContextMetadata(
+            layout_desc=MemoryLayoutDesc(shapes=[shape], dtypes=[getattr(torch, layout.dtype)]),
+            block_size=block_size,
+            use_mla=False,
+        )
+        self.ctx = create_engine_driven_context(
+            meta, self.client, LIMIT_S, resp.shm_name, resp.pool_size
+        )
+        self._n = 0
+        self.copy = _copy_numpy if copy == "numpy" else _copy_torch
+
+    def _key(self, ids: tuple[int, ...], rid: str, worker: int | None) -> Any:
+        return self.Key(
+            model_name=self.model, world_size=1, worker_id=worker, token_ids=ids, start=0,
+            end=len(ids), request_id=rid, num_kv_readers=1,
+        )  # fmt: skip
+
+    def _rid(self) -> str:
+        self._n += 1
+        return f"raw-{self.iid}-{self._n}"
+
+    def store(self, ids: tuple[int, ...], chunks: list[Any]) -> None:
+        rid = self._rid()
+        key = self._key(ids, rid, 0)
+        prepared = self.ctx.prepare_store(key, self.iid)
+        assert prepared is not None, "pickle transport: SHM required"
+        slots, indices = prepared
+        for slot, i in zip(slots, indices, strict=True):
+            self.copy(slot, chunks[i])
+        del slots
+        if indices and not self.ctx.commit_store(key, self.iid, []):
+            raise SystemExit("lmcache client: commit_store failed")
+        self.client.end_session(rid)
+
+    def retrieve(self, ids: tuple[int, ...], out: list[Any]) -> None:
+        rid = self._rid()
+        self.client.lookup(self._key(ids, rid, None), 1).result(LIMIT_S)
+        while (hit := self.client.query_prefetch_status(rid).result(LIMIT_S)) is None:
+            time.sleep(0.001)
+        if hit * CHUNK != len(ids):
+            raise SystemExit(f"lmcache client: lookup hit {hit} chunks of {len(out)}")
+        key = self._key(ids, rid, 0)
+        slots = self.ctx.prepare_retrieve(key, self.iid)
+        if slots is None:
+            raise SystemExit("lmcache client: prepare_retrieve missed")
+        for dst, slot in zip(out, slots, strict=True):
+            self.copy(dst, slot)
+        del slots
+        self.ctx.commit_retrieve(key, self.iid)
+        self.client.end_session(rid)
+
+    def close(self) -> None:
+        self.client.unregister_kv_cache_engine_driven_context(self.iid)
+        self.ctx.close()
+        self.client.close()
+
+
+def _copy_torch(dst: Any, src: Any) -> None:
+    dst.copy_(src)
+
+
+def _copy_numpy(dst: Any, src: Any) -> None:
+    import torch
+
+    dst.view(torch.int16).numpy()[...] = src.view(torch.int16).numpy()
+
+
+def timed(fn: Callable[[], None]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--chunks", type=int, default=16, help="chunks stored and retrieved")
     ap.add_argument("--chunks-per-op", type=int, default=4)
+    ap.add_argument("--rounds", type=int, default=4, help="round 1 cold, the rest warm")
     ap.add_argument("--layers", type=int, default=32)
     ap.add_argument("--heads", type=int, default=8)
     ap.add_argument("--head-dim", type=int, default=128)
     ap.add_argument("--block-size", type=int, default=16)
     ap.add_argument("--lookups", type=int, default=200)
-    ap.add_argument("--page-format", choices=["tensor", "fingerprint"], default="tensor")
+    ap.add_argument("--raw-copy", choices=("torch", "numpy"), default="torch",
+                    help="how lmcache's client copies chunks in and out of its slots")  # fmt: skip
     args = ap.parse_args()
+    if args.chunks <= 0 or args.chunks_per_op <= 0 or args.chunks % args.chunks_per_op:
+        print("bench_lmcache: --chunks must be a positive multiple of --chunks-per-op",
+              file=sys.stderr)  # fmt: skip
+        sys.exit(2)
+    if args.rounds < 2 or args.block_size <= 0 or CHUNK % args.block_size:
+        print("bench_lmcache: need --rounds >= 2 and a --block-size dividing 256",
+              file=sys.stderr)  # fmt: skip
+        sys.exit(2)
+    try:
+        run(args)
+    except KeyboardInterrupt:
+        print("bench_lmcache: interrupted", file=sys.stderr)
+        sys.exit(130)
 
+
+def run(args: argparse.Namespace) -> None:
     import torch
 
     from reference.tiers.lmcache import KVLayout, LMCacheTier
 
-    cs = 256
-    geometry = Geometry(block_size=args.block_size, chunk_size=cs)
+    geometry = Geometry(block_size=args.block_size, chunk_size=CHUNK)
     layout = KVLayout(num_layers=args.layers, num_heads=args.heads, head_dim=args.head_dim)
-    chunk_mb = layout.chunk_bytes(cs) / 2**20
-    pool_gb = max(0.25, 1.5 * args.chunks * layout.chunk_bytes(cs) / 2**30)
-    print(f"layout {args.layers}x{args.heads}x{args.head_dim} bf16, chunk {cs} tokens = "
-          f"{chunk_mb:.1f} MiB, block {args.block_size}, pool {pool_gb:.2f} GiB, "
-          f"page format {args.page_format}")  # fmt: skip
-    with LMCacheServer(chunk_size=cs, l1_size_gb=round(pool_gb, 3)) as server:
+    chunk_bytes = layout.chunk_bytes(CHUNK)
+    total = args.chunks * chunk_bytes
+    per_op = args.chunks_per_op
+    n_ops = args.chunks // per_op
+    bs = args.block_size
+    per_chunk = CHUNK // bs
+    pool_gb = max(0.25, 1.5 * total / 2**30)
+    print(f"layout {args.layers}x{args.heads}x{args.head_dim} bf16, chunk {CHUNK} tokens = "
+          f"{chunk_bytes / 2**20:.1f} MiB, {args.chunks} chunks = {total / 2**20:.0f} MiB, "
+          f"{per_op} chunks per op, block {bs}, pool {pool_gb:.2f} GiB, "
+          f"torch threads {torch.get_num_threads()}, lmcache client copies with "
+          f"{args.raw_copy}")  # fmt: skip
+
+    shape = (2, args.layers, CHUNK, layout.hidden)
+    gen = torch.Generator().manual_seed(0)
+    chunks = [torch.randint(-(2**15), 2**15, shape, dtype=torch.int16, generator=gen)
+              .view(torch.bfloat16) for _ in range(args.chunks)]  # fmt: skip
+    # The tier's pages: one contiguous tensor per block, as an engine's paged KV holds them.
+    pages = [[c[:, :, b * bs : (b + 1) * bs, :].contiguous() for c in chunks[o * per_op :
+              (o + 1) * per_op] for b in range(per_chunk)] for o in range(n_ops)]  # fmt: skip
+    out = [torch.empty_like(c) for c in chunks]
+    for o in out:
+        o.zero_()  # first touch outside any timing
+
+    # memcpy: the same chunks between two buffers already paged in.
+    for name, fn in (("torch copy_", _copy_torch), ("numpy", _copy_numpy)):
+        rates = [gib_s(total, timed(lambda fn=fn: [fn(d, s) for d, s in zip(out, chunks,
+                                                                         strict=True)]))
+                 for _ in range(args.rounds)]  # fmt: skip
+        print(f"memcpy ({name}, {chunk_bytes / 2**20:.0f} MiB chunks): median "
+              f"{statistics.median(rates):.2f} GiB/s (range {min(rates):.2f}-"
+              f"{max(rates):.2f}) over {len(rates)}")  # fmt: skip
+
+    rng = random.Random(0)
+    prompts = [tuple(rng.randrange(2**32) for _ in range(per_op * CHUNK)) for _ in range(n_ops)]
+
+    with LMCacheServer(chunk_size=CHUNK, l1_size_gb=round(pool_gb, 3)) as server:
         print(f"server start (spawn -> answering): {server.start_seconds:.2f} s")
         t0 = time.perf_counter()
-        tier = LMCacheTier(server.url, geometry, layout=layout, page_format=args.page_format)
+        tier = LMCacheTier(server.url, geometry, layout=layout, page_format="tensor",
+                           model_name="bench-kvfault")  # fmt: skip
         print(f"tier connect + register: {(time.perf_counter() - t0) * 1e3:.1f} ms")
-        rng = random.Random(0)
-        per_op = args.chunks_per_op
-        n_ops = args.chunks // per_op
-        blocks_per_op = per_op * cs // args.block_size
-        shape = tier.block_shape()
-        prompts, payloads = [], []
-        for _ in range(n_ops):
-            prompts.append(tuple(rng.randrange(2**32) for _ in range(per_op * cs)))
-            if args.page_format == "tensor":
-                payloads.append([torch.randn(shape).to(torch.bfloat16)
-                                 for _ in range(blocks_per_op)])  # fmt: skip
-            else:
-                payloads.append([rng.randrange(2**63) for _ in range(blocks_per_op)])
-        op_mb = per_op * chunk_mb
+        raw = RawClient(server.url, layout, bs, "bench-lmcache", args.raw_copy)
 
-        t0 = time.perf_counter()
-        for i, (ids, pages) in enumerate(zip(prompts, payloads, strict=True)):
-            reply = wait(tier, tier.submit_store(OperationId("b", i, OpKind.SAVE), ids, 0,
-                                                 len(ids), pages, []))  # fmt: skip
-            assert reply.ok, reply.error
-        st = time.perf_counter() - t0
-        print(f"store: {n_ops * op_mb:.0f} MiB in {st:.2f} s = {n_ops * op_mb / st:.0f} MiB/s "
-              f"({n_ops} ops of {per_op} chunks)")  # fmt: skip
+        def raw_store() -> None:
+            for o, ids in enumerate(prompts):
+                raw.store(ids, chunks[o * per_op : (o + 1) * per_op])
 
-        lat = []
-        for i in range(args.lookups):
-            ids = prompts[i % n_ops]
-            t1 = time.perf_counter()
-            hit = tier.lookup(LookupQuery(ids)).kv_hit
-            lat.append(time.perf_counter() - t1)
-            assert hit == len(ids), hit
-        lat.sort()
-        print(f"lookup ({per_op} chunks, hit): median {statistics.median(lat) * 1e3:.2f} ms, "
-              f"p99 {lat[int(0.99 * len(lat)) - 1] * 1e3:.2f} ms, max {lat[-1] * 1e3:.2f} ms "
-              f"over {len(lat)}")  # fmt: skip
+        def raw_retrieve() -> None:
+            for o, ids in enumerate(prompts):
+                raw.retrieve(ids, out[o * per_op : (o + 1) * per_op])
 
-        t0 = time.perf_counter()
-        for i, ids in enumerate(prompts):
-            reply = wait(tier, tier.submit_retrieve(OperationId("b", 10**6 + i), ids, 0,
-                                                    len(ids), None))  # fmt: skip
-            assert reply.ok, reply.error
-            if args.page_format == "tensor":
-                assert all(torch.equal(a.view(torch.int16), b.view(torch.int16))
-                           for a, b in zip(reply.pages, payloads[i], strict=True))  # fmt: skip
-            else:
-                assert reply.pages == payloads[i]
-        rt = time.perf_counter() - t0
-        print(f"retrieve (byte-exact checked): {n_ops * op_mb:.0f} MiB in {rt:.2f} s = "
-              f"{n_ops * op_mb / rt:.0f} MiB/s")  # fmt: skip
+        replies: list[Any] = []
+
+        def finish(ticket: Any) -> Any:
+            reply = tier.wait(ticket, LIMIT_S)
+            if reply is None:
+                raise SystemExit(f"kvfault tier: no reply within {LIMIT_S:g}s "
+                                 f"(stage {ticket.stage})")  # fmt: skip
+            if not reply.ok:
+                raise SystemExit(f"kvfault tier: {reply.error}")
+            return reply
+
+        def tier_store() -> None:
+            for o, ids in enumerate(prompts):
+                op = OperationId("bench", o, OpKind.SAVE)
+                finish(tier.submit_store(op, ids, 0, len(ids), pages[o], []))
+
+        def tier_retrieve() -> None:
+            replies.clear()
+            for o, ids in enumerate(prompts):
+                op = OperationId("bench", 10**6 + o, OpKind.LOAD)
+                replies.append(finish(tier.submit_retrieve(op, ids, 0, len(ids), None)))
+
+        def verify_raw() -> None:
+            for d, s in zip(out, chunks, strict=True):
+                if not torch.equal(d.view(torch.int16), s.view(torch.int16)):
+                    raise SystemExit("lmcache client: retrieved bytes differ")
+            for o in out:
+                o.zero_()  # so the next round must really write them
+
+        def verify_tier() -> None:
+            for o, reply in enumerate(replies):
+                got = reply.pages
+                if len(got) != len(pages[o]) or not all(
+                    torch.equal(a.view(torch.int16), b.view(torch.int16))
+                    for a, b in zip(got, pages[o], strict=True)
+                ):
+                    raise SystemExit("kvfault tier: retrieved bytes differ")
+            replies.clear()
+
+        def clear() -> None:
+            tier.client.clear(True).result(LIMIT_S)
+
+        figures: dict[str, list[float]] = {k: [] for k in
+                                           ("lmcache store", "kvfault store",
+                                            "lmcache retrieve", "kvfault retrieve")}  # fmt: skip
+        for r in range(args.rounds):
+            figures["lmcache store"].append(gib_s(total, timed(raw_store)))
+            figures["lmcache retrieve"].append(gib_s(total, timed(raw_retrieve)))
+            verify_raw()
+            clear()
+            figures["kvfault store"].append(gib_s(total, timed(tier_store)))
+            if r == 0:
+                lookup_latency(tier, prompts, args.lookups)
+            figures["kvfault retrieve"].append(gib_s(total, timed(tier_retrieve)))
+            verify_tier()
+            clear()
+            print(
+                f"round {r + 1} ({'cold' if r == 0 else 'warm'} pool): "
+                + ", ".join(f"{k} {v[-1]:.2f}" for k, v in figures.items())
+                + " GiB/s"
+            )
+        raw.close()
         tier.close()
+
+    print(f"\n{'GiB/s':<18}{'cold pool':>10}{'warm median':>13}{'warm range':>14}")
+    for k, v in figures.items():
+        warm = v[1:]
+        print(f"{k:<18}{v[0]:>10.2f}{statistics.median(warm):>13.2f}"
+              f"{min(warm):>8.2f}-{max(warm):.2f}")  # fmt: skip
+    for what in ("store", "retrieve"):
+        k, lm = figures[f"kvfault {what}"][1:], figures[f"lmcache {what}"][1:]
+        ratios = [a / b for a, b in zip(k, lm, strict=True)]
+        print(f"kvfault / lmcache {what} (warm): median "
+              f"{statistics.median(k) / statistics.median(lm):.2f}x, per round "
+              f"{min(ratios):.2f}-{max(ratios):.2f}x")  # fmt: skip
+
+
+def lookup_latency(tier: Any, prompts: list[tuple[int, ...]], n: int) -> None:
+    lat = []
+    for i in range(n):
+        ids = prompts[i % len(prompts)]
+        t1 = time.perf_counter()
+        hit = tier.lookup(LookupQuery(ids)).kv_hit
+        lat.append(time.perf_counter() - t1)
+        if hit != len(ids):
+            raise SystemExit(f"kvfault tier: lookup hit {hit} of {len(ids)}")
+    lat.sort()
+    print(f"lookup ({len(prompts[0]) // CHUNK} chunks, hit): median "
+          f"{statistics.median(lat) * 1e3:.2f} ms, p99 {lat[int(0.99 * len(lat)) - 1] * 1e3:.2f}"
+          f" ms, max {lat[-1] * 1e3:.2f} ms over {len(lat)}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -135,6 +135,14 @@ class PumpedTier:
         with self._lock:
             return self._inner.poll(ticket)
 
+    def wait(self, ticket: object, timeout: float):  # type: ignore[no-untyped-def]
+        """``LMCacheTier.wait``, but the pump advances the ticket: look once per pump
+        interval (sleeping, not holding the lock)."""
+        deadline = time.monotonic() + timeout
+        while (reply := self.poll(ticket)) is None and time.monotonic() < deadline:
+            time.sleep(self._interval)
+        return reply
+
     def _track(self, op: Any, ticket: Any) -> None:
         self.tickets[str(op)] = ticket
         if ticket.reply is None:
