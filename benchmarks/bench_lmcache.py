@@ -17,11 +17,16 @@ three ways:
 - ``kvfault``: ``LMCacheTier`` with tensor pages (one page per 16-token block), driven
   by ``submit_*`` and the blocking ``wait``.
 
-Round 1 is the cold pool (the first touch of the server's SHM pages by this process's
-mapping); rounds 2.. reuse the same pool slots (the server is cleared between phases)
-and are reported apart as the warm pool (median and range over the warm rounds). Bytes
-are verified after each timed phase, outside the timed region. Prints figures and the
-kvfault / lmcache ratio; asserts nothing about time.
+Each client has its own mapping of the server's SHM pool. Round 1 is the cold pool
+(each client's first touch of the pool's pages, and for the tier of the buffers its
+retrieved pages live in); the server is cleared after each round, so rounds 2.. reuse
+the same pool slots and are reported apart as the warm pool (median and range over the
+warm rounds). The two clients alternate operation by operation, taking turns to go
+first, so both see the same machine (other jobs' load changes by the second). Bytes
+are verified after each round, outside the timed region. The server is
+``faults.lmcache_server.LMCacheServer`` (127.0.0.1, ``--disable-metrics``,
+``LMCACHE_TRACK_USAGE=false``). Prints figures and the kvfault / lmcache ratio;
+asserts nothing about time.
 
     python benchmarks/bench_lmcache.py [--chunks 16] [--rounds 4] [--raw-copy torch|numpy]
 """
@@ -191,7 +196,7 @@ def run(args: argparse.Namespace) -> None:
     n_ops = args.chunks // per_op
     bs = args.block_size
     per_chunk = CHUNK // bs
-    pool_gb = max(0.25, 1.5 * total / 2**30)
+    pool_gb = max(0.25, 1.5 * 2 * total / 2**30)  # both clients' data, under the watermark
     print(f"layout {args.layers}x{args.heads}x{args.head_dim} bf16, chunk {CHUNK} tokens = "
           f"{chunk_bytes / 2**20:.1f} MiB, {args.chunks} chunks = {total / 2**20:.0f} MiB, "
           f"{per_op} chunks per op, block {bs}, pool {pool_gb:.2f} GiB, "
@@ -229,15 +234,7 @@ def run(args: argparse.Namespace) -> None:
         print(f"tier connect + register: {(time.perf_counter() - t0) * 1e3:.1f} ms")
         raw = RawClient(server.url, layout, bs, "bench-lmcache", args.raw_copy)
 
-        def raw_store() -> None:
-            for o, ids in enumerate(prompts):
-                raw.store(ids, chunks[o * per_op : (o + 1) * per_op])
-
-        def raw_retrieve() -> None:
-            for o, ids in enumerate(prompts):
-                raw.retrieve(ids, out[o * per_op : (o + 1) * per_op])
-
-        replies: list[Any] = []
+        replies: list[Any] = [None] * n_ops
 
         def finish(ticket: Any) -> Any:
             reply = tier.wait(ticket, LIMIT_S)
@@ -248,25 +245,27 @@ def run(args: argparse.Namespace) -> None:
                 raise SystemExit(f"kvfault tier: {reply.error}")
             return reply
 
-        def tier_store() -> None:
-            for o, ids in enumerate(prompts):
-                op = OperationId("bench", o, OpKind.SAVE)
-                finish(tier.submit_store(op, ids, 0, len(ids), pages[o], []))
+        def lmcache_store(o: int) -> None:
+            raw.store(prompts[o], chunks[o * per_op : (o + 1) * per_op])
 
-        def tier_retrieve() -> None:
-            replies.clear()
-            for o, ids in enumerate(prompts):
-                op = OperationId("bench", 10**6 + o, OpKind.LOAD)
-                replies.append(finish(tier.submit_retrieve(op, ids, 0, len(ids), None)))
+        def lmcache_retrieve(o: int) -> None:
+            raw.retrieve(prompts[o], out[o * per_op : (o + 1) * per_op])
 
-        def verify_raw() -> None:
-            for d, s in zip(out, chunks, strict=True):
-                if not torch.equal(d.view(torch.int16), s.view(torch.int16)):
+        def kvfault_store(o: int) -> None:
+            ids = prompts[o]
+            op = OperationId("bench", o, OpKind.SAVE)
+            finish(tier.submit_store(op, ids, 0, len(ids), pages[o], []))
+
+        def kvfault_retrieve(o: int) -> None:
+            ids = prompts[o]
+            op = OperationId("bench", 10**6 + o, OpKind.LOAD)
+            replies[o] = finish(tier.submit_retrieve(op, ids, 0, len(ids), None))
+
+        def verify() -> None:
+            for d, c in zip(out, chunks, strict=True):
+                if not torch.equal(d.view(torch.int16), c.view(torch.int16)):
                     raise SystemExit("lmcache client: retrieved bytes differ")
-            for o in out:
-                o.zero_()  # so the next round must really write them
-
-        def verify_tier() -> None:
+                d.zero_()  # so the next round must really write them
             for o, reply in enumerate(replies):
                 got = reply.pages
                 if len(got) != len(pages[o]) or not all(
@@ -274,25 +273,26 @@ def run(args: argparse.Namespace) -> None:
                     for a, b in zip(got, pages[o], strict=True)
                 ):
                     raise SystemExit("kvfault tier: retrieved bytes differ")
-            replies.clear()
+                replies[o] = None  # the tier recycles the pages' buffers
 
-        def clear() -> None:
-            tier.client.clear(True).result(LIMIT_S)
-
-        figures: dict[str, list[float]] = {k: [] for k in
-                                           ("lmcache store", "kvfault store",
-                                            "lmcache retrieve", "kvfault retrieve")}  # fmt: skip
+        fns = {"lmcache store": lmcache_store, "kvfault store": kvfault_store,
+               "lmcache retrieve": lmcache_retrieve, "kvfault retrieve": kvfault_retrieve}  # fmt: skip
+        figures: dict[str, list[float]] = {k: [] for k in fns}
         for r in range(args.rounds):
-            figures["lmcache store"].append(gib_s(total, timed(raw_store)))
-            figures["lmcache retrieve"].append(gib_s(total, timed(raw_retrieve)))
-            verify_raw()
-            clear()
-            figures["kvfault store"].append(gib_s(total, timed(tier_store)))
-            if r == 0:
-                lookup_latency(tier, prompts, args.lookups)
-            figures["kvfault retrieve"].append(gib_s(total, timed(tier_retrieve)))
-            verify_tier()
-            clear()
+            spent = dict.fromkeys(fns, 0.0)
+            for what in ("store", "retrieve"):
+                for o in range(n_ops):
+                    # Operation by operation, taking turns to go first: both see the
+                    # same machine (the other agents' load changes by the second).
+                    pair = [f"lmcache {what}", f"kvfault {what}"]
+                    for name in pair[:: 1 if (r + o) % 2 == 0 else -1]:
+                        spent[name] += timed(lambda name=name, o=o: fns[name](o))
+                if r == 0 and what == "store":
+                    lookup_latency(tier, prompts, args.lookups)
+            verify()
+            tier.client.clear(True).result(LIMIT_S)  # the next round reuses the same slots
+            for name, seconds in spent.items():
+                figures[name].append(gib_s(total, seconds))
             print(
                 f"round {r + 1} ({'cold' if r == 0 else 'warm'} pool): "
                 + ", ".join(f"{k} {v[-1]:.2f}" for k, v in figures.items())
