@@ -24,7 +24,7 @@ the same pool slots and are reported apart as the warm pool (median and range ov
 warm rounds). The two clients alternate operation by operation, taking turns to go
 first, so both see the same machine (other jobs' load changes by the second). Bytes
 are verified after each round, outside the timed region. The server is
-``faults.lmcache_server.LMCacheServer`` (127.0.0.1, ``--disable-metrics``,
+``faults.lmcache.server.LMCacheServer`` (127.0.0.1, ``--disable-metrics``,
 ``LMCACHE_TRACK_USAGE=false``). Prints figures and the kvfault / lmcache ratio;
 asserts nothing about time.
 

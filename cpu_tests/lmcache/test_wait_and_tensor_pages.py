@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 from lmc_util import GEOMETRY, SAFETY_NET_S
 
-from faults.lmcache_server import LMCacheServer
+from faults.lmcache.server import LMCacheServer
 from reference.types import OperationId, OpKind
 
 CS, BS = GEOMETRY.chunk_size, GEOMETRY.block_size
