@@ -48,6 +48,9 @@ class DeterministicModel:
             raise ValueError(f"model kind must be 'dense' or 'hybrid', got {kind!r}")
         self.kind: ModelKind = kind
         self.geometry = geometry
+        # Cold pages by (cache_seed, prompt): a checker asks for each prompt's several
+        # times (every output, every restore, every resend of the prompt).
+        self._cold: dict[tuple[int, tuple[int, ...]], list[int]] = {}
 
     @property
     def hybrid(self) -> bool:
@@ -97,6 +100,10 @@ class DeterministicModel:
 
     # -- the cold run, computed directly (what recompute would produce) ------------
     def cold_pages(self, req: Request) -> list[int]:
+        """Every page of the prompt as a cold run computes it (do not modify)."""
+        key = (req.cache_seed, req.prompt_token_ids)
+        if key in self._cold:
+            return self._cold[key]
         bs = self.geometry.block_size
         ids = req.prompt_token_ids
         parent = self.initial_page_parent(req)
@@ -104,6 +111,7 @@ class DeterministicModel:
         for lo in range(0, req.prompt_len, bs):
             parent = hash((parent, _block_ids(ids, lo, min(lo + bs, req.prompt_len))))
             pages.append(parent)
+        self._cold[key] = pages
         return pages
 
     def cold_state_at(self, req: Request, position: int) -> int:

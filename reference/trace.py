@@ -104,9 +104,14 @@ class Trace:
     def digest(self) -> str:
         h = hashlib.sha256()
         for ev in self.events:
-            h.update(json.dumps(ev.as_json(), sort_keys=True, default=str).encode())
+            h.update(_encode(ev.as_json()).encode())
             h.update(b"\n")
         return h.hexdigest()
 
     def to_jsonl(self) -> str:
-        return "\n".join(json.dumps(e.as_json(), sort_keys=True, default=str) for e in self.events)
+        return "\n".join(_encode(e.as_json()) for e in self.events)
+
+
+# What ``json.dumps(obj, sort_keys=True, default=str)`` writes, with one encoder for
+# every event (``dumps`` with options builds a new encoder per call).
+_encode = json.JSONEncoder(sort_keys=True, default=str).encode

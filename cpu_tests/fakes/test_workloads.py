@@ -136,3 +136,22 @@ def test_workloads_do_not_depend_on_pythonhashseed():
         )
         outs.add(proc.stdout.strip())
     assert len(outs) == 1
+
+
+def test_a_workload_drawn_again_is_the_same_and_leaves_the_generators_where_drawing_would():
+    """A re-run draws from remembered workloads; what it is handed, and every draw after
+    it, equals a fresh draw."""
+    from fakes import workloads as wl
+
+    def story(w: Workloads):
+        return w.burst(3, 64), w.gsm8k_fewshot(2, prefix_tokens=64), w.request_id(), w.words(5)
+
+    wl._DRAWN.clear()
+    first = story(Workloads(11))
+    assert len(wl._DRAWN) == 2
+    again = story(Workloads(11))
+    assert len(wl._DRAWN) == 2  # served from memory
+    assert again == first
+    assert again[0].requests is not first[0].requests  # a list of its own
+    wl._DRAWN.clear()
+    assert story(Workloads(11)) == first  # and equal to drawing it afresh

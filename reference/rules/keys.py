@@ -5,6 +5,7 @@ Every lookup, save and load key goes through ``tier_token_ids`` (fix 1 of the se
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from array import array
 from typing import Sequence
@@ -51,6 +52,13 @@ def chunk_keys(tier_ids: Sequence[int], chunk_size: int) -> list[bytes]:
 
     Partial chunks are not keyed (as in LMCache). Ids must lie in ``[0, 2**32)``.
     """
+    return list(_chunk_keys(tuple(tier_ids), chunk_size))
+
+
+# A prompt's keys are asked for at every key site, by the lookup, each save and the
+# tier: remembered by content (hashing the ids costs a fraction of keying them).
+@functools.lru_cache(maxsize=2048)
+def _chunk_keys(tier_ids: tuple[int, ...], chunk_size: int) -> tuple[bytes, ...]:
     full = len(tier_ids) - len(tier_ids) % chunk_size
     packed = array("I", tier_ids[:full]).tobytes()
     step = chunk_size * 4
@@ -59,7 +67,7 @@ def chunk_keys(tier_ids: Sequence[int], chunk_size: int) -> list[bytes]:
     for off in range(0, len(packed), step):
         prev = hashlib.blake2b(prev + packed[off : off + step], digest_size=16).digest()
         keys.append(prev)
-    return keys
+    return tuple(keys)
 
 
 def block_hash_chain(
@@ -69,6 +77,14 @@ def block_hash_chain(
     side chain, e.g. names of hybrid state images). Starts from ``cache_seed``, so two
     pictures with the same placeholder ids never share a chain. Python's tuple hash of
     ints does not depend on PYTHONHASHSEED."""
+    return list(_block_hash_chain(tuple(token_ids), block_size, seed, upto))
+
+
+# Every send of a prompt builds its chains again (a restored prompt was sent before).
+@functools.lru_cache(maxsize=2048)
+def _block_hash_chain(
+    token_ids: tuple[int, ...], block_size: int, seed: int, upto: int | None
+) -> tuple[int, ...]:
     end = len(token_ids) if upto is None else upto
     end -= end % block_size
     chain: list[int] = []
@@ -76,7 +92,7 @@ def block_hash_chain(
     for off in range(0, end, block_size):
         prev = hash((prev, tuple(token_ids[off : off + block_size])))
         chain.append(prev)
-    return chain
+    return tuple(chain)
 
 
 def state_image_key(chain: Sequence[int], position: int, block_size: int) -> int:

@@ -18,14 +18,21 @@ class BlockPool:
         if num_blocks <= 0:
             raise ValueError(f"num_blocks must be positive, got {num_blocks}")
         self.num_blocks = num_blocks
-        self._free: OrderedDict[int, None] = OrderedDict((b, None) for b in range(num_blocks))
+        # The free blocks in reuse order: first those never handed out, ``[_fresh,
+        # num_blocks)`` in order (kept as a range: an engine builds a pool on every
+        # restart), then the freed ones, least recently freed first.
+        self._fresh = 0
+        self._free: OrderedDict[int, None] = OrderedDict()
         self._cached: dict[int, int] = {}  # chain hash -> block
         self._hash_of: dict[int, int] = {}  # block -> chain hash
         self._refs: dict[int, int] = {}
 
     @property
     def num_free(self) -> int:
-        return len(self._free)
+        return self.num_blocks - self._fresh + len(self._free)
+
+    def _is_free(self, block: int) -> bool:
+        return block >= self._fresh or block in self._free
 
     @property
     def num_held(self) -> int:
@@ -50,18 +57,21 @@ class BlockPool:
         hit = self.match(chain) if use_cache else []
         hit = hit[:num_blocks]
         need = num_blocks - len(hit)
-        reusable = [b for b in hit if b in self._free]
+        reusable = [b for b in hit if self._is_free(b)]
         if need > self.num_free - len(reusable):
             raise OutOfBlocks(f"need {need} blocks, {self.num_free - len(reusable)} free")
-        for b in hit:
+        for b in hit:  # a cached block was handed out before: it is never in the range
             self._free.pop(b, None)
             self._refs[b] = self._refs.get(b, 0) + 1
-        fresh = []
-        for _ in range(need):
+        untouched = min(need, self.num_blocks - self._fresh)
+        fresh = list(range(self._fresh, self._fresh + untouched))
+        self._fresh += untouched
+        for _ in range(need - untouched):
             b, _ = self._free.popitem(last=False)
             self._uncache(b)
-            self._refs[b] = 1
             fresh.append(b)
+        for b in fresh:
+            self._refs[b] = 1
         return hit + fresh, len(hit)
 
     def can_allocate(self, num_blocks: int) -> bool:

@@ -226,3 +226,14 @@ def test_lost_completion_stops_naming_the_op_within_one_bound_of_its_predecessor
     assert cfg.bound_s < stop_ev.t - last <= cfg.bound_s + longest_forward + cfg.idle_tick_s
     assert stop.elapsed == pytest.approx(stop_ev.t - last)
     assert fault.op not in applied
+
+
+def test_determinism_catches_a_rerun_that_differs():
+    """The re-run is compared event by event and digested only when it differs: a
+    re-run whose request ids differ is a determinism violation naming both digests."""
+    from dataclasses import replace
+
+    res = run_case("two_images", 0, replay_map=lambda r: replace(r, req_id=r.req_id + "-other"))
+    (v,) = [v for v in res.violations if v.prop == "determinism"]
+    assert v.message.startswith("same seed, different traces (" + res.digest[:12] + " vs ")
+    assert run_case("two_images", 0).ok
