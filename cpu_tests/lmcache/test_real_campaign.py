@@ -125,6 +125,7 @@ def campaign() -> Campaign:
             lmcache_targets(),
             [0],
             progress=lambda done, total, case: progress.append((done, total, case.id)),
+            keep_runs="all",  # the tests below read each case's runs
             executor=executor,
         )
     return Campaign(result.cases, progress, before, _snapshot(), result)

@@ -59,9 +59,8 @@ class Target:
         scaled = ["--scale", str(self.scale)] if self.scale != 1 else []
         if self.kind == "regression" and self.tier == "memory" and not scaled:
             return f"kvfault repro {self.name} --seed {seed}"
-        base = ["kvfault", "run", "--first-seed", str(seed), "--seeds", "1", *scaled]
-        if self.tier != "memory":
-            base += ["--tier", self.tier]
+        tier = ["--tier", self.tier] if self.tier != "memory" else []
+        base = ["kvfault", "run", *tier, "--first-seed", str(seed), "--seeds", "1", *scaled]
         if self.kind == "regression":
             return shlex.join([*base, "--regression", self.name])
         if self.kind == "fault":
