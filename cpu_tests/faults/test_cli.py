@@ -360,3 +360,31 @@ def test_the_artifact_is_on_disk_before_a_hanging_case_and_the_hang_dumps_stacks
     assert "in hang" in proc.stderr  # the stack of the hanging frame
     artifact = json.loads((tmp_path / "regression-media_keys-seed0.json").read_text())
     assert artifact["command"] == "kvfault repro media_keys --seed 0"
+
+
+def test_every_listed_name_runs_by_name_or_names_its_tier(capsys):
+    # Each name `kvfault list` prints selects on the tiers it lists; on any other tier
+    # `kvfault run` answers in one line which --tier it needs (it used to say "unknown").
+    from faults.campaign import select_targets
+    from faults.catalog import TIERS, entries
+
+    assert cli.main(["list"]) == 0
+    listed = {
+        line.split()[0] for line in capsys.readouterr().out.splitlines() if line.startswith("  ")
+    }
+    flags = {"scenario": "scenarios", "fault": "faults", "regression": "regressions"}
+    seen = set()
+    for kind, flag in flags.items():
+        for name, entry in entries(kind).items():
+            seen.add(name)
+            for tier in TIERS:
+                if tier in entry.tiers:
+                    (t,) = select_targets(**{flag: [name]}, tier=tier)
+                    assert (t.name, t.tier, t.scenario) == (name, tier, entry.scenarios[tier])
+                    continue
+                argv = ["run", f"--{kind}", name, "--no-progress"]
+                argv += ["--tier", tier] if tier != "memory" else []
+                assert cli.main(argv) == 2
+                err = capsys.readouterr().err.strip()
+                assert len(err.splitlines()) == 1 and f"--tier {entry.tiers[0]}" in err, err
+    assert seen <= listed and {"real_restart_burst", "wire_kill"} <= seen
