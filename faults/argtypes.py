@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 from typing import Callable
 
 
@@ -51,3 +52,21 @@ def scale(text: str) -> int:
         raise argparse.ArgumentTypeError(
             f"a scale is a whole number from 1 to {MAX_SCALE}, got {text!r}"
         ) from None
+
+
+_DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?")
+
+
+def duration(text: str) -> float:
+    """A duration such as ``30s``, ``5m``, ``2h``, ``1h30m`` or ``90`` (seconds), in
+    seconds; more than zero."""
+    m = _DURATION.fullmatch(text.strip())
+    if not text.strip() or m is None or not any(m.groups()):
+        raise argparse.ArgumentTypeError(
+            f"wants a duration such as 30s, 5m, 2h or 1h30m, got {text!r}"
+        )
+    h, mins, s = (float(g) if g else 0.0 for g in m.groups())
+    seconds = h * 3600 + mins * 60 + s
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"wants a duration above zero, got {text!r}")
+    return seconds

@@ -16,17 +16,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
-import json
 import os
 import shlex
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
-from faults.argtypes import MAX_SCALE, scale, seed, seed_count, timeout_seconds
+from faults.argtypes import MAX_SCALE, duration, scale, seed, seed_count, timeout_seconds
 
 if TYPE_CHECKING:
     from faults.campaign import CampaignResult, Case, CaseOutcome
@@ -35,7 +31,6 @@ if TYPE_CHECKING:
 # 30 s on 2 cores (benchmarks/bench_campaign.py measures it).
 DEFAULT_SEEDS = 2
 DEFAULT_CASE_TIMEOUT_S = 600.0
-CAMPAIGN_SPEC_ENV = "KVFAULT_CAMPAIGN_SPEC"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -50,9 +45,31 @@ def _bad(message: str) -> int:
 
 
 def _workers(text: str) -> str:
-    if text == "auto" or (text.isdigit() and int(text) >= 1):
-        return text
-    raise argparse.ArgumentTypeError(f"wants a number of workers or 'auto', got {text!r}")
+    from faults.fanout import workers_arg  # stdlib only: cheap
+
+    try:
+        return workers_arg(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _gateway(text: str) -> str:
+    from faults.fanout import tx_arg
+
+    try:
+        return tx_arg(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _add_hosts(parser: argparse.ArgumentParser, what: str) -> None:
+    # pytest-xdist's own options, handed to it as they are.
+    parser.add_argument("--tx", type=_gateway, action="append", default=[], metavar="SPEC",
+                        help=f"spread the {what} over this execnet gateway (pytest-xdist's "
+                             "--tx: popen, 4*popen, ssh=HOST//python=python3); repeatable")  # fmt: skip
+    parser.add_argument("--rsyncdir", action="append", default=[], metavar="DIR",
+                        help="with --tx: send DIR to the remote gateways first (pytest-xdist's "
+                             "--rsyncdir); repeatable")  # fmt: skip
 
 
 def _names(text: str) -> list[str]:
@@ -92,7 +109,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--timeout", type=timeout_seconds, default=DEFAULT_CASE_TIMEOUT_S, metavar="S",
                      help="a case running longer dumps all stacks and exits (0: never)")  # fmt: skip
     run.add_argument("-n", "--numprocesses", type=_workers, default=None, metavar="N",
-                     help="spread the targets over N pytest-xdist workers (or 'auto')")  # fmt: skip
+                     help="spread the cases over N pytest-xdist workers (or 'auto'; 0: none)")  # fmt: skip
+    _add_hosts(run, "cases")
+    run.add_argument("--budget", type=duration, default=None, metavar="DURATION",
+                     help="run as many of the --seeds as fit in DURATION (30s, 5m, 2h): no seed "
+                          "starts after it; the report says how many ran")  # fmt: skip
     run.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     run.add_argument("--tier", choices=("memory", "lmcache"), default="memory",
                      help="memory: the embedded in-process tier in virtual time (default); "
@@ -130,8 +151,9 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--hashseeds", default="0-15", metavar="RANGE",
                        help="hash seeds, e.g. 0-15 or 0-3,8 (default 0-15)")  # fmt: skip
     sweep.add_argument("-j", "--jobs", type=_workers, default=None, metavar="N",
-                       help="spread the seeds over N pytest-xdist workers (or 'auto'); "
+                       help="spread the seeds over N pytest-xdist workers (or 'auto'; 0: none); "
                             "-n after -- spreads each seed's tests instead")  # fmt: skip
+    _add_hosts(sweep, "seeds")
     sweep.add_argument("--timeout", type=timeout_seconds, default=0, metavar="S",
                        help="seconds per seed before its pytest is killed (0: none)")  # fmt: skip
     sweep.add_argument("pytest_args", nargs=argparse.REMAINDER, metavar="-- PYTEST_ARGS",
@@ -349,8 +371,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from faults.repro import arm_hang_guard, artifact_dir, disarm_hang_guard
 
     tier = "memory" if args.tier == "memory" else "lmcache"
-    if tier == "lmcache" and args.numprocesses:
-        return _bad("--tier lmcache runs in one process (one real server): drop -n")
+    if tier == "lmcache" and (args.numprocesses not in (None, "0") or args.tx):
+        return _bad("--tier lmcache runs in one process (one real server): drop -n/--tx")
     if tier == "lmcache" and args.scale != 1:
         return _bad("--scale is for the simulated tier; --tier lmcache runs at scale 1")
     try:
@@ -362,12 +384,29 @@ def _cmd_run(args: argparse.Namespace) -> int:
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))
     if args.artifacts is None and args.report is not None:
         args.artifacts = args.report / "artifacts"
+    if args.tx and args.numprocesses is not None:
+        return _bad("give -n or --tx, not both")
     store = _Artifacts(artifact_dir(args.artifacts))
     show = not args.no_progress and sys.stderr.isatty()
-    if args.numprocesses:
-        result = _run_on_xdist(args, targets, seeds, store, show)
-        if result is None:
-            return 2
+    if args.tx or args.numprocesses not in (None, "0"):
+        from faults.fanout import FanoutError
+        from faults.spread import keep_artifacts, run_spread
+
+        try:
+            result = run_spread(
+                targets,
+                seeds,
+                workers=args.numprocesses,
+                tx=args.tx,
+                rsyncdirs=args.rsyncdir,
+                budget_s=args.budget,
+                artifacts=store.directory,
+                timeout_s=args.timeout,
+                progress=lambda i, total, label: _progress(show, i, total, label),
+            )
+        except FanoutError as exc:
+            return _bad(str(exc))
+        store.kept.update(keep_artifacts(result, store.directory))
     else:
 
         def progress(i: int, total: int, case: Case) -> None:
@@ -389,13 +428,22 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
         try:
             with open_executor(tier) as executor, _few_collections():
-                result = run_campaign(
-                    targets, seeds, before=before, after=after, progress=progress,
-                    executor=executor,
-                )  # fmt: skip
+                if args.budget is None:
+                    result = run_campaign(
+                        targets, seeds, before=before, after=after, progress=progress,
+                        executor=executor,
+                    )  # fmt: skip
+                else:
+                    from faults.spread import run_within_budget
+
+                    result = run_within_budget(
+                        targets, seeds, args.budget, before, after, progress, executor=executor
+                    )
         except LMCacheNotInstalled as exc:
             return _bad(str(exc))
     print(format_campaign(result, store.kept))
+    if args.budget is not None:
+        print(_budget_line(args, result))
     if args.report:
         _write_report(args, result, seeds, store.kept)
         print(f"report: {args.report / 'summary.json'}, {args.report / 'junit.xml'}")
@@ -434,68 +482,29 @@ def _write_report(
     campaign = result.as_json()
     for t in campaign["targets"]:
         del t["cases"]  # they are the summary's cases
+    from faults.spread import seeds_ran
+
+    ran = seeds_ran(result)
     meta = {
         "argv": ["kvfault", *sys.argv[1:]],
         "seeds": seeds,
+        "seeds_ran": len(ran),
         "pythonhashseed": hashseed(),
         "campaign": campaign,
     }
+    if getattr(args, "budget", None) is not None:
+        meta["budget_seconds"] = args.budget
+        meta["seeds"] = ran  # the seeds that fit; --seeds asked for seeds_requested
+        meta["seeds_requested"] = len(seeds)
     write_reports(cases, report, result.wall_seconds, meta)
 
 
-def _run_on_xdist(
-    args: argparse.Namespace, targets: list, seeds: list[int], store: _Artifacts, show: bool
-) -> CampaignResult | None:
-    """Run the targets as pytest items of ``faults.campaign.items`` over xdist workers
-    and read their outcomes back."""
-    import faults.campaign.items as items
-    from faults.campaign import CampaignResult, TargetOutcome
-    from faults.sweep import LEAN_SESSION
+def _budget_line(args: argparse.Namespace, result: CampaignResult) -> str:
+    """The footer of a budgeted run: how many of the seeds asked for fitted."""
+    from faults.spread import seeds_ran
 
-    t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="kvfault-run-") as tmp:
-        spec = Path(tmp) / "spec.json"
-        spec.write_text(
-            json.dumps(
-                {
-                    "targets": [t.as_json() for t in targets],
-                    "seeds": seeds,
-                    "out": tmp,
-                    "artifacts": str(store.directory.resolve()),
-                    "timeout_s": args.timeout,
-                }
-            )
-        )
-        cmd = [
-            sys.executable, "-m", "pytest", "--pyargs", items.__name__, "-q", "-p", "no:cacheprovider",
-            "-n", args.numprocesses, "--rootdir", tmp, "-c", os.devnull, *LEAN_SESSION,
-        ]  # fmt: skip
-        env = dict(os.environ, **{CAMPAIGN_SPEC_ENV: str(spec)})
-        proc = subprocess.run(
-            cmd,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=None if show else subprocess.PIPE,
-            stderr=subprocess.STDOUT if not show else None,
-            text=True,
-        )
-        outcomes = []
-        for t in targets:
-            f = items.result_path(Path(tmp), t)
-            if not f.exists():
-                tail = "\n".join((proc.stdout or "").rstrip().splitlines()[-20:])
-                print(
-                    f"kvfault: error: the xdist run lost target {t.id} (pytest exit {proc.returncode})\n{tail}",
-                    file=sys.stderr,
-                )
-                return None
-            outcomes.append(TargetOutcome.from_json(json.loads(f.read_text())))
-    from faults.repro import artifact_path
-
-    for c in (c for t in outcomes for c in t.cases):
-        if not c.ok:
-            store.kept[c.case.id] = artifact_path(c.case, store.directory)
-    return CampaignResult(outcomes, time.perf_counter() - t0)
+    ran = seeds_ran(result)
+    return f"budget {args.budget:g}s: {len(ran)} of {args.seeds} seeds ran ({_seed_span(ran)})"
 
 
 # -- repro and replay -------------------------------------------------------------------
@@ -605,13 +614,22 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         f"kvfault sweep: PYTHONHASHSEED in {args.hashseeds} ({len(seeds)} seeds): {shown}",
         flush=True,
     )
-    result = sweep(
-        seeds,
-        raw,
-        jobs=args.jobs,
-        timeout_s=args.timeout or None,
-        on_seed=lambda s: print(format_seed(s), flush=True),
-    )
+    if args.tx and args.jobs is not None:
+        return _bad("give -j or --tx, not both")
+    from faults.fanout import FanoutError
+
+    try:
+        result = sweep(
+            seeds,
+            raw,
+            jobs=args.jobs,
+            timeout_s=args.timeout or None,
+            on_seed=lambda s: print(format_seed(s), flush=True),
+            tx=args.tx,
+            rsyncdirs=args.rsyncdir,
+        )
+    except FanoutError as exc:
+        return _bad(str(exc))
     print(format_result(result, per_seed=False))
     return result.exit_code
 

@@ -7,8 +7,9 @@ seed with ``PYTHONHASHSEED=s`` and reports each seed's outcome; it fails when an
 fails.
 
 Distribution is pytest-xdist's, never a pool of our own: ``-n auto`` among ARGS
-spreads each seed's tests over workers (they inherit the seed); ``jobs`` spreads the
-*seeds* over xdist workers by running ``faults.sweep_items`` (one item per seed).
+spreads each seed's tests over workers (they inherit the seed); ``jobs`` (or execnet
+gateway specs ``tx``, for other hosts) spreads the *seeds* over xdist workers through
+``faults.fanout`` (one work item per seed).
 
 The cost of one extra seed is one short subprocess: keep imports lazy (nothing here or
 in ``faults.cli`` imports torch, zmq or faker).
@@ -16,24 +17,20 @@ in ``faults.cli`` imports torch, zmq or faker).
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+if TYPE_CHECKING:
+    from faults.fanout import ItemResult
 
 CHILD_ENV = "KVFAULT_SWEEP_CHILD"  # set in every child, so a child never sweeps again
-SPEC_ENV = "KVFAULT_SWEEP_SPEC"  # faults.sweep_items reads the seeds to spread from here
-# Options of the pytest sessions kvfault runs for itself (the xdist sessions that spread
-# seeds or campaign targets; never a user's own test run): their items need neither
-# hypothesis's plugin nor assertion rewriting, which every worker would pay for again.
-LEAN_SESSION = ("-p", "no:hypothesispytest", "--assert=plain")
 MAX_SEED = 4294967295  # PYTHONHASHSEED's range
 
 _SUMMARY = re.compile(
@@ -157,15 +154,21 @@ def sweep(
     jobs: str | None = None,
     timeout_s: float | None = None,
     on_seed: Callable[[SeedOutcome], None] | None = None,
+    tx: Sequence[str] = (),
+    rsyncdirs: Sequence[str] = (),
 ) -> SweepResult:
-    """Run ``pytest_args`` once per seed. With ``jobs`` (a number or ``auto``), the
-    seeds are spread over that many pytest-xdist workers; otherwise they run one
-    after the other in subprocesses of this process."""
+    """Run ``pytest_args`` once per seed. With ``jobs`` (a number or ``auto``; ``"0"``
+    is none), the seeds are spread over that many pytest-xdist workers; with ``tx``
+    (execnet gateway specs, e.g. ``ssh=host//python=python3``; ``rsyncdirs`` are sent
+    there first), over those gateways; otherwise they run one after the other in
+    subprocesses of this process. ``cwd`` defaults to each worker's own directory."""
     if not seeds:
         raise SweepError("no hash seeds to sweep")
     t0 = time.perf_counter()
-    if jobs:
-        outcomes = _sweep_on_xdist(seeds, pytest_args, cwd, python, jobs, timeout_s, on_seed)
+    if tx or (jobs and jobs != "0"):
+        outcomes = _sweep_on_xdist(
+            seeds, pytest_args, cwd, python, jobs, tx, rsyncdirs, timeout_s, on_seed
+        )
     else:
         outcomes = []
         for seed in seeds:
@@ -181,78 +184,61 @@ def _sweep_on_xdist(
     pytest_args: Sequence[str],
     cwd: Path | str | None,
     python: str,
-    jobs: str,
+    jobs: str | None,
+    tx: Sequence[str],
+    rsyncdirs: Sequence[str],
     timeout_s: float | None,
     on_seed: Callable[[SeedOutcome], None] | None,
 ) -> list[SeedOutcome]:
-    import faults.sweep_items as items
+    from faults.fanout import WorkItem, fan_out
 
-    with tempfile.TemporaryDirectory(prefix="kvfault-sweep-") as tmp:
-        out = Path(tmp)
-        spec = out / "spec.json"
-        spec.write_text(
-            json.dumps(
-                {
-                    "seeds": list(seeds),
-                    "args": list(pytest_args),
-                    "cwd": str(Path(cwd or ".").resolve()),
-                    "python": python,
-                    "timeout_s": timeout_s,
-                    "out": tmp,
-                }
-            )
+    # Paths and interpreters of this host mean nothing on another one: unless the
+    # caller named them, each seed runs in its worker's directory (the rsync'd copy on
+    # a remote gateway) under its worker's Python.
+    payload = {
+        "args": list(pytest_args),
+        "cwd": str(Path(cwd).resolve()) if cwd is not None else None,
+        "python": python if python != sys.executable else None,
+        "timeout_s": timeout_s,
+    }
+    items = [WorkItem(f"PYTHONHASHSEED={s}", {**payload, "seed": s}) for s in seeds]
+    by_id: dict[str, SeedOutcome] = {}
+
+    def outcome(r: ItemResult) -> SeedOutcome:
+        if r.value is not None:
+            return SeedOutcome(**r.value)
+        seed = int(r.id.partition("=")[2])
+        return SeedOutcome(
+            seed, 3, "the xdist item for this seed never ran", [], 0.0, r.error or ""
         )
-        cmd = [
-            python, "-m", "pytest", "--pyargs", items.__name__, "-q", "-p", "no:cacheprovider",
-            "-n", str(jobs), "--rootdir", tmp, "-c", os.devnull, *LEAN_SESSION,
-        ]  # fmt: skip
-        env = dict(os.environ, **{SPEC_ENV: str(spec)})
-        done: dict[int, SeedOutcome] = {}
 
-        def collect() -> None:
-            # Seeds report as they finish (in whatever order the workers take them).
-            for seed in seeds:
-                f = out / f"seed-{seed}.json"
-                if seed not in done and f.exists():
-                    done[seed] = SeedOutcome(**json.loads(f.read_text()))
-                    if on_seed:
-                        on_seed(done[seed])
+    def arrived(r: ItemResult) -> None:
+        by_id[r.id] = outcome(r)
+        if on_seed:
+            on_seed(by_id[r.id])
 
-        # The outer session's own exit status says only "some seed failed": each seed's
-        # outcome is read back from the file its item wrote.
-        with open(out / "session.log", "w+") as log:
-            proc = subprocess.Popen(
-                cmd,
-                cwd=tmp,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-            while proc.poll() is None:
-                collect()
-                time.sleep(0.1)
-            collect()
-            log.seek(0)
-            tail = "\n".join(log.read().rstrip().splitlines()[-30:])
-        outcomes = []
-        for seed in seeds:
-            if seed not in done:
-                done[seed] = SeedOutcome(
-                    seed, 3, "the xdist item for this seed never ran", [], 0.0, tail
-                )
-                if on_seed:
-                    on_seed(done[seed])
-            outcomes.append(done[seed])
-        return outcomes
+    results, _ = fan_out(
+        f"{__name__}:seed_task",
+        items,
+        workers=jobs if not tx else None,
+        tx=tx,
+        rsyncdirs=rsyncdirs,
+        on_result=arrived,
+    )
+    return [by_id.get(r.id) or outcome(r) for r in results]
 
 
-def write_seed_outcome(outcome: SeedOutcome, directory: Path) -> None:
-    """Write one seed's outcome where the sweep polls for it (whole, via a rename)."""
-    path = directory / f"seed-{outcome.seed}.json"
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(asdict(outcome)))
-    os.replace(tmp, path)
+def seed_task(payload: dict[str, Any]) -> dict[str, Any]:
+    """One seed's run on a fan-out worker (``faults.fanout``): its ``SeedOutcome`` as
+    JSON."""
+    outcome = run_seed(
+        payload["seed"],
+        payload["args"],
+        payload["cwd"],
+        payload["python"] or sys.executable,
+        payload["timeout_s"],
+    )
+    return asdict(outcome)
 
 
 def format_result(result: SweepResult, tail: bool = True, per_seed: bool = True) -> str:

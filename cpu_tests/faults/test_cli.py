@@ -48,7 +48,7 @@ def kvfault(*args: str, cwd: Path = ROOT, timeout: float = 120) -> subprocess.Co
     [
         "import faults.cli",
         "import faults.cli; faults.cli.build_parser()",
-        "import faults.sweep, faults.sweep_items, faults.pytest_plugin",
+        "import faults.sweep, faults.fanout, faults.spread, faults.pytest_plugin",
         "from faults.cli import main; main(['list'])",
     ],
 )
@@ -102,9 +102,28 @@ def test_list_shows_every_section(capsys):
         ),
         (["run", "--scenario", "nope"], "unknown scenario 'nope'; see `kvfault list`"),
         (
-            ["run", "-n", "0"],
-            "argument -n/--numprocesses: wants a number of workers or 'auto', got '0'",
+            ["run", "-n", "-1"],
+            "argument -n/--numprocesses: wants a number of workers (0: none) or 'auto', got '-1'",
         ),
+        (
+            ["run", "--budget", "5x"],
+            "argument --budget: wants a duration such as 30s, 5m, 2h or 1h30m, got '5x'",
+        ),
+        (["run", "--budget", "0s"], "argument --budget: wants a duration above zero, got '0s'"),
+        (
+            ["run", "--budget", "1m2h"],
+            "argument --budget: wants a duration such as 30s, 5m, 2h or 1h30m, got '1m2h'",
+        ),
+        (
+            ["run", "--tx", "bogus"],
+            "argument --tx: bad gateway spec 'bogus'; write e.g. popen, 2*popen or ssh=HOST//python=python3",
+        ),
+        (["run", "-n", "2", "--tx", "popen"], "give -n or --tx, not both"),
+        (
+            ["run", "--tier", "lmcache", "--budget", "1m"],
+            "--tier lmcache runs in one process without --swarm, -n, --tx or --budget",
+        ),
+        (["sweep", "--tx", "popen", "-j", "2", "--", "x"], "give -j or --tx, not both"),
         (["run", "--bogus"], "unrecognized arguments: --bogus"),
         (["repro"], "the following arguments are required: NAME"),
         (

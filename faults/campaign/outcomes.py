@@ -103,6 +103,7 @@ class CaseOutcome:
             sim_seconds=float(obj.get("sim_seconds", 0.0)),
             digest=obj.get("digest", ""),
             error=obj.get("error"),
+            checked=list(obj.get("properties", [])),
         )
 
 

@@ -17,7 +17,7 @@ Whether stopping was right is the properties' call (``no_false_stop``, ``livenes
 in addition, a single fault whose catalog entry names ``expect_stop`` must stop the
 fixed stack with exactly that error. This module does no I/O besides the optional
 callbacks: the CLI prints, ``faults.repro`` writes replay artifacts,
-``faults.campaign.items`` runs targets as pytest items.
+``faults.spread`` runs cases over pytest-xdist workers.
 """
 
 from __future__ import annotations
