@@ -10,6 +10,7 @@ seed, so it cannot show the split).
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -141,3 +142,25 @@ def test_bad_arguments_exit_2_with_one_line():
         assert proc.returncode == 2
         assert proc.stdout == "" and len(proc.stderr.splitlines()) == 1, proc.stderr
         assert proc.stderr.startswith("kvfault: error: ")
+
+
+def test_a_sweep_over_popen_gateways_gives_what_the_plain_sweep_gives(tmp_path):
+    (tmp_path / "test_seed.py").write_text(
+        "import os\n\ndef test_not_seed_one():\n    assert os.environ['PYTHONHASHSEED'] != '1'\n"
+    )
+
+    def statuses(*spread: str) -> list[str]:
+        proc = subprocess.run(
+            [sys.executable, "-m", "faults.cli", "sweep", "--hashseeds", "0-1", *spread, "--",
+             "test_seed.py", *CHILD[1:]],
+            cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert "2 hash seeds: 1 passed, 1 failed (seeds 1);" in proc.stdout
+        # Seeds report as they finish; without the timing, in seed order.
+        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("  PYTHONHASHSEED=")]
+        return sorted(re.sub(r" in [\d.]+s", "", ln) for ln in lines)
+
+    plain = statuses("-j", "0")  # 0 workers: one seed after the other, as without -j
+    assert len(plain) == 2
+    assert statuses("--tx", "popen", "--tx", "popen") == plain

@@ -1,0 +1,105 @@
+"""The campaign over xdist workers and gateways, and in a budget (faults/spread.py,
+``kvfault run -n/--tx/--budget``), run for real."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from itertools import count
+from pathlib import Path
+
+import pytest
+
+from faults.campaign.runner import fault_target, scenario_target
+from faults.spread import run_within_budget, seeds_ran
+
+SELECTION = [
+    "--seeds", "2", "--regression", "hybrid_last_chunk", "--fault", "fence_failure",
+    "--scenario", "two_servers", "--no-progress",
+]  # fmt: skip
+
+
+def kvfault(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    # One hash seed for every process of both runs: a run's trace may not depend on it,
+    # but the comparison should not rest on that.
+    env = dict(os.environ, PYTHONHASHSEED="0")
+    return subprocess.run(
+        [sys.executable, "-m", "faults.cli", *args],
+        capture_output=True, text=True, cwd=cwd, env=env, timeout=300,
+    )  # fmt: skip
+
+
+def table(stdout: str) -> list[list[str]]:
+    """The results table's rows without the wall-time column."""
+    rows = []
+    for line in stdout.splitlines():
+        if line.startswith(("regression ", "fault ", "scenario ", "swarm ")):
+            cols = re.split(r"\s{2,}", line)
+            rows.append(cols[:7] + cols[8:])
+    return rows
+
+
+def cases(report: Path) -> list[tuple[str, str, str]]:
+    summary = json.loads((report / "summary.json").read_text())
+    return [(c["id"], c["verdict"], c["digest"]) for c in summary["cases"]]
+
+
+def test_two_popen_gateways_give_what_one_process_gives(tmp_path):
+    one = kvfault("run", *SELECTION, "--report", "one", cwd=tmp_path)
+    spread = kvfault("run", *SELECTION, "--tx", "popen", "--tx", "popen", "--report", "tx", cwd=tmp_path)  # fmt: skip
+    assert one.returncode == 0, one.stdout + one.stderr
+    assert spread.returncode == 0, spread.stdout + spread.stderr
+    assert len(table(one.stdout)) == 3 and table(spread.stdout) == table(one.stdout)
+    ran = cases(tmp_path / "one")
+    assert len(ran) == 6 and all(digest for _, _, digest in ran)
+    assert cases(tmp_path / "tx") == ran  # same cases, verdicts and trace digests
+
+
+def test_no_workers_runs_in_this_process(tmp_path):
+    proc = kvfault("run", "-n", "0", "--scenario", "two_servers", "--no-progress", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert table(proc.stdout) == [
+        ["scenario", "two_servers", "two_servers", "0-1", "CKFLDI", "PASS", "1.1", "no stop"]
+    ]
+
+
+def test_a_worker_that_dies_leaves_an_error_case_and_its_artifact(tmp_path):
+    # A 1 ms hang guard ends the worker in the middle of its case.
+    proc = kvfault(
+        "run", "-n", "1", "--seeds", "1", "--scenario", "restart_burst", "--timeout", "0.001",
+        "--no-progress", "--artifacts", "arts", cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "ERROR" in proc.stdout and "the worker running it failed" in proc.stdout
+    assert (tmp_path / "arts" / "scenario-restart_burst-seed0.json").exists()
+
+
+def test_a_budget_starts_no_seed_once_spent_and_finishes_the_running_one():
+    ticks = count()  # every look at the clock is one second later
+    targets = [scenario_target("two_servers"), fault_target("port_zero_ids")]
+    result = run_within_budget(targets, range(10, 20), 2.5, clock=lambda: float(next(ticks)))
+    # clock 0 at the start; seed 10 runs unasked, 11 at 1 s, 12 at 2 s, none at 3 s
+    assert seeds_ran(result) == [10, 11, 12]
+    assert [t.seeds for t in result.targets] == [[10, 11, 12], [10, 11, 12]]
+    assert result.ok
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]])
+def test_kvfault_run_budget_says_how_many_seeds_ran(tmp_path, workers):
+    # 10,000 restart bursts cannot fit in a second: the budget, not --seeds, ends it.
+    proc = kvfault(
+        "run", "--seeds", "10000", "--budget", "1s", "--scenario", "restart_burst",
+        "--no-progress", "--report", "r", *workers, cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    m = re.search(r"^budget 1s: (\d+) of 10000 seeds ran \((.+)\)$", proc.stdout, re.MULTILINE)
+    assert m, proc.stdout
+    ran = int(m.group(1))
+    assert (2 if workers else 1) <= ran < 10000  # every worker runs its first seed
+    meta = json.loads((tmp_path / "r" / "summary.json").read_text())["meta"]
+    assert meta["seeds_ran"] == ran == len(meta["seeds"])
+    assert meta["seeds_requested"] == 10000 and meta["budget_seconds"] == 1.0
+    assert [c["seeds"] for c in meta["campaign"]["targets"]] == [meta["seeds"]]
