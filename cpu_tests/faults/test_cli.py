@@ -120,8 +120,8 @@ def test_list_shows_every_section(capsys):
         ),
         (["run", "-n", "2", "--tx", "popen"], "give -n or --tx, not both"),
         (
-            ["run", "--tier", "lmcache", "--budget", "1m"],
-            "--tier lmcache runs in one process without --swarm, -n, --tx or --budget",
+            ["run", "--tier", "lmcache", "--tx", "popen"],
+            "--tier lmcache runs in one process (one real server): drop -n/--tx",
         ),
         (["sweep", "--tx", "popen", "-j", "2", "--", "x"], "give -j or --tx, not both"),
         (["run", "--bogus"], "unrecognized arguments: --bogus"),

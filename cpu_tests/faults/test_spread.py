@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from faults.campaign.runner import fault_target, scenario_target
+from faults.campaign import fault_target, scenario_target
 from faults.spread import run_within_budget, seeds_ran
 
 SELECTION = [
