@@ -191,12 +191,20 @@ def _cmd_list(args: argparse.Namespace) -> int:
         return f" [{'; '.join(parts)}]" if parts else ""
 
     from faults.regressions.legacy import REGRESSIONS
+    from faults.scenarios import SCENARIOS
+
+    def grows(e) -> str:  # type: ignore[no-untyped-def]
+        # What --scale K multiplies, for a scenario that has a size.
+        scenario = SCENARIOS.get(e.name)
+        return f" [--scale K: {scenario.scales}]" if scenario and scenario.scales else ""
 
     def regression_line(e) -> str:  # type: ignore[no-untyped-def]
         return f"{e.description}{where(e)[:-1]}; caught by {REGRESSIONS[e.name].signature}]"
 
     sections = {
-        "scenarios": [(e.name, f"{e.description}{where(e)}") for e in entries("scenario").values()],
+        "scenarios": [
+            (e.name, f"{e.description}{where(e)}{grows(e)}") for e in entries("scenario").values()
+        ],
         "properties": [(n, first_line(fn.__doc__)) for n, fn in PROPERTIES.items()]
         + [("determinism", "the same seed gives the same trace digest")],
         "faults": [(e.name, f"{e.description}{where(e)}") for e in entries("fault").values()],
