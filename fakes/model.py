@@ -68,7 +68,7 @@ class DeterministicModel:
         """Compute tokens ``[start, end)``: pages from the block holding ``start`` on,
         each from the page before it in HBM; for hybrids, the state from the slot."""
         bs = self.geometry.block_size
-        ids = req.prompt_token_ids
+        ids = tuple(req.prompt_token_ids)  # a tuple's slices are tuples: hashable blocks
         first = start // bs
         parent = self.initial_page_parent(req) if first == 0 else kv.read(blocks[first - 1])
         parent = 0 if parent is None else parent
@@ -79,18 +79,19 @@ class DeterministicModel:
                 state = self.initial_state(req)
         for b in range(first, -(-end // bs)):
             lo, hi = b * bs, min((b + 1) * bs, end)
-            page = hash((parent, _block_ids(ids, lo, hi)))
+            block = ids[lo:hi]
+            page = hash((parent, block))
             kv.write(blocks[b], page)
             parent = page
             if state is not None and hi - lo == bs:
-                state = hash((state, _block_ids(ids, lo, hi)))
+                state = hash((state, block))
         if state is not None:
             kv.write_state(req.req_id, state)
 
     def output(self, kv: KvPages, req: Request, blocks: Sequence[int]) -> tuple[int, ...]:
         """The output tokens, read from every page of the prompt and the final state."""
         n = -(-req.prompt_len // self.geometry.block_size)
-        pages = tuple(kv.read(blocks[b]) for b in range(n))
+        pages = tuple(map(kv.read, blocks[:n]))
         state = kv.read_state(req.req_id) if self.hybrid else 0
         # None hashes by address in Python 3.11: map a missing page to 0 so outputs
         # are the same in every process.

@@ -228,8 +228,11 @@ class Scheduler:
             self._waiting_needs.update(s.n_blocks for s in arrived)
         meta = StepMeta(step=step)
         still_waiting = []
+        # The smallest need only grows as requests are admitted: this one never stops
+        # the scan too early.
+        smallest = min(self._waiting_needs, default=0)
         for i, seq in enumerate(self._waiting):
-            if self._waiting_needs and self.pool.num_free < min(self._waiting_needs):
+            if self.pool.num_free < smallest:
                 # Admitting only takes blocks: nothing from here on can fit this step.
                 still_waiting.extend(self._waiting[i:])
                 break
