@@ -59,6 +59,11 @@ class RunResult:
     injectors: list[Injector]
     notes: dict[str, object] = field(default_factory=dict)
     startup_error: str | None = None
+    time_scale: float = 1.0  # the context's: a real-time tier runs the story faster
+
+    @property
+    def ending(self) -> Ending:
+        return Ending.of(self)
 
     @property
     def model(self) -> DeterministicModel:
@@ -75,3 +80,97 @@ class RunResult:
     @property
     def sim_seconds(self) -> float:
         return self.trace.events[-1].t if self.trace.events else 0.0
+
+
+# -- how a run ended, and how it must -------------------------------------------------
+
+FINISH, STOP, REFUSE, HANG = "finish", "stop", "refuse", "hang"
+
+
+@dataclass(frozen=True)
+class Ending:
+    """How a run ended: ``finish`` (ran to the end), ``stop`` (an engine stopped itself
+    with ``error`` naming an operation of kind ``op`` after ``elapsed`` scenario seconds
+    on the error's own clock), ``refuse`` (refused to start with ``error``) or ``hang``
+    (neither finished nor stopped within its limit)."""
+
+    kind: str
+    error: str | None = None
+    op: str | None = None
+    elapsed: float | None = None
+
+    @classmethod
+    def of(cls, run: RunResult) -> Ending:
+        from reference.trace import Ev
+
+        stop = next(iter(run.trace.of(Ev.STOP)), None)
+        if run.startup_error is not None:
+            return cls(REFUSE, stop.data.get("error") if stop is not None else None)
+        if stop is not None:
+            elapsed = stop.data.get("elapsed")
+            return cls(
+                STOP,
+                stop.data.get("error"),
+                stop.op.kind.value if stop.op is not None else None,
+                None if elapsed is None else elapsed / run.time_scale,
+            )
+        return cls(HANG) if run.hung else cls(FINISH)
+
+    def __str__(self) -> str:
+        if self.kind == STOP:
+            on = f" on a {self.op}" if self.op else " naming no operation"
+            after = f" after {self.elapsed:.1f}s" if self.elapsed is not None else ""
+            return f"stopped with {self.error}{on}{after}"
+        if self.kind == REFUSE:
+            return f"refused to start with {self.error}"
+        return "hung" if self.kind == HANG else "ran to the end"
+
+
+@dataclass(frozen=True)
+class Expect:
+    """How the fixed stack must end a run, declared on every catalog entry: run to the
+    end (``finish``); stop with ``error`` naming an operation of kind ``op`` no later
+    than ``within_s`` scenario seconds on the error's own clock (``stop``); or refuse to
+    start with ``error`` (``refuse``). Any other ending fails the row."""
+
+    kind: str
+    error: str | None = None
+    op: str | None = None
+    within_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in (FINISH, STOP, REFUSE):
+            raise ValueError(f"an expected ending is finish, stop or refuse, got {self.kind!r}")
+        if self.kind != FINISH and not self.error:
+            raise ValueError(f"an expected {self.kind} names its error")
+        if self.kind == STOP and (self.op is None or self.within_s is None):
+            raise ValueError("an expected stop names its operation kind and its bound")
+
+    def unmet(self, got: Ending) -> str | None:
+        """What is wrong with ``got`` (one line), or None when it is as expected."""
+        ok = got.kind == self.kind and (self.kind == FINISH or got.error == self.error)
+        if ok and self.kind == STOP:
+            ok = got.op == self.op and (got.elapsed is not None and got.elapsed <= self.within_s)
+        return None if ok else f"expected to {self}; it {got}"
+
+    def __str__(self) -> str:
+        if self.kind == STOP:
+            return f"stop with {self.error} on a {self.op} within {self.within_s:g}s"
+        if self.kind == REFUSE:
+            return f"refuse to start with {self.error}"
+        return "run to the end"
+
+
+def finishes() -> Expect:
+    """Runs to the end: no stop, no hang, no startup refusal."""
+    return Expect(FINISH)
+
+
+def stops(error: str, op: str, within_s: float) -> Expect:
+    """Stops with ``error`` naming a ``op`` operation within ``within_s`` seconds."""
+    return Expect(STOP, error, op, within_s)
+
+
+def refuses(error: str) -> Expect:
+    """Refuses to start with ``error``."""
+    return Expect(REFUSE, error)

@@ -16,6 +16,7 @@ from faults.injectors.plans import INJECTORS
 from faults.lmcache.wire_faults import WIRE_FAULTS
 from faults.properties.checks import PROPERTIES, Violation
 from faults.regressions.legacy import REGRESSIONS
+from faults.runs import finishes
 from faults.scenarios import SCENARIOS
 from reference.rules import Rules
 
@@ -213,7 +214,7 @@ def test_run_fails_when_a_fault_is_not_exercised_and_keeps_its_artifact(
         INJECTORS,
         "lost_completion",
         dataclasses.replace(
-            info, scenario="chunk_aligned_hybrid", defaults={"nth": (64,)}, expect_stop=None
+            info, scenario="chunk_aligned_hybrid", defaults={"nth": (64,)}, expect=finishes()
         ),
     )
     args = ["run", "--seeds", "1", "--fault", "lost_completion", "--no-progress"]

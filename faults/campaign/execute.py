@@ -18,7 +18,7 @@ from typing import Callable, Protocol, Sequence
 from faults.injectors.base import Injector
 from faults.injectors.plans import fired_report
 from faults.properties.checks import PROPERTIES, Violation
-from faults.runs import RunContext, RunResult
+from faults.runs import Ending, RunContext, RunResult
 from faults.scenarios import SCENARIOS
 from reference.rules import Rules
 from reference.types import Request
@@ -71,6 +71,7 @@ class CaseResult:
     fired: dict[str, int] = field(default_factory=dict)
     notes: dict[str, object] = field(default_factory=dict)
     run: RunResult | None = None
+    ending: Ending | None = None  # kept when ``run`` is dropped (a cached fixed run)
 
     @property
     def ok(self) -> bool:
@@ -192,4 +193,5 @@ def run_case(
         fired=fired_report(run.injectors),
         notes={**run.notes, **tier_notes},
         run=run,
+        ending=run.ending,
     )

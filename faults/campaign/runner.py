@@ -14,8 +14,10 @@ A campaign is a list of *targets*, each run over the same seeds:
   fire in at least one of them.
 
 Whether stopping was right is the properties' call (``no_false_stop``, ``liveness``);
-in addition, a single fault whose catalog entry names ``expect_stop`` must stop the
-fixed stack with exactly that error. This module does no I/O besides the optional
+in addition, every scenario and fault row meets the ending its catalog entry declares
+(``Expect``: run to the end, stop with a named error on a named operation within a
+bound, or refuse to start with a named error), and a regression's legacy run ends as
+its entry declares; any other ending fails the row and names what happened. This module does no I/O besides the optional
 callbacks: the CLI prints, ``faults.repro`` writes replay artifacts,
 ``faults.spread`` runs cases over pytest-xdist workers.
 """
@@ -186,16 +188,22 @@ class CaseRunner:
             fixed_result=fixed,
         )
         caught = any(v.prop == reg.signature for v in legacy.violations)
+        fixed_unmet = _unmet_ending(Target("scenario", scenario, scenario), fixed)
+        legacy_unmet = _unmet_legacy(reg, legacy)
         if not fixed.ok:
             out.verdict, out.signature = STILL_FAILING, signature(fixed)
-        elif caught:
-            out.signature = signature(legacy, reg.signature)
-        else:
+        elif fixed_unmet:
+            out.verdict, out.signature = STILL_FAILING, f"fixed stack: {fixed_unmet}"
+        elif not caught:
             out.verdict = NOT_REPRODUCED
             if legacy.violations:
                 out.signature = f"legacy failed, but not with its signature {reg.signature}: {signature(legacy)}"
             else:
                 out.signature = f"legacy passed every property; {reg.signature} expected to fail"
+        elif legacy_unmet:
+            out.verdict, out.signature = NOT_REPRODUCED, legacy_unmet
+        else:
+            out.signature = signature(legacy, reg.signature)
         return out
 
 
@@ -205,22 +213,51 @@ def _plan_map(plan: FaultPlan, which: str) -> Any:
 
 
 def _unmet_ending(target: Target, res: CaseResult) -> str | None:
-    """How the run's ending differs from what the fault's catalog entry expects of the
-    fixed stack (None: as expected, or no expectation)."""
-    if target.kind != "fault":
+    """How the run's ending differs from what the target's catalog entry declares for
+    the fixed stack (None: as declared). A scenario row answers to its scenario, a
+    fault row to its injector; a swarm draws its faults and is judged by the
+    properties alone. An entry that declares nothing fails: no row accepts anything."""
+    if target.kind == "swarm":
         return None
-    if target.tier == "lmcache":
-        from faults.lmcache.wire_faults import WIRE_FAULTS
-
-        ends = WIRE_FAULTS[str(target.injector)].expect
-        error: str | None = "TransferUnprovable"
-    else:
+    if target.kind == "fault" and target.tier == "lmcache":
+        return _unmet_wire(target, res)
+    if target.kind == "fault":
         from faults.injectors.plans import INJECTORS
 
-        error = INJECTORS[str(target.injector)].expect_stop
-        ends = "stop" if error else "either"
-        if not error:
-            return None
+        expect, who = (
+            INJECTORS[str(target.injector)].expect,
+            f"{target.injector} on {target.scenario}",
+        )
+    else:
+        from faults.scenarios import SCENARIOS
+
+        expect, who = SCENARIOS[target.scenario].expect, target.scenario
+    if expect is None:
+        return f"{who}: its catalog entry declares no expected ending"
+    got = res.ending
+    if got is None:
+        return f"{who}: the run left no ending to judge"
+    unmet = expect.unmet(got)
+    return f"{who}: the fixed stack was {unmet}" if unmet else None
+
+
+def _unmet_legacy(reg: Any, res: CaseResult) -> str | None:
+    """How a regression's legacy run ended otherwise than its entry declares."""
+    if not reg.legacy_expect:
+        return f"{reg.name}: its catalog entry declares no expected legacy ending"
+    got = res.ending
+    if got is None or all(e.unmet(got) for e in reg.legacy_expect):
+        want = " or ".join(str(e) for e in reg.legacy_expect)
+        return f"{reg.name}: the legacy stack was expected to {want}; it {got or 'left no ending'}"
+    return None
+
+
+def _unmet_wire(target: Target, res: CaseResult) -> str | None:
+    """A wire fault's ending on the real tier (``WireFaultInfo.expect``)."""
+    from faults.lmcache.wire_faults import WIRE_FAULTS
+
+    ends = WIRE_FAULTS[str(target.injector)].expect
+    error = "TransferUnprovable"
     stopped = res.stop_error
     got = f"stopped with {stopped}" if stopped else "did not stop"
     what = None

@@ -19,18 +19,22 @@ from typing import Any, Callable, Mapping, Sequence
 
 from faults.argtypes import check_scale
 from faults.injectors.base import (
+    DuplicateCompletion,
     EngineRestart,
     EvictAfterLookup,
     FenceFailure,
     HashOrderShuffle,
     Injector,
+    LateCompletion,
     LateVisibility,
     LostCompletion,
+    LostSaveCompletion,
     LostTierReply,
     PortZeroIds,
     RetrieveFailure,
     SlowForward,
 )
+from faults.runs import Expect, finishes, refuses, stops
 from reference.types import Request
 
 # -- parameter schema ------------------------------------------------------------------
@@ -123,12 +127,19 @@ _P = Param(
 
 # -- the catalog -------------------------------------------------------------------------
 
+# Bounds of an expected stop, on the error's own clock: the load bound (40 s) or the
+# transfer deadline (30 s), plus one slow step (21 s), since both are checked between
+# forwards.
+_BOUND_AND_STEP = 61.0
+_DEADLINE_AND_STEP = 51.0
+
 
 @dataclass(frozen=True)
 class InjectorInfo:
     """Catalog entry: how to build an injector, what it models, where the campaign
     exercises it (a scenario where it fires, default parameters) and how the fixed
-    stack must end there (``expect_stop``: the named error it stops with, or None)."""
+    stack must end there (``expect``: run to the end, stop with a named error on a
+    named operation within a bound, or refuse to start with a named error)."""
 
     name: str
     factory: Callable[..., Injector]
@@ -136,7 +147,12 @@ class InjectorInfo:
     scenario: str
     defaults: dict[str, Any] = field(default_factory=dict)
     params: dict[str, Param] = field(default_factory=dict)
-    expect_stop: str | None = None
+    expect: Expect | None = None
+
+    @property
+    def expect_stop(self) -> str | None:
+        """The named error the fixed stack stops (or refuses to start) with, or None."""
+        return self.expect.error if self.expect is not None else None
 
     def check(self, params: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
         """Validated, canonical, sorted parameters; ``ValueError`` in one line."""
@@ -181,6 +197,7 @@ INJECTORS: dict[str, InjectorInfo] = {
                 "p": _P,
                 "seconds": Param("float", "how long a forward hit by p takes", 0, 120),
             },
+            expect=finishes(),
         ),
         InjectorInfo(
             "lost_completion",
@@ -189,7 +206,7 @@ INJECTORS: dict[str, InjectorInfo] = {
             "lost_completion_burst",
             {"nth": (5,)},
             {"nth": _nth("finished load reports"), "p": _P},
-            expect_stop="LoadNotTerminal",
+            expect=stops("LoadNotTerminal", "load", within_s=_BOUND_AND_STEP),
         ),
         InjectorInfo(
             "lost_tier_reply",
@@ -198,7 +215,7 @@ INJECTORS: dict[str, InjectorInfo] = {
             "restart_tier_kept",
             {"nth": (3,)},
             {"nth": _nth("retrieves"), "p": _P},
-            expect_stop="TransferUnprovable",
+            expect=stops("TransferUnprovable", "load", within_s=_DEADLINE_AND_STEP),
         ),
         InjectorInfo(
             "hash_order_shuffle",
@@ -212,6 +229,7 @@ INJECTORS: dict[str, InjectorInfo] = {
                     "salt", "the determinism re-run's salt (null: another one)", 0, 2**64 - 1
                 ),
             },
+            expect=finishes(),
         ),
         InjectorInfo(
             "port_zero_ids",
@@ -229,7 +247,7 @@ INJECTORS: dict[str, InjectorInfo] = {
                     choices=((0, 0), (0, 34969), (35849, 0), (35849, 35849)),
                 )
             },
-            expect_stop="EngineIdentityConflict",
+            expect=refuses("EngineIdentityConflict"),
         ),
         InjectorInfo(
             "evict_after_lookup",
@@ -244,6 +262,7 @@ INJECTORS: dict[str, InjectorInfo] = {
                     "int", "which chunk of the retrieved range (negative: from its end)", -8, 8
                 ),
             },
+            expect=finishes(),
         ),
         InjectorInfo(
             "retrieve_failure",
@@ -252,6 +271,7 @@ INJECTORS: dict[str, InjectorInfo] = {
             "restart_tier_kept",
             {"nth": (2,)},
             {"nth": _nth("retrieves"), "p": _P},
+            expect=finishes(),
         ),
         InjectorInfo(
             "fence_failure",
@@ -260,6 +280,7 @@ INJECTORS: dict[str, InjectorInfo] = {
             "restart_tier_kept",
             {"nth": (2,)},
             {"nth": _nth("loads whose copy is enqueued"), "p": _P},
+            expect=finishes(),
         ),
         InjectorInfo(
             "fence_failure_persistent",
@@ -268,7 +289,7 @@ INJECTORS: dict[str, InjectorInfo] = {
             "restart_tier_kept",
             {"nth": (2,)},
             {"nth": _nth("loads whose copy is enqueued"), "p": _P},
-            expect_stop="TransferUnprovable",
+            expect=stops("TransferUnprovable", "load", within_s=_DEADLINE_AND_STEP),
         ),
         InjectorInfo(
             "engine_restart",
@@ -281,6 +302,7 @@ INJECTORS: dict[str, InjectorInfo] = {
                 "p": _P,
                 "limit": Param("int", "at most this many crashes per run", 1, 8),
             },
+            expect=finishes(),
         ),
         InjectorInfo(
             "late_visibility",
@@ -295,6 +317,34 @@ INJECTORS: dict[str, InjectorInfo] = {
                     "float", "seconds between the acknowledgement and visibility", 1e-3, 600
                 ),
             },
+            expect=finishes(),
+        ),
+        InjectorInfo(
+            "duplicate_completion",
+            _build(DuplicateCompletion),
+            "a load's completion (worker -> scheduler) arrives twice",
+            "restart_tier_kept",
+            {"nth": (2,)},
+            {"nth": _nth("finished load reports"), "p": _P},
+            expect=finishes(),
+        ),
+        InjectorInfo(
+            "late_completion",
+            _build(LateCompletion),
+            "a load's completion arrives only after the engine restarted, next to the new scheduler's loads",
+            "late_completion_after_restart",
+            {"nth": (1,)},
+            {"nth": _nth("finished load reports"), "p": _P},
+            expect=finishes(),
+        ),
+        InjectorInfo(
+            "lost_save_completion",
+            _build(LostSaveCompletion),
+            "a save's completion (worker -> scheduler) never arrives",
+            "restart_tier_kept",
+            {"nth": (3,)},
+            {"nth": _nth("save reports"), "p": _P},
+            expect=finishes(),
         ),
     )
 }

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from faults.runs import Expect, finishes, stops
 from reference.rules import Rules
 from reference.rules.anchors import AnchorPolicy
 from reference.rules.bounds import LoadBounds
@@ -39,6 +40,28 @@ class PortlessIdentity(EngineIdentity):
 
     def engine_id(self, data_parallel_base_port: int, dp_rank: int) -> str:
         return f"{self.prefix}-dp{dp_rank}"
+
+
+@dataclass(frozen=True)
+class RanklessIdentity(EngineIdentity):
+    """Planted: the engine id names the server's port but not the DP rank, and binds
+    blindly over a live path: the ranks of one server share one lookup socket."""
+
+    refuse_live_path: bool = False
+
+    def engine_id(self, data_parallel_base_port: int, dp_rank: int) -> str:
+        port = int(data_parallel_base_port or 0)
+        return f"{self.prefix}-r{port}" if port > 0 else self.prefix
+
+
+@dataclass(frozen=True)
+class WholeHitDense(HitPolicy):
+    """Legacy dense hit: the tier's hit as it is, with no token given back, so a
+    chunk-aligned prompt found whole claims every token and leaves none to compute."""
+
+    def dense(self, kv_hit: int, prompt_len: int, geometry: Geometry) -> LoadPlan:
+        hit = min(kv_hit, prompt_len)
+        return LoadPlan(kv_end=hit, claim=hit)
 
 
 @dataclass(frozen=True)
@@ -109,6 +132,9 @@ class Regression:
     scenario: str
     signature: str  # the property that must catch it
     rules: Rules
+    # How the legacy run may end (any of these); the fixed run must end as its
+    # scenario declares. Hash-order legacies end differently under different seeds.
+    legacy_expect: tuple[Expect, ...] = ()
     # The scenario it runs on with the real lmcache tier (its real-tier size), or None
     # when the regression cannot show there (each such entry says why).
     lmcache_scenario: str | None = None
@@ -126,6 +152,7 @@ REGRESSIONS: dict[str, Regression] = {
             "correctness",
             replace(_FIXED, tier_ids=raw_prompt_ids),
             lmcache_scenario="two_images",
+            legacy_expect=(finishes(),),
         ),
         Regression(
             "side_chain_seed",
@@ -134,6 +161,7 @@ REGRESSIONS: dict[str, Regression] = {
             "keys",
             replace(_FIXED, side_chain_seed=text_side_chain_seed),
             lmcache_scenario="two_images",
+            legacy_expect=(finishes(),),
         ),
         Regression(
             "engine_id_without_port",
@@ -142,6 +170,23 @@ REGRESSIONS: dict[str, Regression] = {
             "identity",
             replace(_FIXED, identity=PortlessIdentity()),
             lmcache_scenario="two_servers",
+            legacy_expect=(finishes(),),
+        ),
+        Regression(
+            "engine_id_without_rank",
+            "engine id without the DP rank: two ranks of one server bind one lookup socket",
+            "two_dp_ranks",
+            "identity",
+            replace(_FIXED, identity=RanklessIdentity()),
+            legacy_expect=(finishes(),),
+        ),
+        Regression(
+            "dense_whole_prompt_hit",
+            "a dense full-prompt hit gives back no token: the whole prompt is claimed",
+            "hbm_pressure",
+            "efficiency",
+            replace(_FIXED, hits=WholeHitDense()),
+            legacy_expect=(finishes(),),
         ),
         Regression(
             "anchors_off_mp_grid",
@@ -150,6 +195,7 @@ REGRESSIONS: dict[str, Regression] = {
             "grid",
             replace(_FIXED, anchors=OffGridAnchors()),
             lmcache_scenario="restart_tier_kept",
+            legacy_expect=(finishes(),),
         ),
         Regression(
             "hybrid_last_chunk",
@@ -160,6 +206,7 @@ REGRESSIONS: dict[str, Regression] = {
             # Not on lmcache: the MP server keeps state images only on the chunk grid,
             # so a chunk-aligned prompt's joint boundary is already a chunk boundary and
             # the legacy give-back loses nothing there (both load 1792 of 2048 tokens).
+            legacy_expect=(finishes(),),
         ),
         Regression(
             "restore_deadline_from_submission",
@@ -168,6 +215,7 @@ REGRESSIONS: dict[str, Regression] = {
             "no_false_stop",
             replace(_FIXED, deadline=SubmissionDeadline),
             lmcache_scenario="real_restart_burst",
+            legacy_expect=(stops("TransferUnprovable", "load", within_s=51.0),),
         ),
         Regression(
             "load_bound_without_restart",
@@ -176,6 +224,7 @@ REGRESSIONS: dict[str, Regression] = {
             "no_false_stop",
             replace(_FIXED, bounds=NoRestartBounds),
             lmcache_scenario="real_restart_burst",
+            legacy_expect=(stops("LoadNotTerminal", "load", within_s=61.0),),
         ),
         Regression(
             "restart_numbering_in_hash_order",
@@ -185,6 +234,7 @@ REGRESSIONS: dict[str, Regression] = {
             replace(_FIXED, bounds=HashOrderBounds),
             # Not on lmcache: caught only under some PYTHONHASHSEED values; its proof is
             # `kvfault sweep`, which is about hash order, not about the tier.
+            legacy_expect=(finishes(), stops("LoadNotTerminal", "load", within_s=61.0)),
         ),
         Regression(
             "restart_all_over_fix",
@@ -193,6 +243,7 @@ REGRESSIONS: dict[str, Regression] = {
             "liveness",
             replace(_FIXED, bounds=RestartAllBounds),
             lmcache_scenario="real_lost_completion_burst",
+            legacy_expect=(stops("LoadNotTerminal", "load", within_s=61.0),),
         ),
     )
 }

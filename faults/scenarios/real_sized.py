@@ -4,7 +4,7 @@ in real time on two cores. They run on the ``lmcache`` tier."""
 
 from __future__ import annotations
 
-from faults.runs import RunContext, RunResult
+from faults.runs import RunContext, RunResult, finishes, stops
 from faults.scenarios.simulated import (
     _BURST_CONFIG,
     Scenario,
@@ -63,6 +63,7 @@ REAL_SIZED: dict[str, Scenario] = {
             real_restart_tier_kept,
             (*_PROPS, "grid", "hybrid"),
             tiers=("lmcache",),
+            expect=finishes(),
         ),
         Scenario(
             "real_restart_burst",
@@ -70,6 +71,7 @@ REAL_SIZED: dict[str, Scenario] = {
             real_restart_burst,
             (*_PROPS, "grid"),
             tiers=("lmcache",),
+            expect=finishes(),
         ),
         Scenario(
             "real_lost_completion_burst",
@@ -77,6 +79,7 @@ REAL_SIZED: dict[str, Scenario] = {
             real_lost_completion_burst,
             (*_PROPS, "grid"),
             tiers=("lmcache",),
+            expect=stops("LoadNotTerminal", "load", within_s=61.0),
         ),
     )
 }

@@ -20,7 +20,7 @@ from fakes.sim import SimWorld
 from fakes.workloads import Workloads, resend
 from faults.argtypes import check_scale
 from faults.injectors.base import Injector, LostCompletion, SlowForward, wrap_all
-from faults.runs import RunContext, RunResult
+from faults.runs import Expect, RunContext, RunResult, finishes, stops
 from reference.errors import EngineIdentityConflict
 from reference.interfaces import Tier
 from reference.rules.identity import lookup_socket_path
@@ -104,6 +104,7 @@ class _Run:
             self.injectors,
             self.notes,
             startup_error,
+            self.ctx.time_scale,
         )
 
     def hit_rate(self, reqs: Sequence[Request]) -> float:
@@ -123,6 +124,48 @@ def two_servers(ctx: RunContext) -> RunResult:
     """Two servers on one host, each with its own tier and a real ipc lookup socket;
     prompts cross: X stored on S1 and Y on S2, then X sent to S2 and Y to S1, then
     both restarted and each prompt sent to its own server again."""
+
+    def crossing(run: _Run, engines: list[Engine]) -> None:
+        x, y = run.workloads.gsm8k_fewshot(2, prefix_tokens=1024).requests
+        plan = [(0, x, "a"), (1, y, "a"), (1, x, "b"), (0, y, "b")]
+        for idx, req, tag in plan:
+            run.submit(engines[idx], _renamed(run, [req], tag))
+            run.run(engines[idx])
+        for e in engines:
+            e.restart()
+        for idx, req in ((0, x), (1, y)):
+            run.submit(engines[idx], _renamed(run, [req], "c"))
+            run.run(engines[idx])
+
+    return _one_host("two_servers", ctx, 1, crossing)
+
+
+def two_dp_ranks(ctx: RunContext) -> RunResult:
+    """Two servers on one host, each with two data-parallel ranks: four engines, each
+    with its own tier and a real ipc lookup socket named by its server's port and its
+    rank. Each rank stores its own prompt; every engine restarts; each prompt goes back
+    to its own rank and loads."""
+
+    def own_prompts(run: _Run, engines: list[Engine]) -> None:
+        reqs = run.workloads.gsm8k_fewshot(len(engines), prefix_tokens=1024).requests
+        for engine, req in zip(engines, reqs, strict=True):
+            run.submit(engine, _renamed(run, [req], "a"))
+            run.run(engine)
+        for e in engines:
+            e.restart()
+        for engine, req in zip(engines, reqs, strict=True):
+            run.submit(engine, _renamed(run, [req], "b"))
+            run.run(engine)
+
+    return _one_host("two_dp_ranks", ctx, 2, own_prompts)
+
+
+def _one_host(
+    name: str, ctx: RunContext, ranks: int, workload: Callable[[_Run, list[Engine]], None]
+) -> RunResult:
+    """One engine per (server, DP rank) on one host: a server per port of
+    ``ctx.ports``, ``ranks`` ranks each, every engine with its own tier and a lookup
+    socket named by the rules' engine id. A refused bind ends the run at startup."""
     from reference.stack.lookup_channel import (
         LookupServer,
         ZmqLookupClient,
@@ -131,52 +174,51 @@ def two_servers(ctx: RunContext) -> RunResult:
     )
 
     config = EngineConfig(geometry=Geometry(16, 256, 2048, 1024), model_kind="dense")
-    run = _Run("two_servers", ctx, config)
+    run = _Run(name, ctx, config)
     rpc_dir = private_rpc_dir()
-    servers: list[LookupServer] = []
+    servers: list[tuple[str, LookupServer]] = []
     clients: list[ZmqLookupClient] = []
     startup_error = None
     try:
-        tiers, paths = [], []
-        for rank, port in enumerate(ctx.ports):
-            tier = run.wrap("tier", run.new_tier())
-            eid = ctx.rules.identity.engine_id(port, 0)
-            path = lookup_socket_path(rpc_dir, eid, 0)
-            try:
-                server = LookupServer(path, eid, tier, ctx.rules.identity.refuse_live_path)
-            except EngineIdentityConflict as exc:
-                startup_error = str(exc).replace(rpc_dir + os.sep, "")
-                run.world.trace.record(
-                    Ev.STOP,
-                    error="EngineIdentityConflict",
-                    server=f"S{rank + 1}",
-                    message=startup_error,
-                )
+        tiers, paths, labels = [], [], []
+        for index, port in enumerate(ctx.ports):
+            for rank in range(ranks):
+                label = f"S{index + 1}" if ranks == 1 else f"S{index + 1}r{rank}"
+                tier = run.wrap("tier", run.new_tier())
+                eid = ctx.rules.identity.engine_id(port, rank)
+                path = lookup_socket_path(rpc_dir, eid, 0)
+                try:
+                    server = LookupServer(path, eid, tier, ctx.rules.identity.refuse_live_path)
+                except EngineIdentityConflict as exc:
+                    startup_error = str(exc).replace(rpc_dir + os.sep, "")
+                    run.world.trace.record(
+                        Ev.STOP,
+                        error="EngineIdentityConflict",
+                        server=label,
+                        message=startup_error,
+                    )
+                    break
+                servers.append((label, server))
+                tiers.append(tier)
+                paths.append(path)
+                labels.append(label)
+                run.world.trace.record(Ev.BIND, server=label, path=os.path.basename(path))
+            if startup_error is not None:
                 break
-            servers.append(server)
-            tiers.append(tier)
-            paths.append(path)
-            run.world.trace.record(Ev.BIND, server=f"S{rank + 1}", path=os.path.basename(path))
         if startup_error is None:
-            # Schedulers connect once both servers are up, as after a host start.
+            # Schedulers connect once every server is up, as after a host start.
             clients = [ZmqLookupClient(p) for p in paths]
-            engines = [run.engine(f"S{i + 1}", tier=tiers[i], lookup=clients[i]) for i in range(2)]
-            x, y = run.workloads.gsm8k_fewshot(2, prefix_tokens=1024).requests
-            plan = [(0, x, "a"), (1, y, "a"), (1, x, "b"), (0, y, "b")]
-            for idx, req, tag in plan:
-                run.submit(engines[idx], _renamed(run, [req], tag))
-                run.run(engines[idx])
-            for e in engines:
-                e.restart()
-            for idx, req in ((0, x), (1, y)):
-                run.submit(engines[idx], _renamed(run, [req], "c"))
-                run.run(engines[idx])
+            engines = [
+                run.engine(label, tier=tier, lookup=client)
+                for label, tier, client in zip(labels, tiers, clients, strict=True)
+            ]
+            workload(run, engines)
     finally:
         for c in clients:
             c.close()
-        for i, s in enumerate(servers):
+        for label, s in servers:
             s.close()
-            run.world.trace.record(Ev.UNBIND, server=f"S{i + 1}", path=os.path.basename(s.path))
+            run.world.trace.record(Ev.UNBIND, server=label, path=os.path.basename(s.path))
         remove_rpc_dir(rpc_dir)
     return run.result(startup_error)
 
@@ -328,6 +370,10 @@ class Scenario:
     # What grows with ``RunContext.scale`` (K); empty: the scenario has a fixed size.
     scales: str = ""
     tiers: tuple[str, ...] = ("memory",)
+    # How the fixed stack must end a run of it (run to the end, stop with a named
+    # error on a named operation within a bound, or refuse to start); every entry
+    # declares one, and the campaign fails any other ending.
+    expect: Expect | None = None
 
 
 BOTH_TIERS = ("memory", "lmcache")
@@ -355,6 +401,7 @@ SCENARIOS: dict[str, Scenario] = {
             two_servers,
             (*_ALL, "identity"),
             tiers=BOTH_TIERS,
+            expect=finishes(),
         ),
         Scenario(
             "two_images",
@@ -362,6 +409,7 @@ SCENARIOS: dict[str, Scenario] = {
             two_images,
             (*_ONE_TIER, "hybrid"),
             tiers=BOTH_TIERS,
+            expect=finishes(),
         ),
         Scenario(
             "restart_tier_kept",
@@ -370,6 +418,7 @@ SCENARIOS: dict[str, Scenario] = {
             (*_ONE_TIER, "grid", "hybrid"),
             "24*K prompts per pass",
             tiers=BOTH_TIERS,
+            expect=finishes(),
         ),
         Scenario(
             "chunk_aligned_hybrid",
@@ -377,6 +426,7 @@ SCENARIOS: dict[str, Scenario] = {
             chunk_aligned_hybrid,
             (*_ONE_TIER, "hybrid"),
             tiers=BOTH_TIERS,
+            expect=finishes(),
         ),
         Scenario(
             "restart_burst",
@@ -384,6 +434,7 @@ SCENARIOS: dict[str, Scenario] = {
             restart_burst,
             (*_ONE_TIER, "grid"),
             "64*K restores, 2*K cold prompts",
+            expect=finishes(),
         ),
         Scenario(
             "lost_completion_burst",
@@ -391,6 +442,7 @@ SCENARIOS: dict[str, Scenario] = {
             lost_completion_burst,
             (*_ONE_TIER, "grid"),
             "64*K burst restores, 75*K arrivals 2 s apart, the (32*K)-th load lost",
+            expect=stops("LoadNotTerminal", "load", within_s=61.0),
         ),
     )
 }
@@ -476,12 +528,14 @@ SCENARIOS.update(
                 small_restart_burst,
                 (*_ONE_TIER, "grid"),
                 "4*K restores, K cold prompts",
+                expect=finishes(),
             ),
             Scenario(
                 "two_servers_configured",
                 "two_servers after configuration faults (port-0 ids) rewrite startup settings",
                 two_servers_configured,
                 (*_ALL, "identity"),
+                expect=finishes(),
             ),
             Scenario(
                 "restart_mid_run",
@@ -489,6 +543,91 @@ SCENARIOS.update(
                 restart_mid_run,
                 (*_ONE_TIER, "grid", "hybrid"),
                 "16*K prompts per pass",
+                expect=finishes(),
+            ),
+        )
+    }
+)
+
+
+# -- HBM pressure, DP ranks, completions after a restart ---------------------------------
+
+
+def hbm_pressure(ctx: RunContext) -> RunResult:
+    """Dense model with prefix caching and an HBM pool of 300 blocks (about two
+    prompts): GSM8K-like prompts sharing a few-shot prefix, and two chunk-aligned
+    prompts, all arrive at once and then all again. Admission waits for blocks, freed
+    blocks are recycled and the prefixes cached in them evicted, so the second round
+    finds part of its prefix in HBM and loads the rest from the tier; every output
+    must equal its cold run. Notes how many lookups found an HBM hit."""
+    config = EngineConfig(
+        geometry=Geometry(16, 256, 2048, 1024), model_kind="dense", num_blocks=300
+    )
+    run = _Run("hbm_pressure", ctx, config)
+    engine = run.engine()
+    reqs = [
+        *run.workloads.gsm8k_fewshot(ctx.sized(10)).requests,
+        *run.workloads.chunk_aligned(2048).requests,
+        *run.workloads.chunk_aligned(1024).requests,
+    ]
+    for tag in ("first", "again"):
+        run.submit(engine, _renamed(run, reqs, tag))
+        run.run(engine)
+        if run.stopped():
+            break
+    lookups = list(run.world.trace.of(Ev.LOOKUP))
+    run.notes["hbm_hits"] = sum(1 for e in lookups if e.data["hbm_hit"])
+    run.notes["tier_hits"] = sum(1 for e in lookups if e.data["claim"] > e.data["hbm_hit"])
+    return run.result()
+
+
+def late_completion_after_restart(ctx: RunContext) -> RunResult:
+    """Prompts are stored, the engine restarts with the tier kept and they all come back;
+    while their loads finish, the engine dies (at the 2nd forward after the restart) and
+    restarts, and the unanswered requests are sent again under the same ids, so the new
+    scheduler dispatches loads for the same requests at once. A completion reported
+    before the crash may still arrive after it (the ``late_completion`` fault): the new
+    scheduler must never take it for one of its own loads."""
+    from faults.injectors.base import EngineRestart
+
+    crash = EngineRestart([2], limit=1)
+    config = EngineConfig(geometry=Geometry(16, 256, 2048, 1024), model_kind="dense")
+    run = _Run("late_completion_after_restart", ctx, config, [crash])
+    engine = run.engine()
+    reqs = run.workloads.burst(ctx.sized(8), 1024).requests
+    _store_then_restart(run, engine, reqs)
+    crash.armed = True  # the crash counts forwards from the restart on
+    sent = run.submit(engine, _renamed(run, reqs, "back"))
+    run.notes["crashes"] = _run_through_crashes(run, engine, sent)
+    return run.result()
+
+
+SCENARIOS.update(
+    {
+        s.name: s
+        for s in (
+            Scenario(
+                "hbm_pressure",
+                "a 300-block HBM pool: blocks recycled, cached prefixes evicted, outputs still cold-equal",
+                hbm_pressure,
+                _ONE_TIER,
+                "10*K GSM8K-like prompts (plus 2 chunk-aligned), sent twice",
+                expect=finishes(),
+            ),
+            Scenario(
+                "two_dp_ranks",
+                "two servers with two DP ranks each on one host: four lookup sockets, one per (port, rank)",
+                two_dp_ranks,
+                (*_ALL, "identity"),
+                expect=finishes(),
+            ),
+            Scenario(
+                "late_completion_after_restart",
+                "restores after a restart; the engine dies mid-burst and the requests come back under the same ids",
+                late_completion_after_restart,
+                _ONE_TIER,
+                "8*K restores",
+                expect=finishes(),
             ),
         )
     }

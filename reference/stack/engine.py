@@ -212,6 +212,9 @@ class Engine:
                 Ev.STOP, op=exc.op, error=type(exc).__name__, elapsed=exc.elapsed, message=str(exc)
             )
         if stopped is None and not hung:
+            # The last poll may have reported stores answered in the final step: apply
+            # them before resting, so no completion is left unapplied in the inbox.
+            self.scheduler.apply(self.channel.take())
             self.trace.record(
                 Ev.QUIESCENT,
                 engine=self.name,

@@ -25,6 +25,7 @@ from faults.campaign import (
 from faults.injectors.plans import INJECTORS
 from faults.properties.checks import PROPERTIES, Violation
 from faults.regressions.legacy import REGRESSIONS, Regression
+from faults.runs import stops
 from faults.scenarios import SCENARIOS
 from faults.verdicts import Verdict
 from reference.rules import Rules
@@ -175,11 +176,15 @@ def test_a_fault_that_never_fires_is_not_exercised(monkeypatch):
 def test_a_fault_must_stop_with_the_error_its_catalog_names(monkeypatch):
     info = INJECTORS["retrieve_failure"]  # the fixed stack recovers from it: no stop
     monkeypatch.setitem(
-        INJECTORS, "retrieve_failure", dataclasses.replace(info, expect_stop="TransferUnprovable")
+        INJECTORS,
+        "retrieve_failure",
+        dataclasses.replace(info, expect=stops("TransferUnprovable", "load", within_s=51.0)),
     )
     out = CaseRunner().run(Case(cm.fault_target("retrieve_failure"), 0))
     assert out.verdict == Verdict.FAIL
-    assert "must stop with TransferUnprovable; it did not stop" in out.signature
+    assert "expected to stop with TransferUnprovable on a load within 51s; it ran to the end" in (
+        out.signature
+    )
 
 
 def test_a_crashing_case_is_an_error_and_the_campaign_goes_on(monkeypatch):

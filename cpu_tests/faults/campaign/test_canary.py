@@ -64,6 +64,6 @@ def test_every_signature_is_caught_by_some_canary():
     except those whose legacy behaviour is not planted (listed here on purpose)."""
     # No rule variant breaks these (they judge the stack's bookkeeping, not its rules):
     # cpu_tests/faults/properties/test_breaks.py breaks the stack for each instead.
-    by_breaks = {"exactly_once", "resources", "efficiency"}
+    by_breaks = {"exactly_once", "resources"}
     unguarded = set(PROPERTIES) - {r.signature for r in REGRESSIONS.values()} - by_breaks
     assert unguarded == set(), f"properties no planted regression exercises: {sorted(unguarded)}"

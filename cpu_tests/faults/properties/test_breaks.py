@@ -119,3 +119,20 @@ def test_a_finished_request_that_keeps_its_blocks_is_caught(monkeypatch):
     res = run_case("two_images", 0, properties=["correctness", "liveness", "resources"])
     assert _props(res) == {"resources"}
     assert any("hbm_blocks=" in v.message for v in res.violations)
+
+
+def test_a_late_completion_meets_a_reused_operation_id(monkeypatch):
+    """Operation ids that start again with every engine build: a completion from
+    before a crash arrives after it and is applied to the new scheduler's load of the
+    same request, whose pages were never copied (the fixed stack continues the ids)."""
+    from faults.injectors.plans import FaultPlan, FaultSpec
+    from reference.stack.engine import Engine
+
+    plan = FaultPlan((FaultSpec.of("late_completion", nth=[1]),), 0)
+    healthy = run_case("late_completion_after_restart", 0, injectors=plan.injectors)
+    assert healthy.ok and healthy.fired["late_completion"] == 1, healthy.violations
+    build = Engine._build
+    monkeypatch.setattr(Engine, "_build", lambda self, generation: build(self, 0))
+    res = run_case("late_completion_after_restart", 0, injectors=plan.injectors)
+    assert {"correctness", "exactly_once"} <= _props(res)
+    assert any("operation id reused" in v.message for v in res.violations)
