@@ -2,7 +2,7 @@
 
     python benchmarks/bench_campaign.py [--skip-campaign] [--seeds N] [--workers N]
 
-Targets (docs/design.md#performance-targets): the default campaign in under 30 s on 2 cores; one extra
+Targets (docs/design.md#performance-targets): the default campaign in under 10 s on 2 cores; one extra
 PYTHONHASHSEED in a sweep well under 1 s (one short subprocess).
 
 Wall time depends on what else the machine runs, so CPU seconds (user + system of

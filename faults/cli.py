@@ -27,8 +27,8 @@ from faults.argtypes import MAX_SCALE, duration, scale, seed, seed_count, timeou
 if TYPE_CHECKING:
     from faults.campaign import CampaignResult, Case, CaseOutcome
 
-# Seeds per target in a plain `kvfault run`: the whole default campaign stays under
-# 30 s on 2 cores (benchmarks/bench_campaign.py measures it).
+# Seeds per target in a plain `kvfault run`: the whole default campaign aims at 10 s on
+# 2 cores, about 10 CPU seconds (benchmarks/bench_scale.py and bench_campaign.py).
 DEFAULT_SEEDS = 2
 DEFAULT_CASE_TIMEOUT_S = 600.0
 
