@@ -35,6 +35,11 @@ from reference.trace import Ev, TraceEvent
 
 __all__ = [
     "FORMATS",
+    "ClockStyle",
+    "HybridClaim",
+    "clock_style",
+    "collapse_rows",
+    "hybrid_claims",
     "LoadRow",
     "Panel",
     "StopInfo",
@@ -281,6 +286,50 @@ def panel_of(result: Any, label: str) -> Panel:
     )
 
 
+@dataclass(frozen=True)
+class HybridClaim:
+    """A hybrid request's tier hit, in tokens: what it claimed against the joint KV and
+    state boundary (the last state image at or below the KV hit, below the prompt's
+    end), which is what it must claim."""
+
+    label: str
+    req_id: str
+    t: float
+    prompt_len: int
+    kv_hit: int
+    states: tuple[int, ...]
+    claim: int
+    joint: int
+    chunk: int
+
+
+def hybrid_claims(result: Any, label: str = "") -> list[HybridClaim]:
+    """Every hybrid lookup of the run that hit the tier, in trace order."""
+    run, _ = _unwrap(result)
+    chunk = int(getattr(getattr(run.config, "geometry", None), "chunk_size", 0) or 0)
+    out = []
+    for ev in run.trace.of(Ev.LOOKUP):
+        d = ev.data
+        if not d.get("hybrid") or not d.get("kv_hit"):
+            continue
+        states = tuple(int(p) for p in d.get("states", ()))
+        joint = max((p for p in states if p <= d["kv_hit"] and p < d["prompt_len"]), default=0)
+        out.append(
+            HybridClaim(
+                label,
+                str(ev.req_id),
+                ev.t,
+                int(d["prompt_len"]),
+                int(d["kv_hit"]),
+                states,
+                int(d["claim"]),
+                joint,
+                chunk,
+            )  # fmt: skip
+        )
+    return out
+
+
 def _verdict(
     run: RunResult, rows: list[LoadRow], stop: StopInfo | None, violations: list[Any] | None
 ) -> str:
@@ -347,6 +396,8 @@ class _Layout:
     earlier: list[LoadRow]
     shown: list[LoadRow]
     later: list[LoadRow]
+    # A shown row that stands for a run of identical loads: its op -> all of them.
+    members: dict[str, list[LoadRow]] = field(default_factory=dict)
     ypos: dict[str, float] = field(default_factory=dict)
     y_earlier: float | None = None
     y_later: float | None = None
@@ -368,19 +419,61 @@ def _focus(panel: Panel, other: Panel | None) -> tuple[str | None, str]:
     return stuck, "stuck"
 
 
-def _layout(panel: Panel, other: Panel | None, max_rows: int) -> _Layout:
-    """``max_rows`` rows around the focus, a quarter of them before it so the loads it
-    waited on stay in view; the rest fold into summary rows."""
+def _row_key(row: LoadRow, quantum: float) -> tuple[Any, ...]:
+    """What a row looks like at ``quantum`` seconds per drawn unit: two rows with the
+    same key are drawn the same, so a run of them is one row with a count."""
+
+    def q(t: float | None) -> int | None:
+        return None if t is None else round(t / quantum)
+
+    return (
+        q(row.dispatched), q(row.submitted), q(row.retrieved), row.retrieve_ok,
+        q(row.enqueued), q(row.copied), q(row.reported), q(row.applied), row.outcome,
+        tuple(sorted({q(t) for t in row.restarts}, key=lambda v: v or 0)),
+        tuple(q(t) for t in row.fence_errors), tuple((q(t), n) for t, n in row.faults),
+    )  # fmt: skip
+
+
+def collapse_rows(
+    rows: list[LoadRow], quantum: float, keep: str | None = None
+) -> list[list[LoadRow]]:
+    """Consecutive rows that draw alike at ``quantum`` (``_row_key``) as one group each,
+    in order; the row ``keep`` (the load that matters) always stands alone."""
+    groups: list[list[LoadRow]] = []
+    last: tuple[Any, ...] | None = None
+    for row in rows:
+        key = None if row.op == keep else _row_key(row, quantum)
+        if key is not None and key == last and groups:
+            groups[-1].append(row)
+        else:
+            groups.append([row])
+        last = key
+    return groups
+
+
+def _layout(panel: Panel, other: Panel | None, max_rows: int, quantum: float) -> _Layout:
+    """Runs of identical loads fold into one row with a count; then ``max_rows`` rows
+    around the focus, a quarter of them before it so the loads it waited on stay in
+    view; the rest fold into summary rows."""
     focus, why = _focus(panel, other)
-    rows = panel.rows
-    if len(rows) <= max_rows:
-        lo, hi = 0, len(rows)
+    groups = collapse_rows(panel.rows, quantum, focus)
+    if len(groups) <= max_rows:
+        lo, hi = 0, len(groups)
     else:
-        idx = next((i for i, r in enumerate(rows) if r.op == focus), 0)
-        lo = max(0, min(idx - max_rows // 4, len(rows) - max_rows))
+        idx = next((i for i, g in enumerate(groups) if any(r.op == focus for r in g)), 0)
+        lo = max(0, min(idx - max_rows // 4, len(groups) - max_rows))
         hi = lo + max_rows
     other_error = other.stop.error if other is not None and other.stop is not None else None
-    lay = _Layout(panel, focus, why, other_error, rows[:lo], rows[lo:hi], rows[hi:])
+    lay = _Layout(
+        panel,
+        focus,
+        why,
+        other_error,
+        [r for g in groups[:lo] for r in g],
+        [g[0] for g in groups[lo:hi]],
+        [r for g in groups[hi:] for r in g],
+    )
+    lay.members = {g[0].op: g for g in groups[lo:hi] if len(g) > 1}
     y = 1.5
     if lay.earlier:
         lay.y_earlier, y = y, y + 1.0
@@ -403,15 +496,15 @@ def _row_times(row: LoadRow) -> list[float]:
     return ts
 
 
-def _detail_window(layouts: list[_Layout], xlim: tuple[float, float]) -> tuple[float, float] | None:
+def _detail_window(panels: list[Panel], xlim: tuple[float, float]) -> tuple[float, float] | None:
     """A zoom around the decisive instant (the legacy stop, else the fixed one) when
     the overview crowds many events into a sliver of its width there."""
     span = xlim[1] - xlim[0]
-    stops = [lay.panel.stop.t for lay in layouts if lay.panel.stop is not None]
+    stops = [p.stop.t for p in panels if p.stop is not None]
     if not stops:
         return None
     t = stops[0]
-    times = [x for lay in layouts for r in lay.shown for x in _row_times(r)] + stops
+    times = [x for p in panels for r in p.rows for x in _row_times(r)] + stops
     near = [x for x in times if abs(x - t) <= 0.03 * span]
     if len(near) < 12:
         return None
@@ -447,17 +540,31 @@ def write_timeline(
         raise ValueError(f"max_rows must be at least 4, got {max_rows}")
     leg = panel_of(legacy, "legacy") if legacy is not None else None
     fix = panel_of(fixed, "fixed") if fixed is not None else None
-    layouts = [_layout(p, o, max_rows) for p, o in ((leg, fix), (fix, leg)) if p is not None]
-    plt = _import_pyplot()
-
-    t0 = min(lay.panel.start for lay in layouts)
-    t1 = max(lay.panel.end for lay in layouts)
+    panels = [p for p in (leg, fix) if p is not None]
+    t0 = min(p.start for p in panels)
+    t1 = max(p.end for p in panels)
     span = max(t1 - t0, 1e-3)
     xlim = (t0 - 0.03 * span, t1 + 0.03 * span)
-    detail = _detail_window(layouts, xlim)
+    detail = _detail_window(panels, xlim)
+    # Rows fold when they look alike on the overview (about a pixel apart); the zoom
+    # then shows one row per folded group, still in dispatch order.
+    quantum = (xlim[1] - xlim[0]) / 400
+    layouts = [
+        _layout(p, o, max_rows, quantum) for p, o in ((leg, fix), (fix, leg)) if p is not None
+    ]
+    plt = _import_pyplot()
 
-    axes = _figure(plt, layouts, detail is not None, bool(title))
+    # The token axis shows the requests whose claim missed the joint boundary in
+    # either run (both runs' claims for each), so a picture without a hybrid fault
+    # gets none.
+    claims = [c for p, r in (("legacy", legacy), ("fixed", fixed)) if r is not None
+              for c in hybrid_claims(r, p)]  # fmt: skip
+    missed = {c.req_id for c in claims if c.claim != c.joint}
+    claims = [c for c in claims if c.req_id in missed][:_MAX_TOKEN_ROWS]
+    axes, token_ax = _figure(plt, layouts, detail is not None, bool(title), len(claims))
     fig = axes[0][0].figure
+    if token_ax is not None:
+        _draw_claims(token_ax, claims)
     for i, lay in enumerate(layouts):
         _draw_panel(axes[i][0], lay, xlim, overview=True)
         if detail:
@@ -476,6 +583,20 @@ def write_timeline(
         for i in range(len(layouts)):
             axes[i][0].axvspan(*detail, color="#000000", alpha=0.06, lw=0, zorder=0)
 
+    # One y-axis label for all panels, centred on them: one per panel overlapped its
+    # neighbour's on short panels.
+    lows = [ax.get_position().y0 for row in axes for ax in row]
+    highs = [ax.get_position().y1 for row in axes for ax in row]
+    fig.text(
+        0.012,
+        (min(lows) + max(highs)) / 2,
+        "loads, in dispatch order",
+        rotation=90,
+        va="center",
+        ha="left",
+        fontsize=8,
+        gid="ylabel",
+    )
     fig.legend(handles=_legend_handles(), loc="lower center", ncol=6, fontsize=8, frameon=False)
     if title:
         fig.suptitle(
@@ -495,17 +616,25 @@ def write_timeline(
 _LEFT_IN, _RIGHT_IN, _COL_GAP_IN = 2.0, 0.3, 0.15
 _TOP_IN, _SUPTITLE_IN, _PANEL_TITLE_IN, _BOTTOM_IN = 0.15, 0.45, 0.55, 1.2
 _ROW_IN = 0.115
+_TOKEN_ROW_IN, _TOKEN_GAP_IN = 0.5, 0.55
+_MAX_TOKEN_ROWS = 8
 
 
-def _figure(plt, layouts: list[_Layout], detail: bool, title: bool) -> list[list[Any]]:
-    """The figure and its axes, ``axes[panel][column]``; panel height follows its
-    rows, so a 4-load run does not get a 64-row canvas."""
-    heights = [_ROW_IN * max(lay.lines, 6) for lay in layouts]
+def _figure(
+    plt, layouts: list[_Layout], detail: bool, title: bool, token_rows: int = 0
+) -> tuple[list[list[Any]], Any]:
+    """The figure and its axes, ``axes[panel][column]``, and the token axes below them
+    when ``token_rows`` (else None); panel height follows its rows, so a 4-load run
+    does not get a 64-row canvas."""
+    # A panel with a stop keeps room for the stop's boxed note, however few its rows.
+    heights = [_ROW_IN * max(lay.lines, 16 if lay.panel.stop is not None else 6) for lay in layouts]
     fig_w = 15.0 if detail else 13.0
+    token_h = _TOKEN_ROW_IN * max(token_rows, 2) if token_rows else 0.0
     fig_h = (
         _TOP_IN
         + (_SUPTITLE_IN if title else 0)
         + sum(_PANEL_TITLE_IN + h for h in heights)
+        + (_TOKEN_GAP_IN + _PANEL_TITLE_IN + token_h if token_rows else 0)
         + _BOTTOM_IN
     )
     fig = plt.figure(figsize=(fig_w, fig_h))
@@ -530,7 +659,75 @@ def _figure(plt, layouts: list[_Layout], detail: bool, title: bool) -> list[list
             x += w + _COL_GAP_IN
         axes.append(row)
         top -= h
-    return axes
+    token_ax = None
+    if token_rows:
+        top -= _TOKEN_GAP_IN + _PANEL_TITLE_IN
+        token_ax = fig.add_axes(
+            (_LEFT_IN / fig_w, (top - token_h) / fig_h, widths[0] / fig_w, token_h / fig_h)
+        )
+    return axes, token_ax
+
+
+def _draw_claims(ax, claims: list[HybridClaim]) -> None:
+    """Hybrid hits on a token axis: the prompt, the KV hit, the state images, the joint
+    boundary and the claim, one row per hit; a claim short of the boundary shows the
+    tokens it loses."""
+    end = max(c.prompt_len for c in claims)
+    for y, c in enumerate(claims):
+        ok = c.claim == c.joint
+        color = _C["applied"] if ok else _C["stop"]
+        ax.barh(y, c.prompt_len, height=0.7, color="#eeeeee", zorder=1)
+        ax.barh(y, c.kv_hit, height=0.55, color=_C["wait"], zorder=2)
+        ax.plot(c.states, [y] * len(c.states), ls="", marker="|", ms=12, mew=2,
+                color=_C["restart"], zorder=4)  # fmt: skip
+        ax.barh(y, c.claim, height=0.28, color=color, zorder=3)
+        if c.claim < c.joint:
+            ax.barh(y, c.joint - c.claim, left=c.claim, height=0.28, color="white",
+                    edgecolor=_C["stop"], hatch="////", zorder=3)  # fmt: skip
+        ax.plot([c.joint] * 2, [y - 0.45, y + 0.45], color="black", ls="--", lw=1.5, zorder=5)
+        if y == 0 or c.joint != claims[y - 1].joint:
+            ax.annotate(
+                f"joint boundary {c.joint}",
+                (c.joint, y - 0.45),
+                xytext=(-3, 1),
+                textcoords="offset points",
+                fontsize=7.5,
+                ha="right",
+                va="bottom",
+                zorder=6,
+            )
+        verdict = "= the boundary" if ok else f"loses {c.joint - c.claim} tokens"
+        if c.claim > c.joint:
+            verdict = f"{c.claim - c.joint} tokens past the boundary"
+        ax.text(
+            c.claim / 2,
+            y,
+            f"{c.label} claims {c.claim} of {c.prompt_len}: {verdict}",
+            fontsize=8,
+            fontweight="bold",
+            color="white",
+            ha="center",
+            va="center",
+            zorder=6,
+            bbox={"boxstyle": "round,pad=0.15", "fc": color, "ec": "none"},
+        )
+    ax.set_ylim(len(claims) - 0.4, -0.8)
+    ax.set_yticks(range(len(claims)))
+    ax.set_yticklabels([f"{c.label} {short_op(c.req_id)}" for c in claims], fontsize=7)
+    ax.tick_params(axis="y", length=0)
+    chunk = claims[0].chunk
+    if chunk:
+        ax.set_xticks(range(0, end + 1, chunk))
+    ax.set_xlim(0, end * 1.02)
+    ax.grid(axis="x", color="#dddddd", lw=0.6)
+    ax.set_axisbelow(True)
+    ax.set_xlabel("tokens" + (f" (grid: {chunk}-token chunks)" if chunk else ""), fontsize=9)
+    ax.set_title(
+        "hybrid hits on a token axis: light blue = KV hit, | = state images, "
+        "bar = claimed, dashed = joint KV + state boundary",
+        loc="left",
+        fontsize=9,
+    )
 
 
 def _legend_handles() -> list[Any]:
@@ -645,7 +842,6 @@ def _draw_panel(ax, lay: _Layout, xlim: tuple[float, float], overview: bool) -> 
         note = panel.note if len(panel.note) <= 150 else panel.note[:147] + "..."
         head += f"\n{note}"
     ax.set_title(head, loc="left", fontsize=10, color=color, fontweight="bold")
-    ax.set_ylabel("loads in dispatch order", fontsize=8)
 
 
 def _y_labels(ax, lay: _Layout) -> None:
@@ -661,6 +857,15 @@ def _y_labels(ax, lay: _Layout) -> None:
                     lay.ypos[row.op],
                     short_op(row.op),
                     _C["stop"] if lay.why == "stop" else _C["other"],
+                )
+            )
+        elif row.op in lay.members:
+            group = lay.members[row.op]
+            ticks.append(
+                (
+                    lay.ypos[row.op],
+                    f"loads {group[0].rank}–{group[-1].rank} (×{len(group)})",
+                    "black",
                 )
             )
         elif (
@@ -882,30 +1087,82 @@ def _draw_stop(ax, lay: _Layout, xlim: tuple[float, float], overview: bool) -> N
         )
         return
     if stop.elapsed is not None:
-        # The clock the error counted, on the stopping load's row, against its limit.
+        # The clock the error counted, on the stopping load's row, against its limit:
+        # the scheduler's bound above the row, the worker's deadline below it, each in
+        # its owner's colour and named with the event it counted from.
+        style = clock_style(stop)
         t_start = stop.t - stop.elapsed
+        yc = y + style.side * 0.45
         ax.annotate(
             "",
-            xy=(stop.t, y - 0.45),
-            xytext=(t_start, y - 0.45),
-            arrowprops={"arrowstyle": "<->", "color": _C["stop"], "lw": 1.2},
+            xy=(stop.t, yc),
+            xytext=(t_start, yc),
+            arrowprops={"arrowstyle": "<->", "color": style.color, "lw": 2.0},
             zorder=9,
+        )
+        ax.plot([t_start], [yc], marker=style.marker, color=style.color, ms=8, zorder=9.5)
+        ax.annotate(
+            style.label,
+            (t_start, yc),
+            xytext=(6, 3 if style.side < 0 else -3),
+            textcoords="offset points",
+            fontsize=7.5,
+            fontweight="bold",
+            color=style.color,
+            ha="left",
+            va="bottom" if style.side < 0 else "top",
+            zorder=10,
         )
         if stop.limit is not None:
             t_limit = t_start + stop.limit
-            ax.plot([t_limit] * 2, [y - 0.9, y], color=_C["stop"], lw=1.2, zorder=9)
+            ax.plot([t_limit] * 2, [yc - 0.45, yc + 0.45], color=style.color, lw=1.5, zorder=9)
             right = t_limit > xlim[0] + 0.8 * (xlim[1] - xlim[0])
             ax.annotate(
                 f"{stop.limit_name} ran out ",
-                (t_limit, y - 0.9),
-                xytext=(0, 2),
+                (t_limit, yc + style.side * 0.45),
+                xytext=(0, 2 if style.side < 0 else -2),
                 textcoords="offset points",
                 fontsize=7,
-                color=_C["stop"],
+                color=style.color,
                 ha="right" if right else "center",
-                va="bottom",
+                va="bottom" if style.side < 0 else "top",
             )
     _callout(ax, text, (stop.t, y), xlim, _C["stop"], bold=True)
+
+
+@dataclass(frozen=True)
+class ClockStyle:
+    """How a stop's clock is drawn: whose timer it is, from which event, where."""
+
+    label: str
+    color: str
+    side: int  # -1: above the stopping load's row, +1: below it
+    marker: str
+
+
+def clock_style(stop: StopInfo) -> ClockStyle:
+    """The scheduler's load bound and the worker's transfer deadline are different
+    clocks owned by different parts of the stack; they must not look alike. The label
+    names the timer, its limit and the event it counted from."""
+    start = stop.clock_from or "an unknown event"
+    limit = f" {stop.limit:g} s" if stop.limit is not None else ""
+    if stop.error == "LoadNotTerminal":
+        return ClockStyle(
+            f"scheduler's {stop.limit_name or 'load bound'}{limit}, counted from {start}",
+            _C["restart"],
+            -1,
+            "D",
+        )
+    if stop.error == "TransferUnprovable":
+        return ClockStyle(
+            f"worker's {stop.limit_name or 'transfer deadline'}{limit}, counted from {start}",
+            _C["copy"],
+            1,
+            "s",
+        )
+    return ClockStyle(
+        f"{stop.limit_name or 'clock'}{limit}, counted from {start}", _C["stop"], -1, "o"
+    )
 
 
 def _peers_before(row: LoadRow, panel: Panel) -> list[LoadRow]:
