@@ -8,7 +8,9 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from dataclasses import replace
+from typing import Callable
 
+from faults.lmcache.server import RealTierLock
 from faults.lmcache.session import (
     DEFAULT_TIME_SCALE,
     LMCacheSession,
@@ -70,9 +72,14 @@ class LMCacheExecutor:
 
 
 @contextlib.contextmanager
-def lmcache_executor(time_scale: float = DEFAULT_TIME_SCALE) -> Iterator[LMCacheExecutor]:
+def lmcache_executor(
+    time_scale: float = DEFAULT_TIME_SCALE, wait_note: Callable[[str], None] | None = None
+) -> Iterator[LMCacheExecutor]:
     """An ``LMCacheExecutor`` on a fresh session: the server is started on entry (raises
     ``LMCacheNotInstalled`` in one line without lmcache) and stopped, with everything
-    it left, on exit."""
-    with LMCacheSession() as session:
+    it left, on exit.
+
+    One real-tier campaign runs at a time on a host (``RealTierLock``): entry waits for
+    another one to finish, after one line through ``wait_note`` (default: stderr)."""
+    with RealTierLock(wait_note), LMCacheSession() as session:
         yield LMCacheExecutor(session, time_scale)

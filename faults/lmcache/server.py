@@ -34,7 +34,7 @@ import time
 import uuid
 import weakref
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 SHM_DIR = Path("/dev/shm")
 SHM_PREFIX = "lmcache_l1_pool_"  # lmcache prepends this to --shm-name
@@ -60,6 +60,88 @@ class LMCacheNotInstalled(RuntimeError):
 
 class LMCacheServerError(RuntimeError):
     """The server did not start, or died; carries the tail of its log."""
+
+
+class LMCacheServerWedged(LMCacheServerError):
+    """The server process is alive but does not answer; carries the tail of its log."""
+
+    def __init__(self, server: LMCacheServer, what: str):
+        state = server.process_state() or "?"
+        tail = server.log_tail(20) or "(empty)"
+        super().__init__(
+            f"lmcache server pid {server.pid} at {server.url} is alive (state {state}) "
+            f"but did not answer {what}; server log tail:\n{tail}"
+        )
+
+
+LOCK_NAME = "lmcache-tier.lock"
+
+
+def _lock_dir() -> Path:
+    """A per-user directory (0700) for the host-wide real-tier lock, short and fixed so
+    every kvfault process of this user finds the same lock whatever its TMPDIR."""
+    base = Path("/tmp") if Path("/tmp").is_dir() else Path(tempfile.gettempdir())
+    path = base / f"kvfault-{os.getuid()}"
+    path.mkdir(mode=0o700, exist_ok=True)
+    if path.stat().st_uid != os.getuid() or path.is_symlink():
+        raise LMCacheServerError(f"{path} is not this user's directory; remove it")
+    return path
+
+
+class RealTierLock:
+    """One real-tier campaign at a time on this host, for this user (``fcntl.flock``,
+    released by the kernel when the holder exits, also on SIGKILL).
+
+    Why: real-tier scenarios run in real time against deadlines scaled to seconds (a
+    6 s transfer deadline, an 8 s load bound). Two campaigns at once share the host's
+    cores with two lmcache servers and four pump threads; on two cores that delays
+    replies past those bounds, and healthy runs stop (``no_false_stop`` fails) or a
+    tier's setup times out. So a second campaign waits, and says so in one line.
+    """
+
+    def __init__(self, note: Callable[[str], None] | None = None, path: Path | None = None):
+        self.path = path or _lock_dir() / LOCK_NAME
+        self.note = note or (lambda line: print(line, file=sys.stderr, flush=True))
+        self._fd: int | None = None
+
+    def holder(self) -> str:
+        try:
+            return self.path.read_text().strip() or "?"
+        except OSError:
+            return "?"
+
+    def acquire(self) -> RealTierLock:
+        import fcntl
+
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                self.note(
+                    f"kvfault: another real-tier campaign (pid {self.holder()}) is running on "
+                    "this host; waiting for it to finish (real-time deadlines do not survive "
+                    "sharing the cores)"
+                )
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing drops the flock
+            self._fd = None
+
+    def __enter__(self) -> RealTierLock:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
 
 
 def lmcache_available(python: str | None = None) -> bool:
@@ -290,6 +372,17 @@ class LMCacheServer:
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
+
+    def process_state(self) -> str | None:
+        """The kernel's state letter for the server (``R``, ``S``, ``T`` when stopped...),
+        None when it is gone or unknown."""
+        if not self.alive():
+            return None
+        try:
+            stat = Path(f"/proc/{self.pid}/stat").read_text()
+        except OSError:
+            return None
+        return stat.rsplit(")", 1)[1].split()[0]
 
     def kill(self) -> None:
         """SIGKILL the server now (a crash); ``stop()`` still cleans up after it."""

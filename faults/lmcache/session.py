@@ -43,19 +43,21 @@ the same case runner and judge as the in-process tier, only the executor differs
 from __future__ import annotations
 
 import itertools
+import sys
 import threading
 import time
 import uuid
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from faults.injectors.base import Injector
-from faults.lmcache.server import LMCacheServer
+from faults.lmcache.server import LMCacheServer, LMCacheServerWedged
 from faults.lmcache.wire_faults import WireInjector
 from faults.runs import RunContext
 from reference.clock import RealClock
 from reference.rules import Rules
 from reference.stack.engine import EngineConfig
-from reference.tiers.lmcache import KVLayout, LMCacheTier
+from reference.tiers.lmcache import KVLayout, LMCacheTier, LMCacheTierError
 from reference.types import Request
 
 if TYPE_CHECKING:
@@ -70,6 +72,9 @@ DEFAULT_L1_GB = 0.25
 # Real lookups take milliseconds; a stalled one must not hold a step for seconds.
 LOOKUP_TIMEOUT_S = 1.0
 PUMP_INTERVAL_S = 0.001
+# How long a server that failed a tier's setup gets to answer a direct probe before it is
+# called wedged (a live server answers in milliseconds).
+PROBE_TIMEOUT_S = 5.0
 
 # -- the clock -----------------------------------------------------------------------
 
@@ -175,13 +180,69 @@ class PumpedTier:
 # -- the session and one run's tiers -------------------------------------------------------
 
 
-def _import_client() -> None:
+def _import_client(log: Any = None) -> None:
+    """Import the client's torch and lmcache. With ``log`` (a file), stderr is that
+    file meanwhile: lmcache gives each module's logger a stderr handler as it is
+    imported and logs INFO lines at import time; they land in ``log`` instead."""
+    import contextlib
+
     try:
-        import torch  # noqa: F401
-        from lmcache.v1.multiprocess.transfer_context import base  # noqa: F401
-        from lmcache.v1.multiprocess.transport import factory  # noqa: F401
+        with contextlib.redirect_stderr(log) if log is not None else contextlib.nullcontext():
+            import torch  # noqa: F401
+            from lmcache.v1.multiprocess.transfer_context import base  # noqa: F401
+            from lmcache.v1.multiprocess.transport import factory  # noqa: F401
     except ImportError:  # LMCacheServer.start says what is missing, in one line
         pass
+
+
+def server_answers(url: str, timeout_s: float) -> bool:
+    """Whether the lmcache server at ``url`` answers a chunk-size request in time."""
+    from lmcache.v1.multiprocess.transport.factory import RequestClientFactory
+
+    client = RequestClientFactory.create(url)
+    try:
+        client.get_chunk_size().result(timeout=timeout_s)
+        return True
+    except Exception:
+        return False
+    finally:
+        try:
+            client.close()
+        except Exception:
+            pass
+
+
+def route_lmcache_logs(server: LMCacheServer) -> None:
+    """Send the lmcache client's log lines (INFO, coloured: ~90 a campaign) to the
+    server's log file, whose tail is shown when something fails, instead of stderr.
+    lmcache gives every module's logger its own stderr handler, so each one that exists
+    now is re-pointed; call again after code that may have made new ones."""
+    import logging
+
+    path = server.log_path
+    if path is None:
+        return
+    ours = set(map(id, _LOG_FILES.values()))
+    for name, logger in list(logging.root.manager.loggerDict.items()):
+        if not name.startswith("lmcache") or not isinstance(logger, logging.Logger):
+            continue
+        for handler in logger.handlers:
+            if type(handler) is not logging.StreamHandler:
+                continue
+            if handler.stream in (sys.stderr, sys.__stderr__) or id(handler.stream) in ours:
+                handler.setStream(_log_file(path))
+
+
+_LOG_FILES: dict[Any, Any] = {}
+
+
+def _log_file(path: Any) -> Any:
+    """One append handle per log, kept for the process's life (a stopped server's file
+    is deleted; writing to the unlinked file is harmless)."""
+    f = _LOG_FILES.get(path)
+    if f is None:
+        f = _LOG_FILES[path] = open(path, "a", buffering=1)  # noqa: SIM115
+    return f
 
 
 class LMCacheSession:
@@ -202,7 +263,9 @@ class LMCacheSession:
         layout: KVLayout = SCENARIO_LAYOUT,
         lookup_timeout_s: float = LOOKUP_TIMEOUT_S,
         python: str | None = None,
+        connect_timeout_s: float = 30.0,
     ):
+        self.connect_timeout_s = connect_timeout_s
         self.l1_size_gb = l1_size_gb
         self.chunk_size = chunk_size
         self.layout = layout
@@ -215,11 +278,18 @@ class LMCacheSession:
         self._open: list[RealTierFactory] = []
         self._names = itertools.count()
         self._tag = uuid.uuid4().hex[:6]
+        self._logdir: str | None = None
 
     def start(self) -> LMCacheSession:
         # The client's first import of torch and lmcache takes seconds: do it while
         # the server starts, so it is not charged to the first run's wall time.
-        warm = threading.Thread(target=_import_client, name="kvfault-import", daemon=True)
+        import tempfile
+
+        self._logdir = tempfile.mkdtemp(prefix="kvfault-client-")
+        early = _log_file(Path(self._logdir) / "client.log")
+        warm = threading.Thread(
+            target=_import_client, args=(early,), name="kvfault-import", daemon=True
+        )
         warm.start()
         try:
             self.ensure_server()
@@ -241,7 +311,14 @@ class LMCacheSession:
         server.start()
         self.starts += 1
         self.start_seconds.append(server.start_seconds or 0.0)
+        route_lmcache_logs(server)
         return server
+
+    def retire(self, server: LMCacheServer) -> None:
+        """Stop ``server`` (wedged): the next run starts a fresh one."""
+        server.stop()
+        if self.server is server:
+            self.server = None
 
     def namespace(self, tag: str = "run") -> str:
         """A model name no other tier of this session uses (its own key namespace)."""
@@ -263,6 +340,11 @@ class LMCacheSession:
             for s in self.servers:
                 s.stop()
             self.server = None
+            if self._logdir is not None:
+                import shutil
+
+                shutil.rmtree(self._logdir, ignore_errors=True)
+                self._logdir = None
 
     def __enter__(self) -> LMCacheSession:
         return self.start()
@@ -289,17 +371,33 @@ class RealTierFactory:
         for inj in self.injectors:
             if isinstance(inj, WireInjector):
                 url = inj.route(url, server, config)
-        tier = LMCacheTier(
-            url,
-            config.geometry,
-            layout=self.session.layout,
-            model_name=self.session.namespace(),
-            lookup_timeout_s=self.session.lookup_timeout_s,
-            # Not the run's seed: instance and request ids must differ between runs
-            # of one seed on one server, or a late unregister of the last run's
-            # instance would drop this run's context.
-            rng_seed=None,
-        )
+        try:
+            tier = LMCacheTier(
+                url,
+                config.geometry,
+                layout=self.session.layout,
+                model_name=self.session.namespace(),
+                lookup_timeout_s=self.session.lookup_timeout_s,
+                connect_timeout_s=self.session.connect_timeout_s,
+                # Not the run's seed: instance and request ids must differ between runs
+                # of one seed on one server, or a late unregister of the last run's
+                # instance would drop this run's context.
+                rng_seed=None,
+            )
+        except LMCacheTierError as exc:
+            # A setup that timed out against a live server that does not answer even
+            # a direct probe: name it, with the server's log, and start a fresh one
+            # for the next run instead of timing out run after run.
+            if server.alive() and not server_answers(server.url, PROBE_TIMEOUT_S):
+                wedged = LMCacheServerWedged(
+                    server,
+                    f"a tier's setup within {self.session.connect_timeout_s:g}s nor a "
+                    f"direct probe within {PROBE_TIMEOUT_S:g}s ({exc})",
+                )
+                self.session.retire(server)
+                raise wedged from exc
+            raise
+        route_lmcache_logs(server)  # loggers lmcache made while connecting
         pumped = PumpedTier(tier)
         self.tiers.append(pumped)
         return pumped

@@ -189,7 +189,8 @@ class LMCacheTier:
             from lmcache.v1.multiprocess.transport.factory import RequestClientFactory
         except ImportError as exc:  # pragma: no cover - depends on the install
             raise LMCacheTierError(
-                f"lmcache is not importable ({exc}); pip install kvfault[lmcache]"
+                f"lmcache is not importable ({exc}); install the lmcache extra: "
+                "pip install -c constraints/ci.txt '.[lmcache]' (see README)"
             ) from exc
         if page_format not in ("fingerprint", "tensor"):
             raise ValueError(f"page_format must be fingerprint or tensor, got {page_format!r}")
