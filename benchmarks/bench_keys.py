@@ -46,7 +46,9 @@ def main() -> None:
         logging.disable(logging.INFO)
         from lmcache.v1.multiprocess.token_hasher import TokenHasher
     except ImportError:
-        print("lmcache not installed: no side-by-side figure (pip install kvfault[lmcache])")
+        print(
+            "lmcache not installed: no side-by-side figure (install the lmcache extra: pip install -c constraints/ci.txt '.[lmcache]')"
+        )
         return
     hasher = TokenHasher(chunk_size=args.chunk)
     as_list = list(ids)

@@ -6,27 +6,45 @@ import argparse
 import re
 from typing import Callable
 
+# A seed seeds random.Random and names a case; 2**32 - 1 keeps it what a reviewer can
+# type and what an artifact records (faults.repro reads it back with the same limit).
+MAX_SEED = 2**32 - 1
+# Seeds per target in one campaign without --budget: 29 targets x 1000 seeds is already
+# hours on 2 cores; more is a mistake, not a plan (with --budget, as many as fit run).
+MAX_SEED_COUNT = 1000
 
-def number_at_least(minimum: float, what: str, kind: type = int) -> Callable[[str], float]:
-    """A ``type=`` for argparse: ``kind(text)``, refused below ``minimum`` with a line
-    naming ``what``."""
+
+def number_at_least(
+    minimum: float, what: str, kind: type = int, maximum: float | None = None, why: str = ""
+) -> Callable[[str], float]:
+    """A ``type=`` for argparse: ``kind(text)``, refused below ``minimum`` or above
+    ``maximum`` with a line naming ``what`` (and ``why`` the maximum)."""
     noun = "a whole number" if kind is int else "a number"
 
     def parse(text: str):
         try:
             value = kind(text)
-        except ValueError:
+        except (ValueError, OverflowError):
             raise argparse.ArgumentTypeError(f"{what} wants {noun}, got {text!r}") from None
+        if value != value:  # NaN
+            raise argparse.ArgumentTypeError(f"{what} wants {noun}, got {text!r}")
         if value < minimum:
             raise argparse.ArgumentTypeError(f"{what} must be at least {minimum}, got {text}")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"{what} must be at most {maximum}{why}, got {text}")
         return value
 
     return parse
 
 
-seed_count = number_at_least(1, "a seed count")
-seed = number_at_least(0, "a seed")
-timeout_seconds = number_at_least(0, "--timeout (seconds, 0: none)", float)
+# With --budget a campaign runs as many seeds as fit, so the count may be large; this
+# bounds only what a list of seeds may hold.
+MAX_BUDGETED_SEED_COUNT = 1_000_000
+seed_count = number_at_least(1, "a seed count", maximum=MAX_BUDGETED_SEED_COUNT)
+seed = number_at_least(0, "a seed", maximum=MAX_SEED)
+timeout_seconds = number_at_least(
+    0, "--timeout (seconds, 0: none)", float, maximum=7 * 24 * 3600.0, why=" (a week)"
+)
 
 
 # A scenario's size multiplier (``faults.scenarios.RunContext.scale``): 256 turns the

@@ -1,6 +1,6 @@
-"""The ``kvfault`` command line.
+"""kvfault: fault-injection tests for KV-cache offload in LLM inference engines.
 
-Commands: ``run`` (the campaign), ``list``, ``repro NAME``, ``replay ARTIFACT``,
+The command line. Commands: ``run`` (the campaign), ``list``, ``repro NAME``, ``replay ARTIFACT``,
 ``sweep`` (PYTHONHASHSEED) and ``prove`` (two-head proof in any git repository).
 
 Exit codes: 0 everything holds; 1 a property failed, a regression went uncaught or is
@@ -22,7 +22,16 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
-from faults.argtypes import MAX_SCALE, duration, scale, seed, seed_count, timeout_seconds
+from faults.argtypes import (
+    MAX_SCALE,
+    MAX_SEED,
+    MAX_SEED_COUNT,
+    duration,
+    scale,
+    seed,
+    seed_count,
+    timeout_seconds,
+)
 
 if TYPE_CHECKING:
     from faults.campaign import CampaignResult, Case, CaseOutcome
@@ -53,6 +62,15 @@ def _workers(text: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("kvfault")
+    except PackageNotFoundError:
+        return "(not installed)"
+
+
 def _gateway(text: str) -> str:
     from faults.fanout import tx_arg
 
@@ -77,15 +95,25 @@ def _names(text: str) -> list[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="kvfault", description=__doc__.splitlines()[0])
+    parser = _Parser(
+        prog="kvfault",
+        description="Fault-injection tests for KV-cache offload in LLM inference engines: "
+        "a campaign of seeded faults and planted regressions against a reference offload "
+        "stack, one-command reproductions for reviewers, and two-head proofs for any repo.",
+        epilog="Exit codes: 0 everything holds; 1 a property failed, a regression is still "
+        "failing or a fault never fired; 2 bad input, an error or a timeout; 130 Ctrl-C.",
+    )
+    parser.add_argument("--version", action="version", version=f"kvfault {_version()}")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
 
     run = sub.add_parser(
         "run",
         help="the campaign: every regression A/B, the fixed stack under every fault, every scenario",
     )
-    run.add_argument("--seeds", type=seed_count, default=DEFAULT_SEEDS,
-                     help=f"seeds per target (default {DEFAULT_SEEDS})")  # fmt: skip
+    run.add_argument("--seed-count", "--seeds", dest="seeds", type=seed_count,
+                     default=DEFAULT_SEEDS, metavar="N",
+                     help=f"how many seeds per target, a count (default {DEFAULT_SEEDS}); "
+                          "--seeds is the old name")  # fmt: skip
     run.add_argument("--first-seed", type=seed, default=0, help="first seed (default 0)")
     run.add_argument("--regression", action="append", default=None, metavar="NAME",
                      help="run this planted regression (repeatable)")  # fmt: skip
@@ -118,7 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--tier", choices=("memory", "lmcache"), default="memory",
                      help="memory: the embedded in-process tier in virtual time (default); "
                           "lmcache: a real lmcache server on 127.0.0.1, in real time, with "
-                          "wire faults (needs kvfault[lmcache])")  # fmt: skip
+                          "wire faults (needs the lmcache extra: pip install -c "
+                          "constraints/ci.txt '.[lmcache]')")  # fmt: skip
 
     lst = sub.add_parser("list", help="list scenarios, properties, faults and regressions")
     lst.add_argument("--scenarios", action="store_true", help="only scenarios")
@@ -234,8 +263,20 @@ def _table(rows: list[list[str]], header: list[str]) -> str:
     return "\n".join([line.rstrip(), sep, *body])
 
 
-def _progress(enabled: bool, i: int, total: int, label: str) -> None:
+def _progress_mode(args: argparse.Namespace) -> str | None:
+    """``bar`` on a terminal, ``lines`` when stderr is not one (CI, a pipe: a run is
+    not silent for minutes), None with ``--no-progress``."""
+    if args.no_progress:
+        return None
+    return "bar" if sys.stderr.isatty() else "lines"
+
+
+def _progress(enabled: str | bool | None, i: int, total: int, label: str) -> None:
     if not enabled or total == 0:
+        return
+    if enabled == "lines":
+        what = "done" if i == total else f"running {label}"
+        print(f"kvfault: {i}/{total} cases done; {what}", file=sys.stderr, flush=True)
         return
     width = 24
     done = int(width * i / total)
@@ -339,16 +380,18 @@ class _Artifacts:
         missing = [d for d in (directory, *directory.parents) if not d.exists()]
         self._created = missing
 
-    def before(self, case: Case) -> Path:
-        from faults.repro import write_artifact
+    def before(self, case: Case) -> tuple[Path, bytes | None]:
+        from faults.repro import stage_artifact
 
-        return write_artifact(case, self.directory)
+        return stage_artifact(case, self.directory)
 
-    def after(self, case: Case, outcome: CaseOutcome, path: Path) -> None:
+    def after(self, case: Case, outcome: CaseOutcome, staged: tuple[Path, bytes | None]) -> None:
+        from faults.repro import drop_artifact
+
         if outcome.ok:
-            path.unlink(missing_ok=True)
+            drop_artifact(*staged)  # an artifact `kvfault repro` wrote stays
         else:
-            self.kept[case.id] = path
+            self.kept[case.id] = staged[0]
 
     def tidy(self) -> None:
         """Remove the directories this run created when they stayed empty."""
@@ -378,6 +421,18 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from faults.campaign import CampaignError, run_campaign, select_targets
     from faults.repro import arm_hang_guard, artifact_dir, disarm_hang_guard
 
+    if args.seeds > MAX_SEED_COUNT and args.budget is None:
+        return _bad(
+            f"--seed-count {args.seeds} is more than {MAX_SEED_COUNT} seeds per target "
+            "(each runs every target once: that would take days); give --budget to run as "
+            "many as fit in a time"
+        )
+    last = args.first_seed + args.seeds - 1
+    if last > MAX_SEED:
+        return _bad(
+            f"--first-seed {args.first_seed} --seeds {args.seeds} reaches seed {last}; "
+            f"seeds go up to {MAX_SEED}"
+        )
     tier = "memory" if args.tier == "memory" else "lmcache"
     if tier == "lmcache" and (args.numprocesses not in (None, "0") or args.tx):
         return _bad("--tier lmcache runs in one process (one real server): drop -n/--tx")
@@ -394,8 +449,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
         args.artifacts = args.report / "artifacts"
     if args.tx and args.numprocesses is not None:
         return _bad("give -n or --tx, not both")
+    for path, flag in ((args.report, "--report"), (artifact_dir(args.artifacts), "--artifacts")):
+        bad = _dir_refused(path, flag) if path is not None else None
+        if bad:
+            return _bad(bad)
     store = _Artifacts(artifact_dir(args.artifacts))
-    show = not args.no_progress and sys.stderr.isatty()
+    mode = _progress_mode(args)
     if args.tx or args.numprocesses not in (None, "0"):
         from faults.fanout import FanoutError
         from faults.spread import keep_artifacts, run_spread
@@ -410,7 +469,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 budget_s=args.budget,
                 artifacts=store.directory,
                 timeout_s=args.timeout,
-                progress=lambda i, total, label: _progress(show, i, total, label),
+                progress=lambda i, total, label: _progress(mode, i, total, label),
             )
         except FanoutError as exc:
             return _bad(str(exc))
@@ -418,18 +477,18 @@ def _cmd_run(args: argparse.Namespace) -> int:
     else:
 
         def progress(i: int, total: int, case: Case) -> None:
-            _progress(show, i, total, "done" if i == total else case.id)
+            _progress(mode, i, total, "done" if i == total else case.id)
 
-        def before(case: Case) -> Path:
-            path = store.before(case)
+        def before(case: Case) -> tuple[Path, bytes | None]:
+            staged = store.before(case)
             # A case that hangs dumps every stack and ends the run instead of blocking
             # CI; its artifact is on disk already.
             arm_hang_guard(args.timeout)
-            return path
+            return staged
 
-        def after(case: Case, outcome: CaseOutcome, path: Path) -> None:
+        def after(case: Case, outcome: CaseOutcome, staged: tuple[Path, bytes | None]) -> None:
             disarm_hang_guard()
-            store.after(case, outcome, path)
+            store.after(case, outcome, staged)
 
         from faults.campaign.tiers import open_executor
         from faults.lmcache.server import LMCacheNotInstalled
@@ -526,7 +585,9 @@ def _cmd_repro(args: argparse.Namespace) -> int:
         target = regression_target(args.name)
     except CampaignError as exc:
         return _bad(f"{exc}; see `kvfault list --regressions`")
-    bad = _timeline_refused(args.timeline)
+    bad = _timeline_refused(args.timeline) or _dir_refused(
+        artifact_dir(args.artifacts), "--artifacts" if args.artifacts else "the artifact directory"
+    )
     if bad:
         return _bad(bad)
     rep = reproduce(Case(target, args.seed), artifact_dir(args.artifacts), args.timeout)
@@ -557,6 +618,20 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     rep.artifact = args.artifact
     print(format_reproduction(rep))
     return _timeline(args.timeline, rep.outcome, rep.exit_code)
+
+
+def _dir_refused(path: Path, flag: str) -> str | None:
+    """Why ``path`` cannot be (made into) a directory we write files in, or None."""
+    if path.exists() and not path.is_dir():
+        return f"{flag} {path} is a file, not a directory"
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{flag} {path}: {existing} is a file, not a directory"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{flag} {path}: {existing} is not writable"
+    return None
 
 
 def _timeline_refused(path: Path | None) -> str | None:
@@ -659,12 +734,102 @@ COMMANDS = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command. Bad input, an unwritable place or an error: one line on stderr,
+    exit 2. Ctrl-C (or SIGTERM): one line, exit 130 (143), after every process the
+    command started is stopped (as ``kvfault prove`` does). A closed stdout (``kvfault
+    list | head -1``): no traceback, exit 141, what a shell reports for SIGPIPE."""
+    import signal
+
+    from faults.prove import Interrupted, Signals  # stdlib only: cheap
+
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         return 2
-    return COMMANDS[args.command](args)
+    signals = Signals()
+    signals.install()
+    try:
+        return COMMANDS[args.command](args)
+    except KeyboardInterrupt as exc:
+        _disarm_guards()
+        _stop_descendants()
+        signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
+        print(f"kvfault: interrupted by {signal.Signals(signum).name}", file=sys.stderr)
+        return 128 + signum
+    except BrokenPipeError:
+        # Whoever read our output has gone; say nothing more to it.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
+    except OSError as exc:  # a place that cannot be written, a full disk
+        where = f" {exc.filename}" if getattr(exc, "filename", None) else ""
+        print(f"kvfault: error:{where}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    finally:
+        signals.restore()
+
+
+def _descendants(root: int) -> list[int]:
+    """Every live process below ``root`` (Linux: from /proc; elsewhere none)."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = [e for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:
+        return []
+    for name in entries:
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(name))
+    out: list[int] = []
+    todo = [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def _stop_descendants(grace_s: float = 2.0) -> None:
+    """After Ctrl-C: stop whatever this process started that is still running (pytest-xdist
+    workers of ``-n``/``-j``/``--tx`` and what they run), SIGTERM then SIGKILL, so no
+    process outlives the command (children in their own group were stopped already)."""
+    import signal
+    import time
+
+    procs = _descendants(os.getpid())
+    for pid in procs:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(_running(p) for p in procs):
+        time.sleep(0.05)
+    for pid in _descendants(os.getpid()) + procs:
+        if _running(pid):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+    for pid in procs:  # reap our own children, so none is left a zombie
+        with contextlib.suppress(OSError):
+            os.waitpid(pid, os.WNOHANG)
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _disarm_guards() -> None:
+    import faulthandler
+
+    faulthandler.cancel_dump_traceback_later()
+    if "faults.repro" in sys.modules:
+        sys.modules["faults.repro"].disarm_hang_guard()
 
 
 if __name__ == "__main__":

@@ -43,7 +43,7 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from faults.verdicts import EXIT_CODES, Verdict
 
@@ -218,7 +218,7 @@ def decide(old: Sequence[SideRun], new: Sequence[SideRun]) -> tuple[Verdict, str
 # ----------------------------------------------------------------------- signals
 
 
-class _Signals:
+class Signals:
     """SIGINT/SIGTERM become `Interrupted`, but only where we can afford it.
 
     While `deferred()` is active (creating and removing worktrees) a signal is only
@@ -358,6 +358,28 @@ def _kill_group(proc: subprocess.Popen[bytes], grace: float = 2.0) -> None:
             continue
 
 
+def stop_group(proc: subprocess.Popen[Any]) -> None:
+    """Stop a child that leads its own process group, and everything in that group:
+    SIGTERM, then SIGKILL for whatever is left once the leader is gone (its workers)."""
+    _kill_group(proc)
+    _reap_group(proc.pid)
+
+
+def communicate_or_stop(
+    proc: subprocess.Popen[Any], timeout: float | None = None
+) -> tuple[Any, Any]:
+    """``proc.communicate(timeout=...)`` for a child that leads its own process group
+    (``start_new_session=True``). On anything that ends the wait early -- Ctrl-C
+    (``KeyboardInterrupt``, ``Interrupted``), a timeout -- the whole group (pytest,
+    its xdist workers, their children) is stopped before the exception goes on, so
+    nothing outlives the command that started it."""
+    try:
+        return proc.communicate(timeout=timeout)
+    except BaseException:
+        stop_group(proc)
+        raise
+
+
 def _reap_group(pgid: int) -> None:
     # CMD has exited; kill what it left running in its group (servers, sleepers) so no
     # orphan outlives the worktree it runs in.
@@ -491,7 +513,7 @@ def prove(
     sides = (("old", old, old_sha), ("new", new, new_sha))
     runs: dict[str, list[SideRun]] = {"old": [], "new": []}
 
-    signals = _Signals()
+    signals = Signals()
     tmp: Path | None = None
     added: list[Path] = []
     try:

@@ -20,16 +20,24 @@ import json
 import os
 import re
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
+from faults.argtypes import MAX_SEED
 from faults.campaign import CampaignError, Case, CaseOutcome, CaseRunner, Target
 from faults.verdicts import Verdict
 
 ARTIFACT_VERSION = 1
 DEFAULT_ARTIFACT_DIR = Path(".kvfault") / "artifacts"
 DEFAULT_TIMEOUT_S = 600.0
+
+
+# Limits shared with the command line (faults.argtypes.MAX_SEED: what --seed takes); a
+# hash seed is what PYTHONHASHSEED takes; an artifact is a few hundred bytes.
+MAX_HASHSEED = 4294967295
+MAX_ARTIFACT_BYTES = 1 << 20
 
 
 class ArtifactError(ValueError):
@@ -93,19 +101,55 @@ def write_artifact(case: Case, directory: Path) -> Path:
     return path
 
 
+def stage_artifact(case: Case, directory: Path) -> tuple[Path, bytes | None]:
+    """``write_artifact`` for a campaign case, which removes it again when the case
+    passes (``drop_artifact``). Returns the path and the bytes that were there before:
+    an artifact another command wrote for the same case (``kvfault repro`` printed its
+    replay line to a reviewer) must outlive the campaign."""
+    path = artifact_path(case, directory)
+    try:
+        previous: bytes | None = path.read_bytes()
+    except OSError:
+        previous = None
+    return write_artifact(case, directory), previous
+
+
+def drop_artifact(path: Path, previous: bytes | None) -> None:
+    """Undo ``stage_artifact`` after a pass: remove the file, or put back what was
+    there before."""
+    if previous is None:
+        path.unlink(missing_ok=True)
+        return
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_bytes(previous)
+    os.replace(tmp, path)
+
+
 def read_artifact(path: Path) -> tuple[Case, dict[str, Any]]:
     """Read an artifact back into the case it names; raises ``ArtifactError`` with one
     clear line for anything malformed."""
     from faults.injectors.plans import FaultPlan
 
     try:
-        text = Path(path).read_text()
+        raw = Path(path).read_bytes()
     except OSError as exc:
         raise ArtifactError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if len(raw) > MAX_ARTIFACT_BYTES:
+        raise ArtifactError(
+            f"{path} is {len(raw)} bytes; an artifact is a few hundred (at most {MAX_ARTIFACT_BYTES})"
+        )
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ArtifactError(
+            f"{path} is not UTF-8 text (byte {exc.start}): not a replay artifact"
+        ) from None
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ArtifactError(f"{path} is not JSON ({exc.msg} at line {exc.lineno})") from None
+    except RecursionError:
+        raise ArtifactError(f"{path} nests JSON too deeply: not a replay artifact") from None
     if not isinstance(obj, dict) or "kvfault_artifact" not in obj:
         raise ArtifactError(
             f"{path} is not a kvfault replay artifact (no 'kvfault_artifact' field)"
@@ -115,15 +159,34 @@ def read_artifact(path: Path) -> tuple[Case, dict[str, Any]]:
             f"{path}: artifact version {obj['kvfault_artifact']!r}; this kvfault reads {ARTIFACT_VERSION}"
         )
     seed = obj.get("seed")
-    if not isinstance(seed, int) or isinstance(seed, bool):
-        raise ArtifactError(f"{path}: 'seed' must be an integer, got {seed!r}")
+    # The same limits as the command line's --seed (faults.argtypes).
+    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed <= MAX_SEED:
+        raise ArtifactError(
+            f"{path}: 'seed' must be a whole number from 0 to {MAX_SEED}, got {seed!r}"
+        )
+    recorded = obj.get("pythonhashseed")
+    if recorded is not None and not (
+        isinstance(recorded, (int, str))
+        and str(recorded).isdigit()
+        and int(recorded) <= MAX_HASHSEED
+    ):
+        raise ArtifactError(
+            f"{path}: 'pythonhashseed' must be null or a whole number from 0 to "
+            f"{MAX_HASHSEED} (what PYTHONHASHSEED accepts), got {recorded!r}"
+        )
     try:
         target = Target.from_json(obj.get("target"))
         plan = None
         if obj.get("plan") is not None and target.kind in ("fault", "swarm"):
             plan = FaultPlan.from_json(obj["plan"])
-    except (CampaignError, ValueError) as exc:
+    except (CampaignError, ValueError, TypeError, KeyError, RecursionError) as exc:
         raise ArtifactError(f"{path}: {exc}") from None
+    scenario = obj.get("scenario")
+    if scenario is not None and scenario != target.scenario:
+        raise ArtifactError(
+            f"{path}: 'scenario' is {scenario!r} but its target runs {target.scenario!r}; "
+            "an artifact is replayed as written or not at all"
+        )
     return Case(target, seed, recorded=plan), obj
 
 
@@ -136,15 +199,45 @@ def _stderr_fd() -> Any:
         return sys.__stderr__
 
 
+# A case that runs past --timeout is an ERROR: exit 2, like any other error.
+TIMEOUT_EXIT = 2
+# faulthandler's own watchdog (a C thread) backs the Python one up this much later,
+# for a hang that never lets a Python thread run; it exits 1.
+_BACKSTOP_S = 60.0
+_guard: threading.Timer | None = None
+
+
+def _timed_out(timeout_s: float) -> None:
+    out = _stderr_fd()
+    print(
+        f"kvfault: error: timed out: a case ran past --timeout {timeout_s:g}s; "
+        "every thread's stack follows",
+        file=out,
+        flush=True,
+    )
+    faulthandler.dump_traceback(file=out, all_threads=True)
+    out.flush()
+    os._exit(TIMEOUT_EXIT)
+
+
 def arm_hang_guard(timeout_s: float | None) -> None:
-    """From now on, if ``disarm_hang_guard`` is not called within ``timeout_s``, every
-    thread's stack is dumped to stderr and the process exits (status 1, faulthandler's)
-    instead of blocking. None or 0: no guard."""
+    """From now on, if ``disarm_hang_guard`` is not called within ``timeout_s``, one
+    line and every thread's stack go to stderr and the process exits with 2 (an
+    ERROR) instead of blocking. None or 0: no guard."""
+    global _guard
+    disarm_hang_guard()
     if timeout_s and timeout_s > 0:
-        faulthandler.dump_traceback_later(timeout_s, exit=True, file=_stderr_fd())
+        _guard = threading.Timer(timeout_s, _timed_out, args=(timeout_s,))
+        _guard.daemon = True
+        _guard.start()
+        faulthandler.dump_traceback_later(timeout_s + _BACKSTOP_S, exit=True, file=_stderr_fd())
 
 
 def disarm_hang_guard() -> None:
+    global _guard
+    if _guard is not None:
+        _guard.cancel()
+        _guard = None
     faulthandler.cancel_dump_traceback_later()
 
 

@@ -88,7 +88,7 @@ def cases_task(payload: dict[str, Any]) -> list[dict[str, Any]]:
     """A work item on a fan-out worker: every target of the item on each of its seeds,
     judged as in-process; the outcomes as JSON. On the host that started the campaign,
     each case's replay artifact is written before it runs and removed when it passed."""
-    from faults.repro import arm_hang_guard, disarm_hang_guard, write_artifact
+    from faults.repro import arm_hang_guard, disarm_hang_guard, drop_artifact, stage_artifact
 
     targets = [Target.from_json(t) for t in payload["targets"]]
     here = payload.get("host") == socket.gethostname()
@@ -98,12 +98,12 @@ def cases_task(payload: dict[str, Any]) -> list[dict[str, Any]]:
         runner = CaseRunner()
         for t in targets:
             case = Case(t, seed)
-            path = write_artifact(case, artifacts) if artifacts else None
+            staged = stage_artifact(case, artifacts) if artifacts else None
             arm_hang_guard(payload.get("timeout_s"))
             outcome = runner.run(case)
             disarm_hang_guard()
-            if path is not None and outcome.ok:
-                path.unlink(missing_ok=True)
+            if staged is not None and outcome.ok:
+                drop_artifact(*staged)  # an artifact `kvfault repro` wrote stays
             out.append(outcome.as_json())
     return out
 

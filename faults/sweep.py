@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 CHILD_ENV = "KVFAULT_SWEEP_CHILD"  # set in every child, so a child never sweeps again
 MAX_SEED = 4294967295  # PYTHONHASHSEED's range
+MAX_SWEEP_SEEDS = 1000  # one pytest process each: more would run for days
 
 _SUMMARY = re.compile(
     r"(?:\d+ (?:passed|failed|errors?|skipped|deselected|xfailed|xpassed|warnings?)"
@@ -60,7 +61,13 @@ def parse_seeds(text: str) -> list[int]:
             raise SweepError(f"bad hash seed range {part!r}: {hi} < {lo}")
         if hi > MAX_SEED:
             raise SweepError(f"PYTHONHASHSEED must be at most {MAX_SEED}, got {hi}")
-        seeds += [s for s in range(lo, hi + 1) if s not in seeds]
+        if hi - lo + 1 + len(seeds) > MAX_SWEEP_SEEDS:
+            raise SweepError(
+                f"{text} is more than {MAX_SWEEP_SEEDS} seeds; each runs the "
+                "selected tests once, so that would take days"
+            )
+        taken = set(seeds)
+        seeds += [s for s in range(lo, hi + 1) if s not in taken]
     return seeds
 
 
@@ -113,17 +120,33 @@ def child_env(seed: int, base: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def _die_with_parent() -> None:  # in the child, between fork and exec
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
+    except OSError:
+        pass
+
+
 def run_seed(
     seed: int,
     pytest_args: Sequence[str],
     cwd: Path | str | None = None,
     python: str = sys.executable,
     timeout_s: float | None = None,
+    own_group: bool = True,
 ) -> SeedOutcome:
-    """Run pytest once under ``PYTHONHASHSEED=seed`` in a subprocess."""
+    """Run pytest once under ``PYTHONHASHSEED=seed`` in a subprocess. With
+    ``own_group`` it leads its own process group, which a timeout or Ctrl-C stops
+    whole; an xdist worker passes False, so the sweep's group holds the child too."""
+    from faults.prove import communicate_or_stop  # stdlib only: cheap
+
     t0 = time.perf_counter()
     try:
-        proc = subprocess.run(
+        # Its own process group: a timeout or Ctrl-C stops pytest and whatever it
+        # started (xdist workers under -n), not only the pytest process.
+        proc = subprocess.Popen(
             child_command(pytest_args, python),
             cwd=cwd,
             env=child_env(seed),
@@ -131,12 +154,23 @@ def run_seed(
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
-            timeout=timeout_s,
+            start_new_session=own_group,
+            # On a worker, the seed's pytest dies with the worker that started it.
+            preexec_fn=None if own_group else _die_with_parent,
         )
-        code, out = proc.returncode, proc.stdout
-    except subprocess.TimeoutExpired as exc:
-        raw = exc.stdout or ""
-        out = raw.decode(errors="replace") if isinstance(raw, bytes) else raw
+        if own_group:
+            out, _ = communicate_or_stop(proc, timeout_s or None)
+        else:
+            try:
+                out, _ = proc.communicate(timeout=timeout_s or None)
+            except BaseException:
+                proc.kill()
+                raise
+        code = proc.returncode
+    except subprocess.TimeoutExpired:
+        if not own_group:
+            proc.kill()
+        out = proc.communicate()[0] or ""  # what it wrote before it was stopped
         code, out = 124, out + f"\nkvfault sweep: seed {seed} timed out after {timeout_s:g}s"
     wall = time.perf_counter() - t0
     summaries = _SUMMARY.findall(out)
@@ -237,6 +271,7 @@ def seed_task(payload: dict[str, Any]) -> dict[str, Any]:
         payload["cwd"],
         payload["python"] or sys.executable,
         payload["timeout_s"],
+        own_group=False,  # a descendant of the sweep: its Ctrl-C stops it too
     )
     return asdict(outcome)
 

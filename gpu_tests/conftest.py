@@ -18,7 +18,7 @@ def _device_missing() -> str | None:
     try:
         torch = importlib.import_module("torch")
     except ImportError:
-        return "gpu_tests: torch is not installed (pip install 'kvfault[torch]')"
+        return "gpu_tests: torch is not installed; install the torch extra: pip install '.[torch]' (see README)"
     if not torch.cuda.is_available() or torch.cuda.device_count() == 0:
         build = f"hip {torch.version.hip}" if torch.version.hip else f"cuda {torch.version.cuda}"
         return f"gpu_tests: no CUDA or HIP device visible to torch {torch.__version__} ({build})"

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from faults.lmcache.session import LMCacheSession, RealTierFactory, server_answers
 from faults.lmcache.server import LMCacheServerWedged
+from faults.lmcache.session import LMCacheSession, RealTierFactory, server_answers
 from reference.stack.engine import EngineConfig
 
 ROOT = Path(__file__).resolve().parents[2]

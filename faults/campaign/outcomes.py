@@ -173,9 +173,14 @@ class TargetOutcome:
             return f"{len(bad)}/{n} seeds: {bad[0].signature}"
         if t.kind in ("fault", "swarm"):
             fired = self.fired
-            return "fired " + (
-                ", ".join(f"{k} x{v}" for k, v in sorted(fired.items())) or "nothing"
+            text = "fired " + (
+                ", ".join(f"{k} x{v}" for k, v in sorted(fired.items()) if v) or "nothing"
             )
+            # A swarm row's injectors are drawn per run; one that did not fire in this
+            # row's runs is named as such (never as "fired x0"). One that fired in no
+            # run of the whole campaign is NOT EXERCISED, which fails the campaign.
+            idle = sorted(k for k, v in fired.items() if not v)
+            return text + (f"; not fired here: {', '.join(idle)}" if idle else "")
         stops = sum(1 for c in self.cases if c.stop)
         return f"stopped correctly on {stops}/{n} seeds" if stops else "no stop"
 
