@@ -105,10 +105,17 @@ class RealTierLock:
         self._fd: int | None = None
 
     def holder(self) -> str:
-        try:
-            return self.path.read_text().strip() or "?"
-        except OSError:
-            return "?"
+        """The pid the lock's holder wrote; it writes it just after taking the lock,
+        so a waiter that looks at once may have to look again."""
+        for _ in range(40):
+            try:
+                text = self.path.read_text().strip()
+            except OSError:
+                text = ""
+            if text:
+                return text
+            time.sleep(0.025)
+        return "?"
 
     def acquire(self) -> RealTierLock:
         import fcntl
