@@ -1,37 +1,38 @@
-"""The fault vocabulary: injectors that wrap the stack's collaborators, fault plans as
-data (named injectors, parameters, triggers, one seed) and the injector catalog."""
+"""The fault vocabulary: injectors that wrap the stack's collaborators (one module per
+collaborator), fault plans as data (named injectors, parameters, triggers, one seed)
+and the injector catalog."""
 
 from faults._lazy import lazy_exports
 
 _EXPORTS = {
-    "EngineCrash": "faults.injectors.base",
-    "EngineRestart": "faults.injectors.base",
-    "EvictAfterLookup": "faults.injectors.base",
+    "EngineCrash": "faults.injectors.engine",
+    "EngineRestart": "faults.injectors.engine",
+    "EvictAfterLookup": "faults.injectors.tier",
     "FaultPlan": "faults.injectors.plans",
     "FaultSpec": "faults.injectors.plans",
-    "FenceFailure": "faults.injectors.base",
-    "HashOrderShuffle": "faults.injectors.base",
+    "FenceFailure": "faults.injectors.restore_copy",
+    "HashOrderShuffle": "faults.injectors.ids",
     "INJECTORS": "faults.injectors.plans",
     "Injector": "faults.injectors.base",
     "InjectorInfo": "faults.injectors.plans",
-    "LateVisibility": "faults.injectors.base",
-    "LostCompletion": "faults.injectors.base",
-    "LostSaveCompletion": "faults.injectors.base",
-    "LateCompletion": "faults.injectors.base",
-    "DuplicateCompletion": "faults.injectors.base",
-    "LostTierReply": "faults.injectors.base",
+    "LateVisibility": "faults.injectors.tier",
+    "LostCompletion": "faults.injectors.completions",
+    "LostSaveCompletion": "faults.injectors.completions",
+    "LateCompletion": "faults.injectors.completions",
+    "DuplicateCompletion": "faults.injectors.completions",
+    "LostTierReply": "faults.injectors.tier",
     "Param": "faults.injectors.plans",
-    "PortZeroIds": "faults.injectors.base",
-    "RetrieveFailure": "faults.injectors.base",
-    "SaltedId": "faults.injectors.base",
-    "SlowForward": "faults.injectors.base",
+    "PortZeroIds": "faults.injectors.ids",
+    "RetrieveFailure": "faults.injectors.tier",
+    "SaltedId": "faults.injectors.ids",
+    "SlowForward": "faults.injectors.engine",
     "Trigger": "faults.injectors.base",
-    "arm_crashes": "faults.injectors.base",
-    "base_tier": "faults.injectors.base",
+    "arm_crashes": "faults.injectors.engine",
+    "base_tier": "faults.injectors.tier",
     "configure_all": "faults.injectors.base",
     "draw_params": "faults.injectors.plans",
     "fired_report": "faults.injectors.plans",
-    "salted_ids": "faults.injectors.base",
+    "salted_ids": "faults.injectors.ids",
     "swarm_plan": "faults.injectors.plans",
     "wrap_all": "faults.injectors.base",
 }

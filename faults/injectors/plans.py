@@ -18,22 +18,17 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from faults.argtypes import check_scale
-from faults.injectors.base import (
+from faults.injectors.base import Injector
+from faults.injectors.completions import (
     DuplicateCompletion,
-    EngineRestart,
-    EvictAfterLookup,
-    FenceFailure,
-    HashOrderShuffle,
-    Injector,
     LateCompletion,
-    LateVisibility,
     LostCompletion,
     LostSaveCompletion,
-    LostTierReply,
-    PortZeroIds,
-    RetrieveFailure,
-    SlowForward,
 )
+from faults.injectors.engine import EngineRestart, SlowForward
+from faults.injectors.ids import HashOrderShuffle, PortZeroIds
+from faults.injectors.restore_copy import FenceFailure
+from faults.injectors.tier import EvictAfterLookup, LateVisibility, LostTierReply, RetrieveFailure
 from faults.runs import Expect, finishes, refuses, stops
 from reference.types import Request
 

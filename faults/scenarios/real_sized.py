@@ -31,7 +31,7 @@ def real_restart_burst(ctx: RunContext) -> RunResult:
     run out; few enough for a real server on two cores. Only the restarted engine
     compiles slowly (the storing pass is not the story and would double the wall
     time). Healthy: no stop."""
-    from faults.injectors.base import SlowForward
+    from faults.injectors.engine import SlowForward
 
     slow = SlowForward({})
     run = _Run("real_restart_burst", ctx, _BURST_CONFIG, [slow])

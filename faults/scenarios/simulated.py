@@ -19,7 +19,9 @@ from typing import Callable, Sequence
 from fakes.sim import SimWorld
 from fakes.workloads import Workloads, resend
 from faults.argtypes import check_scale
-from faults.injectors.base import Injector, LostCompletion, SlowForward, wrap_all
+from faults.injectors.base import Injector, wrap_all
+from faults.injectors.completions import LostCompletion
+from faults.injectors.engine import SlowForward
 from faults.runs import Expect, RunContext, RunResult, finishes, stops
 from reference.errors import EngineIdentityConflict
 from reference.interfaces import Tier
@@ -448,7 +450,7 @@ SCENARIOS: dict[str, Scenario] = {
 }
 
 
-# -- scenarios where a fault plan's injectors fire (appended with faults/injectors/base.py) ----
+# -- scenarios where a fault plan's injectors fire (their injectors live in faults/injectors/) ----
 
 
 def small_restart_burst(ctx: RunContext) -> RunResult:
@@ -474,7 +476,7 @@ def _run_through_crashes(run: _Run, engine: Engine, sent: Sequence[Request]) -> 
     """Run ``engine``; when it dies (``EngineCrash``) restart it with the tier kept and
     send the requests it had not answered again, under the same ids, as clients retry.
     Returns the number of restarts."""
-    from faults.injectors.base import EngineCrash
+    from faults.injectors.engine import EngineCrash
 
     restarts = 0
     while True:
@@ -497,7 +499,7 @@ def restart_mid_run(ctx: RunContext) -> RunResult:
     ``engine_restart`` fault kills the engine at a forward in either pass: it restarts
     with the tier kept (HBM, scheduler and worker state gone) and the unanswered
     requests are sent again. Every answer must still equal its cold run."""
-    from faults.injectors.base import arm_crashes
+    from faults.injectors.engine import arm_crashes
 
     config = EngineConfig(
         geometry=Geometry(16, 256, 2048, 1024), model_kind="hybrid", state_grid="chunk"
@@ -588,7 +590,7 @@ def late_completion_after_restart(ctx: RunContext) -> RunResult:
     scheduler dispatches loads for the same requests at once. A completion reported
     before the crash may still arrive after it (the ``late_completion`` fault): the new
     scheduler must never take it for one of its own loads."""
-    from faults.injectors.base import EngineRestart
+    from faults.injectors.engine import EngineRestart
 
     crash = EngineRestart([2], limit=1)
     config = EngineConfig(geometry=Geometry(16, 256, 2048, 1024), model_kind="dense")

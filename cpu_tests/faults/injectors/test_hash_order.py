@@ -28,7 +28,8 @@ import uuid
 from dataclasses import replace
 
 from faults.campaign.execute import check, run_case
-from faults.injectors.base import SlowForward, wrap_all
+from faults.injectors.base import wrap_all
+from faults.injectors.engine import SlowForward
 from faults.runs import RunResult
 from reference.rules import Rules
 from reference.stack.engine import EngineConfig

@@ -13,14 +13,9 @@ from typing import Any
 import pytest
 
 from faults.campaign.execute import CaseResult, run_case
-from faults.injectors.base import (
-    EngineCrash,
-    HashOrderShuffle,
-    SaltedId,
-    SlowForward,
-    Trigger,
-    salted_ids,
-)
+from faults.injectors.base import Trigger
+from faults.injectors.engine import EngineCrash, SlowForward
+from faults.injectors.ids import HashOrderShuffle, SaltedId, salted_ids
 from faults.injectors.plans import (
     INJECTORS,
     FaultPlan,
