@@ -186,7 +186,7 @@ def main() -> None:
 def run(args: argparse.Namespace) -> None:
     import torch
 
-    from reference.tiers.lmcache import KVLayout, LMCacheTier
+    from reference.tiers import KVLayout, LMCacheTier
 
     geometry = Geometry(block_size=args.block_size, chunk_size=CHUNK)
     layout = KVLayout(num_layers=args.layers, num_heads=args.heads, head_dim=args.head_dim)

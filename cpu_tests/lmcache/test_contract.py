@@ -195,7 +195,7 @@ def small_tier(request: pytest.FixtureRequest, make_tier: Callable[..., Any]) ->
                          latency_s=1e-4)  # fmt: skip
         return
     from faults.lmcache.server import LMCacheServer
-    from reference.tiers.lmcache import KVLayout
+    from reference.tiers import KVLayout
 
     # 2 MiB chunks in a 24 MiB pool: about a dozen chunks before the watermark.
     with LMCacheServer(l1_size_gb=24 / 1024) as server:

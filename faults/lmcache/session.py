@@ -57,7 +57,8 @@ from faults.runs import RunContext
 from reference.clock import RealClock
 from reference.rules import Rules
 from reference.stack.engine import EngineConfig
-from reference.tiers.lmcache import KVLayout, LMCacheTier, LMCacheTierError
+from reference.tiers.lmcache import LMCacheTier, LMCacheTierError
+from reference.tiers.lmcache_pages import KVLayout
 from reference.types import Request
 
 if TYPE_CHECKING:

@@ -1,4 +1,4 @@
-"""Timeline pictures (faults/report/timeline.py): the data each panel draws, and the files."""
+"""Timeline pictures (faults/report/timeline/): the data each panel draws, and the files."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import pytest
 
 from faults.campaign.execute import CaseResult, run_case
 from faults.regressions.legacy import REGRESSIONS
-from faults.report.timeline import _diagnosis, load_rows, panel_of, short_op, write_timeline
+from faults.report.timeline import load_rows, panel_of, short_op, write_timeline
+from faults.report.timeline.notes import _diagnosis
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
