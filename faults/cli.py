@@ -316,7 +316,7 @@ def _letters(props: list[str]) -> str:
 
 def format_campaign(result: CampaignResult, artifacts: dict[str, Path] | None = None) -> str:
     """The results table, then each failing case's signature and replay command."""
-    from faults.repro import replay_command
+    from faults.report.artifacts import replay_command
 
     rows = [
         [
@@ -381,12 +381,12 @@ class _Artifacts:
         self._created = missing
 
     def before(self, case: Case) -> tuple[Path, bytes | None]:
-        from faults.repro import stage_artifact
+        from faults.report.artifacts import stage_artifact
 
         return stage_artifact(case, self.directory)
 
     def after(self, case: Case, outcome: CaseOutcome, staged: tuple[Path, bytes | None]) -> None:
-        from faults.repro import drop_artifact
+        from faults.report.artifacts import drop_artifact
 
         if outcome.ok:
             drop_artifact(*staged)  # an artifact `kvfault repro` wrote stays
@@ -419,7 +419,8 @@ def _few_collections() -> Iterator[None]:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from faults.campaign import CampaignError, run_campaign, select_targets
-    from faults.repro import arm_hang_guard, artifact_dir, disarm_hang_guard
+    from faults.campaign.hang_guard import arm_hang_guard, disarm_hang_guard
+    from faults.report.artifacts import artifact_dir
 
     if args.seeds > MAX_SEED_COUNT and args.budget is None:
         return _bad(
@@ -525,8 +526,9 @@ def _write_report(
 
     The summary's own ``ok`` is per case; ``meta.campaign`` carries the campaign's
     verdict, which judges a regression by its target (caught on some seed)."""
+    from faults.report.artifacts import hashseed, replay_command
     from faults.report.summary import CaseReport, write_reports
-    from faults.repro import hashseed, replay_command, write_timeline
+    from faults.repro import write_timeline
 
     report: Path = args.report
     report.mkdir(parents=True, exist_ok=True)
@@ -579,7 +581,8 @@ def _budget_line(args: argparse.Namespace, result: CampaignResult) -> str:
 
 def _cmd_repro(args: argparse.Namespace) -> int:
     from faults.campaign import CampaignError, Case, regression_target
-    from faults.repro import artifact_dir, format_reproduction, reproduce
+    from faults.report.artifacts import artifact_dir
+    from faults.repro import format_reproduction, reproduce
 
     try:
         target = regression_target(args.name)
@@ -596,7 +599,8 @@ def _cmd_repro(args: argparse.Namespace) -> int:
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
-    from faults.repro import ArtifactError, format_reproduction, hashseed, read_artifact, reproduce
+    from faults.report.artifacts import ArtifactError, hashseed, read_artifact
+    from faults.repro import format_reproduction, reproduce
 
     try:
         case, obj = read_artifact(args.artifact)
@@ -828,8 +832,8 @@ def _disarm_guards() -> None:
     import faulthandler
 
     faulthandler.cancel_dump_traceback_later()
-    if "faults.repro" in sys.modules:
-        sys.modules["faults.repro"].disarm_hang_guard()
+    if "faults.campaign.hang_guard" in sys.modules:
+        sys.modules["faults.campaign.hang_guard"].disarm_hang_guard()
 
 
 if __name__ == "__main__":

@@ -88,7 +88,8 @@ def cases_task(payload: dict[str, Any]) -> list[dict[str, Any]]:
     """A work item on a fan-out worker: every target of the item on each of its seeds,
     judged as in-process; the outcomes as JSON. On the host that started the campaign,
     each case's replay artifact is written before it runs and removed when it passed."""
-    from faults.repro import arm_hang_guard, disarm_hang_guard, drop_artifact, stage_artifact
+    from faults.campaign.hang_guard import arm_hang_guard, disarm_hang_guard
+    from faults.report.artifacts import drop_artifact, stage_artifact
 
     targets = [Target.from_json(t) for t in payload["targets"]]
     here = payload.get("host") == socket.gethostname()
@@ -187,7 +188,7 @@ def run_spread(
 def keep_artifacts(result: CampaignResult, directory: Path) -> dict[str, Path]:
     """The replay artifact of every case that did not pass, by case id. A worker on
     this host wrote it before the case ran; one from another host is written here."""
-    from faults.repro import artifact_path, write_artifact
+    from faults.report.artifacts import artifact_path, write_artifact
 
     kept = {}
     for c in result.cases:

@@ -320,7 +320,7 @@ def test_repro_draws_a_timeline(tmp_path, capsys):
 
 def test_replay_of_a_fault_case(tmp_path, capsys):
     from faults.campaign import Case, fault_target
-    from faults.repro import write_artifact
+    from faults.report.artifacts import write_artifact
 
     path = write_artifact(Case(fault_target("fence_failure"), 1), tmp_path)
     assert cli.main(["replay", str(path)]) == 0

@@ -4,7 +4,8 @@ pictures."""
 from faults._lazy import lazy_exports
 
 _EXPORTS = {
-    "ReplayArtifact": "faults.report.summary",
+    "read_artifact": "faults.report.artifacts",
+    "write_artifact": "faults.report.artifacts",
     "junit_tree": "faults.report.summary",
     "panel_of": "faults.report.timeline",
     "summary_json": "faults.report.summary",

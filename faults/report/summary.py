@@ -56,26 +56,20 @@ ok has ``<failure type=VERDICT message=SIGNATURE>`` listing its violations (``<e
 for ERROR); every case has ``<system-out>`` with its replay command (and artifact and
 timeline paths when known).
 
-Replay artifacts (``ReplayArtifact``): one small JSON file per case, written *before*
-the case runs (``write_before_run``), so a crash or hang still leaves the command that
-replays it. The file also carries the fields ``faults.repro`` reads (``kvfault_artifact``,
-``target``), so ``kvfault replay FILE`` accepts it. ``hang_guard`` dumps every thread's
-stack when a block runs too long, instead of leaving CI blocked without a clue.
+Replay artifacts are ``faults.report.artifacts``; the hang guard is
+``faults.campaign.hang_guard``.
 """
 
 from __future__ import annotations
 
-import contextlib
-import faulthandler
 import json
 import os
 import re
-import sys
 import xml.etree.ElementTree as ET
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO, Any, Iterator, Sequence
+from typing import Any, Sequence
 
 from faults.verdicts import OK
 
@@ -83,8 +77,6 @@ __all__ = [
     "ARTIFACT_KINDS",
     "SUMMARY_SCHEMA",
     "CaseReport",
-    "ReplayArtifact",
-    "hang_guard",
     "summary_json",
     "write_junit",
     "write_reports",
@@ -356,244 +348,3 @@ def _write_atomic(path: Path, text: str) -> Path:
         os.fsync(fh.fileno())
     os.replace(tmp, path)
     return path
-
-
-# -- replay artifacts ----------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ReplayArtifact:
-    """What replays one case.
-
-    ``kind``: ``regression`` (legacy vs fixed A/B of ``name``), ``plan`` (``scenario``
-    under the fault plan ``plan``) or ``scenario`` (``scenario`` on its own).
-    ``rules``: ``"fixed"`` or the name of the regression whose legacy rules ran (a
-    regression artifact names itself). ``plan``: ``faults.injectors.plans.FaultPlan`` JSON.
-    ``command``: the one command that replays the case (a default is derived when
-    empty). ``pythonhashseed``: the PYTHONHASHSEED the case ran under, when fixed.
-    """
-
-    kind: str
-    name: str
-    scenario: str
-    seed: int
-    rules: str = "fixed"
-    plan: dict[str, Any] | None = None
-    command: str = ""
-    pythonhashseed: str | None = None
-
-    @classmethod
-    def for_regression(cls, name: str, seed: int = 0) -> ReplayArtifact:
-        """The artifact of ``kvfault repro NAME --seed SEED``."""
-        from faults.regressions.legacy import REGRESSIONS
-
-        if name not in REGRESSIONS:
-            raise ValueError(f"unknown regression {name!r}; known: {', '.join(REGRESSIONS)}")
-        return cls(
-            "regression",
-            name,
-            REGRESSIONS[name].scenario,
-            seed,
-            rules=name,
-            pythonhashseed=_hashseed(),
-        )
-
-    @property
-    def file_name(self) -> str:
-        stem = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{self.kind}-{self.name}-seed{self.seed}")
-        return f"{stem}.json"
-
-    def replay_command(self, path: Path | None = None) -> str:
-        """``command`` when given; else ``kvfault repro NAME --seed N`` for a regression
-        and ``kvfault replay PATH`` for the rest (prefixed by PYTHONHASHSEED=... when
-        the case ran under a fixed one: hash order can decide a case)."""
-        if self.command:
-            return self.command
-        if self.kind == "regression":
-            cmd = f"kvfault repro {self.name} --seed {self.seed}"
-        else:
-            cmd = f"kvfault replay {path if path is not None else self.file_name}"
-        return f"PYTHONHASHSEED={self.pythonhashseed} {cmd}" if self.pythonhashseed else cmd
-
-    def as_json(self, path: Path | None = None) -> dict[str, Any]:
-        return {
-            "kvfault_artifact": ARTIFACT_VERSION,
-            "kind": self.kind,
-            "name": self.name,
-            "scenario": self.scenario,
-            "seed": self.seed,
-            "rules": self.rules,
-            "regression": self.name if self.kind == "regression" else None,
-            "plan": self.plan,
-            "pythonhashseed": self.pythonhashseed,
-            "command": self.replay_command(path),
-            # The campaign's own description of the case, so `kvfault replay` reads it.
-            "target": self._target(),
-            "replay": f"kvfault replay {path}" if path is not None else None,
-        }
-
-    def _target(self) -> dict[str, Any] | None:
-        if self.kind == "regression":
-            return {
-                "kind": "regression",
-                "name": self.name,
-                "scenario": self.scenario,
-                "regression": self.name,
-                "injector": None,
-                "pinned": [],
-            }
-        if self.rules != "fixed":
-            return None  # the campaign has no target for a plan under legacy rules
-        if self.kind == "scenario":
-            return {
-                "kind": "scenario",
-                "name": self.scenario,
-                "scenario": self.scenario,
-                "regression": None,
-                "injector": None,
-                "pinned": [],
-            }
-        # A recorded plan on a scenario is what the campaign replays as a swarm case.
-        return {
-            "kind": "swarm",
-            "name": self.scenario,
-            "scenario": self.scenario,
-            "regression": None,
-            "injector": None,
-            "pinned": [],
-        }
-
-    def write_before_run(self, directory: str | Path) -> Path:
-        """Write the artifact into ``directory`` (created if needed) and return its path.
-
-        Call it before the case runs: the file is complete and flushed to disk when
-        this returns (written to a sibling, fsynced, renamed), so a crash, a hang or a
-        kill while the case runs still leaves it.
-        """
-        d = Path(directory)
-        d.mkdir(parents=True, exist_ok=True)
-        path = d / self.file_name
-        _write_atomic(path, json.dumps(self.as_json(path), indent=2, sort_keys=True) + "\n")
-        with contextlib.suppress(OSError):  # not every filesystem lets a directory be fsynced
-            fd = os.open(d, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        return path
-
-    @classmethod
-    def load(cls, path: str | Path) -> ReplayArtifact:
-        """Read an artifact (this module's, or one ``faults.repro`` wrote). Raises
-        ``ValueError`` with one clear line naming the file for anything malformed."""
-        p = Path(path)
-        try:
-            text = p.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            raise ValueError(f"cannot read replay artifact {p}: {reason}") from None
-        try:
-            obj = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{p} is not JSON ({exc.msg} at line {exc.lineno})") from None
-        try:
-            return cls.from_json(obj)
-        except ValueError as exc:
-            raise ValueError(f"{p}: {exc}") from None
-
-    @classmethod
-    def from_json(cls, obj: Any) -> ReplayArtifact:
-        """Validate and build; ``ValueError`` with one line on malformed input."""
-        if not isinstance(obj, dict) or "kvfault_artifact" not in obj:
-            raise ValueError(
-                "not a kvfault replay artifact (a JSON object with 'kvfault_artifact')"
-            )
-        if obj["kvfault_artifact"] != ARTIFACT_VERSION:
-            raise ValueError(
-                f"artifact version {obj['kvfault_artifact']!r}; this kvfault reads {ARTIFACT_VERSION}"
-            )
-        kind, name = obj.get("kind"), obj.get("name")
-        target = obj.get("target")
-        if kind is None and isinstance(target, dict):  # written by faults.repro
-            tkind = target.get("kind")
-            kind = {"regression": "regression", "scenario": "scenario"}.get(tkind, "plan")
-            name = target.get("name")
-        if kind not in ARTIFACT_KINDS:
-            raise ValueError(f"'kind' must be one of {', '.join(ARTIFACT_KINDS)}, got {kind!r}")
-        if not isinstance(name, str) or not name:
-            raise ValueError("'name' must be a non-empty string")
-        seed = obj.get("seed")
-        if not isinstance(seed, int) or isinstance(seed, bool):
-            raise ValueError(f"'seed' must be an integer, got {seed!r}")
-        scenario = obj.get("scenario")
-        if not isinstance(scenario, str):
-            raise ValueError(f"'scenario' must be a scenario name, got {scenario!r}")
-        rules = obj.get("rules") or (name if kind == "regression" else "fixed")
-        command = obj.get("command") or ""
-        if not isinstance(command, str):
-            raise ValueError("'command' must be a string")
-        hs = obj.get("pythonhashseed")
-        plan = obj.get("plan")
-        _check_names(kind, name, scenario, rules, plan)
-        return cls(
-            kind, name, scenario, seed, str(rules), plan, command, None if hs is None else str(hs)
-        )
-
-
-def _check_names(kind: str, name: str, scenario: str, rules: Any, plan: Any) -> None:
-    # Imported here: reading an artifact is rare, and `kvfault list` stays cheap.
-    from faults.injectors.plans import FaultPlan
-    from faults.regressions.legacy import REGRESSIONS
-    from faults.scenarios import SCENARIOS
-
-    if scenario not in SCENARIOS:
-        raise ValueError(f"unknown scenario {scenario!r}; known: {', '.join(SCENARIOS)}")
-    if kind == "regression":
-        if name not in REGRESSIONS:
-            raise ValueError(f"unknown regression {name!r}; known: {', '.join(REGRESSIONS)}")
-        if REGRESSIONS[name].scenario != scenario:
-            raise ValueError(
-                f"regression {name} runs on {REGRESSIONS[name].scenario}, not {scenario!r}"
-            )
-    if rules != "fixed" and rules not in REGRESSIONS:
-        raise ValueError(f"'rules' must be 'fixed' or a regression name, got {rules!r}")
-    if kind == "plan" and plan is None:
-        raise ValueError("a plan artifact needs a 'plan'")
-    if plan is not None:
-        FaultPlan.from_json(plan)  # raises ValueError with one line
-
-
-def _hashseed() -> str | None:
-    value = os.environ.get("PYTHONHASHSEED")
-    return value if value not in (None, "", "random") else None
-
-
-# -- hangs ---------------------------------------------------------------------------
-
-
-def _fd_stream() -> IO[str]:
-    # faulthandler writes to a file descriptor; under pytest's capture sys.stderr has none.
-    try:
-        sys.stderr.fileno()
-        return sys.stderr
-    except (AttributeError, OSError, ValueError):
-        return sys.__stderr__
-
-
-@contextlib.contextmanager
-def hang_guard(seconds: float, file: IO[str] | None = None) -> Iterator[None]:
-    """If the block is still running after ``seconds``, dump every thread's stack to
-    ``file`` (stderr by default) and let it go on; the dump is cancelled when the block
-    exits, however it exits. ``seconds <= 0`` disables the guard.
-
-    faulthandler keeps one such timer per process: a guard replaces any timer set
-    before it (pytest's ``faulthandler_timeout`` too) and cancels it on exit.
-    """
-    if seconds <= 0:
-        yield
-        return
-    faulthandler.dump_traceback_later(seconds, repeat=False, file=file or _fd_stream(), exit=False)
-    try:
-        yield
-    finally:
-        faulthandler.cancel_dump_traceback_later()

@@ -2,24 +2,22 @@
 
 from __future__ import annotations
 
-import io
 import json
 import subprocess
 import sys
 import textwrap
-import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
+from faults.campaign import Case, regression_target, swarm_target
 from faults.campaign.execute import run_case
 from faults.regressions.legacy import REGRESSIONS
+from faults.report.artifacts import ArtifactError, read_artifact, write_artifact
 from faults.report.summary import (
     SUMMARY_SCHEMA,
     CaseReport,
-    ReplayArtifact,
-    hang_guard,
     summary_json,
     write_junit,
     write_reports,
@@ -223,56 +221,19 @@ def test_case_report_of_a_campaign_outcome_shape():
         CaseReport.of(42)
 
 
-# -- replay artifacts ------------------------------------------------------------------
+# -- replay artifacts (one format: faults.report.artifacts) ------------------------------
 
 
 def test_artifact_round_trip(tmp_path: Path):
-    art = ReplayArtifact.for_regression("restart_numbering_in_hash_order", seed=3)
-    path = art.write_before_run(tmp_path / "artifacts")
+    case = Case(regression_target("restart_numbering_in_hash_order"), 3)
+    path = write_artifact(case, tmp_path / "artifacts")
     assert path.name == "regression-restart_numbering_in_hash_order-seed3.json"
-    back = ReplayArtifact.load(path)
-    assert back.kind == "regression" and back.scenario == "restart_burst" and back.seed == 3
-    assert back.rules == "restart_numbering_in_hash_order"
-    assert back.command.endswith("kvfault repro restart_numbering_in_hash_order --seed 3")
-    plan = {"seed": 5, "faults": [{"injector": "lost_completion", "params": {"nth": [3]}}]}
-    p2 = ReplayArtifact("plan", "lost-3", "lost_completion_burst", 5, plan=plan).write_before_run(
-        tmp_path
-    )
-    back2 = ReplayArtifact.load(p2)
-    assert back2.plan == plan and back2.command == f"kvfault replay {p2}"
-    obj = json.loads(p2.read_text())
-    assert (
-        obj["target"]["kind"] == "swarm" and obj["kvfault_artifact"] == 1
-    )  # faults.repro reads it
-
-
-def test_artifact_written_by_faults_repro_loads(tmp_path: Path):
-    path = tmp_path / "repro.json"
-    path.write_text(
-        json.dumps(
-            {
-                "kvfault_artifact": 1,
-                "case": "regression:media_keys@seed0",
-                "target": {
-                    "kind": "regression",
-                    "name": "media_keys",
-                    "scenario": "two_images",
-                    "regression": "media_keys",
-                    "injector": None,
-                    "pinned": [],
-                },
-                "scenario": "two_images",
-                "seed": 0,
-                "regression": "media_keys",
-                "plan": None,
-                "pythonhashseed": None,
-                "command": "kvfault repro media_keys --seed 0",
-                "replay": None,
-            }
-        )
-    )
-    art = ReplayArtifact.load(path)
-    assert (art.kind, art.name, art.rules) == ("regression", "media_keys", "media_keys")
+    back, obj = read_artifact(path)
+    assert back == case and obj["scenario"] == "restart_burst" and obj["kvfault_artifact"] == 1
+    assert obj["command"].endswith("kvfault repro restart_numbering_in_hash_order --seed 3")
+    swarm = Case(swarm_target("lost_completion_burst", ("lost_completion",)), 5)
+    back2, obj2 = read_artifact(write_artifact(swarm, tmp_path))
+    assert back2.plan() == swarm.plan() and obj2["target"]["kind"] == "swarm"
 
 
 @pytest.mark.parametrize(
@@ -281,25 +242,21 @@ def test_artifact_written_by_faults_repro_loads(tmp_path: Path):
         ("{not json", "is not JSON"),
         ("[1, 2]", "not a kvfault replay artifact"),
         ('{"kvfault_artifact": 9}', "artifact version 9"),
-        ('{"kvfault_artifact": 1, "kind": "movie", "name": "x"}', "'kind' must be one of"),
         (
-            '{"kvfault_artifact": 1, "kind": "scenario", "name": "x", "scenario": "x", "seed": "0"}',
-            "'seed' must be an integer",
+            '{"kvfault_artifact": 1, "seed": 0, "target": {"kind": "movie", "name": "x"}}',
+            "kind must be one of",
         ),
+        ('{"kvfault_artifact": 1, "seed": "0"}', "'seed' must be a whole number"),
         (
-            '{"kvfault_artifact": 1, "kind": "scenario", "name": "x", "scenario": "nope", "seed": 0}',
+            '{"kvfault_artifact": 1, "seed": 0, "target": {"kind": "scenario", "name": "nope"}}',
             "unknown scenario 'nope'",
         ),
         (
-            '{"kvfault_artifact": 1, "kind": "regression", "name": "nope", "scenario": "two_images", "seed": 0}',
+            '{"kvfault_artifact": 1, "seed": 0, "target": {"kind": "regression", "name": "nope"}}',
             "unknown regression 'nope'",
         ),
         (
-            '{"kvfault_artifact": 1, "kind": "plan", "name": "p", "scenario": "two_images", "seed": 0}',
-            "needs a 'plan'",
-        ),
-        (
-            '{"kvfault_artifact": 1, "kind": "plan", "name": "p", "scenario": "two_images", "seed": 0, "plan": {"faults": [{"injector": "nope"}]}}',
+            '{"kvfault_artifact": 1, "seed": 0, "target": {"kind": "fault", "name": "lost_completion"}, "plan": {"faults": [{"injector": "nope"}]}}',
             "unknown injector",
         ),
     ],
@@ -307,15 +264,15 @@ def test_artifact_written_by_faults_repro_loads(tmp_path: Path):
 def test_malformed_artifacts_give_one_clear_line(tmp_path: Path, content: str, match: str):
     path = tmp_path / "bad.json"
     path.write_text(content)
-    with pytest.raises(ValueError, match=match) as info:
-        ReplayArtifact.load(path)
+    with pytest.raises(ArtifactError, match=match) as info:
+        read_artifact(path)
     message = str(info.value)
     assert "\n" not in message and str(path) in message
 
 
-def test_missing_artifact_is_a_value_error(tmp_path: Path):
-    with pytest.raises(ValueError, match="cannot read replay artifact"):
-        ReplayArtifact.load(tmp_path / "absent.json")
+def test_missing_artifact_is_one_clear_line(tmp_path: Path):
+    with pytest.raises(ArtifactError, match="cannot read"):
+        read_artifact(tmp_path / "absent.json")
 
 
 def test_artifact_is_on_disk_before_the_case_runs(tmp_path: Path):
@@ -325,12 +282,14 @@ def test_artifact_is_on_disk_before_the_case_runs(tmp_path: Path):
         f"""
         import os, sys
         sys.path.insert(0, {str(ROOT)!r})
-        from faults.report.summary import ReplayArtifact
+        from pathlib import Path
+        from faults.campaign import Case, regression_target
+        from faults.report.artifacts import write_artifact
 
         def case():
             os._exit(86)  # a crash: nothing after this line runs
 
-        ReplayArtifact.for_regression("load_bound_without_restart", 0).write_before_run({str(tmp_path)!r})
+        write_artifact(Case(regression_target("load_bound_without_restart"), 0), Path({str(tmp_path)!r}))
         case()
         """
     )
@@ -339,52 +298,6 @@ def test_artifact_is_on_disk_before_the_case_runs(tmp_path: Path):
     )
     assert proc.returncode == 86, proc.stderr
     (path,) = tmp_path.glob("*.json")
-    art = ReplayArtifact.load(path)
-    assert art.name == "load_bound_without_restart"
-    assert not list(tmp_path.glob(".*.tmp"))  # no half-written sibling left behind
-
-
-def test_artifact_written_before_the_case_function_is_called(tmp_path: Path):
-    seen = []
-
-    def case(path: Path) -> None:
-        seen.append(path.exists() and ReplayArtifact.load(path).seed == 7)
-        raise RuntimeError("the case crashed")
-
-    art = ReplayArtifact("scenario", "restart_burst", "restart_burst", 7)
-    with pytest.raises(RuntimeError):
-        case(art.write_before_run(tmp_path))
-    assert seen == [True]
-
-
-# -- hang guard ------------------------------------------------------------------------
-
-
-def test_hang_guard_dumps_stacks_and_lets_the_block_go_on(tmp_path: Path):
-    log = tmp_path / "dump.txt"
-    with open(log, "w") as fh:
-        with hang_guard(0.2, file=fh):
-            time.sleep(0.6)
-            reached = True
-    assert reached
-    assert "Thread" in log.read_text() or "Stack" in log.read_text()
-
-
-def test_hang_guard_cancels_on_exit(tmp_path: Path):
-    log = tmp_path / "dump.txt"
-    with open(log, "w") as fh:
-        with pytest.raises(KeyError):
-            with hang_guard(0.3, file=fh):
-                raise KeyError("left early")
-        time.sleep(0.5)  # past the timeout: a cancelled guard writes nothing
-    assert log.read_text() == ""
-    with hang_guard(0):  # disabled
-        pass
-
-
-def test_hang_guard_wants_a_real_file():
-    # faulthandler writes from a signal-safe thread to a file descriptor: a StringIO
-    # cannot take it, and the guard says so at once rather than at the hang.
-    with pytest.raises((ValueError, AttributeError, io.UnsupportedOperation)):
-        with hang_guard(1.0, file=io.StringIO()):
-            pass
+    case, _ = read_artifact(path)
+    assert case.target.name == "load_bound_without_restart"
+    assert not list(tmp_path.glob("*.tmp"))  # no half-written sibling left behind

@@ -1,0 +1,73 @@
+"""The hang guard: a case that runs past ``--timeout`` prints one line and every
+thread's stack to stderr and ends the process with exit 2 (an ERROR), instead of
+blocking CI. Its replay artifact is on disk already."""
+
+from __future__ import annotations
+
+import contextlib
+import faulthandler
+import os
+import sys
+import threading
+from typing import Any, Iterator
+
+
+def _stderr_fd() -> Any:
+    # faulthandler writes to a file descriptor; under pytest's capture sys.stderr has none.
+    try:
+        sys.stderr.fileno()
+        return sys.stderr
+    except (AttributeError, OSError, ValueError):
+        return sys.__stderr__
+
+
+# A case that runs past --timeout is an ERROR: exit 2, like any other error.
+TIMEOUT_EXIT = 2
+# faulthandler's own watchdog (a C thread) backs the Python one up this much later,
+# for a hang that never lets a Python thread run; it exits 1.
+_BACKSTOP_S = 60.0
+_guard: threading.Timer | None = None
+
+
+def _timed_out(timeout_s: float) -> None:
+    out = _stderr_fd()
+    print(
+        f"kvfault: error: timed out: a case ran past --timeout {timeout_s:g}s; "
+        "every thread's stack follows",
+        file=out,
+        flush=True,
+    )
+    faulthandler.dump_traceback(file=out, all_threads=True)
+    out.flush()
+    os._exit(TIMEOUT_EXIT)
+
+
+def arm_hang_guard(timeout_s: float | None) -> None:
+    """From now on, if ``disarm_hang_guard`` is not called within ``timeout_s``, one
+    line and every thread's stack go to stderr and the process exits with 2 (an
+    ERROR) instead of blocking. None or 0: no guard."""
+    global _guard
+    disarm_hang_guard()
+    if timeout_s and timeout_s > 0:
+        _guard = threading.Timer(timeout_s, _timed_out, args=(timeout_s,))
+        _guard.daemon = True
+        _guard.start()
+        faulthandler.dump_traceback_later(timeout_s + _BACKSTOP_S, exit=True, file=_stderr_fd())
+
+
+def disarm_hang_guard() -> None:
+    global _guard
+    if _guard is not None:
+        _guard.cancel()
+        _guard = None
+    faulthandler.cancel_dump_traceback_later()
+
+
+@contextlib.contextmanager
+def hang_guard(timeout_s: float | None) -> Iterator[None]:
+    """``arm_hang_guard`` for the duration of a block."""
+    arm_hang_guard(timeout_s)
+    try:
+        yield
+    finally:
+        disarm_hang_guard()

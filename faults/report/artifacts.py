@@ -1,0 +1,175 @@
+"""Replay artifacts: one small JSON file per case naming its target, scenario, seed,
+regression or fault plan, and the one command that replays it. The one writer
+(``write_artifact``, also ``stage_artifact`` for campaign cases) and the one reader
+(``read_artifact``) of the format. An artifact is written *before* its case runs, whole
+or not at all, so a crash or a hang still leaves it behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from faults.argtypes import MAX_SEED
+from faults.campaign import CampaignError, Case, Target
+
+ARTIFACT_VERSION = 1
+DEFAULT_ARTIFACT_DIR = Path(".kvfault") / "artifacts"
+
+
+# Limits shared with the command line (faults.argtypes.MAX_SEED: what --seed takes); a
+# hash seed is what PYTHONHASHSEED takes; an artifact is a few hundred bytes.
+MAX_HASHSEED = 4294967295
+MAX_ARTIFACT_BYTES = 1 << 20
+
+
+class ArtifactError(ValueError):
+    """A replay artifact that cannot be read or names nothing this version knows."""
+
+
+def artifact_dir(explicit: Path | None = None) -> Path:
+    """Where artifacts go: ``explicit``, else ``$KVFAULT_ARTIFACTS``, else
+    ``.kvfault/artifacts`` under the current directory."""
+    if explicit is not None:
+        return explicit
+    env = os.environ.get("KVFAULT_ARTIFACTS")
+    return Path(env) if env else DEFAULT_ARTIFACT_DIR
+
+
+def hashseed() -> str | None:
+    """This process's PYTHONHASHSEED, or None when hash randomisation is random."""
+    value = os.environ.get("PYTHONHASHSEED")
+    return value if value not in (None, "", "random") else None
+
+
+def replay_command(case: Case) -> str:
+    """The case's command, prefixed with the PYTHONHASHSEED it ran under (hash order
+    can matter, e.g. for the restart-numbering regression)."""
+    hs = hashseed()
+    return f"PYTHONHASHSEED={hs} {case.command}" if hs is not None else case.command
+
+
+def artifact_json(case: Case, path: Path | None = None) -> dict[str, Any]:
+    plan = case.plan()
+    return {
+        "kvfault_artifact": ARTIFACT_VERSION,
+        "case": case.id,
+        "target": case.target.as_json(),
+        "scenario": case.target.scenario,
+        "seed": case.seed,
+        "regression": case.target.regression,
+        "plan": plan.as_json() if plan is not None else None,
+        "pythonhashseed": hashseed(),
+        "command": replay_command(case),
+        "replay": f"kvfault replay {path}" if path is not None else None,
+    }
+
+
+def artifact_path(case: Case, directory: Path) -> Path:
+    """Where ``case``'s artifact lives in ``directory`` (one file per case)."""
+    t = case.target
+    at = f"-x{t.scale}" if t.scale != 1 else ""
+    stem = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{t.kind}-{t.name}{at}-seed{case.seed}")
+    return directory / f"{stem}.json"
+
+
+def write_artifact(case: Case, directory: Path) -> Path:
+    """Write ``case``'s replay artifact into ``directory`` (created if needed) and
+    return its path. The file appears whole or not at all (write, then rename)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = artifact_path(case, directory)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(artifact_json(case, path), indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def stage_artifact(case: Case, directory: Path) -> tuple[Path, bytes | None]:
+    """``write_artifact`` for a campaign case, which removes it again when the case
+    passes (``drop_artifact``). Returns the path and the bytes that were there before:
+    an artifact another command wrote for the same case (``kvfault repro`` printed its
+    replay line to a reviewer) must outlive the campaign."""
+    path = artifact_path(case, directory)
+    try:
+        previous: bytes | None = path.read_bytes()
+    except OSError:
+        previous = None
+    return write_artifact(case, directory), previous
+
+
+def drop_artifact(path: Path, previous: bytes | None) -> None:
+    """Undo ``stage_artifact`` after a pass: remove the file, or put back what was
+    there before."""
+    if previous is None:
+        path.unlink(missing_ok=True)
+        return
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_bytes(previous)
+    os.replace(tmp, path)
+
+
+def read_artifact(path: Path) -> tuple[Case, dict[str, Any]]:
+    """Read an artifact back into the case it names; raises ``ArtifactError`` with one
+    clear line for anything malformed."""
+    from faults.injectors.plans import FaultPlan
+
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        raise ArtifactError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if len(raw) > MAX_ARTIFACT_BYTES:
+        raise ArtifactError(
+            f"{path} is {len(raw)} bytes; an artifact is a few hundred (at most {MAX_ARTIFACT_BYTES})"
+        )
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ArtifactError(
+            f"{path} is not UTF-8 text (byte {exc.start}): not a replay artifact"
+        ) from None
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ArtifactError(f"{path} is not JSON ({exc.msg} at line {exc.lineno})") from None
+    except RecursionError:
+        raise ArtifactError(f"{path} nests JSON too deeply: not a replay artifact") from None
+    if not isinstance(obj, dict) or "kvfault_artifact" not in obj:
+        raise ArtifactError(
+            f"{path} is not a kvfault replay artifact (no 'kvfault_artifact' field)"
+        )
+    if obj["kvfault_artifact"] != ARTIFACT_VERSION:
+        raise ArtifactError(
+            f"{path}: artifact version {obj['kvfault_artifact']!r}; this kvfault reads {ARTIFACT_VERSION}"
+        )
+    seed = obj.get("seed")
+    # The same limits as the command line's --seed (faults.argtypes).
+    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed <= MAX_SEED:
+        raise ArtifactError(
+            f"{path}: 'seed' must be a whole number from 0 to {MAX_SEED}, got {seed!r}"
+        )
+    recorded = obj.get("pythonhashseed")
+    if recorded is not None and not (
+        isinstance(recorded, (int, str))
+        and str(recorded).isdigit()
+        and int(recorded) <= MAX_HASHSEED
+    ):
+        raise ArtifactError(
+            f"{path}: 'pythonhashseed' must be null or a whole number from 0 to "
+            f"{MAX_HASHSEED} (what PYTHONHASHSEED accepts), got {recorded!r}"
+        )
+    try:
+        target = Target.from_json(obj.get("target"))
+        plan = None
+        if obj.get("plan") is not None and target.kind in ("fault", "swarm"):
+            plan = FaultPlan.from_json(obj["plan"])
+    except (CampaignError, ValueError, TypeError, KeyError, RecursionError) as exc:
+        raise ArtifactError(f"{path}: {exc}") from None
+    scenario = obj.get("scenario")
+    if scenario is not None and scenario != target.scenario:
+        raise ArtifactError(
+            f"{path}: 'scenario' is {scenario!r} but its target runs {target.scenario!r}; "
+            "an artifact is replayed as written or not at all"
+        )
+    return Case(target, seed, recorded=plan), obj
