@@ -255,14 +255,6 @@ def _cmd_list(args: argparse.Namespace) -> int:
 # -- run --------------------------------------------------------------------------------
 
 
-def _table(rows: list[list[str]], header: list[str]) -> str:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
-    line = "  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))
-    sep = "  ".join("-" * w for w in widths)
-    body = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
-    return "\n".join([line.rstrip(), sep, *body])
-
-
 def _progress_mode(args: argparse.Namespace) -> str | None:
     """``bar`` on a terminal, ``lines`` when stderr is not one (CI, a pipe: a run is
     not silent for minutes), None with ``--no-progress``."""
@@ -286,79 +278,6 @@ def _progress(enabled: str | bool | None, i: int, total: int, label: str) -> Non
     sys.stderr.flush()
 
 
-def _seed_span(seeds: list[int]) -> str:
-    if not seeds:
-        return "-"
-    if seeds == list(range(seeds[0], seeds[-1] + 1)) and len(seeds) > 1:
-        return f"{seeds[0]}-{seeds[-1]}"
-    return ",".join(map(str, seeds))
-
-
-# One letter per property keeps the table narrow; the legend prints under it.
-_PROPERTY_LETTERS = {
-    "correctness": "C",
-    "keys": "K",
-    "identity": "I",
-    "grid": "G",
-    "hybrid": "H",
-    "no_false_stop": "F",
-    "liveness": "L",
-    "determinism": "D",
-    "efficiency": "E",
-    "exactly_once": "X",
-    "resources": "R",
-}
-
-
-def _letters(props: list[str]) -> str:
-    return "".join(_PROPERTY_LETTERS.get(p, "?") for p in props) or "-"
-
-
-def format_campaign(result: CampaignResult, artifacts: dict[str, Path] | None = None) -> str:
-    """The results table, then each failing case's signature and replay command."""
-    from faults.report.artifacts import replay_command
-
-    rows = [
-        [
-            t.target.kind,
-            t.target.name + (f" x{t.target.scale}" if t.target.scale != 1 else ""),
-            t.target.scenario,
-            _seed_span(t.seeds),
-            _letters(t.checked),
-            t.verdict,
-            f"{t.sim_seconds:.1f}",
-            f"{t.wall_seconds:.2f}",
-            t.detail()[:100],
-        ]
-        for t in result.targets
-    ]
-    header = ["kind", "name", "scenario", "seeds", "props", "verdict", "sim s", "wall s", "detail"]
-    out = [_table(rows, header)] if rows else []
-    if rows:
-        out.append("props: " + ", ".join(f"{v}={k}" for k, v in _PROPERTY_LETTERS.items()))
-    for c in result.cases:
-        if c.ok:
-            continue
-        out.append(f"\n{c.verdict} {c.case.id}: {c.signature}")
-        out.append(f"  replay: {replay_command(c.case)}")
-        if artifacts and c.case.id in artifacts:
-            out.append(f"  artifact: {artifacts[c.case.id]}")
-    if result.unexercised:
-        out.append(
-            f"\nNOT EXERCISED (enabled, never fired) in every swarm run: {', '.join(result.unexercised)}"
-        )
-    if result.never_drawn:
-        out.append(
-            f"note: no swarm run drew {', '.join(result.never_drawn)} (more seeds draw more)"
-        )
-    n_ok = sum(t.ok for t in result.targets)
-    out.append(
-        f"\n{len(result.targets)} targets, {len(result.cases)} runs: {n_ok} ok, "
-        f"{len(result.targets) - n_ok} failed in {result.wall_seconds:.2f}s wall"
-    )
-    return "\n".join(out)
-
-
 def _campaign_exit(result: CampaignResult) -> int:
     """0 when every row holds; 1 when the stack is wrong; 2 when a row proved nothing
     (an error, a regression that did not reproduce)."""
@@ -366,40 +285,6 @@ def _campaign_exit(result: CampaignResult) -> int:
 
     code = exit_code(t.verdict for t in result.targets)
     return code or (0 if result.ok else 1)
-
-
-class _Artifacts:
-    """Writes each case's replay artifact before it runs; keeps it only if the case
-    did not pass (so a crash or hang leaves it, and a green campaign leaves nothing)."""
-
-    def __init__(self, directory: Path):
-        self.directory = directory
-        self.kept: dict[str, Path] = {}
-        # The directories this run will create (the missing tail of the path), deepest
-        # first: only those are removed again.
-        missing = [d for d in (directory, *directory.parents) if not d.exists()]
-        self._created = missing
-
-    def before(self, case: Case) -> tuple[Path, bytes | None]:
-        from faults.report.artifacts import stage_artifact
-
-        return stage_artifact(case, self.directory)
-
-    def after(self, case: Case, outcome: CaseOutcome, staged: tuple[Path, bytes | None]) -> None:
-        from faults.report.artifacts import drop_artifact
-
-        if outcome.ok:
-            drop_artifact(*staged)  # an artifact `kvfault repro` wrote stays
-        else:
-            self.kept[case.id] = staged[0]
-
-    def tidy(self) -> None:
-        """Remove the directories this run created when they stayed empty."""
-        for d in self._created:
-            try:
-                d.rmdir()
-            except OSError:
-                break
 
 
 @contextlib.contextmanager
@@ -420,7 +305,7 @@ def _few_collections() -> Iterator[None]:
 def _cmd_run(args: argparse.Namespace) -> int:
     from faults.campaign import CampaignError, run_campaign, select_targets
     from faults.campaign.hang_guard import arm_hang_guard, disarm_hang_guard
-    from faults.report.artifacts import artifact_dir
+    from faults.report.artifacts import CampaignArtifacts, artifact_dir
 
     if args.seeds > MAX_SEED_COUNT and args.budget is None:
         return _bad(
@@ -454,7 +339,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         bad = _dir_refused(path, flag) if path is not None else None
         if bad:
             return _bad(bad)
-    store = _Artifacts(artifact_dir(args.artifacts))
+    store = CampaignArtifacts(artifact_dir(args.artifacts))
     mode = _progress_mode(args)
     if args.tx or args.numprocesses not in (None, "0"):
         from faults.fanout import FanoutError
@@ -509,6 +394,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
                     )
         except LMCacheNotInstalled as exc:
             return _bad(str(exc))
+    from faults.report.table import format_campaign
+
     print(format_campaign(result, store.kept))
     if args.budget is not None:
         print(_budget_line(args, result))
@@ -570,10 +457,11 @@ def _write_report(
 
 def _budget_line(args: argparse.Namespace, result: CampaignResult) -> str:
     """The footer of a budgeted run: how many of the seeds asked for fitted."""
+    from faults.report.table import seed_span
     from faults.spread import seeds_ran
 
     ran = seeds_ran(result)
-    return f"budget {args.budget:g}s: {len(ran)} of {args.seeds} seeds ran ({_seed_span(ran)})"
+    return f"budget {args.budget:g}s: {len(ran)} of {args.seeds} seeds ran ({seed_span(ran)})"
 
 
 # -- repro and replay -------------------------------------------------------------------
@@ -744,7 +632,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     list | head -1``): no traceback, exit 141, what a shell reports for SIGPIPE."""
     import signal
 
-    from faults.prove import Interrupted, Signals  # stdlib only: cheap
+    from faults.processes import Interrupted, Signals, stop_descendants  # stdlib only: cheap
 
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -757,7 +645,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return COMMANDS[args.command](args)
     except KeyboardInterrupt as exc:
         _disarm_guards()
-        _stop_descendants()
+        stop_descendants()
         signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
         print(f"kvfault: interrupted by {signal.Signals(signum).name}", file=sys.stderr)
         return 128 + signum
@@ -772,60 +660,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     finally:
         signals.restore()
-
-
-def _descendants(root: int) -> list[int]:
-    """Every live process below ``root`` (Linux: from /proc; elsewhere none)."""
-    children: dict[int, list[int]] = {}
-    try:
-        entries = [e for e in os.listdir("/proc") if e.isdigit()]
-    except OSError:
-        return []
-    for name in entries:
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(ppid, []).append(int(name))
-    out: list[int] = []
-    todo = [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
-
-
-def _stop_descendants(grace_s: float = 2.0) -> None:
-    """After Ctrl-C: stop whatever this process started that is still running (pytest-xdist
-    workers of ``-n``/``-j``/``--tx`` and what they run), SIGTERM then SIGKILL, so no
-    process outlives the command (children in their own group were stopped already)."""
-    import signal
-    import time
-
-    procs = _descendants(os.getpid())
-    for pid in procs:
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and any(_running(p) for p in procs):
-        time.sleep(0.05)
-    for pid in _descendants(os.getpid()) + procs:
-        if _running(pid):
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
-    for pid in procs:  # reap our own children, so none is left a zombie
-        with contextlib.suppress(OSError):
-            os.waitpid(pid, os.WNOHANG)
-
-
-def _running(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
 
 
 def _disarm_guards() -> None:

@@ -28,7 +28,6 @@ git and Python.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import re
 import shlex
@@ -37,14 +36,19 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
+from faults.processes import (
+    Interrupted,
+    Signals,
+    kill_group,
+    reap_group,
+)
 from faults.verdicts import EXIT_CODES, Verdict
 
 __all__ = [
@@ -84,18 +88,6 @@ _GIT_LOCATION_VARS = (
 
 class ProveError(Exception):
     """A bad argument or a setup failure; ``str(exc)`` is the one line to show."""
-
-
-class Interrupted(KeyboardInterrupt):
-    """SIGINT or SIGTERM arrived during a proof (``signum`` says which).
-
-    A KeyboardInterrupt, so code that already handles Ctrl-C handles SIGTERM the same
-    way, and no ``except Exception`` swallows it. Raised after the worktrees are gone.
-    """
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
 
 
 @dataclass
@@ -215,53 +207,6 @@ def decide(old: Sequence[SideRun], new: Sequence[SideRun]) -> tuple[Verdict, str
     return Verdict.FIXED, f"old fails (exit {o.returncode}{how}) and new passes"
 
 
-# ----------------------------------------------------------------------- signals
-
-
-class Signals:
-    """SIGINT/SIGTERM become `Interrupted`, but only where we can afford it.
-
-    While `deferred()` is active (creating and removing worktrees) a signal is only
-    recorded and raised when the block ends, so a Ctrl-C cannot leave a half-created,
-    locked worktree behind. Handlers can only be set from the main thread; elsewhere
-    this does nothing and the caller's own handling applies.
-    """
-
-    def __init__(self) -> None:
-        self._previous: dict[int, object] = {}
-        self._deferring = False
-        self._pending: int | None = None
-
-    def install(self) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            return
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            self._previous[signum] = signal.signal(signum, self._handle)
-
-    def restore(self) -> None:
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)  # type: ignore[arg-type]
-        self._previous.clear()
-
-    def _handle(self, signum: int, _frame: object) -> None:
-        if self._deferring:
-            self._pending = self._pending or signum
-            return
-        raise Interrupted(signum)
-
-    @contextlib.contextmanager
-    def deferred(self) -> Iterator[None]:
-        outer = self._deferring
-        self._deferring = True
-        try:
-            yield
-        finally:
-            self._deferring = outer
-            if not outer and self._pending is not None:
-                signum, self._pending = self._pending, None
-                raise Interrupted(signum)
-
-
 # --------------------------------------------------------------------------- git
 
 
@@ -346,47 +291,6 @@ def _remove_worktrees(repo: Path, paths: Sequence[Path], tmp: Path | None) -> No
 # ------------------------------------------------------------------ running CMD
 
 
-def _kill_group(proc: subprocess.Popen[bytes], grace: float = 2.0) -> None:
-    """Stop CMD and everything it started (it leads its own process group)."""
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, None)):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, sig)
-        try:
-            proc.wait(timeout=wait)
-            break
-        except subprocess.TimeoutExpired:
-            continue
-
-
-def stop_group(proc: subprocess.Popen[Any]) -> None:
-    """Stop a child that leads its own process group, and everything in that group:
-    SIGTERM, then SIGKILL for whatever is left once the leader is gone (its workers)."""
-    _kill_group(proc)
-    _reap_group(proc.pid)
-
-
-def communicate_or_stop(
-    proc: subprocess.Popen[Any], timeout: float | None = None
-) -> tuple[Any, Any]:
-    """``proc.communicate(timeout=...)`` for a child that leads its own process group
-    (``start_new_session=True``). On anything that ends the wait early -- Ctrl-C
-    (``KeyboardInterrupt``, ``Interrupted``), a timeout -- the whole group (pytest,
-    its xdist workers, their children) is stopped before the exception goes on, so
-    nothing outlives the command that started it."""
-    try:
-        return proc.communicate(timeout=timeout)
-    except BaseException:
-        stop_group(proc)
-        raise
-
-
-def _reap_group(pgid: int) -> None:
-    # CMD has exited; kill what it left running in its group (servers, sleepers) so no
-    # orphan outlives the worktree it runs in.
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
-
-
 def _tail(text: str, lines: int) -> str:
     if lines <= 0:
         return ""
@@ -433,13 +337,13 @@ def _run_once(
             try:
                 returncode = proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
-                _kill_group(proc)
+                kill_group(proc)
                 error = f"timed out after {timeout:g} s"
             except BaseException:
-                _kill_group(proc)
+                kill_group(proc)
                 raise
             finally:
-                _reap_group(proc.pid)
+                reap_group(proc.pid)
         seconds = time.monotonic() - start
     if shell and returncode in _SHELL_CANNOT_RUN:
         error = f"{_SHELL_CANNOT_RUN[returncode]} (exit {returncode} from /bin/sh)"

@@ -140,7 +140,7 @@ def run_seed(
     """Run pytest once under ``PYTHONHASHSEED=seed`` in a subprocess. With
     ``own_group`` it leads its own process group, which a timeout or Ctrl-C stops
     whole; an xdist worker passes False, so the sweep's group holds the child too."""
-    from faults.prove import communicate_or_stop  # stdlib only: cheap
+    from faults.processes import communicate_or_stop  # stdlib only: cheap
 
     t0 = time.perf_counter()
     try:

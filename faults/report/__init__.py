@@ -4,6 +4,7 @@ pictures."""
 from faults._lazy import lazy_exports
 
 _EXPORTS = {
+    "format_campaign": "faults.report.table",
     "read_artifact": "faults.report.artifacts",
     "write_artifact": "faults.report.artifacts",
     "junit_tree": "faults.report.summary",

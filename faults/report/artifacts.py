@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from faults.argtypes import MAX_SEED
-from faults.campaign import CampaignError, Case, Target
+from faults.campaign import CampaignError, Case, CaseOutcome, Target
 
 ARTIFACT_VERSION = 1
 DEFAULT_ARTIFACT_DIR = Path(".kvfault") / "artifacts"
@@ -173,3 +173,35 @@ def read_artifact(path: Path) -> tuple[Case, dict[str, Any]]:
             "an artifact is replayed as written or not at all"
         )
     return Case(target, seed, recorded=plan), obj
+
+
+class CampaignArtifacts:
+    """A campaign's artifacts: each case's is written before it runs and kept only if
+    the case did not pass (so a crash or hang leaves it, and a green campaign leaves
+    nothing, not even the directories it made; an artifact another command wrote for
+    the same case stays)."""
+
+    def __init__(self, directory: Path):
+        self.directory = directory
+        self.kept: dict[str, Path] = {}
+        # The directories this run will create (the missing tail of the path), deepest
+        # first: only those are removed again.
+        missing = [d for d in (directory, *directory.parents) if not d.exists()]
+        self._created = missing
+
+    def before(self, case: Case) -> tuple[Path, bytes | None]:
+        return stage_artifact(case, self.directory)
+
+    def after(self, case: Case, outcome: CaseOutcome, staged: tuple[Path, bytes | None]) -> None:
+        if outcome.ok:
+            drop_artifact(*staged)  # an artifact `kvfault repro` wrote stays
+        else:
+            self.kept[case.id] = staged[0]
+
+    def tidy(self) -> None:
+        """Remove the directories this run created when they stayed empty."""
+        for d in self._created:
+            try:
+                d.rmdir()
+            except OSError:
+                break

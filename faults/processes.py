@@ -1,0 +1,165 @@
+"""Processes and signals, the one way every kvfault command handles them: SIGINT and
+SIGTERM become ``Interrupted`` (deferred where a block must not be cut), a child that
+leads its own process group is stopped with everything in it, and after Ctrl-C
+whatever this process started is stopped, so no process outlives its command."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM arrived during a proof (``signum`` says which).
+
+    A KeyboardInterrupt, so code that already handles Ctrl-C handles SIGTERM the same
+    way, and no ``except Exception`` swallows it. Raised after the worktrees are gone.
+    """
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+class Signals:
+    """SIGINT/SIGTERM become `Interrupted`, but only where we can afford it.
+
+    While `deferred()` is active (creating and removing worktrees) a signal is only
+    recorded and raised when the block ends, so a Ctrl-C cannot leave a half-created,
+    locked worktree behind. Handlers can only be set from the main thread; elsewhere
+    this does nothing and the caller's own handling applies.
+    """
+
+    def __init__(self) -> None:
+        self._previous: dict[int, object] = {}
+        self._deferring = False
+        self._pending: int | None = None
+
+    def install(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            self._previous[signum] = signal.signal(signum, self._handle)
+
+    def restore(self) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)  # type: ignore[arg-type]
+        self._previous.clear()
+
+    def _handle(self, signum: int, _frame: object) -> None:
+        if self._deferring:
+            self._pending = self._pending or signum
+            return
+        raise Interrupted(signum)
+
+    @contextlib.contextmanager
+    def deferred(self) -> Iterator[None]:
+        outer = self._deferring
+        self._deferring = True
+        try:
+            yield
+        finally:
+            self._deferring = outer
+            if not outer and self._pending is not None:
+                signum, self._pending = self._pending, None
+                raise Interrupted(signum)
+
+
+def kill_group(proc: subprocess.Popen[bytes], grace: float = 2.0) -> None:
+    """Stop CMD and everything it started (it leads its own process group)."""
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, None)):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.wait(timeout=wait)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def stop_group(proc: subprocess.Popen[Any]) -> None:
+    """Stop a child that leads its own process group, and everything in that group:
+    SIGTERM, then SIGKILL for whatever is left once the leader is gone (its workers)."""
+    kill_group(proc)
+    reap_group(proc.pid)
+
+
+def communicate_or_stop(
+    proc: subprocess.Popen[Any], timeout: float | None = None
+) -> tuple[Any, Any]:
+    """``proc.communicate(timeout=...)`` for a child that leads its own process group
+    (``start_new_session=True``). On anything that ends the wait early -- Ctrl-C
+    (``KeyboardInterrupt``, ``Interrupted``), a timeout -- the whole group (pytest,
+    its xdist workers, their children) is stopped before the exception goes on, so
+    nothing outlives the command that started it."""
+    try:
+        return proc.communicate(timeout=timeout)
+    except BaseException:
+        stop_group(proc)
+        raise
+
+
+def reap_group(pgid: int) -> None:
+    # CMD has exited; kill what it left running in its group (servers, sleepers) so no
+    # orphan outlives the worktree it runs in.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def descendants(root: int) -> list[int]:
+    """Every live process below ``root`` (Linux: from /proc; elsewhere none)."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = [e for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:
+        return []
+    for name in entries:
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(name))
+    out: list[int] = []
+    todo = [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def stop_descendants(grace_s: float = 2.0) -> None:
+    """After Ctrl-C: stop whatever this process started that is still running (pytest-xdist
+    workers of ``-n``/``-j``/``--tx`` and what they run), SIGTERM then SIGKILL, so no
+    process outlives the command (children in their own group were stopped already)."""
+    import signal
+    import time
+
+    procs = descendants(os.getpid())
+    for pid in procs:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(running(p) for p in procs):
+        time.sleep(0.05)
+    for pid in descendants(os.getpid()) + procs:
+        if running(pid):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+    for pid in procs:  # reap our own children, so none is left a zombie
+        with contextlib.suppress(OSError):
+            os.waitpid(pid, os.WNOHANG)
+
+
+def running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False

@@ -1,0 +1,93 @@
+"""The campaign's results table: one row per target (kind, name, scenario, seeds, the
+properties judged as letters, verdict, simulated and wall seconds, detail), each failing
+case's signature and replay command under it, and the footer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from faults.report.artifacts import replay_command
+
+if TYPE_CHECKING:
+    from faults.campaign import CampaignResult
+
+
+def table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+    line = "  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))
+    sep = "  ".join("-" * w for w in widths)
+    body = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    return "\n".join([line.rstrip(), sep, *body])
+
+
+def seed_span(seeds: list[int]) -> str:
+    if not seeds:
+        return "-"
+    if seeds == list(range(seeds[0], seeds[-1] + 1)) and len(seeds) > 1:
+        return f"{seeds[0]}-{seeds[-1]}"
+    return ",".join(map(str, seeds))
+
+
+# One letter per property keeps the table narrow; the legend prints under it.
+PROPERTY_LETTERS = {
+    "correctness": "C",
+    "keys": "K",
+    "identity": "I",
+    "grid": "G",
+    "hybrid": "H",
+    "no_false_stop": "F",
+    "liveness": "L",
+    "determinism": "D",
+    "efficiency": "E",
+    "exactly_once": "X",
+    "resources": "R",
+}
+
+
+def letters(props: list[str]) -> str:
+    return "".join(PROPERTY_LETTERS.get(p, "?") for p in props) or "-"
+
+
+def format_campaign(result: CampaignResult, artifacts: dict[str, Path] | None = None) -> str:
+    """The results table, then each failing case's signature and replay command."""
+
+    rows = [
+        [
+            t.target.kind,
+            t.target.name + (f" x{t.target.scale}" if t.target.scale != 1 else ""),
+            t.target.scenario,
+            seed_span(t.seeds),
+            letters(t.checked),
+            t.verdict,
+            f"{t.sim_seconds:.1f}",
+            f"{t.wall_seconds:.2f}",
+            t.detail()[:100],
+        ]
+        for t in result.targets
+    ]
+    header = ["kind", "name", "scenario", "seeds", "props", "verdict", "sim s", "wall s", "detail"]
+    out = [table(rows, header)] if rows else []
+    if rows:
+        out.append("props: " + ", ".join(f"{v}={k}" for k, v in PROPERTY_LETTERS.items()))
+    for c in result.cases:
+        if c.ok:
+            continue
+        out.append(f"\n{c.verdict} {c.case.id}: {c.signature}")
+        out.append(f"  replay: {replay_command(c.case)}")
+        if artifacts and c.case.id in artifacts:
+            out.append(f"  artifact: {artifacts[c.case.id]}")
+    if result.unexercised:
+        out.append(
+            f"\nNOT EXERCISED (enabled, never fired) in every swarm run: {', '.join(result.unexercised)}"
+        )
+    if result.never_drawn:
+        out.append(
+            f"note: no swarm run drew {', '.join(result.never_drawn)} (more seeds draw more)"
+        )
+    n_ok = sum(t.ok for t in result.targets)
+    out.append(
+        f"\n{len(result.targets)} targets, {len(result.cases)} runs: {n_ok} ok, "
+        f"{len(result.targets) - n_ok} failed in {result.wall_seconds:.2f}s wall"
+    )
+    return "\n".join(out)
