@@ -5,6 +5,8 @@ that installs kvfault.
 - ``ci``: more examples, derandomized (the same examples on every CI run, so a red CI
   reproduces locally with ``HYPOTHESIS_PROFILE=ci``).
 - ``nightly``: many examples, random, for a nightly job's wider search.
+- ``mutation``: the dev budget, derandomized and without a database, so a mutant's
+  verdict is the same on every run (``tox -e mutation``, docs/mutation.md).
 
 Simulated runs take milliseconds of wall time but their cost varies with the drawn
 geometry, so no profile has a per-example deadline; virtual time is asserted instead.
@@ -12,12 +14,12 @@ geometry, so no profile has a per-example deadline; virtual time is asserted ins
 
 from __future__ import annotations
 
-PROFILES = ("dev", "ci", "nightly")
+PROFILES = ("dev", "ci", "nightly", "mutation")
 ENV = "HYPOTHESIS_PROFILE"
 
 
 def register() -> None:
-    """Register the three profiles with hypothesis (loads none)."""
+    """Register the profiles with hypothesis (loads none)."""
     from hypothesis import HealthCheck, Phase, settings
 
     common = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -31,6 +33,9 @@ def register() -> None:
         phases=fast, **common,
     )  # fmt: skip
     settings.register_profile("nightly", max_examples=1000, print_blob=True, **common)
+    settings.register_profile(
+        "mutation", max_examples=12, derandomize=True, database=None, phases=fast, **common
+    )
 
 
 def choose(env_value: str | None, ini_value: str | None) -> str | None:

@@ -75,7 +75,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="run this session once per PYTHONHASHSEED in RANGE (e.g. 0-15) "
                          "in subprocesses; fail when any seed fails")  # fmt: skip
     parser.addini("kv_hypothesis_profile", default=None,
-                  help="kvfault hypothesis profile to load (dev, ci, nightly) unless "
+                  help="kvfault hypothesis profile to load (dev, ci, nightly, mutation) unless "
                        "HYPOTHESIS_PROFILE is set")  # fmt: skip
 
 

@@ -1,4 +1,4 @@
-"""The HBM block pool: reuse order, the prefix cache, counts."""
+"""The HBM block pool: allocation, reuse order, the prefix cache, reference counts."""
 
 from __future__ import annotations
 
@@ -32,3 +32,125 @@ def test_a_freed_block_keeps_its_content_until_reused():
     again, cached = pool.allocate([11, 12, 13], 3, use_cache=True)
     assert cached == 2 and again[:2] == blocks and again[2] == 2
     assert pool.num_free == 1
+
+
+@pytest.mark.parametrize("n", [0, -1])
+def test_a_pool_needs_at_least_one_block(n):
+    with pytest.raises(ValueError, match=f"num_blocks must be positive, got {n}"):
+        BlockPool(n)
+
+
+def test_a_one_block_pool_hands_out_its_block():
+    pool = BlockPool(1)
+    assert pool.allocate([], 1, use_cache=True) == ([0], 0)
+    assert pool.num_free == 0
+
+
+def test_fresh_blocks_come_in_order_and_free_gives_them_back():
+    pool = BlockPool(4)
+    blocks, hit = pool.allocate([], 3, use_cache=True)
+    assert (blocks, hit, pool.num_free) == ([0, 1, 2], 0, 1)
+    assert pool.can_allocate(1) and not pool.can_allocate(2)
+    pool.free(blocks)
+    assert pool.num_free == 4 and pool.can_allocate(4)
+
+
+def test_out_of_blocks_names_the_need():
+    pool = BlockPool(2)
+    pool.allocate([], 1, use_cache=False)
+    with pytest.raises(OutOfBlocks, match="need 2 blocks, 1 free"):
+        pool.allocate([], 2, use_cache=False)
+    assert pool.num_free == 1
+
+
+def test_committed_blocks_match_the_longest_cached_prefix():
+    pool = BlockPool(4)
+    blocks, _ = pool.allocate([], 3, use_cache=True)
+    for b, h in zip(blocks, [10, 11, 12], strict=True):
+        pool.commit(b, h)
+    assert pool.match([10, 11, 12, 13]) == [0, 1, 2]
+    assert pool.match([10, 99, 12]) == [0]
+    assert pool.match([99, 10]) == []
+
+
+def test_a_cached_prefix_is_shared_and_counted_per_holder():
+    pool = BlockPool(4)
+    a, _ = pool.allocate([], 2, use_cache=True)
+    pool.commit(a[0], 10)
+    pool.commit(a[1], 11)
+    b, hit = pool.allocate([10, 11, 12], 3, use_cache=True)
+    assert (b[:2], hit) == (a, 2)
+    assert pool.num_free == 1
+    pool.free(a)
+    assert pool.num_free == 1  # b still holds the shared blocks
+    pool.free(b)
+    assert pool.num_free == 4
+
+
+def test_without_the_cache_no_block_is_shared():
+    pool = BlockPool(4)
+    a, _ = pool.allocate([], 1, use_cache=True)
+    pool.commit(a[0], 10)
+    b, hit = pool.allocate([10], 1, use_cache=False)
+    assert hit == 0 and b != a
+
+
+def test_a_freed_cached_block_is_reused_for_its_content():
+    pool = BlockPool(2)
+    a, _ = pool.allocate([], 1, use_cache=True)
+    pool.commit(a[0], 10)
+    pool.free(a)
+    again, hit = pool.allocate([10], 1, use_cache=True)
+    assert (again, hit) == (a, 1)
+    assert pool.num_free == 1
+
+
+def test_the_hit_is_cut_to_the_request_and_counts_free_cached_blocks_once():
+    pool = BlockPool(3)
+    a, _ = pool.allocate([], 3, use_cache=True)
+    for b, h in zip(a, [10, 11, 12], strict=True):
+        pool.commit(b, h)
+    pool.free(a)
+    # Two cached blocks are free and reused; the third block is fresh but the only
+    # free block left is the cached 12, which is evicted for it.
+    blocks, hit = pool.allocate([10, 11, 12], 2, use_cache=True)
+    assert (blocks, hit) == ([0, 1], 2)
+    # 3 blocks wanted, 3 free, of which 2 are the cached hit: fits exactly.
+    pool.free(blocks)
+    blocks, hit = pool.allocate([10, 11], 3, use_cache=True)
+    assert (hit, pool.num_free) == (2, 0)
+    assert pool.match([10, 11, 12]) == [0, 1]  # block 2 was reused: 12 is gone
+
+
+def test_reuse_takes_the_least_recently_freed_block_and_evicts_its_content():
+    pool = BlockPool(3)
+    blocks, _ = pool.allocate([], 3, use_cache=True)
+    for b, h in zip(blocks, [10, 11, 12], strict=True):
+        pool.commit(b, h)
+    pool.free([2])
+    pool.free([0])
+    pool.free([1])
+    (b,), hit = pool.allocate([], 1, use_cache=True)
+    assert (b, hit) == (2, 0)
+    assert pool.match([12]) == [] and pool.match([10]) == [0] and pool.match([11]) == [1]
+
+
+def test_recommitting_a_block_drops_its_old_content():
+    pool = BlockPool(2)
+    (b,), _ = pool.allocate([], 1, use_cache=True)
+    pool.commit(b, 10)
+    pool.commit(b, 20)
+    assert pool.match([10]) == []
+    assert pool.match([20]) == [b]
+
+
+def test_content_already_cached_elsewhere_keeps_its_first_block():
+    pool = BlockPool(2)
+    a, c = pool.allocate([], 2, use_cache=True)[0]
+    pool.commit(a, 10)
+    pool.commit(c, 10)
+    assert pool.match([10]) == [a]
+    # Reusing c (which never became the cached holder of 10) must not drop a's entry.
+    pool.free([c])
+    pool.allocate([], 1, use_cache=False)
+    assert pool.match([10]) == [a]
