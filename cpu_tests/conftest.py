@@ -78,3 +78,23 @@ class SchedulerRig:
 @pytest.fixture
 def rig():
     return SchedulerRig
+
+
+# -- mutation testing ---------------------------------------------------------------------
+
+# mutmut (``tox -e mutation``) sets MUTANT_UNDER_TEST in every process it runs tests in.
+# It maps each test to the functions the test calls and runs only those tests against a
+# function's mutants, so a run that a module caches for its later tests (``_CACHE``, a
+# ``functools.cache``) would hide those calls from the later tests, and a cache filled
+# before a worker forks would answer with unmutated results.
+_UNDER_MUTMUT = "MUTANT_UNDER_TEST" in os.environ
+
+
+@pytest.fixture(autouse=_UNDER_MUTMUT)
+def _fresh_module_caches(request: pytest.FixtureRequest):
+    """Under mutmut only: empty the test module's run caches before each test."""
+    for obj in list(vars(request.module).values()):
+        if callable(getattr(obj, "cache_clear", None)):
+            obj.cache_clear()
+        elif obj is getattr(request.module, "_CACHE", None) and isinstance(obj, dict):
+            obj.clear()
