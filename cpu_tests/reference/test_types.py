@@ -1,10 +1,13 @@
-"""Geometry validation at its boundaries and its grid arithmetic."""
+"""The stack's plain data: geometry validation at its boundaries and its grid
+arithmetic, request validation, operation ids."""
 
 from __future__ import annotations
 
+import pickle
+
 import pytest
 
-from reference.types import Geometry
+from reference.types import Geometry, OperationId, OpKind, Request
 
 
 def test_the_default_geometry_is_valid():
@@ -67,3 +70,27 @@ def test_grid_rounding(tokens, block, floor_chunk, ceil_chunk):
     assert geo.floor_block(tokens) == block
     assert geo.floor_chunk(tokens) == floor_chunk
     assert geo.ceil_chunk(tokens) == ceil_chunk
+
+
+def test_a_request_needs_a_prompt_and_at_least_one_output_token():
+    assert Request("r", (1, 2, 3), max_output_tokens=1).prompt_len == 3
+    with pytest.raises(ValueError, match="request 'r' has an empty prompt"):
+        Request("r", ())
+    with pytest.raises(ValueError, match="request 'r': max_output_tokens must be >= 1"):
+        Request("r", (1,), max_output_tokens=0)
+
+
+def test_an_operation_id_names_its_kind_request_and_generation():
+    load = OperationId("req-7", 3)
+    save = OperationId("req-7", 3, OpKind.SAVE)
+    assert str(load) == "load:req-7#3" and str(save) == "save:req-7#3"
+    assert load != save and load == OperationId("req-7", 3, OpKind.LOAD)
+    assert hash(load) == hash(OperationId("req-7", 3))
+    assert len({load, save, OperationId("req-7", 4)}) == 3
+
+
+def test_an_operation_id_survives_pickling_with_its_hash_and_text():
+    op = OperationId("req-7", 3, OpKind.SAVE)
+    back = pickle.loads(pickle.dumps(op))
+    assert back == op and hash(back) == hash(op) and str(back) == str(op)
+    assert back.kind is OpKind.SAVE
