@@ -4,6 +4,8 @@ makes ``dev`` the default here, ``HYPOTHESIS_PROFILE`` picks another."""
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -98,3 +100,16 @@ def _fresh_module_caches(request: pytest.FixtureRequest):
             obj.cache_clear()
         elif obj is getattr(request.module, "_CACHE", None) and isinstance(obj, dict):
             obj.clear()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under mutmut only: run the quickest tests first. mutmut stops a mutant's run at
+    the first failure, so a mutant that a fast unit test kills is never charged a slow
+    scenario. Durations are the ones mutmut measured (``mutants/mutmut-stats.json``)."""
+    if not _UNDER_MUTMUT:
+        return
+    try:
+        durations = json.loads(Path("mutmut-stats.json").read_text())["duration_by_test"]
+    except (OSError, ValueError, KeyError):
+        return
+    items.sort(key=lambda item: durations.get(item.nodeid, float("inf")))
