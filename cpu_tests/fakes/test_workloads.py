@@ -155,3 +155,10 @@ def test_a_workload_drawn_again_is_the_same_and_leaves_the_generators_where_draw
     assert again[0].requests is not first[0].requests  # a list of its own
     wl._DRAWN.clear()
     assert story(Workloads(11)) == first  # and equal to drawing it afresh
+
+
+def test_chunk_aligned_is_one_prompt_of_whole_chunks():
+    (req,) = Workloads(3).chunk_aligned().requests
+    assert req.prompt_len == 2048  # eight 256-token chunks, the seed's default
+    (short,) = Workloads(3).chunk_aligned(512).requests
+    assert short.prompt_len == 512

@@ -67,6 +67,8 @@ def test_spec_and_plan_describe_every_fault_and_the_seed():
     plan = FaultPlan((spec, FaultSpec("engine_restart", {"nth": [2]})), 7)
     assert plan.describe() == "seed 7: lost_completion(nth=[1, 3]), engine_restart(nth=[2])"
     assert FaultPlan((), 0).describe() == "seed 0: no faults"
+    two = FaultSpec.of("engine_restart", nth=[2], limit=1)
+    assert two.describe() == "engine_restart(limit=1, nth=[2])"
 
 
 def test_a_salted_id_compares_as_its_text():
