@@ -128,3 +128,11 @@ def test_the_digest_tells_traces_apart(other):
 def test_an_empty_trace_has_the_digest_of_nothing():
     assert _trace().digest() == hashlib.sha256().hexdigest()
     assert _trace().to_jsonl() == ""
+
+
+def test_values_json_cannot_hold_are_written_as_text():
+    trace = Trace(_Clock().now)
+    trace.record(Ev.FAULT, where=OP, raw=b"x")
+    (line,) = trace.to_jsonl().split("\n")
+    assert json.loads(line)["data"] == {"where": "load:req-1#4", "raw": "b'x'"}
+    assert trace.digest() == hashlib.sha256((line + "\n").encode()).hexdigest()

@@ -130,3 +130,16 @@ def test_an_operation_id_pickles_without_its_cached_hash():
     assert b"_hash" not in data
     b = pickle.loads(data)
     assert b == a and hash(b) == hash(a) and str(b) == str(a)
+
+
+def test_next_expiry_is_the_earliest_bound_running_out():
+    b = LoadBounds(BOUND)
+    assert b.next_expiry() is None
+    x, y = ops(2)
+    b.dispatched(x, 10.0)
+    b.dispatched(y, 4.0)
+    assert b.next_expiry() == 44.0
+    b.terminal(y, 20.0, finished=False)
+    assert b.next_expiry() == 50.0
+    b.terminal(x, 21.0, finished=True)
+    assert b.next_expiry() is None

@@ -345,3 +345,18 @@ def test_admission_skips_what_does_not_fit_and_admits_what_does_behind_it(rig):
     r.sched.add(prompts(1, 512, seed=6)[0])
     r.step()  # nothing fits in 4 blocks: nothing is looked up
     assert len(list(r.trace.of(Ev.LOOKUP))) == 3
+
+
+def test_next_arrival_is_the_earliest_request_not_yet_arrived(rig):
+    r = rig(GEO)
+    assert r.sched.next_arrival() is None
+    a, b = prompts(2, 300)
+    r.sched.add(replace(a, arrival_time=7.0))
+    r.sched.add(replace(b, arrival_time=3.0))
+    assert r.sched.next_arrival() == 3.0
+    r.clock.sleep(5.0)
+    r.step()  # b arrives
+    assert r.sched.next_arrival() == 7.0
+    r.clock.sleep(5.0)
+    r.step()
+    assert r.sched.next_arrival() is None
