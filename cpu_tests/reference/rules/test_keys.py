@@ -215,3 +215,13 @@ def test_keys_do_not_depend_on_pythonhashseed():
         )
         outs.add(proc.stdout)
     assert len(outs) == 1, outs
+
+
+def test_media_cache_seed_is_pinned():
+    """A tier keeps what it stored across engine restarts and upgrades, keyed through
+    this seed: the digest of a given picture must never change (64-bit, blake2b of each
+    item's little-endian length and bytes)."""
+    assert media_cache_seed((b"picture-1",)) == 15688227094434923224
+    # the lengths are hashed too: the same bytes split differently are other media
+    assert media_cache_seed((b"ab", b"c")) == 652078932630809789
+    assert media_cache_seed((b"a", b"bc")) == 16576754464128796102
