@@ -64,14 +64,35 @@ def _score(statuses: Counter) -> tuple[int, int]:
     return detected, detected + sum(statuses[s] for s in UNDETECTED)
 
 
+def _wilson(k: int, n: int) -> str:
+    """95% Wilson interval of a proportion: what a sampled score is good for."""
+    if n == 0:
+        return ""
+    z = 1.96
+    p = k / n
+    mid = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * ((p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5) / (1 + z * z / n)
+    return f"  [{100 * (mid - half):.1f}, {100 * (mid + half):.1f}]"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mutants", type=Path, default=Path("mutants"))
     ap.add_argument("--doc", type=Path, default=Path("docs/mutation.md"))
     ap.add_argument("--fail-under", type=float, default=None, metavar="PERCENT")
+    ap.add_argument(
+        "--sample",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="score only the mutants named in FILE, one a line (a random sample)",
+    )
     args = ap.parse_args(argv)
 
     results = load_results(args.mutants)
+    if args.sample is not None:
+        wanted = set(args.sample.read_text().split())
+        results = {n: s for n, s in results.items() if n in wanted}
     if not results:
         print(f"no mutmut results under {args.mutants}/; run `mutmut run` first", file=sys.stderr)
         return 2
@@ -79,11 +100,13 @@ def main(argv: list[str] | None = None) -> int:
 
     print(
         f"{'area':<20}{'mutants':>9}{'killed':>8}{'timeout':>9}{'survived':>10}"
-        f"{'no tests':>10}{'equiv':>7}{'score':>9}{'adjusted':>10}"
+        f"{'no tests':>10}{'equiv':>7}{'score':>9}{'adjusted':>10}  95% interval"
     )
     core_adjusted = 0.0
     for label in [label for _, label in AREAS] + ["all"]:
         names = [n for n in results if label == "all" or _area(n) == label]
+        if not names:
+            continue
         raw = Counter(results[n] for n in names)
         adj = Counter(
             results[n] for n in names if not (results[n] in UNDETECTED and n in equivalent)
@@ -97,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{label:<20}{len(names):>9}{raw['killed']:>8}{raw['timeout']:>9}"
             f"{raw['survived']:>10}{raw['no tests']:>10}{eq:>7}{pct:>8.1f}%{pct_adj:>9.1f}%"
+            f"{_wilson(da, ta)}"
         )
 
     open_survivors = sorted(
