@@ -114,3 +114,11 @@ def test_hit_invariants(drawn):
     # a hybrid never claims less than the dense rule would where a state image exists
     if d.claim in states or d.claim == 0:
         assert h.claim >= d.claim
+
+
+def test_a_state_image_one_token_in_is_claimed():
+    """The smallest joint boundary (position 1, on a one-token grid) is a real hit."""
+    geo = Geometry(1, 1, 1, 1)
+    plan = HitPolicy().hybrid(4, 8, [1], geo)
+    assert plan == LoadPlan(kv_end=1, claim=1, joint=1)
+    assert HitPolicy().hybrid(4, 8, [], geo) == LoadPlan(0, 0, 0)

@@ -432,3 +432,11 @@ def test_restore_lands_the_stored_pages_and_state():
     assert out == [Completion(load.op, Outcome.FINISHED)]
     assert [kv.read(b) for b in (8, 9, 10, 11)] == [101, 102, 103, 104]
     assert kv.read_state("dst") == 555
+
+
+def test_page_digest_names_simulated_pages_and_not_tensors():
+    from reference.stack.worker import page_digest
+
+    assert page_digest([3, 1, 2]) == hash((3, 1, 2)) != page_digest([1, 2, 3])
+    assert page_digest([]) == hash(())
+    assert page_digest([object(), object()]) is None  # tensors hash by identity
