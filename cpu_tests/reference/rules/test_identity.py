@@ -337,3 +337,29 @@ def test_a_lookup_client_can_ask_again_after_a_timeout(rpc_dir):
             server.close()
     finally:
         client.close()
+
+
+def test_the_private_rpc_dir_is_named_for_kvfault_and_leaves_room_for_every_socket(short_tmp):
+    from reference.stack.lookup_channel import IPC_PATH_MAX, SOCKET_NAME_ROOM, rpc_base_budget
+
+    d = private_rpc_dir()
+    try:
+        assert os.path.basename(d).startswith("kvfault-rpc-")
+        assert len(os.path.basename(d)) == len("kvfault-rpc-") + 8  # mkdtemp's suffix
+    finally:
+        remove_rpc_dir(d)
+    # the budget is the longest base that leaves SOCKET_NAME_ROOM ("/" and the socket
+    # name) below <base>/kvfault-rpc-XXXXXXXX
+    longest = rpc_base_budget() + 1 + len("kvfault-rpc-") + 8 + SOCKET_NAME_ROOM
+    assert longest == IPC_PATH_MAX
+    assert rpc_base_budget("p-") == rpc_base_budget() + len("kvfault-rpc-") - len("p-")
+
+
+def test_a_server_names_its_engine_and_its_thread(rpc_dir, tier):
+    server = LookupServer(_path(rpc_dir, 35849), "kv-r35849-dp0", tier)
+    try:
+        assert server.engine_id == "kv-r35849-dp0"
+        assert "lookup-kv-r35849-dp0" in {t.name for t in threading.enumerate()}
+    finally:
+        server.close()
+    assert "lookup-kv-r35849-dp0" not in {t.name for t in threading.enumerate()}
