@@ -227,3 +227,33 @@ def test_an_eviction_between_lookup_and_retrieve_fails_the_load_and_recomputes()
     applied = [e for e in world.trace.of(Ev.COMPLETION_APPLIED) if e.req_id == "again"]
     assert [e.data["outcome"] for e in applied] == ["failed"]
     assert out.outputs["again"] == DeterministicModel("hybrid", GEO).cold_output(again)
+
+
+def test_a_finished_run_reports_it_holds_nothing_and_steps_count_from_one():
+    cfg = EngineConfig(geometry=GEO, model_kind="dense")
+    world, engine, out = run_engine(cfg, reqs(2, 600), name="e0")
+    (q,) = world.trace.of(Ev.QUIESCENT)
+    assert q.data == {
+        "engine": "e0",
+        "hbm_blocks": 0,
+        "loading": 0,
+        "unfinished": 0,
+        "loads": 0,
+        "saves": 0,
+        "tier_tickets": 0,
+    }
+    starts = list(world.trace.of(Ev.FORWARD_START))
+    assert [e.data["index"] for e in starts] == list(range(len(starts)))
+    first = next(world.trace.of(Ev.ARRIVE))
+    assert first.step == 1 and out.steps == engine.steps
+    engine.restart()
+    (r,) = world.trace.of(Ev.RESTART)
+    assert r.data == {"engine": "e0"}
+
+
+def test_a_chunk_grid_hybrid_anchors_only_on_the_chunk_grid():
+    cfg = EngineConfig(geometry=GEO, model_kind="hybrid", state_grid="chunk")
+    world, _, out = run_engine(cfg, reqs(1, 1300))
+    assert out.stopped is None
+    anchors = [e.data["position"] for e in world.trace.of(Ev.ANCHOR)]
+    assert anchors and all(a % GEO.chunk_size == 0 for a in anchors)

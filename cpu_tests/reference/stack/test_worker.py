@@ -440,3 +440,13 @@ def test_page_digest_names_simulated_pages_and_not_tensors():
     assert page_digest([3, 1, 2]) == hash((3, 1, 2)) != page_digest([1, 2, 3])
     assert page_digest([]) == hash(())
     assert page_digest([object(), object()]) is None  # tensors hash by identity
+
+
+def test_pending_counts_each_unanswered_retrieve_once(rig):
+    assert rig.worker.pending() == {"loads": 0, "saves": 0, "tier_tickets": 0}
+    loads = rig.loads(3)
+    rig.worker.start_load(loads)
+    assert rig.worker.pending() == {"loads": 3, "saves": 0, "tier_tickets": 3}
+    rig.tier.answer(loads[0].op)
+    rig.poll()  # the first reply is seen (its copy is enqueued)
+    assert rig.worker.pending() == {"loads": 3, "saves": 0, "tier_tickets": 2}
