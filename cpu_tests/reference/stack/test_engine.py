@@ -174,6 +174,7 @@ def test_a_lost_tier_reply_stops_the_run_and_the_trace_records_it():
     assert out.stopped.op.req_id == "again"
     (stop,) = world.trace.of(Ev.STOP)
     assert stop.op == out.stopped.op and stop.data["error"] == "TransferUnprovable"
+    assert stop.data["message"] == str(out.stopped)
     assert 30.0 < stop.data["elapsed"] <= 30.0 + cfg.idle_tick_s + 1e-9
 
 
@@ -257,3 +258,22 @@ def test_a_chunk_grid_hybrid_anchors_only_on_the_chunk_grid():
     assert out.stopped is None
     anchors = [e.data["position"] for e in world.trace.of(Ev.ANCHOR)]
     assert anchors and all(a % GEO.chunk_size == 0 for a in anchors)
+
+
+def test_the_trace_names_each_forward_and_a_stop_names_its_error():
+    import time
+
+    from fakes.sim import SimWorld as _World
+
+    cfg = EngineConfig(geometry=GEO, model_kind="dense")
+    world = _World()
+    engine = world.engine(cfg)
+    for r in reqs(2, 600):
+        engine.add_request(r)
+    t0 = time.perf_counter()
+    out = engine.run()
+    assert 0 <= out.wall_seconds <= time.perf_counter() - t0
+    starts = list(world.trace.of(Ev.FORWARD_START))
+    ends = list(world.trace.of(Ev.FORWARD_END))
+    assert [e.data["index"] for e in ends] == [e.data["index"] for e in starts]
+    assert starts[0].data["tokens"] == 2 * 600  # both prompts fit the first step's budget

@@ -450,3 +450,36 @@ def test_pending_counts_each_unanswered_retrieve_once(rig):
     rig.tier.answer(loads[0].op)
     rig.poll()  # the first reply is seen (its copy is enqueued)
     assert rig.worker.pending() == {"loads": 3, "saves": 0, "tier_tickets": 2}
+
+
+def test_a_refused_store_reports_the_tiers_reason(rig):
+    save = SaveOp(OperationId("s", 1, OpKind.SAVE), tuple(range(32)), 0, 32, (0, 1))
+    rig.worker.start_save([save])
+    rig.tier.answer(save.op, ok=False)
+    assert rig.poll() == [Completion(save.op, Outcome.FAILED, "tier: boom")]
+
+
+def test_a_later_retrieve_is_seen_while_an_earlier_one_is_copying(rig):
+    first, second = rig.loads(2)
+    rig.worker.start_load([first, second])
+    rig.tier.answer(first.op)
+    rig.poll()  # first retrieved, its copy in flight
+    rig.tier.answer(second.op)
+    rig.poll()
+    assert [e.op for e in rig.trace.of(Ev.RETRIEVE_TERMINAL)] == [first.op, second.op]
+
+
+def test_the_trace_names_a_fence_error_and_what_a_finished_copy_landed(rig):
+    (load,) = rig.loads(1)
+    rig.copy.fence.add(load.op)
+    rig.worker.start_load([load])
+    rig.tier.answer(load.op, pages=(7, 8))
+    rig.poll()
+    (fence,) = rig.trace.of(Ev.COPY_FENCE_ERROR)
+    assert fence.data == {"error": f"fence raised for {load.op}"}
+    rig.copy.fence.clear()
+    rig.poll()  # retried
+    rig.copy.done.add(load.op)
+    rig.poll()
+    (done,) = rig.trace.of(Ev.COPY_COMPLETE)
+    assert done.data["pages"] == 2 and done.data["digest"] == hash((7, 8))
