@@ -277,3 +277,15 @@ def test_the_trace_names_each_forward_and_a_stop_names_its_error():
     ends = list(world.trace.of(Ev.FORWARD_END))
     assert [e.data["index"] for e in ends] == [e.data["index"] for e in starts]
     assert starts[0].data["tokens"] == 2 * 600  # both prompts fit the first step's budget
+
+
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        ({"idle_tick_s": 0}, "idle_tick_s must be positive, got 0"),
+        ({"bound_slack_s": -1.0}, "bound_slack_s must be >= 0, got -1.0"),
+    ],
+)
+def test_engine_config_names_the_bad_setting(kw, message):
+    with pytest.raises(ValueError, match=message):
+        EngineConfig(geometry=GEO, **kw)

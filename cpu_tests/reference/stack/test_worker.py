@@ -231,7 +231,7 @@ def test_one_slot(rig):
 
 
 def test_slots_must_be_positive(rig):
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="restore slots must be >= 1, got 0"):
         RestoreWorker(
             rig.clock, rig.tier, rig.copy, rig.kv, rig.channel, rig.trace, RestoreDeadline(), 0
         )
@@ -483,3 +483,13 @@ def test_the_trace_names_a_fence_error_and_what_a_finished_copy_landed(rig):
     rig.poll()
     (done,) = rig.trace.of(Ev.COPY_COMPLETE)
     assert done.data["pages"] == 2 and done.data["digest"] == hash((7, 8))
+
+
+def test_the_channel_records_each_completion_that_reaches_the_inbox():
+    trace = Trace(VirtualClock().now)
+    channel = QueueChannel(trace)
+    op = OperationId("r", 1)
+    channel.put([Completion(op, Outcome.FAILED, "x")])
+    (ev,) = trace.of(Ev.DELIVERED)
+    assert ev.op == op and ev.data == {"outcome": "failed"}
+    assert channel.take() == [Completion(op, Outcome.FAILED, "x")] and channel.take() == []
