@@ -289,3 +289,16 @@ def test_the_trace_names_each_forward_and_a_stop_names_its_error():
 def test_engine_config_names_the_bad_setting(kw, message):
     with pytest.raises(ValueError, match=message):
         EngineConfig(geometry=GEO, **kw)
+
+
+@pytest.mark.parametrize("max_out", [1, 2, 4])
+def test_a_request_decodes_after_its_prefill_and_then_gives_its_blocks_back(max_out):
+    """The prefill's forward gives the first output token; each further token is one
+    decode step; then the request finishes and frees its HBM blocks."""
+    cfg = EngineConfig(geometry=GEO, model_kind="dense")
+    (r,) = reqs(1, 600)
+    world, engine, out = run_engine(cfg, [replace(r, max_output_tokens=max_out)])
+    assert out.stopped is None and not out.hung
+    assert len(list(world.trace.of(Ev.FORWARD_START))) == max_out
+    (q,) = world.trace.of(Ev.QUIESCENT)
+    assert q.data["hbm_blocks"] == 0 and q.data["unfinished"] == 0
