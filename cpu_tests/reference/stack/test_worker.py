@@ -493,3 +493,11 @@ def test_the_channel_records_each_completion_that_reaches_the_inbox():
     (ev,) = trace.of(Ev.DELIVERED)
     assert ev.op == op and ev.data == {"outcome": "failed"}
     assert channel.take() == [Completion(op, Outcome.FAILED, "x")] and channel.take() == []
+
+
+def test_a_later_failed_retrieve_is_reported_while_an_earlier_one_is_pending(rig):
+    first, second = rig.loads(2)
+    rig.worker.start_load([first, second])
+    rig.tier.answer(second.op, ok=False)
+    assert rig.poll() == [Completion(second.op, Outcome.FAILED, "tier: boom")]
+    assert rig.worker.pending() == {"loads": 1, "saves": 0, "tier_tickets": 1}
