@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from faults.injectors.base import (
+from faults.injectors import (
     EngineRestart,
     EvictAfterLookup,
     FenceFailure,
