@@ -22,8 +22,19 @@ def op(kind: OpKind = OpKind.SAVE) -> OperationId:
 
 
 def rand_ids(seed: int, n: int) -> tuple[int, ...]:
-    rng = random.Random(seed)
+    rng = random.Random(f"ids-{seed}")
     return tuple(rng.randrange(2**32) for _ in range(n))
+
+
+def fingerprints(seed: int, n: int) -> list[int]:
+    rng = random.Random(f"pages-{seed}")
+    return [rng.randrange(2**63) for _ in range(n)]
+
+
+def own_tier(server: LMCacheServer, make_tier: Callable[..., Any], **kw: Any) -> Any:
+    """A tier in this module's own namespace: the session's server is shared, and
+    another module's prompts must never already be held."""
+    return make_tier(server.url, model_name="test-wait", **kw)
 
 
 def tensor_pages(tier: Any, seed: int, n_blocks: int) -> list[Any]:
@@ -43,10 +54,12 @@ def same_bytes(a: Any, b: Any) -> bool:
     return a.shape == b.shape and torch.equal(a.view(torch.int16), b.view(torch.int16))
 
 
-def test_wait_returns_the_reply(lmcache_tier: Any) -> None:
-    tier = lmcache_tier
+def test_wait_returns_the_reply(
+    lmcache_server: LMCacheServer, make_tier: Callable[..., Any]
+) -> None:
+    tier = own_tier(lmcache_server, make_tier)
     ids = rand_ids(1, 2 * CS)
-    fps = [random.Random(1).randrange(2**63) for _ in range(2 * CS // BS)]
+    fps = fingerprints(1, 2 * CS // BS)
     ticket = tier.submit_store(op(), ids, 0, 2 * CS, fps, [])
     reply = tier.wait(ticket, SAFETY_NET_S)
     assert reply is not None and reply.ok, reply
@@ -58,12 +71,14 @@ def test_wait_returns_the_reply(lmcache_tier: Any) -> None:
     assert tier.wait(ticket, 0) is reply  # a terminal ticket answers at once
 
 
-def test_wait_times_out_without_spinning(lmcache_tier: Any, monkeypatch: Any) -> None:
+def test_wait_times_out_without_spinning(
+    lmcache_server: LMCacheServer, make_tier: Callable[..., Any], monkeypatch: Any
+) -> None:
     """An id outside u32 makes the server's lookup handler raise and never reply: the
     wait gives up after its timeout with None, having advanced the ticket once per
     wake-up (a spinning wait advances it thousands of times), and the ticket stays
     pending and usable."""
-    tier = lmcache_tier
+    tier = own_tier(lmcache_server, make_tier)
     ids = (2**32,) + rand_ids(2, CS - 1)
     ticket = tier.submit_retrieve(op(OpKind.LOAD), ids, 0, CS, None)
     advances = 0
@@ -89,7 +104,7 @@ def test_wait_returns_once_a_paused_server_answers(
     wait returns the reply."""
     tier = make_tier(fresh_server.url)
     ids = rand_ids(3, CS)
-    fps = [random.Random(3).randrange(2**63) for _ in range(CS // BS)]
+    fps = fingerprints(3, CS // BS)
     fresh_server.pause()
     try:
         ticket = tier.submit_store(op(), ids, 0, CS, fps, [])
@@ -107,7 +122,7 @@ def test_tensor_pages_round_trip_byte_exact(
 ) -> None:
     """Whole chunks and a range ending inside a chunk (the tail blocks of the last
     chunk are not returned); every page is contiguous, of the block shape."""
-    tier = make_tier(lmcache_server.url, page_format="tensor")
+    tier = own_tier(lmcache_server, make_tier, page_format="tensor")
     ids = rand_ids(4, 3 * CS)
     pages = tensor_pages(tier, 4, 3 * CS // BS)
     reply = tier.wait(tier.submit_store(op(), ids, 0, 3 * CS, pages, []), SAFETY_NET_S)
@@ -130,7 +145,7 @@ def test_retrieved_pages_survive_later_retrieves(
     other data run keeps its bytes; once everything is dropped, buffers are reused."""
     import torch
 
-    tier = make_tier(lmcache_server.url, page_format="tensor")
+    tier = own_tier(lmcache_server, make_tier, page_format="tensor")
     a_ids, b_ids = rand_ids(5, CS), rand_ids(6, CS)
     a_pages, b_pages = tensor_pages(tier, 5, CS // BS), tensor_pages(tier, 6, CS // BS)
     for ids, pages in ((a_ids, a_pages), (b_ids, b_pages)):
@@ -153,3 +168,20 @@ def test_retrieved_pages_survive_later_retrieves(
     del kept
     gc.collect()
     assert len(tier._recycler._free) == 2  # A's buffer is back too, only now
+
+
+def test_store_with_too_few_pages_fails(
+    lmcache_server: LMCacheServer, make_tier: Callable[..., Any]
+) -> None:
+    """Pages that do not cover every chunk of the range fail the store (never a chunk
+    committed with blocks nobody wrote), in both page formats."""
+    short = 2 * CS // BS - 1
+    for seed, page_format in enumerate(("fingerprint", "tensor")):
+        ids = rand_ids(70 + seed, 2 * CS)
+        tier = own_tier(lmcache_server, make_tier, page_format=page_format)
+        pages: list[Any] = (
+            tensor_pages(tier, 7, short) if page_format == "tensor" else fingerprints(7, short)
+        )
+        reply = tier.wait(tier.submit_store(op(), ids, 0, 2 * CS, pages, []), SAFETY_NET_S)
+        assert reply is not None and not reply.ok, (page_format, reply)
+        assert "do not cover" in reply.error, reply.error

@@ -575,6 +575,10 @@ class LMCacheTier(_PageCodec):
                 try:
                     for slot, ci in zip(slots, indices, strict=True):
                         chunk_pages = pages[ci * per_chunk : (ci + 1) * per_chunk]
+                        if len(chunk_pages) != per_chunk:
+                            raise IndexError(
+                                f"{len(pages)} pages do not cover chunk {ci} of the store"
+                            )
                         if self.page_format == "tensor":
                             self._copy_in(slot, chunk_pages)
                             continue
