@@ -44,7 +44,7 @@ from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from faults.lmcache.server import LMCacheServer  # noqa: E402
+from faults.lmcache.server import LMCacheNotInstalled, LMCacheServer  # noqa: E402
 from reference.interfaces import LookupQuery  # noqa: E402
 from reference.types import Geometry, OperationId, OpKind  # noqa: E402
 
@@ -173,12 +173,15 @@ def main() -> None:
         print("bench_lmcache: --chunks must be a positive multiple of --chunks-per-op",
               file=sys.stderr)  # fmt: skip
         sys.exit(2)
-    if args.rounds < 2 or args.block_size <= 0 or CHUNK % args.block_size:
-        print("bench_lmcache: need --rounds >= 2 and a --block-size dividing 256",
-              file=sys.stderr)  # fmt: skip
+    if args.rounds < 2 or args.lookups < 1 or args.block_size <= 0 or CHUNK % args.block_size:
+        print("bench_lmcache: need --rounds >= 2, --lookups >= 1 and a --block-size "
+              "dividing 256", file=sys.stderr)  # fmt: skip
         sys.exit(2)
     try:
         run(args)
+    except LMCacheNotInstalled as exc:
+        print(f"bench_lmcache: {exc}", file=sys.stderr)
+        sys.exit(2)
     except KeyboardInterrupt:
         print("bench_lmcache: interrupted", file=sys.stderr)
         sys.exit(130)
