@@ -39,13 +39,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
+from reference import OperationId  # noqa: E402
 from reference.device import (  # noqa: E402
     DeviceKvPages,
     PinnedHostPool,
     TorchCopyEngine,
     device_backend,
 )
-from reference.types import OperationId  # noqa: E402
 
 KIB = 1024
 BLOCK_SIZES = [8 * KIB, 32 * KIB, 256 * KIB, 2048 * KIB]

@@ -37,10 +37,10 @@ from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
 from hypothesis import seed as hypothesis_seed  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from faults.campaign.execute import run_case  # noqa: E402
-from faults.injectors.plans import FaultPlan  # noqa: E402
-from faults.regressions.legacy import REGRESSIONS  # noqa: E402
-from faults.scenarios import SCENARIOS  # noqa: E402
+from faults import SCENARIOS  # noqa: E402
+from faults.campaign import run_case  # noqa: E402
+from faults.injectors import FaultPlan  # noqa: E402
+from faults.regressions import REGRESSIONS  # noqa: E402
 from faults.strategies import WorkloadParams, fault_plans, workload_params  # noqa: E402
 
 

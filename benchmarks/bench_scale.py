@@ -44,8 +44,8 @@ def _scales(text: str) -> list[int]:
 
 def measure(scenario: str, scale: int) -> dict[str, float]:
     """One run at ``scale``: sizes and seconds."""
-    from faults.campaign.execute import check, properties_of, run_scenario
-    from reference.trace import Ev
+    from faults.campaign import check, properties_of, run_scenario
+    from reference import Ev
 
     t0, c0 = time.perf_counter(), time.process_time()
     run = run_scenario(scenario, 0, scale=scale)

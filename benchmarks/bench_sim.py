@@ -19,7 +19,7 @@ import time
 
 
 def burst(repeat: int) -> None:
-    from faults.campaign.execute import run_scenario
+    from faults.campaign import run_scenario
 
     walls, sims, totals = [], [], []
     for _ in range(repeat):

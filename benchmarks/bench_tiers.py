@@ -23,11 +23,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from faults.campaign.execute import check, run_case  # noqa: E402
+from faults import (
+    SCENARIOS,
+    RunContext,  # noqa: E402
+)
+from faults.campaign import check, run_case  # noqa: E402
 from faults.lmcache.executor import LMCacheExecutor  # noqa: E402
 from faults.lmcache.session import DEFAULT_TIME_SCALE, LMCacheSession, RunClock  # noqa: E402
-from faults.runs import RunContext  # noqa: E402
-from faults.scenarios import SCENARIOS
 
 DEFAULT_SCENARIOS = (
     "two_images",

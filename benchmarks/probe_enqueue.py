@@ -27,13 +27,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from benchmarks.bench_gpu_restore import Gate  # noqa: E402
+from reference import OperationId  # noqa: E402
 from reference.device import (  # noqa: E402
     DeviceKvPages,
     PinnedHostPool,
     TorchCopyEngine,
     launch,
 )
-from reference.types import OperationId  # noqa: E402
 
 KIB = 1024
 OP = OperationId("probe", 1)

@@ -48,11 +48,9 @@ class SchedulerRig:
     call ``schedule`` / ``after_forward`` / ``apply`` themselves."""
 
     def __init__(self, geometry, model_kind="dense", state_grid="block", bound_s=40.0, **kw):
-        from fakes.clock import VirtualClock
-        from fakes.memory_tier import MemoryTier
-        from reference.stack.hbm import BlockPool
-        from reference.stack.scheduler import Scheduler, SchedulerConfig
-        from reference.trace import Trace
+        from fakes import MemoryTier, VirtualClock
+        from reference import Trace
+        from reference.stack import BlockPool, Scheduler, SchedulerConfig
 
         self.clock = VirtualClock()
         self.trace = Trace(self.clock.now)

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
-from fakes.memory_tier import MemoryTier
+from fakes import MemoryTier
+from reference import Geometry, LoadOp, OperationId, OpKind, Trace
 from reference.clock import RealClock
 from reference.device import (
     DeviceKvPages,
@@ -20,11 +21,8 @@ from reference.device import (
     PinnedHostPool,
     TorchCopyEngine,
 )
-from reference.rules.deadline import RestoreDeadline
-from reference.stack.completion_channel import QueueChannel
-from reference.stack.worker import RestoreWorker
-from reference.trace import Trace
-from reference.types import Geometry, LoadOp, OperationId, OpKind
+from reference.rules import RestoreDeadline
+from reference.stack import QueueChannel, RestoreWorker
 
 POISON = 0xA5  # every byte of a destination before a restore
 

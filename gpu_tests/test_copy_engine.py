@@ -10,9 +10,8 @@ import pytest
 import torch
 
 from gpu_tests import device_stack as ds
+from reference import OperationId, RestoreFenceError
 from reference.device import DeviceKvPages, HostPage, PinnedHostPool, TorchCopyEngine, launch
-from reference.errors import RestoreFenceError
-from reference.types import OperationId
 
 KIB = 1024
 # (bytes per block, dtype): the benchmark's sizes, plus an odd one moved as int16 words

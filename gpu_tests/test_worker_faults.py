@@ -15,10 +15,8 @@ import torch
 
 from faults.regressions.legacy import SubmissionDeadline
 from gpu_tests import device_stack as ds
-from reference.errors import RestoreFenceError, TransferUnprovable
-from reference.rules.deadline import RestoreDeadline
-from reference.trace import Ev
-from reference.types import Outcome
+from reference import Ev, Outcome, RestoreFenceError, TransferUnprovable
+from reference.rules import RestoreDeadline
 
 DEADLINE_S = 1.0  # the seed's 30 s, scaled
 SLOW_FORWARD_S = 1.5  # the first forward compiling, scaled: longer than the deadline

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from fakes.clock import VirtualClock
-from fakes.memory_tier import MemoryTier
+from fakes import MemoryTier, VirtualClock
+from reference import Geometry, OperationId, OpKind
 from reference.interfaces import LookupQuery
-from reference.rules.keys import chunk_keys
-from reference.types import Geometry, OperationId, OpKind
+from reference.rules import chunk_keys
 
 GEO = Geometry(16, 64, 256, 256)  # 4 blocks per chunk
 IDS = tuple(range(500, 500 + 300))

@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from fakes.clock import VirtualClock
-from fakes.memory_tier import MemoryTier
+from fakes import MemoryTier, VirtualClock
+from reference import Geometry, OperationId, OpKind
 from reference.interfaces import LookupQuery
-from reference.types import Geometry, OperationId, OpKind
 
 GEO = Geometry(16, 64, 256, 256)  # 4 blocks per chunk
 CS = GEO.chunk_size

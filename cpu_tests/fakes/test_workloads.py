@@ -21,7 +21,7 @@ from fakes.workloads import (
     token_id,
     tokenize,
 )
-from reference.rules.keys import media_cache_seed
+from reference.rules import media_cache_seed
 from reference.types import TEXT_CACHE_SEED
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -114,7 +114,7 @@ def test_resend_keeps_prompt_and_media():
 
 _PROBE = """
 import hashlib
-from fakes.workloads import Workloads
+from fakes import Workloads
 w = Workloads(9)
 parts = [w.gsm8k_fewshot(3), w.multimodal_same_text(2), w.burst(4, 300)]
 h = hashlib.sha256(repr([p.requests for p in parts]).encode()).hexdigest()

@@ -11,14 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from faults import cli
-from faults.injectors.plans import INJECTORS
+from faults import SCENARIOS, cli
+from faults.injectors import INJECTORS
 from faults.lmcache.wire_faults import WIRE_FAULTS
-from faults.properties.checks import PROPERTIES, Violation
-from faults.regressions.legacy import REGRESSIONS
+from faults.properties import PROPERTIES, Violation
+from faults.regressions import REGRESSIONS
 from faults.runs import finishes
-from faults.scenarios import SCENARIOS
-from reference.rules import Rules
+from reference import Rules
 
 
 @pytest.fixture(autouse=True)
@@ -320,7 +319,7 @@ def test_repro_draws_a_timeline(tmp_path, capsys):
 
 def test_replay_of_a_fault_case(tmp_path, capsys):
     from faults.campaign import Case, fault_target
-    from faults.report.artifacts import write_artifact
+    from faults.report import write_artifact
 
     path = write_artifact(Case(fault_target("fence_failure"), 1), tmp_path)
     assert cli.main(["replay", str(path)]) == 0

@@ -20,10 +20,10 @@ def test_fixtures_build_a_world_an_engine_and_a_scenario(pytester):
     result = _run(
         pytester,
         """
-        from fakes.clock import VirtualClock
-        from fakes.sim import SimWorld
-        from reference.stack.engine import Engine, EngineConfig
-        from reference.rules import Rules
+        from fakes import VirtualClock
+        from fakes import SimWorld
+        from reference.stack import Engine, EngineConfig
+        from reference import Rules
 
         def test_clock_and_world(kv_clock, kv_world):
             assert isinstance(kv_clock, VirtualClock) and kv_clock.now() == 0.0
@@ -84,7 +84,7 @@ def test_kv_regression_swaps_in_legacy_rules(pytester):
     result = _run(
         pytester,
         """
-        from faults.regressions.legacy import REGRESSIONS
+        from faults.regressions import REGRESSIONS
 
         def test_rules(kv_rules, kv_scenario):
             assert kv_rules == REGRESSIONS["hybrid_last_chunk"].rules

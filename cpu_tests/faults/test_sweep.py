@@ -27,9 +27,9 @@ ROOT = Path(__file__).resolve().parents[2]
 SPLIT = f"""
 import importlib.util
 
-from faults.regressions.legacy import REGRESSIONS
-from reference.rules import Rules
-from faults.campaign.execute import check
+from faults.regressions import REGRESSIONS
+from reference import Rules
+from faults.campaign import check
 
 _spec = importlib.util.spec_from_file_location("hash_order", {str(ROOT / "cpu_tests" / "faults" / "injectors" / "test_hash_order.py")!r})
 hash_order = importlib.util.module_from_spec(_spec)

@@ -6,8 +6,8 @@ import time
 from typing import Any
 
 from faults.lmcache.server import INSTALL_HINT, lmcache_available
+from reference import Geometry
 from reference.interfaces import TierReply
-from reference.types import Geometry
 
 HAVE_LMCACHE = lmcache_available()
 SKIP_REASON = f"cpu_tests/lmcache: lmcache is not installed; {INSTALL_HINT}"

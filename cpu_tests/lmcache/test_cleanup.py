@@ -62,7 +62,7 @@ def _child(tmp_path: Path, body: str, *args: str) -> tuple[subprocess.CompletedP
 
 WRITE_INFO = """
 import json, os
-from faults.lmcache.server import LMCacheServer
+from faults.lmcache import LMCacheServer
 def write_info(s):
     with open(os.environ["KVF_INFO"], "w") as f:
         json.dump({"pid": s.pid, "segment": s.shm_segment, "tmpdir": str(s.tmpdir)}, f)

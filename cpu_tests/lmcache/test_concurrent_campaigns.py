@@ -14,7 +14,7 @@ import pytest
 
 from faults.lmcache.server import LMCacheServerWedged
 from faults.lmcache.session import LMCacheSession, RealTierFactory, server_answers
-from reference.stack.engine import EngineConfig
+from reference.stack import EngineConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 WAIT_LINE = "kvfault: another real-tier campaign (pid "

@@ -12,10 +12,9 @@ from typing import Any, Callable
 import pytest
 from lmc_util import GEOMETRY, SAFETY_NET_S, wait_reply
 
-from faults.lmcache.server import LMCacheServer
-from faults.lmcache.wire_proxy import WireFault, WireProxy
+from faults.lmcache import LMCacheServer, WireFault, WireProxy
+from reference import LoadOp, OperationId, OpKind
 from reference.interfaces import LookupQuery
-from reference.types import LoadOp, OperationId, OpKind
 
 CS, BS = GEOMETRY.chunk_size, GEOMETRY.block_size
 NO_REPLY_S = 2.0  # how long "never replies" is watched (the reply normally takes ms)
@@ -110,14 +109,11 @@ def test_killed_server_inflight_futures_never_answered(
 def run_worker_until_stop(tier: Any, ids: tuple[int, ...], start: int, end: int,
                           deadline_s: float = 1.5) -> tuple[Any, float]:  # fmt: skip
     """Drive a RestoreWorker with one load in real time; return (error, seconds)."""
-    from fakes.copy_engine import SimCopyEngine
-    from fakes.kv_pages import SimKvPages
+    from fakes import SimCopyEngine, SimKvPages
+    from reference import Trace, TransferUnprovable
     from reference.clock import RealClock
-    from reference.errors import TransferUnprovable
-    from reference.rules.deadline import RestoreDeadline
-    from reference.stack.completion_channel import QueueChannel
-    from reference.stack.worker import RestoreWorker
-    from reference.trace import Trace
+    from reference.rules import RestoreDeadline
+    from reference.stack import QueueChannel, RestoreWorker
 
     clock = RealClock()
     kv = SimKvPages(64)

@@ -21,10 +21,9 @@ from faults.campaign.tiers import open_executor
 from faults.catalog import entries, on_tier
 from faults.lmcache.server import SHM_DIR, TMP_PREFIX
 from faults.lmcache.wire_faults import EITHER, FINISH, STOP, WIRE_FAULTS
-from faults.report.summary import summary_json
+from faults.report import summary_json
 from faults.verdicts import Verdict
-from reference.trace import Ev
-from reference.types import OpKind
+from reference import Ev, OpKind
 
 REAL_SCENARIOS = on_tier("scenario", "lmcache")
 REAL_REGRESSIONS = {
@@ -165,7 +164,7 @@ def test_scenarios_pass_on_the_fixed_stack(campaign: Campaign, name: str) -> Non
 def test_regressions_legacy_fails_with_its_signature_fixed_passes(
     campaign: Campaign, name: str
 ) -> None:
-    from faults.regressions.legacy import REGRESSIONS
+    from faults.regressions import REGRESSIONS
 
     o = campaign.outcome(f"lmcache:regression:{name}@seed0")
     assert o.verdict == Verdict.FIXED, o.signature

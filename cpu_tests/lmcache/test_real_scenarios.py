@@ -13,13 +13,13 @@ from typing import Iterator
 
 import pytest
 
-from faults.campaign.execute import properties_of, run_case
+from faults import SCENARIOS
+from faults.campaign import properties_of, run_case
 from faults.catalog import on_tier
 from faults.lmcache.executor import LMCacheExecutor
 from faults.lmcache.session import LMCacheSession, PumpedTier, lmcache_context
 from faults.lmcache.wire_faults import WIRE_FAULTS
-from faults.scenarios import SCENARIOS
-from reference.trace import Ev
+from reference import Ev
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,8 @@ from typing import Any, Callable
 
 from lmc_util import GEOMETRY, SAFETY_NET_S
 
-from faults.lmcache.server import LMCacheServer
-from reference.types import OperationId, OpKind
+from faults.lmcache import LMCacheServer
+from reference import OperationId, OpKind
 
 CS, BS = GEOMETRY.chunk_size, GEOMETRY.block_size
 _ops = iter(range(1, 10**9))

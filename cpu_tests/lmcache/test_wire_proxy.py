@@ -10,10 +10,9 @@ from typing import Any, Callable
 import pytest
 from lmc_util import GEOMETRY, SAFETY_NET_S, wait_reply
 
-from faults.lmcache.server import LMCacheServer
-from faults.lmcache.wire_proxy import WireFault, WireProxy
+from faults.lmcache import LMCacheServer, WireFault, WireProxy
+from reference import OperationId, OpKind
 from reference.interfaces import LookupQuery
-from reference.types import OperationId, OpKind
 
 CS, BS = GEOMETRY.chunk_size, GEOMETRY.block_size
 

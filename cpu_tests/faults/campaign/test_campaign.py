@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from faults import SCENARIOS
 from faults import campaign as cm
 from faults.campaign import (
     CampaignError,
@@ -22,13 +23,12 @@ from faults.campaign import (
     run_campaign,
     select_targets,
 )
-from faults.injectors.plans import INJECTORS
-from faults.properties.checks import PROPERTIES, Violation
-from faults.regressions.legacy import REGRESSIONS, Regression
+from faults.injectors import INJECTORS
+from faults.properties import PROPERTIES, Violation
+from faults.regressions import REGRESSIONS, Regression
 from faults.runs import stops
-from faults.scenarios import SCENARIOS
 from faults.verdicts import Verdict
-from reference.rules import Rules
+from reference import Rules
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import pytest
 
-from faults.campaign.execute import run_case
-from faults.properties.checks import PROPERTIES
-from faults.regressions.legacy import REGRESSIONS, Regression
-from faults.scenarios import SCENARIOS
+from faults import SCENARIOS
+from faults.campaign import run_case
+from faults.properties import PROPERTIES
+from faults.regressions import REGRESSIONS, Regression
 
 
 def _trace_properties(reg: Regression) -> list[str]:

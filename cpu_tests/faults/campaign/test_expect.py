@@ -9,16 +9,16 @@ import dataclasses
 
 import pytest
 
+from faults import SCENARIOS
 from faults import campaign as cm
 from faults.campaign import Case, CaseRunner
-from faults.injectors.plans import INJECTORS
-from faults.properties.checks import PROPERTIES
-from faults.regressions.legacy import REGRESSIONS
+from faults.injectors import INJECTORS
+from faults.properties import PROPERTIES
+from faults.regressions import REGRESSIONS
 from faults.runs import Ending, Expect, finishes, refuses, stops
-from faults.scenarios import SCENARIOS
 from faults.verdicts import Verdict
-from reference.rules.identity import EngineIdentity
-from reference.stack.scheduler import Scheduler
+from reference.rules import EngineIdentity
+from reference.stack import Scheduler
 
 
 def test_every_catalog_entry_declares_its_ending():

@@ -27,13 +27,11 @@ import random
 import uuid
 from dataclasses import replace
 
-from faults.campaign.execute import check, run_case
-from faults.injectors.base import wrap_all
-from faults.injectors.engine import SlowForward
-from faults.runs import RunResult
-from reference.rules import Rules
-from reference.stack.engine import EngineConfig
-from reference.types import Geometry, Request
+from faults import RunResult
+from faults.campaign import check, run_case
+from faults.injectors import SlowForward, wrap_all
+from reference import Geometry, Request, Rules
+from reference.stack import EngineConfig
 
 _PROPS = ["no_false_stop", "liveness", "correctness"]
 
@@ -54,7 +52,7 @@ def _requests(seed: int, n: int, length: int, tag: str) -> list[Request]:
 def loads_dispatched_together(seed: int, rules: Rules, loads: int = 8) -> RunResult:
     """``loads`` prompts are stored, the engine restarts with the tier kept, and all of
     them come back in one step (plus a cold prompt that keeps the forwards going)."""
-    from fakes.sim import SimWorld
+    from fakes import SimWorld
 
     config = EngineConfig(geometry=Geometry(16, 256, 2048, 512), model_kind="dense")
     world = SimWorld()

@@ -12,10 +12,15 @@ from typing import Any
 
 import pytest
 
-from faults.campaign.execute import CaseResult, run_case
-from faults.injectors.base import Trigger
-from faults.injectors.engine import EngineCrash, SlowForward
-from faults.injectors.ids import HashOrderShuffle, SaltedId, salted_ids
+from faults.campaign import CaseResult, run_case
+from faults.injectors import (
+    EngineCrash,
+    HashOrderShuffle,
+    SaltedId,
+    SlowForward,
+    Trigger,
+    salted_ids,
+)
 from faults.injectors.plans import (
     INJECTORS,
     FaultPlan,
@@ -24,8 +29,8 @@ from faults.injectors.plans import (
     not_exercised,
     planned,
 )
-from faults.regressions.legacy import REGRESSIONS
-from reference.trace import Ev
+from faults.regressions import REGRESSIONS
+from reference import Ev
 
 
 @functools.cache
@@ -89,7 +94,7 @@ def test_injector_fires_and_fixed_stack_holds(name: str) -> None:
 
 
 def test_catalog_entries_are_complete() -> None:
-    from faults.scenarios import SCENARIOS
+    from faults import SCENARIOS
 
     for name, info in INJECTORS.items():
         assert info.name == name
@@ -305,7 +310,7 @@ def test_slow_forward_keeps_its_constructor() -> None:
 
 
 def test_engine_crash_is_not_an_engine_stop() -> None:
-    from reference.errors import EngineStopped
+    from reference import EngineStopped
 
     # Engine.run catches EngineStopped; a crash must leave the run for the scenario.
     assert not issubclass(EngineCrash, EngineStopped)

@@ -11,7 +11,8 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from faults.campaign.execute import run_case
+from faults import SCENARIOS
+from faults.campaign import run_case
 from faults.injectors.plans import (
     INJECTORS,
     FaultPlan,
@@ -20,10 +21,9 @@ from faults.injectors.plans import (
     not_exercised,
     swarm_plan,
 )
-from faults.regressions.legacy import REGRESSIONS
-from faults.scenarios import SCENARIOS
+from faults.regressions import REGRESSIONS
 from faults.strategies import WorkloadParams, fault_plans, fault_specs, workload_params
-from reference.trace import Ev
+from reference import Ev
 
 # Explicit settings: these tests are about the search itself, not the profile's budget.
 _SEARCH = settings(

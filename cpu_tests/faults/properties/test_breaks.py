@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from faults.campaign.execute import run_case
-from reference.stack.scheduler import Scheduler
+from faults.campaign import run_case
+from reference.stack import Scheduler
 
 
 def _props(result) -> set[str]:
@@ -113,7 +113,7 @@ def test_resources_hold_on_the_healthy_stack():
 def test_a_finished_request_that_keeps_its_blocks_is_caught(monkeypatch):
     """The scheduler forgets to free a finished request's HBM blocks: with a pool this
     large nothing else notices."""
-    from reference.stack.hbm import BlockPool
+    from reference.stack import BlockPool
 
     monkeypatch.setattr(BlockPool, "free", lambda self, blocks: None)
     res = run_case("two_images", 0, properties=["correctness", "liveness", "resources"])
@@ -125,8 +125,8 @@ def test_a_late_completion_meets_a_reused_operation_id(monkeypatch):
     """Operation ids that start again with every engine build: a completion from
     before a crash arrives after it and is applied to the new scheduler's load of the
     same request, whose pages were never copied (the fixed stack continues the ids)."""
-    from faults.injectors.plans import FaultPlan, FaultSpec
-    from reference.stack.engine import Engine
+    from faults.injectors import FaultPlan, FaultSpec
+    from reference.stack import Engine
 
     plan = FaultPlan((FaultSpec.of("late_completion", nth=[1]),), 0)
     healthy = run_case("late_completion_after_restart", 0, injectors=plan.injectors)

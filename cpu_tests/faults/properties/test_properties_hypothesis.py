@@ -24,15 +24,13 @@ from dataclasses import replace
 from hypothesis import given, note
 from hypothesis import strategies as st
 
-from fakes.model import DeterministicModel
-from fakes.sim import SimWorld
-from faults.properties.checks import correctness, hybrid, keys
-from faults.runs import RunResult
+from fakes import DeterministicModel, SimWorld
+from faults import RunResult
+from faults.properties import correctness, hybrid, keys
+from reference import Ev, Geometry, Request
 from reference.interfaces import LookupQuery
-from reference.rules.keys import chunk_keys, media_cache_seed, tier_token_ids
-from reference.stack.engine import EngineConfig
-from reference.trace import Ev
-from reference.types import Geometry, Request
+from reference.rules import chunk_keys, media_cache_seed, tier_token_ids
+from reference.stack import EngineConfig
 
 TEXT = -1
 

@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from faults.campaign import Case, regression_target, swarm_target
-from faults.campaign.execute import run_case
-from faults.regressions.legacy import REGRESSIONS
+from faults.campaign import Case, regression_target, run_case, swarm_target
+from faults.regressions import REGRESSIONS
 from faults.report.artifacts import ArtifactError, read_artifact, write_artifact
 from faults.report.summary import (
     SUMMARY_SCHEMA,
@@ -284,7 +283,7 @@ def test_artifact_is_on_disk_before_the_case_runs(tmp_path: Path):
         sys.path.insert(0, {str(ROOT)!r})
         from pathlib import Path
         from faults.campaign import Case, regression_target
-        from faults.report.artifacts import write_artifact
+        from faults.report import write_artifact
 
         def case():
             os._exit(86)  # a crash: nothing after this line runs

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from faults.campaign.execute import CaseResult, run_case
-from faults.regressions.legacy import REGRESSIONS
+from faults.campaign import CaseResult, run_case
+from faults.regressions import REGRESSIONS
 from faults.report.timeline import load_rows, panel_of, short_op, write_timeline
 from faults.report.timeline.notes import _diagnosis
 

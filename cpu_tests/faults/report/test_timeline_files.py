@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from faults import cli
-from faults.campaign.execute import run_case
+from faults.campaign import run_case
 from faults.report.timeline import picture_format, write_timeline
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from faults.campaign.execute import CaseResult, run_case
-from faults.regressions.legacy import REGRESSIONS
+from faults.campaign import CaseResult, run_case
+from faults.regressions import REGRESSIONS
 from faults.report.timeline import (
     clock_style,
     collapse_rows,

@@ -12,13 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from faults import SCENARIOS, RunContext
 from faults.argtypes import MAX_SCALE, check_scale
-from faults.campaign import Target, scenario_target, select_targets
-from faults.campaign.execute import run_case, run_scenario
-from faults.injectors.plans import INJECTORS, FaultPlan, FaultSpec
-from faults.runs import RunContext
-from faults.scenarios import SCENARIOS
-from reference.trace import Ev
+from faults.campaign import Target, run_case, run_scenario, scenario_target, select_targets
+from faults.injectors import INJECTORS, FaultPlan, FaultSpec
+from reference import Ev
 
 pytest_plugins = ["pytester"]
 
@@ -144,7 +142,7 @@ def test_the_plugin_scales_the_plan_and_kv_scenario(pytester):
     pytester.makepyfile(
         test_user=textwrap.dedent(
             """
-            from reference.trace import Ev
+            from reference import Ev
 
             def test_scaled(fault_plan, kv_scenario):
                 assert fault_plan.scale == 2

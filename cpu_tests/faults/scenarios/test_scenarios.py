@@ -13,10 +13,9 @@ import os
 
 import pytest
 
-from faults.campaign.execute import CaseResult, run_case
-from faults.runs import RunContext
-from faults.scenarios import SCENARIOS
-from reference.trace import Ev
+from faults import SCENARIOS, RunContext
+from faults.campaign import CaseResult, run_case
+from reference import Ev
 
 SEED_SCENARIOS = (
     "two_servers",

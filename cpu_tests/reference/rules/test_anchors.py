@@ -8,9 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reference.rules.anchors import AnchorPolicy, grid_step
-from reference.trace import Ev
-from reference.types import Geometry, Request
+from reference import Ev, Geometry, Request
+from reference.rules import AnchorPolicy, grid_step
 
 GEO = Geometry(16, 256, 2048, 1024)
 ALIGNED = Geometry(128, 256, 2048, 256)  # the seed's chunk-aligned hybrid

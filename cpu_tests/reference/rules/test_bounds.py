@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from fakes.workloads import Workloads
-from reference.rules.bounds import LoadBounds
-from reference.types import OperationId
+from fakes import Workloads
+from reference import OperationId
+from reference.rules import LoadBounds
 
 BOUND = 40.0
 

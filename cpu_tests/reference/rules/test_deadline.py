@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from reference.rules.deadline import LoadClock, RestoreDeadline
+from reference.rules import LoadClock, RestoreDeadline
 
 d = RestoreDeadline()
 

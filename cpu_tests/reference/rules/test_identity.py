@@ -14,12 +14,11 @@ import threading
 import pytest
 import zmq
 
-from fakes.clock import VirtualClock
-from fakes.memory_tier import MemoryTier
-from reference.errors import EngineIdentityConflict
+from fakes import MemoryTier, VirtualClock
+from reference import EngineIdentityConflict, Geometry, OperationId, OpKind
 from reference.interfaces import LookupQuery, LookupResult
+from reference.rules import chunk_keys
 from reference.rules.identity import DEFAULT_PREFIX, EngineIdentity, lookup_socket_path
-from reference.rules.keys import chunk_keys
 from reference.stack.lookup_channel import (
     LookupServer,
     ZmqLookupClient,
@@ -27,7 +26,6 @@ from reference.stack.lookup_channel import (
     private_rpc_dir,
     remove_rpc_dir,
 )
-from reference.types import Geometry, OperationId, OpKind
 
 GEO = Geometry(16, 32, 64, 64)
 

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from reference.rules import side_chain_seed
-from reference.rules.keys import (
+from reference.rules import (
     block_hash_chain,
     chunk_keys,
     media_cache_seed,
+    side_chain_seed,
     state_image_key,
     tier_token_ids,
 )
@@ -190,9 +190,9 @@ def test_media_cache_seed():
 
 
 _HASHSEED_PROBE = """
-from reference.rules.keys import block_hash_chain, chunk_keys, tier_token_ids
+from reference.rules import block_hash_chain, chunk_keys, tier_token_ids
 from reference.rules import side_chain_seed
-from reference.types import Request
+from reference import Request
 r = Request("chatcmpl-x", tuple(range(3, 515)), cache_seed=12345678901234)
 print(block_hash_chain(r.prompt_token_ids, 16, r.cache_seed)[-1],
       block_hash_chain(r.prompt_token_ids, 16, side_chain_seed(r))[-1],

@@ -8,13 +8,9 @@ from dataclasses import replace
 
 import pytest
 
-from fakes.model import DeterministicModel
-from fakes.sim import SimWorld
-from fakes.workloads import Workloads
-from reference.errors import TransferUnprovable
-from reference.stack.engine import EngineConfig
-from reference.trace import Ev
-from reference.types import Geometry, Request
+from fakes import DeterministicModel, SimWorld, Workloads
+from reference import Ev, Geometry, Request, TransferUnprovable
+from reference.stack import EngineConfig
 
 GEO = Geometry(16, 256, 2048, 1024)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from reference.stack.hbm import BlockPool, OutOfBlocks
+from reference.stack import BlockPool, OutOfBlocks
 
 
 def test_blocks_never_handed_out_go_first_in_order_then_the_least_recently_freed():

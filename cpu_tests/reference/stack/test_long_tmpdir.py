@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from reference.rules.identity import EngineIdentity, lookup_socket_path
+from reference.rules import EngineIdentity, lookup_socket_path
 from reference.stack.lookup_channel import (
     IPC_PATH_MAX,
     _rpc_base,

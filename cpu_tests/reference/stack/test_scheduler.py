@@ -9,14 +9,20 @@ from dataclasses import replace
 
 import pytest
 
-from fakes.sim import SimWorld
-from fakes.workloads import Workloads
-from reference.errors import LoadNotTerminal
-from reference.rules import Rules
-from reference.rules.keys import media_cache_seed, tier_token_ids
-from reference.stack.engine import EngineConfig
-from reference.trace import Ev
-from reference.types import Completion, Geometry, OperationId, OpKind, Outcome, Request
+from fakes import SimWorld, Workloads
+from reference import (
+    Completion,
+    Ev,
+    Geometry,
+    LoadNotTerminal,
+    OperationId,
+    OpKind,
+    Outcome,
+    Request,
+    Rules,
+)
+from reference.rules import media_cache_seed, tier_token_ids
+from reference.stack import EngineConfig
 
 GEO = Geometry(16, 256, 2048, 1024)
 ALIGNED = Geometry(128, 256, 2048, 256)

@@ -10,17 +10,23 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fakes.clock import VirtualClock
-from fakes.copy_engine import SimCopyEngine
-from fakes.kv_pages import SimKvPages
-from fakes.memory_tier import MemoryTier
-from reference.errors import RestoreFenceError, TransferUnprovable
+from fakes import MemoryTier, SimCopyEngine, SimKvPages, VirtualClock
+from reference import (
+    Completion,
+    Ev,
+    Geometry,
+    LoadOp,
+    OperationId,
+    OpKind,
+    Outcome,
+    RestoreFenceError,
+    SaveOp,
+    Trace,
+    TransferUnprovable,
+)
 from reference.interfaces import LookupResult, TierReply
-from reference.rules.deadline import RestoreDeadline
-from reference.stack.completion_channel import QueueChannel
-from reference.stack.worker import RestoreWorker
-from reference.trace import Ev, Trace
-from reference.types import Completion, Geometry, LoadOp, OperationId, OpKind, Outcome, SaveOp
+from reference.rules import RestoreDeadline
+from reference.stack import QueueChannel, RestoreWorker
 
 BS = 16
 
