@@ -108,9 +108,6 @@ class Injector:
         return self.name
 
 
-# -- timer ---------------------------------------------------------------------------
-
-
 def wrap_all(injectors: Sequence[Injector]):
     """A ``wrap`` for ``SimWorld.engine`` applying every injector in order."""
 

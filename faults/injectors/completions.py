@@ -3,45 +3,41 @@ lost, delivered twice, or delivered late (after an engine restart)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import Callable, Sequence
 
-from reference.interfaces import (
-    CompletionChannel,
-)
+from faults.injectors.base import Injector, Trigger
+from reference.interfaces import CompletionChannel
 from reference.types import Completion, OpKind, Outcome
 
-if TYPE_CHECKING:  # scenarios import this module; the hooks only need the type
-    pass
-from faults.injectors.base import Injector, Trigger
 
-
-class LostCompletion(Injector):
-    """The worker-to-scheduler completion of chosen loads never arrives: the ``nth``
-    finished load reports (1-based, counted over the run) are dropped, and each other
-    one with probability ``p``."""
-
-    name = "lost_completion"
+class _ChannelFault(Injector):
+    """Shared plumbing of the channel faults: the trigger counts the completions the
+    fault may hit (``counts``: finished loads unless a subclass says otherwise) and
+    ``hit`` says whether this one is chosen; ``_channel`` wraps a channel's ``put``."""
 
     def __init__(self, nth: Sequence[int] = (), *, p: float = 0.0, seed: int = 0):
         super().__init__(seed)
         self.trigger = Trigger(tuple(nth), p)
-        self.nth = set(nth)
         self._seen = 0
 
-    def wrap_channel(self, channel: CompletionChannel) -> CompletionChannel:
-        injector = self
+    def counts(self, c: Completion) -> bool:
+        return c.op.kind is OpKind.LOAD and c.outcome is Outcome.FINISHED
+
+    def hit(self, c: Completion) -> bool:
+        if not self.counts(c):
+            return False
+        self._seen += 1
+        return self.trigger.hits(self._seen, self.rng)
+
+    @staticmethod
+    def _channel(
+        channel: CompletionChannel, put: Callable[[Sequence[Completion]], list[Completion]]
+    ) -> CompletionChannel:
+        """``channel`` whose puts go through ``put`` first; takes are the channel's."""
 
         class _Channel:
             def put(self, completions: Sequence[Completion]) -> None:
-                kept = []
-                for c in completions:
-                    if c.op.kind is OpKind.LOAD and c.outcome is Outcome.FINISHED:
-                        injector._seen += 1
-                        if injector.trigger.hits(injector._seen, injector.rng):
-                            injector.fire(op=c.op, direction="worker->scheduler")
-                            continue
-                    kept.append(c)
-                channel.put(kept)
+                channel.put(put(completions))
 
             def take(self) -> list[Completion]:
                 return channel.take()
@@ -52,7 +48,27 @@ class LostCompletion(Injector):
         return f"{self.name}({self.trigger.describe()})"
 
 
-class LostSaveCompletion(Injector):
+class LostCompletion(_ChannelFault):
+    """The worker-to-scheduler completion of chosen loads never arrives: the ``nth``
+    finished load reports (1-based, counted over the run) are dropped, and each other
+    one with probability ``p``."""
+
+    name = "lost_completion"
+
+    def wrap_channel(self, channel: CompletionChannel) -> CompletionChannel:
+        def put(completions: Sequence[Completion]) -> list[Completion]:
+            kept = []
+            for c in completions:
+                if self.hit(c):
+                    self.fire(op=c.op, direction="worker->scheduler")
+                else:
+                    kept.append(c)
+            return kept
+
+        return self._channel(channel, put)
+
+
+class LostSaveCompletion(LostCompletion):
     """The worker-to-scheduler completion of chosen saves never arrives: the ``nth``
     save reports (1-based, over the run, finished or failed) are dropped, and each
     other one with probability ``p``. A store is best effort: the stack must neither
@@ -60,71 +76,30 @@ class LostSaveCompletion(Injector):
 
     name = "lost_save_completion"
 
-    def __init__(self, nth: Sequence[int] = (), *, p: float = 0.0, seed: int = 0):
-        super().__init__(seed)
-        self.trigger = Trigger(tuple(nth), p)
-        self._seen = 0
-
-    def wrap_channel(self, channel: CompletionChannel) -> CompletionChannel:
-        injector = self
-
-        class _Channel:
-            def put(self, completions: Sequence[Completion]) -> None:
-                kept = []
-                for c in completions:
-                    if c.op.kind is OpKind.SAVE:
-                        injector._seen += 1
-                        if injector.trigger.hits(injector._seen, injector.rng):
-                            injector.fire(op=c.op, direction="worker->scheduler")
-                            continue
-                    kept.append(c)
-                channel.put(kept)
-
-            def take(self) -> list[Completion]:
-                return channel.take()
-
-        return _Channel()
-
-    def describe(self) -> str:
-        return f"{self.name}({self.trigger.describe()})"
+    def counts(self, c: Completion) -> bool:
+        return c.op.kind is OpKind.SAVE
 
 
-class DuplicateCompletion(Injector):
+class DuplicateCompletion(_ChannelFault):
     """Chosen finished load completions reach the scheduler twice (a retried send):
     the ``nth`` finished load reports (1-based, over the run), and each other one with
     probability ``p``. The scheduler must apply the first and treat the copy as stale."""
 
     name = "duplicate_completion"
 
-    def __init__(self, nth: Sequence[int] = (), *, p: float = 0.0, seed: int = 0):
-        super().__init__(seed)
-        self.trigger = Trigger(tuple(nth), p)
-        self._seen = 0
-
     def wrap_channel(self, channel: CompletionChannel) -> CompletionChannel:
-        injector = self
+        def put(completions: Sequence[Completion]) -> list[Completion]:
+            copies = []
+            for c in completions:
+                if self.hit(c):
+                    self.fire(op=c.op, copies=2)
+                    copies.append(c)
+            return [*completions, *copies]  # the copy comes after the whole batch
 
-        class _Channel:
-            def put(self, completions: Sequence[Completion]) -> None:
-                out = list(completions)
-                for c in completions:
-                    if c.op.kind is OpKind.LOAD and c.outcome is Outcome.FINISHED:
-                        injector._seen += 1
-                        if injector.trigger.hits(injector._seen, injector.rng):
-                            injector.fire(op=c.op, copies=2)
-                            out.append(c)
-                channel.put(out)
-
-            def take(self) -> list[Completion]:
-                return channel.take()
-
-        return _Channel()
-
-    def describe(self) -> str:
-        return f"{self.name}({self.trigger.describe()})"
+        return self._channel(channel, put)
 
 
-class LateCompletion(Injector):
+class LateCompletion(_ChannelFault):
     """Chosen finished load completions are held back and reach the scheduler only
     after the engine restarted: with the first completions the worker of the next
     engine build reports, when that scheduler may already have dispatched its own
@@ -135,40 +110,25 @@ class LateCompletion(Injector):
     name = "late_completion"
 
     def __init__(self, nth: Sequence[int] = (), *, p: float = 0.0, seed: int = 0):
-        super().__init__(seed)
-        self.trigger = Trigger(tuple(nth), p)
-        self._seen = 0
+        super().__init__(nth, p=p, seed=seed)
         self._held: list[Completion] = []
 
     def wrap_channel(self, channel: CompletionChannel) -> CompletionChannel:
-        injector = self
         # Called once per engine build: what was held under an earlier build is late now.
-        late, injector._held = injector._held, []
+        late, self._held = self._held, []
 
-        class _Channel:
-            def put(self, completions: Sequence[Completion]) -> None:
-                out = []
-                for c in completions:
-                    if c.op.kind is OpKind.LOAD and c.outcome is Outcome.FINISHED:
-                        injector._seen += 1
-                        if injector.trigger.hits(injector._seen, injector.rng):
-                            injector._held.append(c)
-                            continue
+        def put(completions: Sequence[Completion]) -> list[Completion]:
+            out = []
+            for c in completions:
+                if self.hit(c):
+                    self._held.append(c)
+                else:
                     out.append(c)
-                if late:
-                    for c in late:
-                        injector.fire(op=c.op, delivered="after restart")
-                    out = [*late, *out]
-                    late.clear()
-                channel.put(out)
+            if late:
+                for c in late:
+                    self.fire(op=c.op, delivered="after restart")
+                out = [*late, *out]
+                late.clear()
+            return out
 
-            def take(self) -> list[Completion]:
-                return channel.take()
-
-        return _Channel()
-
-    def describe(self) -> str:
-        return f"{self.name}({self.trigger.describe()})"
-
-
-# -- tier (tier <-> worker) ------------------------------------------------------------
+        return self._channel(channel, put)

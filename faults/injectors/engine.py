@@ -3,15 +3,12 @@ under load) and engine crashes with a restart that keeps the tier."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
+from faults.injectors.base import Injector, Trigger
 from reference.interfaces import (
     ForwardTimer,
 )
-
-if TYPE_CHECKING:  # scenarios import this module; the hooks only need the type
-    pass
-from faults.injectors.base import Injector, Trigger
 
 
 class SlowForward(Injector):
@@ -99,9 +96,6 @@ class EngineRestart(Injector):
 
     def describe(self) -> str:
         return f"{self.name}({self.trigger.describe()}, limit={self.limit})"
-
-
-# -- channel (worker -> scheduler) -----------------------------------------------------
 
 
 def arm_crashes(injectors: Sequence[Injector]) -> None:

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
+from faults.injectors.base import Injector, Trigger
 from reference.errors import RestoreFenceError
 from reference.interfaces import (
     CopyEngine,
 )
 from reference.types import OperationId
-
-if TYPE_CHECKING:  # scenarios import this module; the hooks only need the type
-    pass
-from faults.injectors.base import Injector, Trigger
 
 
 class FenceFailure(Injector):
@@ -74,6 +71,3 @@ class FenceFailure(Injector):
     def describe(self) -> str:
         kind = "persistent" if self.persistent else "transient"
         return f"{self.name}({self.trigger.describe()}, {kind})"
-
-
-# -- configuration and request ids -----------------------------------------------------

@@ -4,8 +4,9 @@ right after a lookup, stores that become visible late."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
+from faults.injectors.base import Injector, Trigger
 from reference.interfaces import (
     LookupQuery,
     LookupResult,
@@ -13,10 +14,6 @@ from reference.interfaces import (
     TierReply,
 )
 from reference.types import OperationId
-
-if TYPE_CHECKING:  # scenarios import this module; the hooks only need the type
-    pass
-from faults.injectors.base import Injector, Trigger
 
 
 class _TierProxy:
@@ -222,6 +219,3 @@ class LateVisibility(Injector):
 
     def describe(self) -> str:
         return f"{self.name}({self.trigger.describe()}, delay_s={self.delay_s:g})"
-
-
-# -- copy (restore fence) --------------------------------------------------------------
