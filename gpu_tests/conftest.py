@@ -1,9 +1,13 @@
 """GPU tier fixtures.
 
-Without a CUDA or HIP device, no test module here is imported: each is collected as one
-skip raised from this file, so ``-rs`` prints ONE line saying why, and a run of
-gpu_tests alone still exits 0. With a device, every test is marked ``gpu`` and every
-test waits for its device work at teardown, so nothing stays queued.
+On a machine with no GPU at all, no test module here is imported: each is collected as
+one skip raised from this file, so ``-rs`` prints ONE line saying why, and a run of
+gpu_tests alone still exits 0. On a machine WITH a GPU (device files or the vendor's
+tool say so) where torch is missing or sees no device, the run stops at once with one
+line saying what to do: a present device never skips silently. With a device, every
+test is marked ``gpu``, every test waits for its device work at teardown, so nothing
+stays queued, and the summary says how many tests ran, on which device, with which
+torch and backend.
 """
 
 from __future__ import annotations
@@ -35,6 +39,18 @@ class _SkippedModule(pytest.Module):
         pytest.skip(_MISSING)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    if _MISSING:
+        from gpu_tests.torch_env import gpu_present
+
+        gpu = gpu_present()
+        if gpu is not None:
+            raise pytest.UsageError(
+                f"{_MISSING}, but this machine has a GPU ({gpu}); run `tox -e gpu` "
+                "(docs/gpu_tier.md) or install a CUDA or ROCm build of torch here"
+            )
+
+
 def pytest_pycollect_makemodule(module_path, parent):
     if _MISSING:
         return _SkippedModule.from_parent(parent, path=module_path)
@@ -55,6 +71,27 @@ def pytest_report_header(config: pytest.Config) -> str:
 
     backend = f"hip {torch.version.hip}" if torch.version.hip else f"cuda {torch.version.cuda}"
     return f"gpu_tests: {torch.cuda.get_device_name(0)}, torch {torch.__version__} ({backend})"
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    if _MISSING:
+        return
+    import torch
+
+    stats = terminalreporter.stats
+    counts = {
+        k: len([r for r in stats.get(k, []) if getattr(r, "when", "call") == "call"])
+        for k in ("passed", "failed")
+    }
+    errors = len(stats.get("error", []))
+    skipped = len(stats.get("skipped", []))
+    ran = counts["passed"] + counts["failed"]
+    backend = f"hip {torch.version.hip}" if torch.version.hip else f"cuda {torch.version.cuda}"
+    terminalreporter.write_line(
+        f"gpu_tests: {ran} ran on {torch.cuda.get_device_name(0)} with torch "
+        f"{torch.__version__} ({backend}): {counts['passed']} passed, {counts['failed']} "
+        f"failed, {errors} errors, {skipped} skipped"
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

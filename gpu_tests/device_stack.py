@@ -140,12 +140,13 @@ class DeviceRig:
         block_size: int = 16,
         chunk_size: int = 256,
         method: str = "auto",
+        runtime: str = "auto",
     ) -> DeviceRig:
         clock = RealClock()
         geometry = Geometry(block_size=block_size, chunk_size=chunk_size)
         pool = PinnedHostPool(pool_slots, (page_elems,), torch.bfloat16)
         kv = DeviceKvPages(num_blocks, (page_elems,), torch.bfloat16, device)
-        engine = TorchCopyEngine(kv, pool, method=method)
+        engine = TorchCopyEngine(kv, pool, method=method, runtime=runtime)
         tier = MemoryTier(clock, geometry, latency_s=1e-3, bandwidth_bytes_s=1e15)
         trace = Trace(clock.now)
         worker = RestoreWorker(clock, tier, engine, kv, QueueChannel(), trace, deadline)

@@ -24,7 +24,24 @@ BLOCKS = [
 ]
 
 
-WAYS = ["dma", "mapped:triton", "mapped:index", "staged"]
+# "rocm:..." is the path a ROCm build of torch takes, forced on CUDA as well
+# (runtime="torch": no batched DMA, torch's own stream ordering; method "auto" must then
+# pick the mapped gather), so every GPU run checks it.
+WAYS = ["dma", "mapped:triton", "mapped:index", "staged", "rocm:triton", "rocm:index"]
+
+
+def _engine_args(way: str) -> dict:
+    """``TorchCopyEngine`` keyword arguments for a way: ``method[:gather]``."""
+    method, _, gather = way.partition(":")
+    if method == "rocm":
+        return {"method": "auto", "gather": gather or "auto", "runtime": "torch"}
+    return {"method": method, "gather": gather or "auto"}
+
+
+def _method_of(way: str) -> str:
+    """The method a way must end up taking."""
+    method = way.partition(":")[0]
+    return "mapped" if method == "rocm" else method
 
 
 def _setup(device, block_bytes, dtype_name, n, way="auto", seed=None):
@@ -32,11 +49,15 @@ def _setup(device, block_bytes, dtype_name, n, way="auto", seed=None):
     elems = block_bytes // torch.empty((), dtype=dtype).element_size()
     pool = PinnedHostPool(3 * n + 1, (elems,), dtype)
     kv = DeviceKvPages(2 * n + 5, (elems,), dtype, device)
-    method, _, gather = way.partition(":")
+    gather = way.partition(":")[2]
     try:
-        engine = TorchCopyEngine(kv, pool, method=method, gather=gather or "auto")
+        engine = TorchCopyEngine(kv, pool, **_engine_args(way))
     except RuntimeError as exc:  # e.g. no batched DMA on HIP, no Triton installed
         pytest.skip(f"{way} not available here: {exc}")
+    if way.startswith("rocm") and engine.method != "mapped":
+        pytest.fail(
+            f"{way}: without the CUDA runtime 'auto' took {engine.method!r}, not the mapped gather"
+        )
     if gather and engine.gather != gather:
         pytest.skip(f"gather {gather!r} not available here (got {engine.gather!r})")
     seed = ds.fresh_seed() if seed is None else seed
@@ -61,7 +82,7 @@ def _wait(engine, ticket) -> None:
 def test_scattered_restore_is_byte_exact(device, block_bytes, dtype_name, way, source):
     n = 24 if block_bytes >= 2048 * KIB else 97
     pool, kv, engine, slots, blocks, data, seed = _setup(device, block_bytes, dtype_name, n, way)
-    assert engine.method == way.partition(":")[0]
+    assert engine.method == _method_of(way)
     if source == "batch":
         pages = pool.take(slots)
     elif source == "pages":
@@ -139,7 +160,7 @@ def test_empty_restore_completes(way, device):
     "fault",
     ["length", "range", "negative", "duplicate", "evicted", "evicted_list", "other_pool", "size"],
 )
-@pytest.mark.parametrize("way", ["auto", "dma"])
+@pytest.mark.parametrize("way", ["auto", "dma", "rocm"])
 def test_fence_raises_and_queues_nothing(device, way, fault):
     pool, kv, engine, slots, blocks, data, seed = _setup(device, 32 * KIB, "bfloat16", 12, way)
     pages = pool.take(slots)
@@ -176,8 +197,20 @@ def test_gather_uses_the_direct_launcher_where_triton_is_installed(device):
     assert engine._tg is not None and engine._move == engine._move_triton
 
 
+def test_rocm_path_calls_nothing_but_torch(device):
+    """runtime="torch" (what a ROCm build does): no batched DMA even for large pages,
+    stream ordering through torch's event, and asking for DMA is refused at construction."""
+    pool, kv, engine, *_ = _setup(device, 2048 * KIB, "bfloat16", 4, "rocm")
+    assert engine.method == "mapped" and engine._dma is None
+    assert engine._after_current.lib is None  # torch.cuda.Event, not the raw runtime
+    with pytest.raises(RuntimeError, match="runtime 'torch'"):
+        TorchCopyEngine(kv, pool, method="dma", runtime="torch")
+    with pytest.raises(ValueError, match="runtime is"):
+        TorchCopyEngine(kv, pool, runtime="rocm")
+
+
 @pytest.mark.parametrize("chunk", [0, 3])
-@pytest.mark.parametrize("way", ["dma", "mapped:triton"])
+@pytest.mark.parametrize("way", ["dma", "mapped:triton", "rocm:triton"])
 def test_runs_of_consecutive_pages_restore_byte_exact(device, way, chunk):
     """A tier keeps a chunk's pages adjacent: runs where slots and blocks are both
     consecutive go as one larger DMA copy each (and in several batch calls with

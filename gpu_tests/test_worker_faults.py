@@ -28,8 +28,12 @@ def rig_factory(device):
     rigs = []
 
     def build(deadline, method="auto"):
+        # "rocm": the path a ROCm build takes (no CUDA runtime calls), forced on CUDA too
+        runtime = "torch" if method == "rocm" else "auto"
         try:
-            rig = ds.DeviceRig.build(device, deadline, method=method)
+            rig = ds.DeviceRig.build(
+                device, deadline, method="auto" if method == "rocm" else method, runtime=runtime
+            )
         except RuntimeError as exc:  # e.g. no batched DMA on HIP
             pytest.skip(f"restore method {method!r} not available here: {exc}")
         rigs.append(rig)
@@ -54,10 +58,11 @@ def _load(rig, req_id: str, seed: int):
     return rig.load_op(req_id, prompt, len(pages) * rig.geometry.block_size, blocks), pages, sources
 
 
+@pytest.mark.parametrize("method", ["auto", "rocm"])
 @pytest.mark.parametrize("variant", ["legacy", "fixed"])
-def test_slow_first_forward_stops_legacy_and_not_fixed(device_work, rig_factory, variant):
+def test_slow_first_forward_stops_legacy_and_not_fixed(device_work, rig_factory, variant, method):
     deadline_cls = SubmissionDeadline if variant == "legacy" else RestoreDeadline
-    rig = rig_factory(deadline_cls(DEADLINE_S))
+    rig = rig_factory(deadline_cls(DEADLINE_S), method)
     seed = ds.fresh_seed()
     load, pages, sources = _load(rig, "req-slow-forward", seed)
     ds.poison(rig.kv)
@@ -126,7 +131,7 @@ def test_fence_raises_once_then_restore_completes(rig_factory):
     ds.check_restored(rig.kv, sources, list(load.blocks), seed)
 
 
-@pytest.mark.parametrize("method", ["auto", "dma"])
+@pytest.mark.parametrize("method", ["auto", "dma", "rocm"])
 def test_copy_not_complete_in_time_stops_engine(device_work, rig_factory, method):
     deadline = DEADLINE_S / 2
     rig = rig_factory(RestoreDeadline(deadline), method)

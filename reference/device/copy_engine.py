@@ -50,6 +50,9 @@ from reference.errors import RestoreFenceError
 from reference.types import OperationId
 
 Method = Literal["auto", "dma", "mapped", "staged"]
+# "auto": the CUDA runtime torch loaded, where there is one (batched DMA, raw stream
+# ordering); "torch": only what torch offers on every backend, the path a ROCm build takes.
+Runtime = Literal["auto", "torch"]
 Gather = Literal["auto", "triton", "index"]
 
 # From this page size up, "auto" restores by batched DMA where the runtime has it: on an
@@ -139,7 +142,9 @@ class TorchCopyEngine:
     docstring): ``"auto"`` takes ``dma`` for pages of ``dma_min_block_bytes`` and up
     where the runtime has batched copies, else ``mapped``, else ``staged``. Naming a
     method the device cannot do raises ``RuntimeError`` here, never at a restore.
-    Construction probes the chosen path once (and compiles its kernel), synchronously.
+    ``runtime="torch"`` uses nothing but torch (no CUDA runtime call through ctypes, so
+    no batched DMA): what a ROCm build does anyway, and how a CUDA machine checks that
+    path. Construction probes the chosen path once (and compiles its kernel), synchronously.
 
     The host side of ``enqueue`` is a handful of numpy operations on a reused pinned
     index buffer (no torch operator, no Python loop per block for a ``HostPageBatch``):
@@ -158,7 +163,10 @@ class TorchCopyEngine:
         widest_word: torch.dtype = torch.int64,
         stream: Any | None = None,
         dma_chunk: int = 8,
+        runtime: Runtime = "auto",
     ):
+        if runtime not in ("auto", "torch"):
+            raise ValueError(f"runtime is 'auto' or 'torch', got {runtime!r}")
         self.kv = kv
         self.pool = pool
         self.device = kv.device
@@ -175,14 +183,15 @@ class TorchCopyEngine:
         self._bufs: list[_IndexBuffer] = []
         self._owner = np.empty(kv.num_blocks, dtype=np.int64)  # repeats, many blocks
         self._arange = np.arange(0, dtype=np.int64)
-        self._after_current = _StreamOrder(self.device, self.stream)
+        self.runtime = runtime
+        self._after_current = _StreamOrder(self.device, self.stream, runtime)
         self._stream_handle = self.stream.cuda_stream
         self._move = self._no_move
         if pool is not None and pool.row_bytes != kv.row_bytes:
             raise ValueError(f"pool pages are {pool.row_bytes} bytes, device pages {kv.row_bytes}")
         want_dma = method == "dma" or (method == "auto" and kv.row_bytes >= dma_min_block_bytes)
         if pool is not None and want_dma:
-            self._dma = _BatchDma.load()
+            self._dma = _BatchDma.load() if runtime == "auto" else None
             if self._dma is not None and self._probe(self._move_dma):
                 self._move = self._move_dma
             else:
@@ -197,7 +206,8 @@ class TorchCopyEngine:
         if method not in ("auto", self.method):
             raise RuntimeError(
                 f"restore method {method!r} is not available on this device "
-                f"({device_backend()}, torch {torch.__version__}); use method='auto'"
+                f"({device_backend()}, torch {torch.__version__}, runtime {runtime!r}); "
+                "use method='auto'"
             )
         self.in_flight = 0  # tickets enqueued and not yet observed complete
 

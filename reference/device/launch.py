@@ -2,7 +2,8 @@
 
 - stream ordering (``_StreamOrder``): the side stream waits for the current stream's
   work by one event record and one stream wait through the CUDA runtime torch loaded,
-  or through torch's stream objects where that runtime is not at hand (HIP);
+  or through torch's stream objects where that runtime is not at hand (HIP) or not
+  wanted (``runtime="torch"``);
 - batched DMA (``_BatchDma``): ``cudaMemcpyBatchAsync`` (CUDA runtime 12.8 and up),
   called through ctypes on the runtime torch loaded (``_loaded_cudart``);
 - the gather kernel: a Triton kernel where Triton is installed (CUDA and ROCm), compiled
@@ -35,12 +36,13 @@ class _StreamOrder:
     handle, a reused event: a few microseconds less than torch's stream objects on
     every restore), or through torch where that runtime is not at hand (HIP)."""
 
-    def __init__(self, device: torch.device, side: Any):
+    def __init__(self, device: torch.device, side: Any, runtime: str = "auto"):
         self.index = device.index if device.index is not None else torch.cuda.current_device()
         self.side = side
         self.lib = None
         raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-        lib = _loaded_cudart() if device_backend() == "cuda" and raw is not None else None
+        native = runtime == "auto" and device_backend() == "cuda" and raw is not None
+        lib = _loaded_cudart() if native else None
         if lib is not None:
             ev = ctypes.c_void_p()
             with torch.cuda.device(self.index):
