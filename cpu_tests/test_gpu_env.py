@@ -127,6 +127,14 @@ def test_each_refusal_is_one_line_with_its_status(
     assert words in str(refused.value) and "\n" not in str(refused.value)
 
 
+def test_a_hidden_device_names_the_variable_that_hides_it(tmp_path):
+    exe = _python_with_torch(tmp_path, "env", devices=0)
+    with pytest.raises(torch_env.Refused, match="CUDA_VISIBLE_DEVICES='' here"):
+        torch_env.choose(
+            {"KVFAULT_TORCH_PYTHON": exe, "CUDA_VISIBLE_DEVICES": ""}, gpu="/dev/nvidia0"
+        )
+
+
 def test_a_named_python_without_torch_is_refused_even_without_a_gpu(tmp_path):
     exe = _python_with_torch(tmp_path, "env", devices=None)
     with pytest.raises(torch_env.Refused, match="does not import torch") as refused:

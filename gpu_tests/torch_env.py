@@ -233,7 +233,7 @@ def choose(environ: dict[str, str] | None = None, gpu: str | None = None) -> Tor
         hint = (
             "install a CUDA or ROCm build of torch there"
             if not (t.cuda or t.hip)
-            else "check CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES and the driver"
+            else "check the driver and " + _visibility(env)
         )
         why = f": {t.error}" if t.error else ""
         raise Refused(
@@ -249,6 +249,15 @@ def choose(environ: dict[str, str] | None = None, gpu: str | None = None) -> Tor
             2,
         )
     return chosen
+
+
+def _visibility(env) -> str:
+    """The device-visibility variables, with their values where they are set."""
+    names = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
+    set_here = [f"{n}={env[n]!r}" for n in names if n in env]
+    return (
+        ", ".join(set_here) + " here" if set_here else "CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES"
+    )
 
 
 def site_dir() -> Path:
