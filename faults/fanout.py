@@ -150,9 +150,12 @@ def fan_out(
                 on_result(result)
 
     controller = _Controller(spec, deadline, ids, report)
+    # The config file goes as one `--config-file=...` word: for an ssh gateway (or one
+    # with a chdir) xdist rewrites every argument naming an existing path relative to an
+    # rsync root, and refuses `-c /dev/null` ("not relative to an rsync root").
     args = [
         "-p", __name__, "--pyargs", __name__, "-q", "-p", "no:cacheprovider", "--noconftest",
-        "-c", os.devnull, *LEAN_SESSION, "--dist", "load",
+        f"--config-file={os.devnull}", *LEAN_SESSION, "--dist", "load",
     ]  # fmt: skip
     if tx:
         for t in tx:

@@ -58,6 +58,24 @@ def test_two_popen_gateways_give_what_one_process_gives(tmp_path):
     assert cases(tmp_path / "tx") == ran  # same cases, verdicts and trace digests
 
 
+def test_a_gateway_in_a_directory_of_its_own_gives_what_one_process_gives(tmp_path):
+    """xdist treats a gateway with a ``chdir`` as it treats an ssh one (arguments that
+    name paths are rewritten against the rsync roots, and ``--rsyncdir`` copies the
+    tree into that directory first): the path a campaign over other hosts takes."""
+    root = Path(__file__).resolve().parents[2]
+    far = tmp_path / "far"
+    one = kvfault("run", *SELECTION, "--report", "one", cwd=tmp_path)
+    spread = kvfault(
+        "run", *SELECTION, "--tx", f"popen//chdir={far}",
+        *[a for d in ("reference", "fakes", "faults") for a in ("--rsyncdir", str(root / d))],
+        "--report", "far", cwd=tmp_path,
+    )  # fmt: skip
+    assert spread.returncode == 0, spread.stdout + spread.stderr
+    assert (far / "faults" / "fanout.py").exists()  # the tree went there first
+    assert table(spread.stdout) == table(one.stdout)
+    assert cases(tmp_path / "far") == cases(tmp_path / "one")
+
+
 def test_no_workers_runs_in_this_process(tmp_path):
     plain = kvfault("run", "--scenario", "two_servers", "--no-progress", cwd=tmp_path)
     none = kvfault("run", "-n", "0", "--scenario", "two_servers", "--no-progress", cwd=tmp_path)
