@@ -166,8 +166,8 @@ def fan_out(
         # Hand out items one by one, in order, rather than in up-front chunks: the
         # deadline, not the split, then decides which items run.
         args += ["--maxschedchunk", "1"]
-    for d in rsyncdirs:
-        args += ["--rsyncdir", str(d)]
+    for d in rsyncdirs:  # absolute, for the same rewrite: a relative one is refused too
+        args += ["--rsyncdir", os.path.abspath(d)]
     log = io.StringIO()
     # The session's own report (dots, xdist's lines, failures) is kept for diagnostics,
     # not shown: the caller prints the results its own way.

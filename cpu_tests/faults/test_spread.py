@@ -67,7 +67,7 @@ def test_a_gateway_in_a_directory_of_its_own_gives_what_one_process_gives(tmp_pa
     one = kvfault("run", *SELECTION, "--report", "one", cwd=tmp_path)
     spread = kvfault(
         "run", *SELECTION, "--tx", f"popen//chdir={far}",
-        *[a for d in ("reference", "fakes", "faults") for a in ("--rsyncdir", str(root / d))],
+        *[a for d in ("reference", "fakes", "faults") for a in ("--rsyncdir", os.path.relpath(root / d, tmp_path))],
         "--report", "far", cwd=tmp_path,
     )  # fmt: skip
     assert spread.returncode == 0, spread.stdout + spread.stderr
