@@ -29,6 +29,7 @@
 from __future__ import annotations
 
 import math
+from array import array
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Sequence
@@ -153,7 +154,11 @@ class MemoryTier:
     def _answerable(self, tier_ids: Sequence[int], start: int, end: int) -> bool:
         if start % self.chunk_size or start < 0 or end < start:
             return False
-        return not tier_ids or (min(tier_ids) >= 0 and max(tier_ids) < _U32_LIMIT)
+        try:  # packing as 32-bit unsigned checks every id is in [0, 2**32), in C
+            array("I", tier_ids)
+        except (OverflowError, TypeError):
+            return not tier_ids or (min(tier_ids) >= 0 and max(tier_ids) < _U32_LIMIT)
+        return True
 
     def submit_retrieve(
         self,
@@ -295,7 +300,8 @@ class MemoryTier:
 
     def poll(self, ticket: object) -> TierReply | None:
         assert isinstance(ticket, _Pending)
-        self._background_evict()
+        if self.refuse_when_full:
+            self._background_evict()
         if ticket.reply is None and ticket.on_ready is not None:
             if self.clock.now() < ticket.ready_at:
                 return None

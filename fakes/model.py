@@ -77,13 +77,13 @@ class DeterministicModel:
             state = kv.read_state(req.req_id)
             if state is None or start == 0:
                 state = self.initial_state(req)
-        for b in range(first, -(-end // bs)):
-            lo, hi = b * bs, min((b + 1) * bs, end)
-            block = ids[lo:hi]
-            page = hash((parent, block))
-            kv.write(blocks[b], page)
-            parent = page
-            if state is not None and hi - lo == bs:
+        write = kv.write
+        last = -(-end // bs)
+        for b in range(first, last):
+            block = ids[b * bs : min((b + 1) * bs, end)]
+            parent = hash((parent, block))
+            write(blocks[b], parent)
+            if state is not None and len(block) == bs:
                 state = hash((state, block))
         if state is not None:
             kv.write_state(req.req_id, state)
@@ -95,7 +95,8 @@ class DeterministicModel:
         state = kv.read_state(req.req_id) if self.hybrid else 0
         # None hashes by address in Python 3.11: map a missing page to 0 so outputs
         # are the same in every process.
-        pages = tuple(0 if p is None else p for p in pages)
+        if None in pages:
+            pages = tuple(0 if p is None else p for p in pages)
         fp = hash((_OUT_TAG, pages, 0 if state is None else state))
         return tuple(hash((fp, k)) & 0xFFFF for k in range(req.max_output_tokens))
 

@@ -12,7 +12,7 @@ import hashlib
 import random
 from collections import OrderedDict
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar
 
 from reference.rules.keys import media_cache_seed
 from reference.types import Request
@@ -37,6 +37,33 @@ def _faker(seed: int) -> Faker:
 def token_id(word: str) -> int:
     digest = hashlib.blake2b(word.encode(), digest_size=4).digest()
     return VOCAB_BASE + int.from_bytes(digest, "little") % VOCAB_SIZE
+
+
+# Below this many draws numpy's start-up per call costs more than it saves.
+_NUMPY_PICKS = 4096
+
+
+def picks(rng: random.Random, population: Sequence[int], k: int) -> tuple[int, ...]:
+    """``tuple(rng.choices(population, k=k))``: the same values, and ``rng`` left in the
+    same state. Large draws go through numpy's MT19937 when numpy is installed: it is
+    the same generator as ``random.Random`` and makes its doubles the same way, so
+    ``floor(random() * n)`` gives the same indices (a test compares both paths)."""
+    if k < _NUMPY_PICKS:
+        return tuple(rng.choices(population, k=k))
+    try:
+        import numpy as np
+    except ImportError:  # numpy is optional: the plain draw is only slower
+        return tuple(rng.choices(population, k=k))
+    version, internal, gauss = rng.getstate()
+    mt = np.random.RandomState()
+    mt.set_state(("MT19937", np.array(internal[:-1], dtype=np.uint32), internal[-1]))
+    doubles = mt.random_sample(k)
+    _, key, pos, *_ = mt.get_state()
+    rng.setstate((version, (*key.tolist(), pos), gauss))
+    # random.choices: population[floor(random() * float(n))]; the doubles are >= 0, so
+    # truncation is floor.
+    index = (doubles * float(len(population))).astype(np.intp)
+    return tuple(np.asarray(population)[index].tolist())
 
 
 def tokenize(text: str) -> tuple[int, ...]:
@@ -108,7 +135,7 @@ class Workloads:
         self._vocab = [token_id(w) for w in self.fk.words(nb=2000)]
 
     def words(self, n: int) -> tuple[int, ...]:
-        return tuple(self.rng.choices(self._vocab, k=n))
+        return picks(self.rng, self._vocab, n)
 
     def request_id(self) -> str:
         return f"chatcmpl-{self.fk.uuid4()}"
@@ -176,10 +203,19 @@ class Workloads:
     @_redrawn
     def burst(self, n: int = 64, length: int = 1024, arrival_time: float = 0.0) -> Workload:
         """``n`` distinct prompts arriving together (a restart burst)."""
-        reqs = [
-            Request(self.request_id(), self.prompt(length), arrival_time=arrival_time)
-            for _ in range(n)
-        ]
+        # What ``self.prompt(length)`` per request draws, in the same order, with the
+        # fillers of every prompt drawn at once (faker and ``rng`` are separate streams).
+        heads = []
+        for _ in range(n):
+            req_id = self.request_id()
+            heads.append((req_id, tokenize(self.fk.sentence(nb_words=16))[:length]))
+        filler = self.words(sum(length - len(ids) for _, ids in heads))
+        reqs = []
+        at = 0
+        for req_id, ids in heads:
+            need = length - len(ids)
+            reqs.append(Request(req_id, ids + filler[at : at + need], arrival_time=arrival_time))
+            at += need
         return Workload("burst", self.seed, reqs)
 
 

@@ -9,8 +9,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
-from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, NamedTuple
 
 from reference.types import OperationId
 
@@ -44,14 +43,31 @@ class Ev(str, enum.Enum):
     FAULT = "fault"
 
 
-@dataclass(frozen=True)
-class TraceEvent:
+class _EventFields(NamedTuple):
     t: float
     step: int
     kind: Ev
-    op: OperationId | None = None
-    req_id: str | None = None
-    data: dict[str, Any] = field(default_factory=dict)
+    op: OperationId | None
+    req_id: str | None
+    data: dict[str, Any]
+
+
+class TraceEvent(_EventFields):
+    """One recorded event: plain, immutable data (a tuple: a run records one per
+    component action, so it must be cheap to make and to compare)."""
+
+    __slots__ = ()
+
+    def __new__(
+        cls,
+        t: float,
+        step: int,
+        kind: Ev,
+        op: OperationId | None = None,
+        req_id: str | None = None,
+        data: dict[str, Any] | None = None,
+    ) -> TraceEvent:
+        return tuple.__new__(cls, (t, step, kind, op, req_id, {} if data is None else data))
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -62,6 +78,9 @@ class TraceEvent:
             "req_id": self.req_id,
             "data": self.data,
         }
+
+
+_new_event = tuple.__new__
 
 
 class Trace:
@@ -94,7 +113,7 @@ class Trace:
     ) -> TraceEvent:
         if req_id is None and op is not None:
             req_id = op.req_id
-        ev = TraceEvent(self._now(), self._step(), kind, op, req_id, data)
+        ev = _new_event(TraceEvent, (self._now(), self._step(), kind, op, req_id, data))
         self.events.append(ev)
         return ev
 

@@ -4,6 +4,7 @@ pictures with the same placeholder ids; chunk-aligned prompts; bursts."""
 from __future__ import annotations
 
 import os
+import random
 import re
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from fakes.workloads import (
     VOCAB_SIZE,
     Workloads,
     fit,
+    picks,
     resend,
     token_id,
     tokenize,
@@ -99,6 +101,30 @@ def test_burst_is_distinct_prompts_arriving_together():
     assert len({r.prompt_token_ids for r in wl.requests}) == 64
     assert len({r.req_id for r in wl.requests}) == 64
     assert all(r.prompt_len == 1024 and r.arrival_time == 12.5 for r in wl.requests)
+
+
+@pytest.mark.parametrize("k", [0, 1, 623, 4095, 4096, 4097, 30_000])
+@pytest.mark.parametrize("seed", [0, 5])
+def test_picks_draw_what_random_choices_draws_and_leave_the_same_state(seed, k):
+    pytest.importorskip("numpy")  # without numpy, picks is random.choices itself
+    population = list(range(1000, 1000 + 1999 + seed))
+    plain, fast = random.Random(seed), random.Random(seed)
+    plain.random(), fast.random()  # start mid-stream, not at a fresh state
+    assert picks(fast, population, k) == tuple(plain.choices(population, k=k))
+    assert fast.getstate() == plain.getstate()
+
+
+def test_a_burst_draws_what_a_prompt_per_request_draws():
+    burst = Workloads(3).burst(5, 300, arrival_time=2.0).requests
+    one_by_one = Workloads(3)
+    for req in burst:
+        assert req.req_id == one_by_one.request_id()
+        assert req.prompt_token_ids == one_by_one.prompt(300)
+        assert req.arrival_time == 2.0
+    # Both leave the generators where they are: the next draws agree too.
+    w = Workloads(3)
+    w.burst(5, 300)
+    assert w.words(10) == one_by_one.words(10)
 
 
 def test_resend_keeps_prompt_and_media():

@@ -88,10 +88,12 @@ def _block_hash_chain(
     end = len(token_ids) if upto is None else upto
     end -= end % block_size
     chain: list[int] = []
+    append = chain.append
     prev = hash((_CHAIN_TAG, seed))
-    for off in range(0, end, block_size):
-        prev = hash((prev, tuple(token_ids[off : off + block_size])))
-        chain.append(prev)
+    # The full blocks as tuples, cut in C: one iterator repeated block_size times.
+    for block in zip(*[iter(token_ids[:end])] * block_size, strict=True):
+        prev = hash((prev, block))
+        append(prev)
     return tuple(chain)
 
 

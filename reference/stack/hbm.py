@@ -60,18 +60,21 @@ class BlockPool:
         reusable = [b for b in hit if self._is_free(b)]
         if need > self.num_free - len(reusable):
             raise OutOfBlocks(f"need {need} blocks, {self.num_free - len(reusable)} free")
+        refs = self._refs
         for b in hit:  # a cached block was handed out before: it is never in the range
             self._free.pop(b, None)
-            self._refs[b] = self._refs.get(b, 0) + 1
+            refs[b] = refs.get(b, 0) + 1
         untouched = min(need, self.num_blocks - self._fresh)
         fresh = list(range(self._fresh, self._fresh + untouched))
         self._fresh += untouched
-        for _ in range(need - untouched):
-            b, _ = self._free.popitem(last=False)
-            self._uncache(b)
-            fresh.append(b)
-        for b in fresh:
-            self._refs[b] = 1
+        if need > untouched:
+            pop = self._free.popitem
+            reused = [pop(last=False)[0] for _ in range(need - untouched)]
+            if self._hash_of:  # nothing is cached when nothing was ever committed
+                for b in reused:
+                    self._uncache(b)
+            fresh += reused
+        refs.update(dict.fromkeys(fresh, 1))
         return hit + fresh, len(hit)
 
     def can_allocate(self, num_blocks: int) -> bool:
@@ -91,8 +94,11 @@ class BlockPool:
             del self._cached[h]
 
     def free(self, blocks: Sequence[int]) -> None:
+        refs, free = self._refs, self._free
         for b in blocks:
-            self._refs[b] -= 1
-            if self._refs[b] == 0:
-                del self._refs[b]
-                self._free[b] = None
+            n = refs[b] - 1
+            if n:
+                refs[b] = n
+            else:
+                del refs[b]
+                free[b] = None

@@ -7,7 +7,10 @@ and emits the step's saves.
 
 from __future__ import annotations
 
+import bisect
 import enum
+import heapq
+import operator
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -65,6 +68,11 @@ class SeqState:
     load: LoadOp | None = None
     decode_left: int = 0
     n_blocks: int = 0  # HBM blocks the whole prompt needs
+    prompt_len: int = 0
+    order: int = 0  # when it started running (the order steps visit running requests)
+    # The first chunk key of ``tier_ids`` as the key events write it, once computed:
+    # every key of a prefix of ``tier_ids`` is a key of ``tier_ids`` (a prefix chain).
+    tier_first: str | None = None
 
 
 def _first_key_hex(keys: list) -> str | None:
@@ -97,13 +105,20 @@ class Scheduler:
         # last one, so an id never recurs where an old completion could still meet it.
         self._generation = generation
         self._seqs: dict[str, SeqState] = {}
-        self._arrivals: list[SeqState] = []
+        # Requests not yet arrived: a heap by (arrival time, submission order).
+        self._arrivals: list[tuple[float, int, SeqState]] = []
+        self._submitted = 0
         self._waiting: list[SeqState] = []
         # How many waiting requests need each block count: a step's admission scan
         # stops once no waiting request can fit, instead of visiting every one.
         self._waiting_needs: Counter[int] = Counter()
-        # Running requests in the order they started (a dict: removal is O(1)).
-        self._running: dict[str, SeqState] = {}
+        # Running requests in the order they started, split by what a step does with
+        # them: those still in prefill (a dict: removal is O(1)), and those decoding
+        # (few; a list kept in start order). A step visits prefills only until its
+        # budget is spent.
+        self._prefilling: dict[str, SeqState] = {}
+        self._decoding: list[SeqState] = []
+        self._started = 0
         self._loading: dict[OperationId, SeqState] = {}
         self._unfinished = 0
 
@@ -122,10 +137,12 @@ class Scheduler:
             chain=block_hash_chain(req.prompt_token_ids, bs, req.cache_seed),
             state_chain=block_hash_chain(req.prompt_token_ids, bs, self.rules.side_chain_seed(req)),
             n_blocks=-(-req.prompt_len // bs),
+            prompt_len=req.prompt_len,
         )
         self._seqs[req.req_id] = seq
         self._unfinished += 1
-        self._arrivals.append(seq)
+        heapq.heappush(self._arrivals, (req.arrival_time, self._submitted, seq))
+        self._submitted += 1
 
     def seq(self, req_id: str) -> SeqState:
         return self._seqs[req_id]
@@ -148,20 +165,27 @@ class Scheduler:
         }
 
     def next_arrival(self) -> float | None:
-        return min((s.req.arrival_time for s in self._arrivals), default=None)
+        return self._arrivals[0][0] if self._arrivals else None
 
     def _next_generation(self) -> int:
         self._generation += 1
         return self._generation
 
     def _key_event(self, site: str, seq: SeqState, keys: list) -> None:
+        self._first_key_event(site, seq, _first_key_hex(keys))
+
+    def _first_key_event(self, site: str, seq: SeqState, first: str | None) -> None:
         self.trace.record(
-            Ev.KEY,
-            req_id=seq.req.req_id,
-            site=site,
-            seed=seq.req.cache_seed,
-            first=_first_key_hex(keys),
+            Ev.KEY, req_id=seq.req.req_id, site=site, seed=seq.req.cache_seed, first=first
         )
+
+    def _tier_key_event(self, site: str, seq: SeqState, end: int) -> None:
+        """The key event of ``seq.tier_ids[:end]``: its first chunk key is that of the
+        whole ``tier_ids`` when it holds a full chunk, else there is none."""
+        if seq.tier_first is None:
+            seq.tier_first = _first_key_hex(chunk_keys(seq.tier_ids, self.geometry.chunk_size))
+        full = min(end, len(seq.tier_ids)) >= self.geometry.chunk_size
+        self._first_key_event(site, seq, seq.tier_first if full else None)
 
     # -- step 1a: completions --------------------------------------------------------
     def apply(self, completions: list[Completion]) -> None:
@@ -181,7 +205,8 @@ class Scheduler:
                 Ev.COMPLETION_APPLIED, op=c.op, outcome=c.outcome.value, reason=c.reason
             )
             if restarted:
-                self.trace.record(Ev.BOUND_RESTART, op=c.op, restarted=[str(o) for o in restarted])
+                restarted_ids = list(map(_op_text, restarted))
+                self.trace.record(Ev.BOUND_RESTART, op=c.op, restarted=restarted_ids)
             load = seq.load
             assert load is not None
             if finished:
@@ -194,7 +219,7 @@ class Scheduler:
         if not self.config.prefix_caching or self.hybrid:
             return
         bs = self.geometry.block_size
-        for b in range(start // bs, min(end, seq.req.prompt_len) // bs):
+        for b in range(start // bs, min(end, seq.prompt_len) // bs):
             self.pool.commit(seq.blocks[b], seq.chain[b])
 
     def _start_running(self, seq: SeqState, resume: int) -> None:
@@ -203,11 +228,16 @@ class Scheduler:
         seq.saved_upto = self.geometry.floor_chunk(resume)
         if self.hybrid:
             seq.anchors = self.rules.anchors.plan(
-                seq.req.prompt_len, resume, self.geometry, self.config.state_grid
+                seq.prompt_len, resume, self.geometry, self.config.state_grid
             )
             for a in seq.anchors:
                 self.trace.record(Ev.ANCHOR, req_id=seq.req.req_id, position=a)
-        self._running[seq.req.req_id] = seq
+        seq.order = self._started
+        self._started += 1
+        if seq.computed < seq.prompt_len:
+            self._prefilling[seq.req.req_id] = seq
+        else:
+            self._decoding.append(seq)  # started last: its place is the end
 
     # -- step 1b: bounds -------------------------------------------------------------
     def check_bounds(self) -> None:
@@ -219,9 +249,13 @@ class Scheduler:
     # -- step 1c: schedule -----------------------------------------------------------
     def schedule(self, step: int) -> StepMeta:
         now = self.clock.now()
-        arrived = [s for s in self._arrivals if s.req.arrival_time <= now]
-        if arrived:
-            self._arrivals = [s for s in self._arrivals if s.req.arrival_time > now]
+        arrivals = self._arrivals
+        if arrivals and arrivals[0][0] <= now:
+            due = []
+            while arrivals and arrivals[0][0] <= now:
+                due.append(heapq.heappop(arrivals))
+            due.sort(key=_submission_order)  # arrivals of one step in submission order
+            arrived = [s for _, _, s in due]
             for s in arrived:
                 self.trace.record(Ev.ARRIVE, req_id=s.req.req_id)
             self._waiting.extend(arrived)
@@ -258,7 +292,7 @@ class Scheduler:
 
         query = LookupQuery(seq.tier_ids, self._state_candidates(seq))
         result = self.lookup_client.lookup(query)
-        self._key_event("lookup", seq, chunk_keys(seq.tier_ids, geo.chunk_size))
+        self._tier_key_event("lookup", seq, len(seq.tier_ids))
         if self.hybrid:
             self._key_event("state", seq, seq.state_chain)
             plan = self.rules.hits.hybrid(
@@ -312,22 +346,24 @@ class Scheduler:
         self._loading[op] = seq
         self.bounds.dispatched(op, self.clock.now())
         meta.loads.append(load)
-        self._key_event("load", seq, chunk_keys(load.tier_ids, geo.chunk_size))
+        self._tier_key_event("load", seq, plan.kv_end)
         self.trace.record(Ev.DISPATCH, op=op, start=start, kv_end=plan.kv_end, claim=plan.claim)
 
     def _plan_compute(self, meta: StepMeta) -> None:
+        """Prefill the running requests in start order within the step's budget; every
+        request past its prefill decodes one token."""
         budget = self.geometry.prefill_budget
-        for seq in self._running.values():
-            if seq.computed < seq.req.prompt_len:
-                if budget <= 0:
-                    continue
-                end = min(seq.req.prompt_len, seq.computed + budget)
-                if self.hybrid:
-                    end = self.rules.anchors.cut(seq.computed, end, seq.anchors)
-                meta.compute.append((seq.req.req_id, seq.computed, end))
-                budget -= end - seq.computed
-            else:
-                meta.decode.append(seq.req.req_id)
+        hybrid = self.hybrid
+        compute = meta.compute
+        for seq in self._prefilling.values():
+            if budget <= 0:
+                break  # a step always computes something: the budget only falls
+            end = min(seq.prompt_len, seq.computed + budget)
+            if hybrid:
+                end = self.rules.anchors.cut(seq.computed, end, seq.anchors)
+            compute.append((seq.req.req_id, seq.computed, end))
+            budget -= end - seq.computed
+        meta.decode.extend([seq.req.req_id for seq in self._decoding])
 
     # -- after the forward -----------------------------------------------------------
     def after_forward(self, meta: StepMeta) -> list[str]:
@@ -357,14 +393,16 @@ class Scheduler:
                         states=states,
                     )
                 )
-                self._key_event("save", seq, chunk_keys(seq.tier_ids[:new_end], geo.chunk_size))
+                self._tier_key_event("save", seq, new_end)
                 for pos, _ in states:
                     self.trace.record(
                         Ev.STATE_SAVE, op=op, position=pos, grid=self.config.state_grid
                     )
                 seq.saved_upto = max(seq.saved_upto, new_end)
-            if end == seq.req.prompt_len:
+            if end == seq.prompt_len:
                 completed.append(req_id)
+                del self._prefilling[req_id]
+                bisect.insort(self._decoding, seq, key=_start_order)
         for req_id in meta.decode:
             seq = self._seqs[req_id]
             seq.decode_left -= 1
@@ -381,5 +419,17 @@ class Scheduler:
     def _finish(self, seq: SeqState) -> None:
         seq.phase = Phase.DONE
         self._unfinished -= 1
-        del self._running[seq.req.req_id]
+        self._decoding.remove(seq)
         self.pool.free(seq.blocks)
+
+
+# ``str(op)`` without a Python call per operation (a finish can restart hundreds).
+_op_text = operator.attrgetter("_str")
+
+
+def _submission_order(entry: tuple[float, int, SeqState]) -> int:
+    return entry[1]
+
+
+def _start_order(seq: SeqState) -> int:
+    return seq.order

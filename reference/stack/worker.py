@@ -8,6 +8,7 @@ terminal operations on the completion channel.
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 
 from reference.errors import RestoreFenceError, TransferUnprovable
@@ -40,6 +41,7 @@ class _Load:
     clock: LoadClock
     reply: TierReply | None = None
     copy: object = None
+    deadline_from: float | None = None  # the deadline rule's start for ``clock``
 
 
 @dataclass
@@ -61,6 +63,15 @@ class RestoreWorker:
     slots: int = 2
     _loads: dict[OperationId, _Load] = field(default_factory=dict, init=False)
     _saves: dict[OperationId, _Save] = field(default_factory=dict, init=False)
+    # Indexes into ``_loads`` (each in its order), so a poll visits only what can
+    # change: loads whose retrieve is unanswered, and loads whose copy is in flight.
+    _unanswered: dict[OperationId, _Load] = field(default_factory=dict, init=False)
+    _copying: dict[OperationId, _Load] = field(default_factory=dict, init=False)
+    # (deadline start, n, op) of every load whose deadline runs: the earliest tells
+    # whether any load is past it. An entry whose start is no longer the load's is
+    # stale and dropped when met.
+    _deadlines: list[tuple[float, int, OperationId]] = field(default_factory=list, init=False)
+    _pushed: int = field(default=0, init=False)
 
     def __post_init__(self) -> None:
         if self.slots < 1:
@@ -72,11 +83,10 @@ class RestoreWorker:
     def pending(self) -> dict[str, int]:
         """What the worker still tracks: loads and saves not reported terminal, and of
         those the tier tickets whose reply it has not seen."""
-        unanswered = sum(1 for e in self._loads.values() if e.reply is None)
         return {
             "loads": len(self._loads),
             "saves": len(self._saves),
-            "tier_tickets": unanswered + len(self._saves),
+            "tier_tickets": len(self._unanswered) + len(self._saves),
         }
 
     # -- enqueue only ------------------------------------------------------------------
@@ -85,8 +95,19 @@ class RestoreWorker:
             ticket = self.tier.submit_retrieve(
                 load.op, load.tier_ids, load.start, load.kv_end, load.state_key
             )
-            self._loads[load.op] = _Load(load, ticket, LoadClock(self.clock.now()))
+            entry = _Load(load, ticket, LoadClock(self.clock.now()))
+            self._loads[load.op] = entry
+            self._unanswered[load.op] = entry
+            self._clock_changed(entry)
             self.trace.record(Ev.RETRIEVE_SUBMIT, op=load.op, start=load.start, end=load.kv_end)
+
+    def _clock_changed(self, entry: _Load) -> None:
+        """Ask the deadline rule again when the running deadline may have changed."""
+        start = self.deadline.clock_start(entry.clock)
+        entry.deadline_from = start
+        if start is not None:
+            heapq.heappush(self._deadlines, (start, self._pushed, entry.load.op))
+            self._pushed += 1
 
     def start_save(self, saves: list[SaveOp]) -> None:
         """Submit stores of what HBM holds now (after the step's forward)."""
@@ -115,27 +136,30 @@ class RestoreWorker:
 
     def _poll_retrieves(self, out: list[Completion]) -> None:
         now = self.clock.now()
-        for op, entry in list(self._loads.items()):
-            if entry.clock.retrieved_at is not None:
-                continue
-            reply = self.tier.poll(entry.ticket)
+        poll = self.tier.poll
+        for op, entry in list(self._unanswered.items()):
+            reply = poll(entry.ticket)
             if reply is None:
                 continue
             entry.reply = reply
             entry.clock.retrieved_at = now
+            del self._unanswered[op]
             self.trace.record(Ev.RETRIEVE_TERMINAL, op=op, ok=reply.ok, error=reply.error)
             if not reply.ok:
                 del self._loads[op]
                 out.append(Completion(op, Outcome.FAILED, reply.error or "retrieve failed"))
+            else:
+                self._clock_changed(entry)
 
     def _in_flight(self) -> list[_Load]:
-        return [e for e in self._loads.values() if e.copy is not None]
+        return list(self._copying.values())
 
     def _poll_copies(self, out: list[Completion]) -> None:
         for entry in self._in_flight():
             if self.copy_engine.is_complete(entry.copy):
                 op = entry.load.op
                 del self._loads[op]
+                del self._copying[op]
                 self.trace.record(
                     Ev.COPY_COMPLETE,
                     op=op,
@@ -145,7 +169,7 @@ class RestoreWorker:
                 out.append(Completion(op, Outcome.FINISHED))
 
     def _enqueue_copies(self) -> None:
-        free = self.slots - len(self._in_flight())
+        free = self.slots - len(self._copying)
         for entry in self._loads.values():
             if free <= 0:
                 return
@@ -165,9 +189,12 @@ class RestoreWorker:
                 )
             except RestoreFenceError as exc:
                 entry.clock.fence_failed = True
+                self._clock_changed(entry)
                 self.trace.record(Ev.COPY_FENCE_ERROR, op=load.op, error=str(exc))
                 return
             entry.clock.enqueued_at = self.clock.now()
+            self._copying[load.op] = entry
+            self._clock_changed(entry)
             free -= 1
             self.trace.record(Ev.COPY_ENQUEUE, op=load.op, pages=len(load.blocks))
 
@@ -187,6 +214,20 @@ class RestoreWorker:
 
     def _check_deadlines(self) -> None:
         now = self.clock.now()
+        limit = self.deadline.deadline_s
+        heap = self._deadlines
+        while heap:
+            start, _, op = heap[0]
+            entry = self._loads.get(op)
+            if entry is None or entry.deadline_from != start:
+                heapq.heappop(heap)  # stale: the load is gone or its deadline moved
+                continue
+            if not now - start > limit:
+                return  # the earliest running deadline has time left: so do the rest
+            break
+        else:
+            return
+        # Some load is past its deadline: name the first in load order, as a scan would.
         for op, entry in self._loads.items():
             start = self.deadline.clock_start(entry.clock)
             if start is not None and now - start > self.deadline.deadline_s:
