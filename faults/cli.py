@@ -62,6 +62,16 @@ def _workers(text: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _jobs(text: str) -> int | str:
+    if text == "auto":
+        return text
+    if text.isdigit() and int(text) >= 1:
+        return int(text)
+    raise argparse.ArgumentTypeError(
+        f"wants a number of processes (1: this one alone) or 'auto', got {text!r}"
+    )
+
+
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -136,6 +146,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "--report, else .kvfault/artifacts)")  # fmt: skip
     run.add_argument("--timeout", type=timeout_seconds, default=DEFAULT_CASE_TIMEOUT_S, metavar="S",
                      help="a case running longer dumps all stacks and exits (0: never)")  # fmt: skip
+    run.add_argument("-j", "--jobs", type=_jobs, default=None, metavar="N",
+                     help="run the cases in N processes on this machine (default 'auto': one "
+                          "per usable CPU; 1: this process alone)")  # fmt: skip
     run.add_argument("-n", "--numprocesses", type=_workers, default=None, metavar="N",
                      help="spread the cases over N pytest-xdist workers (or 'auto'; 0: none)")  # fmt: skip
     _add_hosts(run, "cases")
@@ -320,8 +333,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
             f"seeds go up to {MAX_SEED}"
         )
     tier = "memory" if args.tier == "memory" else "lmcache"
-    if tier == "lmcache" and (args.numprocesses not in (None, "0") or args.tx):
-        return _bad("--tier lmcache runs in one process (one real server): drop -n/--tx")
+    explicit_jobs = args.jobs not in (None, "auto", 1)
+    if tier == "lmcache" and (args.numprocesses not in (None, "0") or args.tx or explicit_jobs):
+        return _bad("--tier lmcache runs in one process (one real server): drop -n/--tx/-j")
     if tier == "lmcache" and args.scale != 1:
         return _bad("--scale is for the simulated tier; --tier lmcache runs at scale 1")
     try:
@@ -335,6 +349,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         args.artifacts = args.report / "artifacts"
     if args.tx and args.numprocesses is not None:
         return _bad("give -n or --tx, not both")
+    if args.jobs is not None and (args.tx or args.numprocesses is not None):
+        return _bad("give -j (processes here) or -n/--tx (pytest-xdist workers), not both")
     for path, flag in ((args.report, "--report"), (artifact_dir(args.artifacts), "--artifacts")):
         bad = _dir_refused(path, flag) if path is not None else None
         if bad:
@@ -360,6 +376,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
         except FanoutError as exc:
             return _bad(str(exc))
         store.kept.update(keep_artifacts(result, store.directory))
+    elif tier == "memory" and _jobs_here(args.jobs) > 1:
+        from faults.campaign.pool import run_pooled
+
+        def started(i: int, total: int, case: Case) -> None:
+            _progress(mode, i, total, "done" if i == total else case.id)
+
+        with _few_collections():
+            result = run_pooled(
+                targets, seeds, _jobs_here(args.jobs), before=store.before, after=store.after,
+                progress=started, timeout_s=args.timeout, budget_s=args.budget,
+            )  # fmt: skip
     else:
 
         def progress(i: int, total: int, case: Case) -> None:
@@ -404,6 +431,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"report: {args.report / 'summary.json'}, {args.report / 'junit.xml'}")
     store.tidy()
     return _campaign_exit(result)
+
+
+def _jobs_here(jobs: int | str | None) -> int:
+    """``-j``: processes for the in-process tier; ``auto`` (the default) is one per
+    usable CPU, 1 where workers cannot be forked."""
+    from faults.campaign.pool import can_fork, usable_cpus
+
+    if not can_fork():
+        return 1
+    return usable_cpus() if jobs in (None, "auto") else int(jobs)
 
 
 def _write_report(

@@ -241,6 +241,14 @@ def test_ctrl_c_during_a_run_on_xdist_workers_leaves_no_process(tmp_path):
     _one_interrupt_line(code, err)
 
 
+def test_ctrl_c_during_a_run_on_forked_workers_leaves_no_process(tmp_path):
+    """`kvfault run -j 2`: its two forked workers run cases; both are gone at exit."""
+    code, err = _interrupt(
+        ["run", "-j", "2", "--seeds", "2"], tmp_path, lambda e: "kvfault: 2/" in e, 2
+    )
+    _one_interrupt_line(code, err)
+
+
 def test_ctrl_c_during_a_sweep_on_xdist_workers_leaves_no_process(tmp_path):
     test = tmp_path / "test_slow.py"
     test.write_text("import time\n\ndef test_slow():\n    time.sleep(60)\n")
@@ -385,7 +393,9 @@ def test_no_hint_names_a_package_index_install():
 
 
 def test_without_a_terminal_a_run_says_what_it_is_doing(tmp_path):
-    out = kvfault("run", "--seeds", "1", "--scenario", "two_images", "--scenario",
+    # One process, so the cases start in campaign order (-j 2 starts them as workers
+    # free up).
+    out = kvfault("run", "-j", "1", "--seeds", "1", "--scenario", "two_images", "--scenario",
                   "chunk_aligned_hybrid", cwd=tmp_path)  # fmt: skip
     assert out.returncode == 0
     lines = out.stderr.splitlines()

@@ -1,0 +1,177 @@
+"""The in-process campaign over forked workers (faults/campaign/pool.py, ``kvfault run
+-j N``): what it prints, writes and exits with is what one process gives; Ctrl-C, a dead
+worker and bad ``-j`` values."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import subprocess
+import sys
+from itertools import count
+from pathlib import Path
+
+import pytest
+
+from faults import cli
+from faults.campaign import fault_target, regression_target, scenario_target, select_targets
+from faults.campaign.pool import can_fork, run_pooled, units
+from faults.injectors import INJECTORS
+from faults.runs import finishes
+from faults.spread import seeds_ran
+
+pytestmark = pytest.mark.skipif(not can_fork(), reason="workers are forked")
+
+ROOT = Path(__file__).resolve().parents[3]
+# Four scenarios, so two workers share the units; a regression shares its scenario's
+# fixed run with the plain row of the same scenario.
+SELECTION = [
+    "--seeds", "2", "--regression", "hybrid_last_chunk", "--regression", "media_keys",
+    "--fault", "fence_failure", "--scenario", "two_servers", "--scenario",
+    "chunk_aligned_hybrid", "--no-progress",
+]  # fmt: skip
+
+
+def kvfault(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("PYTHONHASHSEED", None)  # the workers must share the parent's, whatever it is
+    return subprocess.run(
+        [sys.executable, "-m", "faults.cli", *args],
+        capture_output=True, text=True, cwd=cwd, env=env, timeout=300,
+    )  # fmt: skip
+
+
+def rows(stdout: str) -> list[str]:
+    """Everything printed but the wall-time column and the footer's wall time."""
+    out = []
+    for line in stdout.splitlines():
+        if line.startswith(("regression ", "fault ", "scenario ", "swarm ")):
+            cols = re.split(r"\s{2,}", line)
+            line = "  ".join(cols[:7] + cols[8:])
+        out.append(re.sub(r" in [0-9.]+s wall$", "", line))
+    return out
+
+
+def cases(report: Path) -> list[tuple[str, str, str, bool]]:
+    summary = json.loads((report / "summary.json").read_text())
+    return [(c["id"], c["verdict"], c["digest"], c["ok"]) for c in summary["cases"]]
+
+
+def test_units_keep_a_scenario_and_seed_together_largest_first():
+    targets = select_targets(["media_keys", "hybrid_last_chunk"], ["fence_failure"],
+                             ["two_images", "chunk_aligned_hybrid"])  # fmt: skip
+    got = [[c.id for c in u] for u in units(targets, [3, 4])]
+    assert got == [
+        ["regression:media_keys@seed3", "scenario:two_images@seed3"],
+        ["regression:hybrid_last_chunk@seed3", "scenario:chunk_aligned_hybrid@seed3"],
+        ["fault:fence_failure@seed3"],
+        ["regression:media_keys@seed4", "scenario:two_images@seed4"],
+        ["regression:hybrid_last_chunk@seed4", "scenario:chunk_aligned_hybrid@seed4"],
+        ["fault:fence_failure@seed4"],
+    ]
+
+
+def test_two_processes_print_write_and_exit_as_one_does(tmp_path):
+    one = kvfault("run", *SELECTION, "-j", "1", "--report", "one", cwd=tmp_path)
+    two = kvfault("run", *SELECTION, "-j", "2", "--report", "two", cwd=tmp_path)
+    assert one.returncode == 0, one.stdout + one.stderr
+    assert two.returncode == 0, two.stdout + two.stderr
+    assert rows(two.stdout.replace("two/", "one/")) == rows(one.stdout)
+    assert len([r for r in rows(one.stdout) if r.startswith(("regr", "fault", "scen"))]) == 5
+    ran = cases(tmp_path / "one")
+    assert len(ran) == 10 and all(digest for _, _, digest, _ in ran)
+    assert cases(tmp_path / "two") == ran  # same cases, verdicts and trace digests
+    # A green run leaves no artifact, nor the directory it made for them.
+    assert not (tmp_path / "one" / "artifacts").exists()
+    assert not (tmp_path / "two" / "artifacts").exists()
+    junit = [(tmp_path / d / "junit.xml").read_text() for d in ("one", "two")]
+    assert [re.sub(r'time="[0-9.]+"', "", j) for j in junit[1:]] == [
+        re.sub(r'time="[0-9.]+"', "", junit[0])
+    ]
+
+
+def test_a_failing_campaign_is_the_same_in_two_processes(tmp_path, capsys, monkeypatch):
+    """A fault that never fires: the same table, verdicts, digests, kept artifacts (and
+    timelines, where matplotlib is installed) and exit status with -j 1 and -j 2."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PYTHONHASHSEED", raising=False)
+    info = INJECTORS["lost_completion"]
+    monkeypatch.setitem(
+        INJECTORS,
+        "lost_completion",
+        dataclasses.replace(
+            info, scenario="chunk_aligned_hybrid", defaults={"nth": (64,)}, expect=finishes()
+        ),
+    )
+    args = ["run", "--seeds", "2", "--fault", "lost_completion", "--scenario", "two_images",
+            "--regression", "media_keys", "--no-progress"]  # fmt: skip
+    out = {}
+    for jobs in ("1", "2"):
+        assert cli.main([*args, "-j", jobs, "--report", f"rep{jobs}"]) == 1
+        out[jobs] = capsys.readouterr().out.replace(f"rep{jobs}", "rep")
+    assert rows(out["2"]) == rows(out["1"])
+    assert "NOT EXERCISED fault:lost_completion@seed1: lost_completion never fired" in out["1"]
+    assert cases(Path("rep2")) == cases(Path("rep1"))
+    assert [c[3] for c in cases(Path("rep1"))] == [True, True, False, False, True, True]
+    for jobs in ("1", "2"):
+        kept = sorted(p.name for p in Path(f"rep{jobs}", "artifacts").iterdir())
+        assert kept == ["fault-lost_completion-seed0.json", "fault-lost_completion-seed1.json"]
+    summaries = [json.loads(Path(f"rep{j}", "summary.json").read_text()) for j in ("1", "2")]
+    timelines = [[c["timeline"] is not None for c in s["cases"]] for s in summaries]
+    assert timelines[1] == timelines[0]  # a failing run comes back with its trace
+
+
+def test_a_dead_worker_leaves_an_error_case_and_its_artifact_and_the_rest_runs(tmp_path):
+    # A 1 ms hang guard ends each worker in the middle of its case; fresh workers run
+    # the rest, and every case is an ERROR with its artifact kept.
+    proc = kvfault(
+        "run", "-j", "2", "--seeds", "1", "--scenario", "two_servers", "--scenario",
+        "two_images", "--scenario", "restart_mid_run", "--timeout", "0.001", "--no-progress",
+        "--artifacts", "arts", cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stdout.count("ERROR") >= 3 and "the worker running it failed" in proc.stdout
+    assert "3 targets, 3 runs: 0 ok, 3 failed" in proc.stdout
+    assert sorted(p.name for p in (tmp_path / "arts").iterdir()) == [
+        "scenario-restart_mid_run-seed0.json",
+        "scenario-two_images-seed0.json",
+        "scenario-two_servers-seed0.json",
+    ]
+    assert proc.stderr.count("kvfault: error: timed out: a case ran past --timeout") == 3
+
+
+def test_a_budget_starts_no_seed_once_spent_and_runs_a_started_seed_whole():
+    ticks = count()  # every look at the clock is one second later
+    # Three units per seed (three scenarios); the clock is read before a seed starts.
+    targets = [scenario_target("two_servers"), fault_target("port_zero_ids"),
+               regression_target("media_keys")]  # fmt: skip
+    result = run_pooled(targets, range(10, 20), 2, budget_s=2.5, clock=lambda: float(next(ticks)))
+    # clock 0 at the start; seed 10 runs unasked, 11 at 1 s, 12 at 2 s, none at 3 s
+    assert seeds_ran(result) == [10, 11, 12]
+    assert [t.seeds for t in result.targets] == [[10, 11, 12]] * 3  # every seed whole
+    assert result.ok
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["-j", "0"], "argument -j/--jobs: wants a number of processes (1: this one alone) or 'auto', got '0'"),
+        (["-j", "x"], "got 'x'"),
+        (["--jobs", "-1"], "got '-1'"),
+        (["-j", "1.5"], "got '1.5'"),
+        (["-j", "2", "-n", "2"], "give -j (processes here) or -n/--tx (pytest-xdist workers), not both"),
+        (["-j", "2", "--tx", "popen"], "not both"),
+        (["-j", "2", "--tier", "lmcache"], "--tier lmcache runs in one process"),
+    ],
+)  # fmt: skip
+def test_a_bad_jobs_value_is_one_line_and_exit_2(capsys, args, needle):
+    try:
+        code = cli.main(["run", *args])
+    except SystemExit as exc:
+        code = exc.code
+    err = capsys.readouterr().err
+    assert code == 2, err
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("kvfault: error: ") and needle in lines[0]

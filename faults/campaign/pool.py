@@ -1,0 +1,324 @@
+"""The in-process campaign spread over this machine's cores (``kvfault run -j N``).
+
+The pool only distributes and gathers: each worker is a fork of this process that runs
+cases with the one ``CaseRunner`` (the same judge, properties and verdicts as a run in
+one process) and sends each ``CaseOutcome`` back. This process calls ``before`` and
+``after`` (replay artifacts), reports progress, and puts the outcomes back in
+in-process order, target by target, each over its seeds. The table, the verdicts, the
+reports, the artifacts and the exit status are those of a run in one process.
+
+The unit of work is every target on one scenario, scale and seed: those share a
+workload and the fixed stack's run (a regression's fixed side is its scenario's plain
+run), which one ``CaseRunner`` computes once per unit. Larger units go out first.
+
+Workers are forked (they inherit the imported modules, the hash seed, the gc settings
+and anything a caller patched, so their traces are this process's); they ignore SIGINT,
+so Ctrl-C reaches this process alone, which then stops every worker before the
+``KeyboardInterrupt`` goes on. A worker that dies in the middle of a case (its
+``--timeout`` hang guard, a crash) leaves an ERROR outcome for that case; the rest of
+its unit runs on a fresh worker.
+"""
+
+from __future__ import annotations
+
+import copyreg
+import faulthandler
+import io
+import os
+import pickle
+import signal
+import sys
+import time
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+from faults.campaign.outcomes import CampaignResult, CaseOutcome, TargetOutcome
+from faults.campaign.runner import ERROR, AfterCase, BeforeCase, CaseRunner, Progress
+from faults.campaign.targets import Case, Target
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+    from multiprocessing.process import BaseProcess
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask, where the OS has one)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def can_fork() -> bool:
+    """Whether worker processes can be forked here (not on Windows)."""
+    import multiprocessing
+
+    return "fork" in multiprocessing.get_all_start_methods()
+
+
+def units(targets: Sequence[Target], seeds: Sequence[int]) -> list[list[Case]]:
+    """The cases grouped into units of work, in the order they are handed out: per
+    seed in order, each seed's units largest first (ties in campaign order). A unit is
+    every target on one scenario and scale with one seed, in campaign order."""
+    out: list[list[Case]] = []
+    for seed in seeds:
+        groups: dict[tuple[str, int], list[Case]] = {}
+        for t in targets:
+            groups.setdefault((t.scenario, t.scale), []).append(Case(t, seed))
+        out += sorted(groups.values(), key=len, reverse=True)  # sorted() is stable
+    return out
+
+
+# -- sending outcomes back ---------------------------------------------------------------
+
+
+def _trace_of(events: list[Any]) -> Any:
+    from reference.trace import Trace
+
+    last = events[-1].t if events else 0.0
+    return Trace(lambda: last, None, events)
+
+
+def _dumps(outcome: CaseOutcome) -> bytes:
+    """A case's outcome as bytes. A kept run (a failing case's, for its timeline) holds
+    its trace, whose clock callbacks do not pickle: it travels as its events. If a run
+    still cannot be pickled, the outcome goes without its runs (no timeline)."""
+    from reference.trace import Trace
+
+    buf = io.BytesIO()
+    pickler = pickle.Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL)
+    pickler.dispatch_table = {  # type: ignore[misc]
+        **copyreg.dispatch_table,
+        Trace: lambda tr: (_trace_of, (tr.events,)),
+    }
+    try:
+        pickler.dump(outcome)
+    except (pickle.PicklingError, TypeError, AttributeError):
+        outcome.legacy_result = outcome.fixed_result = None
+        return pickle.dumps(outcome, protocol=pickle.HIGHEST_PROTOCOL)
+    return buf.getvalue()
+
+
+# -- the worker side ---------------------------------------------------------------------
+
+
+def _work(
+    conn: Connection, others: list[Connection], keep_runs: str, timeout_s: float | None
+) -> None:
+    """A worker's life: take a unit, run its cases one by one (announcing each), ask
+    for more; exit when told to or when this process's parent has gone."""
+    from faults.campaign.hang_guard import arm_hang_guard, disarm_hang_guard
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    for c in others:  # the parent's ends of the other workers' pipes
+        c.close()
+    while True:
+        try:
+            unit = conn.recv()
+        except (EOFError, OSError):
+            os._exit(0)
+        if unit is None:
+            os._exit(0)
+        runner = CaseRunner(keep_runs=keep_runs)  # a unit shares its fixed-stack runs
+        for i, case in unit:
+            conn.send(("start", i))
+            arm_hang_guard(timeout_s)
+            outcome = runner.run(case)
+            disarm_hang_guard()
+            conn.send_bytes(b"D" + i.to_bytes(8, "little") + _dumps(outcome))
+        conn.send(("idle",))
+
+
+# -- the parent side ---------------------------------------------------------------------
+
+
+class _Worker:
+    def __init__(self, process: BaseProcess, conn: Connection):
+        self.process = process
+        self.conn = conn
+        self.unit: list[tuple[int, Case]] = []  # cases handed out and not yet done
+        self.running: int | None = None  # the index of the case it runs now
+
+
+def run_pooled(
+    targets: Sequence[Target],
+    seeds: Sequence[int],
+    jobs: int,
+    before: BeforeCase | None = None,
+    after: AfterCase | None = None,
+    progress: Progress | None = None,
+    keep_runs: str = "failing",
+    timeout_s: float | None = None,
+    budget_s: float | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> CampaignResult:
+    """Run every target over every seed on the in-process tier, over ``jobs`` forked
+    worker processes (fewer when there are fewer units of work), and return what
+    ``run_campaign`` returns for the same arguments, in the same order.
+
+    ``before(case)`` runs here just before a case is handed to a worker, ``after(case,
+    outcome, token)`` when its outcome is back; ``progress(done, total, case)`` as each
+    case starts, and once at the end. A worker arms the hang guard (``timeout_s``)
+    around each case. With ``budget_s``, no seed starts once that many seconds (by
+    ``clock``) have passed; a seed that started runs whole, and the first always runs.
+    ``KeyboardInterrupt`` (Ctrl-C) stops every worker before it goes on."""
+    import multiprocessing
+    from multiprocessing.connection import wait
+
+    t0, start = time.perf_counter(), clock()
+    ctx = multiprocessing.get_context("fork")
+    _warm()
+    queue: list[list[tuple[int, Case]]] = []
+    flat: list[Case] = []
+    for unit in units(targets, seeds):
+        queue.append([(len(flat) + k, c) for k, c in enumerate(unit)])
+        flat += unit
+    total = len(flat)
+    tokens: dict[int, Any] = {}
+    done: dict[int, CaseOutcome] = {}
+    started: set[int] = set()  # seeds handed out: a started seed runs whole
+    workers: list[_Worker] = []
+    count = 0
+    last: Case | None = None
+
+    def spawn() -> None:
+        parent_end, child_end = ctx.Pipe(duplex=True)
+        others = [w.conn for w in workers] + [parent_end]
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # A fork inherits faulthandler's watchdog state but not its thread: a worker
+        # whose parent had one armed (pytest's faulthandler_timeout) would wait forever
+        # for that thread when its hang guard cancels it. Cancel it here first.
+        faulthandler.cancel_dump_traceback_later()
+        proc = ctx.Process(
+            target=_work, args=(child_end, others, keep_runs, timeout_s), daemon=True
+        )
+        proc.start()
+        child_end.close()
+        workers.append(_Worker(proc, parent_end))
+
+    def hand_out(w: _Worker) -> bool:
+        while queue:
+            seed = queue[0][0][1].seed
+            if (
+                budget_s is not None
+                and seed not in started
+                and started
+                and clock() - start >= budget_s
+            ):
+                queue.clear()  # the budget is spent: no new seed
+                break
+            unit = queue.pop(0)
+            started.add(seed)
+            for i, case in unit:
+                if i not in tokens:
+                    tokens[i] = before(case) if before else None
+            w.unit = list(unit)
+            w.conn.send(unit)
+            return True
+        return False
+
+    def finish(i: int, outcome: CaseOutcome) -> None:
+        done[i] = outcome
+        if after:
+            after(outcome.case, outcome, tokens.get(i))
+
+    def lost(w: _Worker) -> None:
+        # The worker died: its running case is an ERROR, the rest of its unit goes back.
+        w.process.join(5)
+        code = w.process.exitcode
+        for i, case in w.unit:
+            if i == w.running:
+                how = f"exited with {code}" if code is not None and code >= 0 else "was killed"
+                finish(
+                    i,
+                    CaseOutcome(
+                        case,
+                        ERROR,
+                        signature=f"the worker running it failed: it {how} (a --timeout "
+                        "hang guard or a crash; its stderr says which)",
+                    ),
+                )
+        rest = [(i, c) for i, c in w.unit if i not in done]
+        if rest:
+            queue.insert(0, rest)
+        w.conn.close()
+        workers.remove(w)
+
+    try:
+        for _ in range(max(1, min(jobs, len(queue)))):
+            spawn()
+        for w in list(workers):
+            if not hand_out(w):
+                _retire(w)
+                workers.remove(w)
+        while workers:
+            ready = wait([w.conn for w in workers])
+            for w in [w for w in workers if w.conn in ready]:
+                try:
+                    msg = w.conn.recv_bytes()
+                except (EOFError, OSError):
+                    lost(w)
+                    if queue and len(workers) < jobs:
+                        spawn()
+                        if not hand_out(workers[-1]):
+                            _retire(workers.pop())
+                    continue
+                if msg[:1] == b"D":
+                    i = int.from_bytes(msg[1:9], "little")
+                    w.running = None
+                    w.unit = [(j, c) for j, c in w.unit if j != i]
+                    finish(i, pickle.loads(msg[9:]))
+                    continue
+                kind = pickle.loads(msg)
+                if kind[0] == "start":
+                    w.running = kind[1]
+                    last = flat[kind[1]]
+                    if progress:
+                        progress(count, total, last)
+                    count += 1
+                elif not hand_out(w):  # idle, and nothing left to hand out
+                    _retire(w)
+                    workers.remove(w)
+    finally:
+        for w in workers:  # Ctrl-C, or an error here: stop every worker
+            _stop(w)
+    if progress and last is not None:
+        progress(count, count, last)
+    by_case = {(o.case.target.id, o.case.seed): o for o in done.values()}
+    ran = [s for s in seeds if s in started]
+    outcomes = [
+        TargetOutcome(t, [by_case[(t.id, s)] for s in ran if (t.id, s) in by_case]) for t in targets
+    ]
+    return CampaignResult(outcomes, time.perf_counter() - t0)
+
+
+def _warm() -> None:
+    """Import here, once, what every worker's cases import (the scenarios, checks,
+    legacy rules, and faker for the workloads), so no worker pays for it again."""
+    import importlib
+
+    for module in ("faults.campaign.execute", "faults.regressions.legacy", "faker"):
+        try:
+            importlib.import_module(module)
+        except ImportError:  # a worker imports it itself, and says what is missing
+            pass
+
+
+def _retire(w: _Worker) -> None:
+    try:
+        w.conn.send(None)
+    except OSError:
+        pass
+    w.process.join(5)
+    _stop(w)
+
+
+def _stop(w: _Worker) -> None:
+    if w.process.is_alive():
+        w.process.terminate()
+        w.process.join(2)
+    if w.process.is_alive():
+        w.process.kill()
+        w.process.join(2)
+    w.conn.close()
