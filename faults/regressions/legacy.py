@@ -229,12 +229,19 @@ REGRESSIONS: dict[str, Regression] = {
         Regression(
             "restart_numbering_in_hash_order",
             "bound restarts numbered by iterating a set (hash order)",
-            "restart_burst",
+            # Not restart_burst: there only the first step's finishes count, and the
+            # legacy passes whenever a load of the first pair comes first in set order
+            # (one hash order in 22; both default seeds under one hash seed of 0-199).
+            # Under 21 s steps throughout, a waiting load needs a restart from one step
+            # in every two for 32 steps, and a hash order gives every load one only when
+            # it nearly follows dispatch order (figures: docs/regressions/).
+            "loaded_restart_burst",
             "no_false_stop",
             replace(_FIXED, bounds=HashOrderBounds),
-            # Not on lmcache: caught only under some PYTHONHASHSEED values; its proof is
-            # `kvfault sweep`, which is about hash order, not about the tier.
-            legacy_expect=(finishes(), stops("LoadNotTerminal", "load", within_s=61.0)),
+            # Not on lmcache: its scenario has no real-tier size (64 loads behind 21 s
+            # steps are over 25 minutes of real time), and set order is the Python
+            # process's, not the tier's.
+            legacy_expect=(stops("LoadNotTerminal", "load", within_s=61.0),),
         ),
         Regression(
             "restart_all_over_fix",

@@ -28,23 +28,16 @@ def legacy_violations(reg: Regression, seed: int = 0) -> set[str]:
     return {v.prop for v in result.violations}
 
 
-# A hash-order regression shows only where set iteration puts its loads in the wrong
-# order, which depends on PYTHONHASHSEED and the drawn workload (under hash seed 11,
-# restart_numbering_in_hash_order shows with workload seeds 2-7, not 0-1). The canary
-# asks for some seed of the first few, as the campaign's row asks for some seed of its
-# seeds; a weakened property fails on all of them.
-CANARY_SEEDS = range(4)
-
-
+# Every regression shows on the campaign's first seed under any PYTHONHASHSEED: the
+# hash-order one runs on loaded_restart_burst, where a set order that keeps the engine
+# alive is vanishingly rare (docs/regressions/restart_numbering_in_hash_order.md). So
+# one seed suffices, and a regression that stops showing on it turns the canary red;
+# `tox -e hashseed` runs this module under hash seeds 0-15.
 @pytest.mark.parametrize("name", list(REGRESSIONS))
 def test_planted_regression_fails_with_its_signature(name):
     reg = REGRESSIONS[name]
     assert reg.signature in PROPERTIES, f"{name}: signature {reg.signature!r} is not a property"
-    violated: set[str] = set()
-    for seed in CANARY_SEEDS:
-        violated = legacy_violations(reg, seed)
-        if reg.signature in violated:
-            break
+    violated = legacy_violations(reg)
     assert violated, f"{name}: the legacy stack passed every property of {reg.scenario}"
     assert reg.signature in violated, (
         f"{name}: the legacy stack failed {sorted(violated)}, not its signature {reg.signature}"

@@ -11,9 +11,11 @@ These tests take their rules from the ``kv_rules`` fixture (fixed, or
     kvfault sweep --hashseeds 0-15 -- cpu_tests/faults/injectors/test_hash_order.py \\
         -k loads_dispatched_together --kv-regression restart_numbering_in_hash_order
 
-The 64-restore burst stops the legacy stack under nearly every hash seed (a seed that
-passes is rare: among 64 loads some load almost always sits behind a finished one in
-hash order), so the sweep demonstration uses ``loads_dispatched_together``: 8 loads
+The 64-restore bursts stop the legacy stack under nearly every hash seed
+(``restart_burst``: all but about one hash order in 20, where a load of the first
+restore pair comes first in set order; ``loaded_restart_burst``, the regression's
+scenario: every hash order short of one that nearly follows dispatch order), so the
+sweep demonstration uses ``loads_dispatched_together``: 8 loads
 dispatched in one step, restored two per forward behind a 20 s first forward and
 15 s steps. In dispatch order no load waits more than one 15 s step after its
 predecessor finished; in hash order a load placed before every load of the first two
@@ -23,14 +25,19 @@ of all hash orders, so some seeds in 0-15 pass and some fail.
 
 from __future__ import annotations
 
+import itertools
 import random
 import uuid
+from collections import Counter
 from dataclasses import replace
+
+import pytest
 
 from faults import RunResult
 from faults.campaign import check, run_case
 from faults.injectors import SlowForward, wrap_all
-from reference import Geometry, Request, Rules
+from faults.regressions import REGRESSIONS
+from reference import Ev, Geometry, Request, Rules
 from reference.stack import EngineConfig
 
 _PROPS = ["no_false_stop", "liveness", "correctness"]
@@ -89,6 +96,24 @@ def test_restart_numbering_loads_dispatched_together(kv_rules, kv_seed):
     assert len(dispatch_steps) == 1
 
 
-def test_restart_numbering_restart_burst(kv_rules, kv_seed):
-    result = run_case("restart_burst", kv_seed, rules=kv_rules, properties=_PROPS)
+@pytest.mark.parametrize("scenario", ["restart_burst", "loaded_restart_burst"])
+def test_restart_numbering_restart_burst(kv_rules, kv_seed, scenario):
+    result = run_case(scenario, kv_seed, rules=kv_rules, properties=_PROPS)
     assert result.ok, "\n".join(map(str, result.violations))
+
+
+def test_the_loaded_burst_needs_a_restart_at_every_step():
+    """Why the regression's scenario catches hash-order numbering under any hash seed:
+    its loads finish two per step over at least 31 steps, each step longer than half
+    the load bound, so a load still waiting needs a bound restart from the finishers
+    of one of every two steps, over and over. In dispatch order it always gets one; a
+    set order gives one every time only when it nearly follows dispatch order. (In
+    ``restart_burst`` the steps after the first are short: only the first counts.)"""
+    legacy = REGRESSIONS["restart_numbering_in_hash_order"]
+    assert legacy.scenario == "loaded_restart_burst"
+    run = run_case(legacy.scenario, 0, properties=[]).run
+    restart_t = max(e.t for e in run.trace.of(Ev.RESTART))
+    finishes = Counter(e.t for e in run.trace.of(Ev.COMPLETION_APPLIED) if e.t > restart_t)
+    times = sorted(finishes)
+    assert len(times) >= 31 and max(finishes.values()) <= 2
+    assert min(b - a for a, b in itertools.pairwise(times)) > run.config.bound_s / 2

@@ -228,7 +228,9 @@ def test_artifact_round_trip(tmp_path: Path):
     path = write_artifact(case, tmp_path / "artifacts")
     assert path.name == "regression-restart_numbering_in_hash_order-seed3.json"
     back, obj = read_artifact(path)
-    assert back == case and obj["scenario"] == "restart_burst" and obj["kvfault_artifact"] == 1
+    assert (
+        back == case and obj["scenario"] == "loaded_restart_burst" and obj["kvfault_artifact"] == 1
+    )
     assert obj["command"].endswith("kvfault repro restart_numbering_in_hash_order --seed 3")
     swarm = Case(swarm_target("lost_completion_burst", ("lost_completion",)), 5)
     back2, obj2 = read_artifact(write_artifact(swarm, tmp_path))
