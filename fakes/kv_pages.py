@@ -14,6 +14,10 @@ class SimKvPages:
         self.num_blocks = num_blocks
         self._pages: list[Page] = [None] * num_blocks
         self._states: dict[str, State] = {}
+        # ``read`` and ``write`` are the page list's own item access: the same calls,
+        # without a Python frame per page (a restore or a save touches dozens).
+        self.read = self._pages.__getitem__  # type: ignore[method-assign]
+        self.write = self._pages.__setitem__  # type: ignore[method-assign]
 
     def read(self, block: int) -> Page:
         return self._pages[block]

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -77,14 +78,27 @@ class DeterministicModel:
             state = kv.read_state(req.req_id)
             if state is None or start == 0:
                 state = self.initial_state(req)
-        write = kv.write
-        last = -(-end // bs)
-        for b in range(first, last):
-            block = ids[b * bs : min((b + 1) * bs, end)]
-            parent = hash((parent, block))
-            write(blocks[b], parent)
-            if state is not None and len(block) == bs:
+        full = end // bs  # blocks [first, full) are whole; one partial block may follow
+        pages = []
+        append = pages.append
+        # The whole blocks as tuples, cut in C: one iterator repeated bs times.
+        whole = zip(*[iter(ids[first * bs : full * bs])] * bs, strict=True)
+        if state is None:
+            for block in whole:
+                parent = hash((parent, block))
+                append(parent)
+        else:
+            for block in whole:
+                parent = hash((parent, block))
+                append(parent)
                 state = hash((state, block))
+        if end > full * bs:
+            parent = hash((parent, ids[full * bs : end]))
+            append(parent)
+        targets = blocks[first : first + len(pages)]
+        if len(targets) < len(pages):
+            raise IndexError(f"{len(blocks)} blocks for tokens [{start}, {end})")
+        deque(map(kv.write, targets, pages), maxlen=0)
         if state is not None:
             kv.write_state(req.req_id, state)
 

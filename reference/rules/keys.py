@@ -90,8 +90,11 @@ def _block_hash_chain(
     chain: list[int] = []
     append = chain.append
     prev = hash((_CHAIN_TAG, seed))
-    # The full blocks as tuples, cut in C: one iterator repeated block_size times.
-    for block in zip(*[iter(token_ids[:end])] * block_size, strict=True):
+    if end > len(token_ids):  # ``upto`` past the prompt: short (or empty) blocks too
+        blocks = (tuple(token_ids[off : off + block_size]) for off in range(0, end, block_size))
+    else:  # the full blocks as tuples, cut in C: one iterator repeated block_size times
+        blocks = zip(*[iter(token_ids[:end])] * block_size, strict=True)
+    for block in blocks:
         prev = hash((prev, block))
         append(prev)
     return tuple(chain)

@@ -23,7 +23,7 @@ class QueueChannel:
         self._pending.extend(completions)
         if self._trace is not None:
             for c in completions:
-                self._trace.record(Ev.DELIVERED, op=c.op, outcome=c.outcome.value)
+                self._trace.record(Ev.DELIVERED, op=c.op, outcome=c.outcome._value_)
 
     def take(self) -> list[Completion]:
         out, self._pending = self._pending, []

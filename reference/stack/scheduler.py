@@ -57,7 +57,7 @@ class SchedulerConfig:
 class SeqState:
     req: Request
     tier_ids: tuple[int, ...]
-    chain: list[int]  # HBM prefix-cache chain, seeded with cache_seed
+    chain: list[int]  # HBM prefix-cache chain, seeded with cache_seed (see ``add``)
     state_chain: list[int]  # side chain naming state images
     phase: Phase = Phase.WAITING
     blocks: list[int] = field(default_factory=list)
@@ -131,10 +131,14 @@ class Scheduler:
         if req.req_id in self._seqs:
             raise ValueError(f"duplicate request id {req.req_id!r}")
         bs = self.geometry.block_size
+        # Without an HBM prefix cache (hybrids, or caching off) the chain only names the
+        # first block in the key event: the rest is never read.
+        cached = self.config.prefix_caching and not self.hybrid
+        upto = None if cached else min(bs, req.prompt_len)
         seq = SeqState(
             req=req,
             tier_ids=self.rules.tier_ids(req, None),
-            chain=block_hash_chain(req.prompt_token_ids, bs, req.cache_seed),
+            chain=block_hash_chain(req.prompt_token_ids, bs, req.cache_seed, upto),
             state_chain=block_hash_chain(req.prompt_token_ids, bs, self.rules.side_chain_seed(req)),
             n_blocks=-(-req.prompt_len // bs),
             prompt_len=req.prompt_len,
@@ -192,7 +196,8 @@ class Scheduler:
         now = self.clock.now()
         for c in completions:
             if c.op.kind is OpKind.SAVE:
-                self.trace.record(Ev.SAVE_DONE, op=c.op, outcome=c.outcome.value)
+                # ``_value_``: the member's text, without the enum's Python property.
+                self.trace.record(Ev.SAVE_DONE, op=c.op, outcome=c.outcome._value_)
                 continue
             seq = self._loading.get(c.op)
             if seq is None or not self.bounds.is_active(c.op):
@@ -202,7 +207,7 @@ class Scheduler:
             restarted = self.bounds.terminal(c.op, now, finished)
             del self._loading[c.op]
             self.trace.record(
-                Ev.COMPLETION_APPLIED, op=c.op, outcome=c.outcome.value, reason=c.reason
+                Ev.COMPLETION_APPLIED, op=c.op, outcome=c.outcome._value_, reason=c.reason
             )
             if restarted:
                 restarted_ids = list(map(_op_text, restarted))

@@ -112,7 +112,7 @@ class RestoreWorker:
     def start_save(self, saves: list[SaveOp]) -> None:
         """Submit stores of what HBM holds now (after the step's forward)."""
         for save in saves:
-            pages = [self.kv.read(b) for b in save.blocks]
+            pages = list(map(self.kv.read, save.blocks))
             state = self.kv.read_state(save.op.req_id)
             states = [(pos, key, state) for pos, key in save.states]
             ticket = self.tier.submit_store(
@@ -130,7 +130,7 @@ class RestoreWorker:
         self._poll_saves(out)
         self.channel.put(out)
         for c in out:
-            self.trace.record(Ev.FINISHED_REPORTED, op=c.op, outcome=c.outcome.value)
+            self.trace.record(Ev.FINISHED_REPORTED, op=c.op, outcome=c.outcome._value_)
         self._check_deadlines()
         return out
 
