@@ -143,3 +143,89 @@ def test_next_expiry_is_the_earliest_bound_running_out():
     assert b.next_expiry() == 50.0
     b.terminal(x, 21.0, finished=True)
     assert b.next_expiry() is None
+
+
+class _Eager:
+    """The rule as first written: every start kept per load and rewritten on a restart."""
+
+    def __init__(self, bound_s, after):
+        self.bound_s, self.after, self.active = bound_s, after, {}
+
+    def terminal(self, op, now, finished):
+        if op not in self.active:
+            return []
+        behind = self.after(list(self.active), op) if finished else []
+        del self.active[op]
+        for later in behind:
+            self.active[later] = now
+        return behind
+
+    def overdue(self, now):
+        for op, start in self.active.items():
+            if now - start > self.bound_s:
+                return op, now - start
+        return None
+
+    def next_expiry(self):
+        return min(self.active.values()) + self.bound_s if self.active else None
+
+
+def _suffix(order, op):
+    return order[order.index(op) + 1 :]
+
+
+def _every_other(order, op):  # a restart that is not a suffix: starts are kept one by one
+    return [o for o in order if o != op][::2]
+
+
+class _EveryOther(LoadBounds):
+    def dispatched_after(self, op):
+        return _every_other(list(self._active), op)
+
+
+@pytest.mark.parametrize("seed", range(40))
+@pytest.mark.parametrize("variant", ["fixed", "every_other"])
+def test_starts_kept_per_suffix_agree_with_starts_kept_per_load(seed, variant):
+    import random
+
+    rng = random.Random(seed)
+    fast = LoadBounds(BOUND) if variant == "fixed" else _EveryOther(BOUND)
+    slow = _Eager(BOUND, _suffix if variant == "fixed" else _every_other)
+    o = ops(40, seed)
+    now, sent = 0.0, 0
+    back_at = rng.randrange(10, 120) if seed % 2 else -1
+    for step in range(120):
+        # Time grows; in half the runs it goes back once (a caller may hand any time in).
+        now = max(0.0, now + (-25.0 if step == back_at else rng.choice([0.0, 0.5, 3.0, 12.0])))
+        if sent < len(o) and (not slow.active or rng.random() < 0.4):
+            fast.dispatched(o[sent], now)
+            slow.active[o[sent]] = now
+            sent += 1
+        elif slow.active:
+            live = list(slow.active)
+            op = live[0] if rng.random() < 0.3 else rng.choice(live)
+            finished = rng.random() < 0.8
+            assert fast.terminal(op, now, finished) == slow.terminal(op, now, finished)
+        probe = now + rng.choice([0.0, 20.0, 39.0, 41.0, 60.0])
+        assert fast.overdue(probe) == slow.overdue(probe)
+        assert fast.next_expiry() == slow.next_expiry()
+        assert len(fast) == len(slow.active)
+
+
+def test_a_restart_behind_a_later_finish_survives_a_time_going_back():
+    """c finishes while a and b are still active: d's bound restarts at 10. A dispatch
+    at an earlier time then makes the bounds keep each start on its own: d's must
+    still be 10."""
+    b = LoadBounds(BOUND)
+    a, b_, c, d, e = ops(5)
+    for op in (a, b_, c, d):
+        b.dispatched(op, 0.0)
+    assert b.terminal(c, 10.0, True) == [d]
+    b.dispatched(e, 5.0)
+    b.terminal(a, 12.0, False)
+    b.terminal(b_, 12.0, False)
+    assert b.overdue(45.1) == (e, pytest.approx(40.1))
+    b.terminal(e, 46.0, False)
+    assert b.overdue(50.0) is None
+    assert b.overdue(50.5) == (d, pytest.approx(40.5))
+    assert b.next_expiry() == 50.0
