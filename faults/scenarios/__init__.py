@@ -6,7 +6,6 @@ from faults._lazy import lazy_exports
 _EXPORTS = {
     "SCENARIOS": "faults.scenarios.catalog",
     "Scenario": "faults.scenarios.simulated",
-    "on_tier": "faults.scenarios.catalog",
 }
 __all__ = sorted(_EXPORTS)
 __getattr__ = lazy_exports(__name__, _EXPORTS)

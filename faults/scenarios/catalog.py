@@ -8,8 +8,3 @@ from faults.scenarios.simulated import SCENARIOS as _SIMULATED
 from faults.scenarios.simulated import Scenario
 
 SCENARIOS: dict[str, Scenario] = {**_SIMULATED, **REAL_SIZED}
-
-
-def on_tier(tier: str) -> list[str]:
-    """The names of the scenarios that run on ``tier``, in catalog order."""
-    return [name for name, s in SCENARIOS.items() if tier in s.tiers]
