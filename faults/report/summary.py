@@ -67,7 +67,7 @@ import os
 import re
 import xml.etree.ElementTree as ET
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -146,27 +146,18 @@ class CaseReport:
 
     @classmethod
     def _from_outcome(cls, obj: dict[str, Any]) -> CaseReport:
+        # The outcome's record (``CaseOutcome.as_json``) names its fields as this class
+        # does: take those as they are, and kind, name and scenario from its target.
         target = obj.get("target") or {}
+        shared = {f.name: obj[f.name] for f in fields(cls) if f.name in obj}
         return cls(
-            id=str(obj["id"]),
-            kind=str(target.get("kind", "scenario")),
-            name=str(target.get("name", "")),
-            scenario=str(target.get("scenario", "")),
-            seed=int(obj["seed"]),
-            verdict=str(obj["verdict"]),
-            ok=bool(obj.get("ok", obj["verdict"] in OK)),
-            signature=str(obj.get("signature") or ""),
-            violations=[str(v) for v in obj.get("violations", [])],
-            legacy_violations=[str(v) for v in obj.get("legacy_violations", [])],
-            stop=obj.get("stop"),
-            legacy_stop=obj.get("legacy_stop"),
-            fired=dict(obj.get("fired") or {}),
-            sim_seconds=float(obj.get("sim_seconds") or 0.0),
-            wall_seconds=float(obj.get("wall_seconds") or 0.0),
-            digest=str(obj.get("digest") or ""),
-            error=obj.get("error"),
-            command=str(obj.get("command") or ""),
-            plan=obj.get("plan"),
+            **{
+                "kind": str(target.get("kind", "scenario")),
+                "name": str(target.get("name", "")),
+                "scenario": str(target.get("scenario", "")),
+                "ok": obj["verdict"] in OK,
+                **shared,
+            }
         )
 
     @classmethod

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from faults.campaign import Case, regression_target, run_case, swarm_target
+from faults.campaign import Case, CaseOutcome, regression_target, run_case, swarm_target
 from faults.regressions import REGRESSIONS
 from faults.report.artifacts import ArtifactError, read_artifact, write_artifact
 from faults.report.summary import (
@@ -218,6 +218,29 @@ def test_case_report_of_a_campaign_outcome_shape():
     assert rep.timeline == "t.png" and rep.legacy_violations == ["correctness: ..."]
     with pytest.raises(TypeError):
         CaseReport.of(42)
+
+
+def test_case_report_of_a_real_outcome_keeps_every_field_the_two_share():
+    out = CaseOutcome(
+        Case(regression_target("media_keys"), 1),
+        "FIXED",
+        signature="correctness: ...",
+        violations=["v"],
+        legacy_violations=["correctness: ..."],
+        stop="s",
+        legacy_stop="ls",
+        fired={"slow_forward": 2},
+        wall_seconds=0.25,
+        sim_seconds=2.0,
+        digest="ab",
+        error="e",
+        checked=["correctness"],
+    )
+    rep, obj = CaseReport.of(out).as_json(), out.as_json()
+    shared = set(rep) & set(obj)
+    assert shared == CASE_FIELDS - {"kind", "name", "scenario", "artifact", "timeline"}
+    assert {k: rep[k] for k in shared} == {k: obj[k] for k in shared}
+    assert (rep["kind"], rep["name"], rep["scenario"]) == ("regression", "media_keys", "two_images")
 
 
 # -- replay artifacts (one format: faults.report.artifacts) ------------------------------
