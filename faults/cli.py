@@ -81,6 +81,19 @@ def _version() -> str:
         return "(not installed)"
 
 
+class _Version(argparse.Action):
+    """``--version``: looks the version up only when asked (importlib.metadata costs
+    every other command tens of milliseconds)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        kwargs.setdefault("default", argparse.SUPPRESS)
+        super().__init__(option_strings, argparse.SUPPRESS, nargs=0, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        print(f"kvfault {_version()}")
+        parser.exit()
+
+
 def _gateway(text: str) -> str:
     from faults.fanout import tx_arg
 
@@ -113,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Exit codes: 0 everything holds; 1 a property failed, a regression is still "
         "failing or a fault never fired; 2 bad input, an error or a timeout; 130 Ctrl-C.",
     )
-    parser.add_argument("--version", action="version", version=f"kvfault {_version()}")
+    parser.add_argument("--version", action=_Version, help="show the version and exit")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
 
     run = sub.add_parser(

@@ -66,16 +66,30 @@ class CaseResult:
     violations: list[Violation]
     sim_seconds: float
     wall_seconds: float
-    digest: str
     stop: str | None
     fired: dict[str, int] = field(default_factory=dict)
     notes: dict[str, object] = field(default_factory=dict)
     run: RunResult | None = None
     ending: Ending | None = None  # kept when ``run`` is dropped (a cached fixed run)
+    _digest: str | None = field(default=None, repr=False)
 
     @property
     def ok(self) -> bool:
         return not self.violations
+
+    @property
+    def digest(self) -> str:
+        """The judged run's trace digest. Computed when first asked for: nothing reads
+        a regression's legacy digest, and digesting a long trace costs as much as
+        checking it. Kept when the run is dropped (``drop_run``)."""
+        if self._digest is None:
+            self._digest = self.run.trace.digest() if self.run is not None else ""
+        return self._digest
+
+    def drop_run(self) -> None:
+        """Let the run go (a cache that outlives its case), keeping its digest."""
+        self._digest = self.digest
+        self.run = None
 
     @property
     def stop_error(self) -> str | None:
@@ -170,16 +184,17 @@ def run_case(
     run, tier_notes = once(request_map)
     wall = time.perf_counter() - t0
     violations = check(run, props)
-    digest = run.trace.digest()
     if "determinism" in props:
         again, _ = once(replay_map or request_map)
-        other = digest if _same_events(run, again) else again.trace.digest()
-        if other != digest:
-            violations.append(
-                Violation(
-                    "determinism", f"same seed, different traces ({digest[:12]} vs {other[:12]})"
+        if not _same_events(run, again):
+            digest, other = run.trace.digest(), again.trace.digest()
+            if other != digest:
+                violations.append(
+                    Violation(
+                        "determinism",
+                        f"same seed, different traces ({digest[:12]} vs {other[:12]})",
+                    )
                 )
-            )
     stop = run.stop
     return CaseResult(
         scenario=name,
@@ -188,7 +203,6 @@ def run_case(
         violations=violations,
         sim_seconds=run.sim_seconds,
         wall_seconds=wall,
-        digest=digest,
         stop=(f"{type(stop).__name__}: {stop}" if stop else run.startup_error),
         fired=fired_report(run.injectors),
         notes={**run.notes, **tier_notes},

@@ -88,7 +88,7 @@ class CaseRunner:
         if key not in self._fixed:
             res = run_case(scenario, seed, executor=self.executor, scale=scale)
             if res.ok and self.keep_runs != "all":
-                res.run = None  # the cache outlives the case: keep only what is judged
+                res.drop_run()  # the cache outlives the case: keep only what is judged
             self._fixed[key] = res
         return self._fixed[key]
 

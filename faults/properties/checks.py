@@ -7,24 +7,55 @@ is caught when one of these finds a violation in its run.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from dataclasses import dataclass
 
+from fakes.model import DeterministicModel
 from faults.properties.violation import Checker, Violation
 from faults.runs import RunResult
 from reference.stack.worker import page_digest
 from reference.trace import Ev, TraceEvent
+from reference.types import Request
+
+
+class _ColdRuns:
+    """The cold run of a prompt is the same in every run that holds it: the legacy and
+    fixed sides of a regression, each fault on the scenario, the determinism re-run.
+    One model (with its memo of cold pages) and the cold outputs it gave, per model
+    kind, geometry, scenario and seed, for the last few of those."""
+
+    KEPT = 8
+
+    def __init__(self) -> None:
+        self._kept: OrderedDict[tuple, tuple[DeterministicModel, dict]] = OrderedDict()
+
+    def of(self, run: RunResult) -> tuple[DeterministicModel, dict[Request, tuple[int, ...]]]:
+        c = run.config
+        key = (c.model_kind, c.geometry, run.scenario, run.seed)
+        if key in self._kept:
+            self._kept.move_to_end(key)
+        else:
+            self._kept[key] = (run.model, {})
+            if len(self._kept) > self.KEPT:
+                self._kept.popitem(last=False)
+        return self._kept[key]
+
+
+_COLD = _ColdRuns()
 
 
 def correctness(run: RunResult) -> list[Violation]:
     """Every output equals the cold run's; every restored range equals recompute; a run
     that ended normally answered every request."""
-    model = run.model
+    model, outputs = _COLD.of(run)
     bs = run.config.geometry.block_size
     out: list[Violation] = []
     for ev in run.trace.of(Ev.OUTPUT):
         req = run.requests[ev.req_id]
-        if tuple(ev.data["tokens"]) != model.cold_output(req):
+        cold = outputs.get(req)
+        if cold is None:
+            cold = outputs[req] = model.cold_output(req)
+        if tuple(ev.data["tokens"]) != cold:
             out.append(
                 Violation("correctness", f"output of {ev.req_id} differs from its cold run", t=ev.t)
             )

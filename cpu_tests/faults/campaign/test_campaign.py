@@ -290,3 +290,14 @@ def test_kvfault_run_spreads_targets_over_xdist_workers(tmp_path):
         "fault:fence_failure@seed0",
     ]
     assert not (tmp_path / "artifacts").exists()  # a green campaign leaves no artifacts
+
+
+def test_a_cached_fixed_run_keeps_its_digest_when_its_run_is_dropped():
+    """The campaign's cache of fixed runs lets each passing run go; its digest, taken
+    when first asked for, stays (and is the trace's)."""
+    from faults.campaign import CaseRunner, run_case
+
+    kept = run_case("two_servers", 3)
+    cached = CaseRunner().fixed("two_servers", 3)
+    assert cached.run is None and kept.run is not None
+    assert cached.digest == kept.digest == kept.run.trace.digest() != ""

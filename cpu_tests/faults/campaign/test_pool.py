@@ -35,8 +35,9 @@ SELECTION = [
 
 
 def kvfault(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("PYTHONHASHSEED", None)  # the workers must share the parent's, whatever it is
+    # One hash seed for both commands (a hash-order case may depend on it); within a
+    # command the forked workers have the command's own.
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONHASHSEED": "0"}
     return subprocess.run(
         [sys.executable, "-m", "faults.cli", *args],
         capture_output=True, text=True, cwd=cwd, env=env, timeout=300,

@@ -136,3 +136,23 @@ def test_a_late_completion_meets_a_reused_operation_id(monkeypatch):
     res = run_case("late_completion_after_restart", 0, injectors=plan.injectors)
     assert {"correctness", "exactly_once"} <= _props(res)
     assert any("operation id reused" in v.message for v in res.violations)
+
+
+# -- correctness, with cold runs shared between runs -------------------------------------
+
+
+def test_correctness_judges_each_run_against_the_cold_run_whatever_ran_before():
+    """The cold outputs one run's check computed are kept for the next run of the same
+    scenario and seed. They are the cold run's, never what a run produced, and they
+    belong to whole requests (a picture's cache seed included): a wrong run is caught
+    before and after a right one, and the right one passes."""
+    from faults.regressions import REGRESSIONS
+
+    def check(rules=None):
+        return run_case("two_images", 5, rules=rules, properties=["correctness"])
+
+    legacy = REGRESSIONS["side_chain_seed"].rules  # outputs differ from the cold run's
+    first, right, again = check(legacy), check(), check(legacy)
+    assert [v.message for v in right.violations] == []
+    for wrong in (first, again):
+        assert any("differs from its cold run" in v.message for v in wrong.violations)
