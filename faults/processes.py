@@ -70,9 +70,14 @@ class Signals:
                 raise Interrupted(signum)
 
 
-def kill_group(proc: subprocess.Popen[bytes], grace: float = 2.0) -> None:
-    """Stop CMD and everything it started (it leads its own process group)."""
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, None)):
+def kill_group(proc: subprocess.Popen[Any], grace: float = 2.0, reap_s: float = 30.0) -> None:
+    """Stop CMD and everything it started (it leads its own process group): SIGCONT
+    (a stopped group would never act on SIGTERM), SIGTERM, and SIGKILL once ``grace``
+    seconds pass. Safe in a finalizer: a group already gone raises nothing, and it
+    waits at most ``grace + reap_s`` seconds."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGCONT)
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, reap_s)):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, sig)
         try:
@@ -82,10 +87,11 @@ def kill_group(proc: subprocess.Popen[bytes], grace: float = 2.0) -> None:
             continue
 
 
-def stop_group(proc: subprocess.Popen[Any]) -> None:
+def stop_group(proc: subprocess.Popen[Any], grace: float = 2.0) -> None:
     """Stop a child that leads its own process group, and everything in that group:
-    SIGTERM, then SIGKILL for whatever is left once the leader is gone (its workers)."""
-    kill_group(proc)
+    SIGTERM, then SIGKILL for whatever is left once the leader is gone (its workers).
+    As finalizer-safe as ``kill_group``."""
+    kill_group(proc, grace)
     reap_group(proc.pid)
 
 

@@ -20,6 +20,7 @@ installed before it launches anything.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
 import importlib.util
 import os
@@ -35,6 +36,8 @@ import uuid
 import weakref
 from pathlib import Path
 from typing import Callable, Sequence
+
+from faults.processes import stop_group
 
 SHM_DIR = Path("/dev/shm")
 SHM_PREFIX = "lmcache_l1_pool_"  # lmcache prepends this to --shm-name
@@ -347,7 +350,7 @@ class LMCacheServer:
             _LIVE.add(self)
         # A finalizer that holds no reference to self, so an abandoned server dies too.
         self._finalizer = weakref.finalize(
-            self, _kill_group, self.proc, self.shm_segment, self.tmpdir, log
+            self, _stop_server, self.proc, self.shm_segment, self.tmpdir, log
         )
         deadline = t0 + self.start_timeout_s
         while time.monotonic() < deadline:
@@ -416,7 +419,7 @@ class LMCacheServer:
             return
         self._stopped.set()
         if self._finalizer is not None:
-            self._finalizer()  # runs _kill_group once
+            self._finalizer()  # runs _stop_server once
         elif self.tmpdir is not None:
             shutil.rmtree(self.tmpdir, ignore_errors=True)
 
@@ -441,38 +444,16 @@ class LMCacheServer:
         return f"LMCacheServer(url={self.url!r}, pid={self.pid}, shm={self.shm_name!r})"
 
 
-def _kill_group(
+def _stop_server(
     proc: subprocess.Popen[bytes], segment: str, tmpdir: Path | None, log: object
 ) -> None:
-    """Stop a server's process group and remove its leftovers (finalizer body)."""
-    if proc.poll() is None:
-        try:
-            # SIGCONT first: a SIGSTOPped server would never act on SIGTERM.
-            os.killpg(proc.pid, signal.SIGCONT)
-            os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
-    try:
-        # Kill stragglers of the group even when the leader is already gone.
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        pass
-    try:
+    """Stop a server's process group and remove its leftovers (finalizer body: every
+    wait bounded, nothing raised for what is already gone)."""
+    stop_group(proc, grace=10.0)
+    with contextlib.suppress(FileNotFoundError):
         (SHM_DIR / segment).unlink()
-    except FileNotFoundError:
-        pass
-    try:
+    with contextlib.suppress(Exception):
         log.close()  # type: ignore[attr-defined]
-    except Exception:
-        pass
     if tmpdir is not None:
         shutil.rmtree(tmpdir, ignore_errors=True)
 
