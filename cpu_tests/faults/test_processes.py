@@ -1,0 +1,49 @@
+"""Stopping a child's process group (faults/processes.py): what the lmcache server's
+finalizer and the proof runner rely on."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+from faults.processes import stop_group
+
+
+def _group_leader() -> subprocess.Popen[bytes]:
+    """A child leading its own group that shuts down on SIGTERM as a server does: its
+    handler exits 3 (a stopped process leaves a handled signal pending)."""
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import signal, sys, time\n"
+            "signal.signal(signal.SIGTERM, lambda *_: sys.exit(3))\n"
+            "print('ready', flush=True)\n"
+            "time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+    )
+    assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+    return proc
+
+
+def test_a_stopped_group_still_gets_its_graceful_sigterm():
+    """A SIGSTOPped child (a paused server) would hold SIGTERM until the SIGKILL: the
+    group is continued first, so its own shutdown runs."""
+    proc = _group_leader()
+    os.killpg(proc.pid, signal.SIGSTOP)
+    stop_group(proc, grace=5.0)
+    assert proc.returncode == 3
+
+
+def test_a_group_already_gone_raises_nothing():
+    """Finalizer-safe: stopping twice, or after the child died, is quiet."""
+    proc = _group_leader()
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+    stop_group(proc)
+    stop_group(proc)
+    assert proc.returncode == -signal.SIGKILL
