@@ -48,12 +48,16 @@ def picks(rng: random.Random, population: Sequence[int], k: int) -> tuple[int, .
     same state. Large draws go through numpy's MT19937 when numpy is installed: it is
     the same generator as ``random.Random`` and makes its doubles the same way, so
     ``floor(random() * n)`` gives the same indices (a test compares both paths)."""
+    return tuple(_picks(rng, population, k))
+
+
+def _picks(rng: random.Random, population: Sequence[int], k: int) -> list[int]:
     if k < _NUMPY_PICKS:
-        return tuple(rng.choices(population, k=k))
+        return rng.choices(population, k=k)
     try:
         import numpy as np
     except ImportError:  # numpy is optional: the plain draw is only slower
-        return tuple(rng.choices(population, k=k))
+        return rng.choices(population, k=k)
     version, internal, gauss = rng.getstate()
     mt = np.random.RandomState()
     mt.set_state(("MT19937", np.array(internal[:-1], dtype=np.uint32), internal[-1]))
@@ -63,7 +67,8 @@ def picks(rng: random.Random, population: Sequence[int], k: int) -> tuple[int, .
     # random.choices: population[floor(random() * float(n))]; the doubles are >= 0, so
     # truncation is floor.
     index = (doubles * float(len(population))).astype(np.intp)
-    return tuple(np.asarray(population)[index].tolist())
+    # An object array holds the population's own ints: taking from it makes none.
+    return np.array(population, dtype=object)[index].tolist()
 
 
 def tokenize(text: str) -> tuple[int, ...]:
@@ -209,12 +214,13 @@ class Workloads:
         for _ in range(n):
             req_id = self.request_id()
             heads.append((req_id, tokenize(self.fk.sentence(nb_words=16))[:length]))
-        filler = self.words(sum(length - len(ids) for _, ids in heads))
+        filler = _picks(self.rng, self._vocab, sum(length - len(ids) for _, ids in heads))
         reqs = []
         at = 0
         for req_id, ids in heads:
             need = length - len(ids)
-            reqs.append(Request(req_id, ids + filler[at : at + need], arrival_time=arrival_time))
+            prompt = ids + tuple(filler[at : at + need])
+            reqs.append(Request(req_id, prompt, arrival_time=arrival_time))
             at += need
         return Workload("burst", self.seed, reqs)
 

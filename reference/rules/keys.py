@@ -15,6 +15,7 @@ from reference.types import TEXT_CACHE_SEED, Request
 _U32 = 0xFFFFFFFF
 _CHAIN_TAG = 0x6B766661756C74  # "kvfault": ints only, so no PYTHONHASHSEED salt
 _SEED_IDS = 4  # the 64-bit seed is folded into this many ids, 16 bits each
+_KEPT = 16384  # prompts (and prefixes) whose keys and chains are remembered
 
 
 def media_cache_seed(media: Sequence[bytes]) -> int:
@@ -56,8 +57,11 @@ def chunk_keys(tier_ids: Sequence[int], chunk_size: int) -> list[bytes]:
 
 
 # A prompt's keys are asked for at every key site, by the lookup, each save and the
-# tier: remembered by content (hashing the ids costs a fraction of keying them).
-@functools.lru_cache(maxsize=2048)
+# tier: remembered by content (hashing the ids costs a fraction of keying them). Room
+# for every prompt of a 4,096-restore burst, its saves' prefixes and its restores:
+# a cache smaller than one pass over them keeps nothing (each is asked for again only
+# after all the others).
+@functools.lru_cache(maxsize=_KEPT)
 def _chunk_keys(tier_ids: tuple[int, ...], chunk_size: int) -> tuple[bytes, ...]:
     full = len(tier_ids) - len(tier_ids) % chunk_size
     packed = array("I", tier_ids[:full]).tobytes()
@@ -77,11 +81,14 @@ def block_hash_chain(
     side chain, e.g. names of hybrid state images). Starts from ``cache_seed``, so two
     pictures with the same placeholder ids never share a chain. Python's tuple hash of
     ints does not depend on PYTHONHASHSEED."""
+    if upto is not None and upto < 4 * block_size:
+        # A few blocks cost less to hash than to look up (which hashes every id).
+        return list(_block_hash_chain.__wrapped__(tuple(token_ids), block_size, seed, upto))
     return list(_block_hash_chain(tuple(token_ids), block_size, seed, upto))
 
 
 # Every send of a prompt builds its chains again (a restored prompt was sent before).
-@functools.lru_cache(maxsize=2048)
+@functools.lru_cache(maxsize=_KEPT)
 def _block_hash_chain(
     token_ids: tuple[int, ...], block_size: int, seed: int, upto: int | None
 ) -> tuple[int, ...]:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
+from itertools import islice
 from typing import Sequence
 
 
@@ -67,9 +68,9 @@ class BlockPool:
         untouched = min(need, self.num_blocks - self._fresh)
         fresh = list(range(self._fresh, self._fresh + untouched))
         self._fresh += untouched
-        if need > untouched:
-            pop = self._free.popitem
-            reused = [pop(last=False)[0] for _ in range(need - untouched)]
+        if need > untouched:  # the least recently freed, taken in C
+            reused = list(islice(self._free, need - untouched))
+            deque(map(self._free.__delitem__, reused), maxlen=0)
             if self._hash_of:  # nothing is cached when nothing was ever committed
                 for b in reused:
                     self._uncache(b)
@@ -95,6 +96,11 @@ class BlockPool:
 
     def free(self, blocks: Sequence[int]) -> None:
         refs, free = self._refs, self._free
+        if list(map(refs.__getitem__, blocks)).count(1) == len(blocks) == len(set(blocks)):
+            # Each held once (no prefix cache shares them): all freed, in order, in C.
+            deque(map(refs.__delitem__, blocks), maxlen=0)
+            free.update(dict.fromkeys(blocks))
+            return
         for b in blocks:
             n = refs[b] - 1
             if n:
