@@ -105,7 +105,7 @@ class OperationId:
         object.__setattr__(
             self, "_hash", hash((self.req_id, self.generation, self.kind is OpKind.LOAD))
         )
-        object.__setattr__(self, "_str", f"{self.kind.value}:{self.req_id}#{self.generation}")
+        object.__setattr__(self, "_str", f"{self.kind._value_}:{self.req_id}#{self.generation}")
 
     def __reduce__(self):  # the cached hash is per process: rebuild it on unpickling
         return (OperationId, (self.req_id, self.generation, self.kind))

@@ -2,13 +2,65 @@
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
-from itertools import islice
+from collections import deque
 from typing import Sequence
 
 
 class OutOfBlocks(RuntimeError):
     pass
+
+
+class _FreeList:
+    """Free blocks, least recently freed first: a list read from a moving head, and
+    where each free block's entry is. A block taken from the middle (a cache hit)
+    leaves a dead entry behind; while there is none, taking is one slice."""
+
+    def __init__(self) -> None:
+        self._order: list[int] = []
+        self._head = 0  # entries before it were taken or passed
+        self._base = 0  # the position of ``_order[0]`` (entries dropped from the front)
+        self._at: dict[int, int] = {}  # free block -> position of its entry
+        self._dead = 0  # dead entries from the head on
+
+    def __len__(self) -> int:
+        return len(self._at)
+
+    def __contains__(self, block: int) -> bool:
+        return block in self._at
+
+    def discard(self, block: int) -> None:
+        if self._at.pop(block, None) is not None:
+            self._dead += 1
+
+    def extend(self, blocks: Sequence[int]) -> None:
+        """Append blocks that are not free, each once, in order."""
+        end = self._base + len(self._order)
+        self._at.update(zip(blocks, range(end, end + len(blocks)), strict=True))
+        self._order.extend(blocks)
+
+    def take(self, k: int) -> list[int]:
+        """The ``k`` least recently freed blocks (there are at least ``k``)."""
+        order, head, at = self._order, self._head, self._at
+        if not self._dead:
+            out = order[head : head + k]
+            head += k
+            deque(map(at.__delitem__, out), maxlen=0)
+        else:
+            out = []
+            while len(out) < k:
+                b = order[head]
+                if at.get(b) == self._base + head:
+                    del at[b]
+                    out.append(b)
+                else:
+                    self._dead -= 1
+                head += 1
+        if head > 1024 and 2 * head > len(order):  # drop what was read, now and then
+            del order[:head]
+            self._base += head
+            head = 0
+        self._head = head
+        return out
 
 
 class BlockPool:
@@ -23,7 +75,7 @@ class BlockPool:
         # num_blocks)`` in order (kept as a range: an engine builds a pool on every
         # restart), then the freed ones, least recently freed first.
         self._fresh = 0
-        self._free: OrderedDict[int, None] = OrderedDict()
+        self._free = _FreeList()
         self._cached: dict[int, int] = {}  # chain hash -> block
         self._hash_of: dict[int, int] = {}  # block -> chain hash
         self._refs: dict[int, int] = {}
@@ -63,14 +115,13 @@ class BlockPool:
             raise OutOfBlocks(f"need {need} blocks, {self.num_free - len(reusable)} free")
         refs = self._refs
         for b in hit:  # a cached block was handed out before: it is never in the range
-            self._free.pop(b, None)
+            self._free.discard(b)
             refs[b] = refs.get(b, 0) + 1
         untouched = min(need, self.num_blocks - self._fresh)
         fresh = list(range(self._fresh, self._fresh + untouched))
         self._fresh += untouched
         if need > untouched:  # the least recently freed, taken in C
-            reused = list(islice(self._free, need - untouched))
-            deque(map(self._free.__delitem__, reused), maxlen=0)
+            reused = self._free.take(need - untouched)
             if self._hash_of:  # nothing is cached when nothing was ever committed
                 for b in reused:
                     self._uncache(b)
@@ -99,12 +150,14 @@ class BlockPool:
         if list(map(refs.__getitem__, blocks)).count(1) == len(blocks) == len(set(blocks)):
             # Each held once (no prefix cache shares them): all freed, in order, in C.
             deque(map(refs.__delitem__, blocks), maxlen=0)
-            free.update(dict.fromkeys(blocks))
+            free.extend(blocks)
             return
+        freed = []
         for b in blocks:
             n = refs[b] - 1
             if n:
                 refs[b] = n
             else:
                 del refs[b]
-                free[b] = None
+                freed.append(b)
+        free.extend(freed)

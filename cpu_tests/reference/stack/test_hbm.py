@@ -154,3 +154,84 @@ def test_content_already_cached_elsewhere_keeps_its_first_block():
     pool.free([c])
     pool.allocate([], 1, use_cache=False)
     assert pool.match([10]) == [a]
+
+
+class _OrderedPool:
+    """The pool as first written: free blocks in an OrderedDict."""
+
+    def __init__(self, n):
+        from collections import OrderedDict
+
+        self.n, self.fresh, self.free = n, 0, OrderedDict()
+        self.cached, self.hash_of, self.refs = {}, {}, {}
+
+    def allocate(self, chain, num_blocks, use_cache):
+        hit = []
+        for h in chain if use_cache else []:
+            if h not in self.cached:
+                break
+            hit.append(self.cached[h])
+        hit = hit[:num_blocks]
+        need = num_blocks - len(hit)
+        for b in hit:
+            self.free.pop(b, None)
+            self.refs[b] = self.refs.get(b, 0) + 1
+        fresh = list(range(self.fresh, self.fresh + min(need, self.n - self.fresh)))
+        self.fresh += len(fresh)
+        while len(fresh) < need:
+            b, _ = self.free.popitem(last=False)
+            h = self.hash_of.pop(b, None)
+            if h is not None and self.cached.get(h) == b:
+                del self.cached[h]
+            fresh.append(b)
+        for b in fresh:
+            self.refs[b] = 1
+        return hit + fresh, len(hit)
+
+    def commit(self, block, h):
+        if self.cached.get(h, block) != block:
+            return
+        old = self.hash_of.pop(block, None)
+        if old is not None and self.cached.get(old) == block:
+            del self.cached[old]
+        self.cached[h] = block
+        self.hash_of[block] = h
+
+    def free_blocks(self, blocks):
+        for b in blocks:
+            self.refs[b] -= 1
+            if not self.refs[b]:
+                del self.refs[b]
+                self.free[b] = None
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_the_pool_hands_out_what_an_ordered_free_list_would(seed):
+    """Random requests over shared prefixes (cache hits take free blocks from the
+    middle of the free list, and a block may be freed again later)."""
+    import random
+
+    rng = random.Random(seed)
+    n = 64
+    pool, ref = BlockPool(n), _OrderedPool(n)
+    held = []
+    for _ in range(1500):  # enough to drop read entries from the free list's front
+        if held and (rng.random() < 0.45 or pool.num_free < 12):
+            blocks = held.pop(rng.randrange(len(held)))
+            pool.free(blocks)
+            ref.free_blocks(blocks)
+        else:
+            size = rng.randint(1, 8)
+            chain = [rng.randrange(6) * 100 + i for i in range(size)]
+            use = rng.random() < 0.8
+            if not pool.can_allocate(size):
+                continue
+            got = pool.allocate(chain, size, use)
+            assert got == ref.allocate(chain, size, use)
+            for b, h in zip(got[0], chain, strict=True):
+                if rng.random() < 0.7:
+                    pool.commit(b, h)
+                    ref.commit(b, h)
+            held.append(got[0])
+        assert pool.num_free == n - ref.fresh + len(ref.free)
+        assert pool.num_held == len(ref.refs)
