@@ -72,8 +72,8 @@ class Signals:
 
 def kill_group(proc: subprocess.Popen[Any], grace: float = 2.0, reap_s: float = 30.0) -> None:
     """Stop CMD and everything it started (it leads its own process group): SIGCONT
-    (a stopped group would never act on SIGTERM), SIGTERM, and SIGKILL once ``grace``
-    seconds pass. Safe in a finalizer: a group already gone raises nothing, and it
+    (a stopped process holds a SIGTERM it handles until continued), SIGTERM, and SIGKILL
+    once ``grace`` seconds pass. Safe in a finalizer: a group already gone raises nothing, and it
     waits at most ``grace + reap_s`` seconds."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGCONT)
