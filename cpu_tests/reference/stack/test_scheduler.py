@@ -51,6 +51,14 @@ def again(req, tag="2"):
     return replace(req, req_id=f"{req.req_id}-{tag}")
 
 
+def reloading(rig, reqs, geo=GEO, kind="dense", grid="block"):
+    """A scheduler rig on a tier that already holds ``reqs``, with each sent again."""
+    r = rig(geo, kind, grid, tier=stored_tier(geo, kind, grid, reqs))
+    for q in reqs:
+        r.sched.add(again(q))
+    return r
+
+
 def test_duplicate_request_ids_are_refused(rig):
     r = rig(GEO)
     (req,) = prompts(1, 100)
@@ -92,9 +100,7 @@ def test_media_keys_reach_the_load_and_the_hbm_chain(rig):
     (base,) = prompts(1, 700)
     a = replace(base, req_id="a", cache_seed=media_cache_seed((b"A",)), media=(b"A",))
     b = replace(base, req_id="b", cache_seed=media_cache_seed((b"B",)), media=(b"B",))
-    tier = stored_tier(GEO, "dense", "block", [a])
-    r = rig(GEO, tier=tier)
-    r.sched.add(again(a))
+    r = reloading(rig, [a])
     meta = r.step()
     (load,) = meta.loads
     assert load.tier_ids == tier_token_ids(a)[:512] and load.claim == 512
@@ -112,10 +118,7 @@ def test_media_keys_reach_the_load_and_the_hbm_chain(rig):
 
 def test_a_completion_for_another_generation_never_retires_a_load(rig):
     reqs = prompts(2, 600)
-    tier = stored_tier(GEO, "dense", "block", reqs)
-    r = rig(GEO, tier=tier)
-    for q in reqs:
-        r.sched.add(again(q))
+    r = reloading(rig, reqs)
     meta = r.step()
     o1, o2 = (x.op for x in meta.loads)
     assert o1.generation != o2.generation
@@ -156,14 +159,10 @@ def test_generations_are_unique_over_loads_and_saves(rig):
 
 def test_loads_dispatch_in_arrival_order_and_bounds_follow_it(rig):
     reqs = prompts(8, 600)
-    tier = stored_tier(GEO, "dense", "block", reqs)
-    r = rig(GEO, tier=tier)
-    burst = [again(q) for q in reqs]
-    for q in burst:
-        r.sched.add(q)
+    r = reloading(rig, reqs)
     meta = r.step()
     order = [x.op for x in meta.loads]
-    assert [o.req_id for o in order] == [q.req_id for q in burst]
+    assert [o.req_id for o in order] == [again(q).req_id for q in reqs]
     assert [e.op for e in r.trace.of(Ev.DISPATCH)] == order
     assert r.sched.bounds.dispatched_after(order[0]) == order[1:]
     assert list(set(order)) != order  # hash order differs: the dict, not a set, decides
@@ -171,10 +170,7 @@ def test_loads_dispatch_in_arrival_order_and_bounds_follow_it(rig):
 
 def test_a_finish_restarts_the_bounds_of_loads_dispatched_after_it(rig):
     reqs = prompts(4, 600)
-    tier = stored_tier(GEO, "dense", "block", reqs)
-    r = rig(GEO, tier=tier)
-    for q in reqs:
-        r.sched.add(again(q))
+    r = reloading(rig, reqs)
     o = [x.op for x in r.step().loads]
     r.clock.sleep(35.0)
     r.step([Completion(o[1], Outcome.FINISHED)])
@@ -190,10 +186,7 @@ def test_a_finish_restarts_the_bounds_of_loads_dispatched_after_it(rig):
 
 def test_a_lost_completion_stops_one_bound_after_its_predecessors(rig):
     reqs = prompts(4, 600)
-    tier = stored_tier(GEO, "dense", "block", reqs)
-    r = rig(GEO, tier=tier)
-    for q in reqs:
-        r.sched.add(again(q))
+    r = reloading(rig, reqs)
     o = [x.op for x in r.step().loads]
     r.clock.sleep(10.0)
     r.step([Completion(o[0], Outcome.FINISHED)])  # o2's bound restarts at 10
@@ -210,9 +203,7 @@ def test_a_lost_completion_stops_one_bound_after_its_predecessors(rig):
 
 def test_a_failed_load_recomputes_from_what_hbm_holds(rig):
     (req,) = prompts(1, 600)
-    tier = stored_tier(GEO, "dense", "block", [req])
-    r = rig(GEO, tier=tier)
-    r.sched.add(again(req))
+    r = reloading(rig, [req])
     (load,) = r.step().loads
     meta = r.step([Completion(load.op, Outcome.FAILED, "boom")])
     assert meta.compute == [(load.op.req_id, 0, 600)]
@@ -222,9 +213,7 @@ def test_a_failed_load_recomputes_from_what_hbm_holds(rig):
 
 def test_a_finished_load_resumes_at_its_claim(rig):
     (req,) = prompts(1, 600)
-    tier = stored_tier(GEO, "dense", "block", [req])
-    r = rig(GEO, tier=tier)
-    r.sched.add(again(req))
+    r = reloading(rig, [req])
     meta = r.step()
     (load,) = meta.loads
     assert meta.compute == []  # loading: nothing to compute yet
@@ -239,9 +228,7 @@ def test_a_finished_load_resumes_at_its_claim(rig):
 
 def test_dense_full_prompt_hit_gives_back_a_chunk(rig):
     (req,) = prompts(1, 1024)
-    tier = stored_tier(GEO, "dense", "block", [req])
-    r = rig(GEO, tier=tier)
-    r.sched.add(again(req))
+    r = reloading(rig, [req])
     (load,) = r.step().loads
     assert (load.kv_end, load.claim) == (768, 768)
     (lookup,) = r.trace.of(Ev.LOOKUP)
@@ -250,9 +237,7 @@ def test_dense_full_prompt_hit_gives_back_a_chunk(rig):
 
 def test_hybrid_full_prompt_hit_claims_the_joint_boundary(rig):
     (req,) = prompts(1, 2048)
-    tier = stored_tier(ALIGNED, "hybrid", "block", [req])
-    r = rig(ALIGNED, "hybrid", "block", tier=tier)
-    r.sched.add(again(req))
+    r = reloading(rig, [req], ALIGNED, "hybrid", "block")
     (load,) = r.step().loads
     assert (load.start, load.kv_end, load.claim) == (0, 2048, 1920)
     assert load.state_key is not None
@@ -263,9 +248,7 @@ def test_hybrid_full_prompt_hit_claims_the_joint_boundary(rig):
 
 def test_hybrid_on_the_mp_grid_claims_the_floored_anchor(rig):
     (req,) = prompts(1, 2048)
-    tier = stored_tier(ALIGNED, "hybrid", "chunk", [req])
-    r = rig(ALIGNED, "hybrid", "chunk", tier=tier)
-    r.sched.add(again(req))
+    r = reloading(rig, [req], ALIGNED, "hybrid", "chunk")
     (load,) = r.step().loads
     assert (load.kv_end, load.claim) == (1792, 1792)
     (lookup,) = r.trace.of(Ev.LOOKUP)
