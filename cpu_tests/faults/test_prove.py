@@ -84,6 +84,11 @@ def cli(repo: Path, *args: str) -> int:
     return main(["-C", str(repo), *args])
 
 
+def broken_to_fixed(repo: Path, *args: str) -> int:
+    """``kvfault prove --old broken --new fixed ARGS`` in ``repo``."""
+    return cli(repo, "--old", "broken", "--new", "fixed", *args)
+
+
 def verdict_line(out: str) -> str:
     return out.rstrip().splitlines()[-1]
 
@@ -151,7 +156,7 @@ def test_exit_codes() -> None:
 
 
 def test_fixed(repo: Path, isolated: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli(repo, "--old", "broken", "--new", "fixed", "--", "sh", "check.sh") == 0
+    assert broken_to_fixed(repo, "--", "sh", "check.sh") == 0
     out = capsys.readouterr().out
     assert verdict_line(out).startswith("FIXED: old fails (exit 1)")
     # Both tails, in order, with stderr interleaved.
@@ -173,12 +178,8 @@ def test_not_reproduced(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_expect_matches(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert (
-        cli(
+        broken_to_fixed(
             repo,
-            "--old",
-            "broken",
-            "--new",
-            "fixed",
             "--expect",
             r"KeyError: media \w+",
             "--",
@@ -195,12 +196,8 @@ def test_expect_matches(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
 def test_expect_does_not_match(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # Old fails, but for another reason than the one the reviewer expects.
     assert (
-        cli(
+        broken_to_fixed(
             repo,
-            "--old",
-            "broken",
-            "--new",
-            "fixed",
             "--expect",
             "TimeoutError",
             "--",
@@ -214,10 +211,7 @@ def test_expect_does_not_match(repo: Path, capsys: pytest.CaptureFixture[str]) -
 
 
 def test_shell_mode_single_string(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert (
-        cli(repo, "--old", "broken", "--new", "fixed", "--", "./check.sh && echo shell-ran-the-and")
-        == 0
-    )
+    assert broken_to_fixed(repo, "--", "./check.sh && echo shell-ran-the-and") == 0
     out = capsys.readouterr().out
     assert "via /bin/sh -c" in out
     assert "shell-ran-the-and" in out
@@ -226,7 +220,7 @@ def test_shell_mode_single_string(repo: Path, capsys: pytest.CaptureFixture[str]
 def test_error_command_not_found(
     repo: Path, isolated: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert cli(repo, "--old", "broken", "--new", "fixed", "--", "no-such-command-kvfault", "x") == 2
+    assert broken_to_fixed(repo, "--", "no-such-command-kvfault", "x") == 2
     line = verdict_line(capsys.readouterr().out)
     assert line.startswith("ERROR: old (broken @ ")
     assert "command not found: no-such-command-kvfault" in line
@@ -234,7 +228,7 @@ def test_error_command_not_found(
 
 
 def test_error_command_not_found_in_shell(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli(repo, "--old", "broken", "--new", "fixed", "--", "no-such-command-kvfault") == 2
+    assert broken_to_fixed(repo, "--", "no-such-command-kvfault") == 2
     assert "command not found (exit 127" in verdict_line(capsys.readouterr().out)
 
 
@@ -242,9 +236,7 @@ def test_error_timeout_kills_command(
     repo: Path, isolated: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     start = time.monotonic()
-    assert (
-        cli(repo, "--old", "broken", "--new", "fixed", "--timeout", "0.3", "--", "sleep", "20") == 2
-    )
+    assert broken_to_fixed(repo, "--timeout", "0.3", "--", "sleep", "20") == 2
     assert time.monotonic() - start < 5
     line = verdict_line(capsys.readouterr().out)
     assert line.startswith("ERROR: old") and "timed out after 0.3 s" in line
@@ -274,7 +266,7 @@ def test_repeat_flaky_side(
 ) -> None:
     monkeypatch.setenv("COUNTER", str(tmp_path / "counter"))
     monkeypatch.setenv("FLIP_SIDE", flaky_side)
-    assert cli(repo, "--old", "broken", "--new", "fixed", "--repeat", "3", "--", FLAKY_CMD) == 2
+    assert broken_to_fixed(repo, "--repeat", "3", "--", FLAKY_CMD) == 2
     out = capsys.readouterr().out
     line = verdict_line(out)
     assert line.startswith(f"FLAKY: {flaky_side} disagrees with itself"), line
@@ -480,7 +472,7 @@ def test_dirty_working_tree_untouched(
     before = _snapshot(repo)
     status = str(before["status"]).splitlines()
     assert {"MM notes.txt", " M check.sh", "?? scratch.txt", "?? sub/new.py"} <= set(status)
-    assert cli(repo, "--old", "broken", "--new", "fixed", "--", "sh", "check.sh") == 0
+    assert broken_to_fixed(repo, "--", "sh", "check.sh") == 0
     out = capsys.readouterr().out
     assert "DIRTY-EDIT" not in out  # the proof ran the committed heads, not the edit
     assert _snapshot(repo) == before
