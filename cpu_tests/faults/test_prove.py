@@ -89,6 +89,11 @@ def broken_to_fixed(repo: Path, *args: str) -> int:
     return cli(repo, "--old", "broken", "--new", "fixed", *args)
 
 
+def module_argv(repo: Path, *args: str) -> list[str]:
+    """``python -m faults.prove -C REPO ARGS``: the proof in a process of its own."""
+    return [sys.executable, "-m", "faults.prove", "-C", str(repo), *args]
+
+
 def verdict_line(out: str) -> str:
     return out.rstrip().splitlines()[-1]
 
@@ -353,19 +358,7 @@ def test_not_a_git_repository(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 
 def test_module_entry_point_no_traceback(repo: Path) -> None:
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "faults.prove",
-            "-C",
-            str(repo),
-            "--old",
-            "nope",
-            "--new",
-            "fixed",
-            "--",
-            "true",
-        ],
+        module_argv(repo, "--old", "nope", "--new", "fixed", "--", "true"),
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -398,12 +391,8 @@ def test_interrupt_removes_worktrees(
 ) -> None:
     pidfile = tmp_path / "cmd.pid"
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "faults.prove",
-            "-C",
-            str(repo),
+        module_argv(
+            repo,
             "--old",
             "broken",
             "--new",
@@ -412,7 +401,7 @@ def test_interrupt_removes_worktrees(
             "sh",
             "-c",
             f'echo $$ > "{pidfile}"; exec sleep 60',
-        ],
+        ),
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
