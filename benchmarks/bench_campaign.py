@@ -68,7 +68,8 @@ def main() -> int:
     )
     if not args.skip_campaign:
         extra = ["--seeds", args.seeds] if args.seeds else []
-        bench_campaign(extra)
+        bench_campaign(extra)  # -j auto: one forked worker per usable CPU
+        bench_campaign([*extra, "-j", "1"])  # one process
         if args.workers:
             bench_campaign([*extra, "-n", args.workers])
     # A lean child loads no plugin its test does not use (see cpu_tests/faults/test_sweep.py).

@@ -13,7 +13,8 @@ largest scale's events per CPU-second and per wall-second of the whole run, agai
 the target of 100,000. With scales 4, 16 and 64 it prints
 ``(T(64) - T(16)) / (T(16) - T(4))``: 4 when the cost is linear in the scale, 16 when
 quadratic (target: at most 6). Last, ``kvfault run`` (the default campaign) in a
-subprocess, wall and CPU seconds (target: under 10 s wall on 2 cores).
+subprocess, wall and CPU seconds, over one worker per usable CPU (``-j auto``, the
+default) and in one process (``-j 1``) (target: under 10 s wall on 2 cores).
 
 Wall time depends on what else the machine runs: CPU seconds are printed beside it,
 and ``--repeat`` keeps each scale's fastest run. The garbage collector is set as
@@ -101,20 +102,26 @@ def ratio(rows: list[dict[str, float]], key: str) -> float | None:
 
 
 def campaign(runs: int) -> None:
-    cmd = [sys.executable, "-m", "faults.cli", "run", "--no-progress"]
+    """``kvfault run`` as a user runs it (``-j auto``: one forked worker per usable
+    CPU) and in one process (``-j 1``), alternately, with the load average before each:
+    the CPU seconds (the command and its workers) are the same work either way."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     for i in range(runs):
-        r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-        t0 = time.perf_counter()
-        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
-        wall = time.perf_counter() - t0
-        r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
-        last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr
-        print(
-            f"kvfault run (default campaign) #{i + 1}: wall {wall:.2f} s, cpu {cpu:.2f} s, "
-            f"exit {proc.returncode} [{last.strip()}]"
-        )
+        for jobs in ("auto", "1"):
+            cmd = [sys.executable, "-m", "faults.cli", "run", "--no-progress", "-j", jobs]
+            load = os.getloadavg()[0]
+            r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            t0 = time.perf_counter()
+            proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+            wall = time.perf_counter() - t0
+            r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+            last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr
+            print(
+                f"kvfault run -j {jobs:4s} (default campaign) #{i + 1}: wall {wall:.2f} s, "
+                f"cpu {cpu:.2f} s, load average {load:.1f} before, exit {proc.returncode} "
+                f"[{last.strip()}]"
+            )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -370,6 +370,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
             return _bad(bad)
     store = CampaignArtifacts(artifact_dir(args.artifacts))
     mode = _progress_mode(args)
+    # Only summary.json shows a trace digest: without --report no judged run is digested.
+    digests = args.report is not None
     if args.tx or args.numprocesses not in (None, "0"):
         from faults.fanout import FanoutError
         from faults.spread import keep_artifacts, run_spread
@@ -399,6 +401,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             result = run_pooled(
                 targets, seeds, _jobs_here(args.jobs), before=store.before, after=store.after,
                 progress=started, timeout_s=args.timeout, budget_s=args.budget,
+                digests=digests,
             )  # fmt: skip
     else:
 
@@ -424,14 +427,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 if args.budget is None:
                     result = run_campaign(
                         targets, seeds, before=before, after=after, progress=progress,
-                        executor=executor,
+                        executor=executor, digests=digests,
                     )  # fmt: skip
                 else:
                     from faults.spread import run_within_budget
 
                     result = run_within_budget(
-                        targets, seeds, args.budget, before, after, progress, executor=executor
-                    )
+                        targets, seeds, args.budget, before, after, progress,
+                        executor=executor, digests=digests,
+                    )  # fmt: skip
         except LMCacheNotInstalled as exc:
             return _bad(str(exc))
     from faults.report.table import format_campaign

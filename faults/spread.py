@@ -54,10 +54,12 @@ def run_within_budget(
     progress: Callable[[int, int, Case], None] | None = None,
     clock: Callable[[], float] = time.monotonic,
     executor: Executor | None = None,
+    digests: bool = True,
 ) -> CampaignResult:
     """Run every target on ``seeds[0]``, then on ``seeds[1]``, ..., on ``executor``'s
     tier (default: in-process), starting no seed once ``budget_s`` seconds (by
-    ``clock``) have passed; the first seed always runs."""
+    ``clock``) have passed; the first seed always runs. ``digests=False``: outcomes
+    carry no trace digest."""
     t0, start = time.perf_counter(), clock()
     total = len(targets) * len(seeds)
     done: dict[tuple[str, int], CaseOutcome] = {}
@@ -74,7 +76,7 @@ def run_within_budget(
         if i and clock() - start >= budget_s:
             break
         # Its cache of fixed runs is per seed: a soak stays small.
-        runner = CaseRunner(executor=executor)
+        runner = CaseRunner(executor=executor, digests=digests)
         for t in targets:
             for c in run_target(t, [seed], runner, before, after, starting).cases:
                 done[(t.id, seed)] = c

@@ -86,9 +86,11 @@ class CaseResult:
             self._digest = self.run.trace.digest() if self.run is not None else ""
         return self._digest
 
-    def drop_run(self) -> None:
-        """Let the run go (a cache that outlives its case), keeping its digest."""
-        self._digest = self.digest
+    def drop_run(self, keep_digest: bool = True) -> None:
+        """Let the run go (a cache that outlives its case), keeping its digest unless
+        told not to (then ``digest`` is empty)."""
+        if keep_digest:
+            self._digest = self.digest
         self.run = None
 
     @property

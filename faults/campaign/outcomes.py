@@ -45,9 +45,12 @@ class CaseOutcome:
         return self.verdict in OK
 
     @classmethod
-    def of_run(cls, case: Case, res: CaseResult, fired: dict[str, int]) -> CaseOutcome:
-        """A PASS carrying one judged fixed-stack run; the caller then applies its
-        target's own verdict rules (not exercised, expected stop)."""
+    def of_run(
+        cls, case: Case, res: CaseResult, fired: dict[str, int], digest: bool = True
+    ) -> CaseOutcome:
+        """A PASS carrying one judged fixed-stack run (its trace digest only when
+        ``digest``); the caller then applies its target's own verdict rules (not
+        exercised, expected stop)."""
         return cls(
             case,
             PASS,
@@ -55,7 +58,7 @@ class CaseOutcome:
             stop=res.stop,
             fired=fired,
             sim_seconds=res.sim_seconds,
-            digest=res.digest,
+            digest=res.digest if digest else "",
             checked=list(res.checked),
             fixed_result=res,
         )

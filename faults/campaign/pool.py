@@ -102,7 +102,11 @@ def _dumps(outcome: CaseOutcome) -> bytes:
 
 
 def _work(
-    conn: Connection, others: list[Connection], keep_runs: str, timeout_s: float | None
+    conn: Connection,
+    others: list[Connection],
+    keep_runs: str,
+    timeout_s: float | None,
+    digests: bool,
 ) -> None:
     """A worker's life: take a unit, run its cases one by one (announcing each), ask
     for more; exit when told to or when this process's parent has gone."""
@@ -119,7 +123,7 @@ def _work(
             os._exit(0)
         if unit is None:
             os._exit(0)
-        runner = CaseRunner(keep_runs=keep_runs)  # a unit shares its fixed-stack runs
+        runner = CaseRunner(keep_runs=keep_runs, digests=digests)  # a unit shares its fixed runs
         for i, case in unit:
             conn.send(("start", i))
             arm_hang_guard(timeout_s)
@@ -151,6 +155,7 @@ def run_pooled(
     timeout_s: float | None = None,
     budget_s: float | None = None,
     clock: Callable[[], float] = time.monotonic,
+    digests: bool = True,
 ) -> CampaignResult:
     """Run every target over every seed on the in-process tier, over ``jobs`` forked
     worker processes (fewer when there are fewer units of work), and return what
@@ -161,6 +166,7 @@ def run_pooled(
     case starts, and once at the end. A worker arms the hang guard (``timeout_s``)
     around each case. With ``budget_s``, no seed starts once that many seconds (by
     ``clock``) have passed; a seed that started runs whole, and the first always runs.
+    ``digests=False``: outcomes carry no trace digest.
     ``KeyboardInterrupt`` (Ctrl-C) stops every worker before it goes on."""
     import multiprocessing
     from multiprocessing.connection import wait
@@ -191,7 +197,7 @@ def run_pooled(
         # for that thread when its hang guard cancels it. Cancel it here first.
         faulthandler.cancel_dump_traceback_later()
         proc = ctx.Process(
-            target=_work, args=(child_end, others, keep_runs, timeout_s), daemon=True
+            target=_work, args=(child_end, others, keep_runs, timeout_s, digests), daemon=True
         )
         proc.start()
         child_end.close()

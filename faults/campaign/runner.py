@@ -70,14 +70,20 @@ class CaseRunner:
     plain scenario with the same seed run once per campaign.
 
     ``keep_runs`` says which outcomes keep their runs (for timelines): ``"failing"``
-    (cases that did not pass), ``"all"`` or ``"none"``."""
+    (cases that did not pass), ``"all"`` or ``"none"``. ``digests=False`` leaves every
+    outcome's trace digest empty: only a report shows it, and digesting every judged
+    run costs about a tenth of a campaign (the determinism re-run compares events, and
+    digests both runs only when they differ, either way)."""
 
-    def __init__(self, keep_runs: str = "failing", executor: Executor | None = None):
+    def __init__(
+        self, keep_runs: str = "failing", executor: Executor | None = None, digests: bool = True
+    ):
         from faults.campaign.execute import MemoryExecutor
 
         if keep_runs not in ("failing", "all", "none"):
             raise ValueError(f"keep_runs must be failing, all or none, got {keep_runs!r}")
         self.keep_runs = keep_runs
+        self.digests = digests
         self.executor = executor or MemoryExecutor()
         self._fixed: dict[tuple[str, int, int], CaseResult] = {}
 
@@ -88,7 +94,8 @@ class CaseRunner:
         if key not in self._fixed:
             res = run_case(scenario, seed, executor=self.executor, scale=scale)
             if res.ok and self.keep_runs != "all":
-                res.drop_run()  # the cache outlives the case: keep only what is judged
+                # The cache outlives the case: keep only what is judged.
+                res.drop_run(keep_digest=self.digests)
             self._fixed[key] = res
         return self._fixed[key]
 
@@ -143,7 +150,7 @@ class CaseRunner:
                 scale=plan.scale,
             )
             fired = rec.fired()
-        out = CaseOutcome.of_run(case, res, fired)
+        out = CaseOutcome.of_run(case, res, fired, digest=self.digests)
         if not res.ok:
             out.verdict, out.signature = FAIL, signature(res)
         elif t.kind == "fault" and not fired.get(str(t.injector)):
@@ -182,7 +189,7 @@ class CaseRunner:
             stop=fixed.stop,
             legacy_stop=legacy.stop,
             sim_seconds=legacy.sim_seconds + fixed.sim_seconds,
-            digest=fixed.digest,
+            digest=fixed.digest if self.digests else "",
             checked=list(fixed.checked),
             legacy_result=legacy,
             fixed_result=fixed,
@@ -310,12 +317,13 @@ def run_campaign(
     progress: Progress | None = None,
     keep_runs: str = "failing",
     executor: Executor | None = None,
+    digests: bool = True,
 ) -> CampaignResult:
     """Run every target over every seed in this process, on ``executor``'s tier
     (default: in-process); ``progress(done, total, case)`` is called before each case
-    and once at the end."""
+    and once at the end. ``digests=False``: outcomes carry no trace digest."""
     t0 = time.perf_counter()
-    runner = CaseRunner(keep_runs=keep_runs, executor=executor)
+    runner = CaseRunner(keep_runs=keep_runs, executor=executor, digests=digests)
     total = len(targets) * len(seeds)
     done = 0
 

@@ -301,3 +301,20 @@ def test_a_cached_fixed_run_keeps_its_digest_when_its_run_is_dropped():
     cached = CaseRunner().fixed("two_servers", 3)
     assert cached.run is None and kept.run is not None
     assert cached.digest == kept.digest == kept.run.trace.digest() != ""
+
+
+def test_without_digests_a_campaign_judges_the_same_and_digests_nothing():
+    """``kvfault run`` without --report digests no trace (only summary.json shows a
+    digest); every verdict and signature is what a digesting run gives."""
+    from faults.campaign import run_campaign, select_targets
+
+    targets = select_targets(["media_keys"], ["fence_failure"], ["two_images"])
+    plain = run_campaign(targets, [0, 1])
+    lean = run_campaign(targets, [0, 1], digests=False)
+    assert [c.digest for c in lean.cases] == [""] * 6
+    assert all(len(c.digest) == 64 for c in plain.cases)
+
+    def judged(result):
+        return [(c.case.id, c.verdict, c.signature, c.violations) for c in result.cases]
+
+    assert judged(lean) == judged(plain) and lean.ok
