@@ -34,10 +34,11 @@ from faults.argtypes import (
 )
 
 if TYPE_CHECKING:
-    from faults.campaign import CampaignResult, Case, CaseOutcome
+    from faults.campaign import CampaignResult, Case, CaseOutcome, Target
 
 # Seeds per target in a plain `kvfault run`: the whole default campaign aims at 10 s on
-# 2 cores, about 10 CPU seconds (benchmarks/bench_scale.py and bench_campaign.py).
+# 2 cores; it takes about 7.5 CPU seconds, spread over the cores (-j; docs/scale.md,
+# benchmarks/bench_scale.py and bench_campaign.py).
 DEFAULT_SEEDS = 2
 DEFAULT_CASE_TIMEOUT_S = 600.0
 
@@ -391,7 +392,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         except FanoutError as exc:
             return _bad(str(exc))
         store.kept.update(keep_artifacts(result, store.directory))
-    elif tier == "memory" and _jobs_here(args.jobs) > 1:
+    elif tier == "memory" and _jobs_here(args.jobs, targets, seeds) > 1:
         from faults.campaign.pool import run_pooled
 
         def started(i: int, total: int, case: Case) -> None:
@@ -399,7 +400,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
         with _few_collections():
             result = run_pooled(
-                targets, seeds, _jobs_here(args.jobs), before=store.before, after=store.after,
+                targets, seeds, _jobs_here(args.jobs, targets, seeds), before=store.before,
+                after=store.after,
                 progress=started, timeout_s=args.timeout, budget_s=args.budget,
                 digests=digests,
             )  # fmt: skip
@@ -450,14 +452,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return _campaign_exit(result)
 
 
-def _jobs_here(jobs: int | str | None) -> int:
+def _jobs_here(jobs: int | str | None, targets: Sequence[Target], seeds: Sequence[int]) -> int:
     """``-j``: processes for the in-process tier; ``auto`` (the default) is one per
-    usable CPU, 1 where workers cannot be forked."""
-    from faults.campaign.pool import can_fork, usable_cpus
+    usable CPU; never more than the campaign's units of work (one unit: this process
+    alone), and 1 where workers cannot be forked."""
+    from faults.campaign.pool import can_fork, units, usable_cpus
 
     if not can_fork():
         return 1
-    return usable_cpus() if jobs in (None, "auto") else int(jobs)
+    wanted = usable_cpus() if jobs in (None, "auto") else int(jobs)
+    return min(wanted, len(units(targets, seeds)))
 
 
 def _write_report(

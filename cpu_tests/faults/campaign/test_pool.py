@@ -143,6 +143,18 @@ def test_a_dead_worker_leaves_an_error_case_and_its_artifact_and_the_rest_runs(t
     assert proc.stderr.count("kvfault: error: timed out: a case ran past --timeout") == 3
 
 
+def test_one_unit_of_work_runs_in_this_process_whatever_j_says(tmp_path):
+    # In this process, a case past --timeout ends the run at once (no table); a
+    # worker's would leave an ERROR row in the table.
+    proc = kvfault(
+        "run", "-j", "2", "--seeds", "1", "--scenario", "restart_burst", "--timeout", "0.001",
+        "--no-progress", "--artifacts", "arts", cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stdout == ""
+    assert proc.stderr.startswith("kvfault: error: timed out: a case ran past --timeout")
+
+
 def test_a_budget_starts_no_seed_once_spent_and_runs_a_started_seed_whole():
     ticks = count()  # every look at the clock is one second later
     # Three units per seed (three scenarios); the clock is read before a seed starts.
