@@ -116,21 +116,22 @@ def _work(
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     for c in others:  # the parent's ends of the other workers' pipes
         c.close()
-    while True:
-        try:
+    try:
+        while True:
             unit = conn.recv()
-        except (EOFError, OSError):
-            os._exit(0)
-        if unit is None:
-            os._exit(0)
-        runner = CaseRunner(keep_runs=keep_runs, digests=digests)  # a unit shares its fixed runs
-        for i, case in unit:
-            conn.send(("start", i))
-            arm_hang_guard(timeout_s)
-            outcome = runner.run(case)
-            disarm_hang_guard()
-            conn.send_bytes(b"D" + i.to_bytes(8, "little") + _dumps(outcome))
-        conn.send(("idle",))
+            if unit is None:
+                break
+            runner = CaseRunner(keep_runs=keep_runs, digests=digests)  # shares fixed runs
+            for i, case in unit:
+                conn.send(("start", i))
+                arm_hang_guard(timeout_s)
+                outcome = runner.run(case)
+                disarm_hang_guard()
+                conn.send_bytes(b"D" + i.to_bytes(8, "little") + _dumps(outcome))
+            conn.send(("idle",))
+    except (EOFError, OSError):  # the parent has gone (its end of the pipe is closed)
+        pass
+    os._exit(0)
 
 
 # -- the parent side ---------------------------------------------------------------------
@@ -231,10 +232,13 @@ def run_pooled(
 
     def lost(w: _Worker) -> None:
         # The worker died: its running case is an ERROR, the rest of its unit goes back.
+        # One that died before it started a case takes its unit's first case with it,
+        # so a unit that kills every worker cannot go round for ever.
         w.process.join(5)
         code = w.process.exitcode
+        failed = w.running if w.running is not None else (w.unit[0][0] if w.unit else None)
         for i, case in w.unit:
-            if i == w.running:
+            if i == failed:
                 how = f"exited with {code}" if code is not None and code >= 0 else "was killed"
                 finish(
                     i,

@@ -8,8 +8,10 @@ import dataclasses
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from itertools import count
 from pathlib import Path
 
@@ -141,6 +143,77 @@ def test_a_dead_worker_leaves_an_error_case_and_its_artifact_and_the_rest_runs(t
         "scenario-two_servers-seed0.json",
     ]
     assert proc.stderr.count("kvfault: error: timed out: a case ran past --timeout") == 3
+
+
+def test_a_unit_that_kills_every_worker_before_a_case_starts_still_ends(monkeypatch):
+    """Each worker dies before it starts a case: every case becomes an ERROR, one per
+    dead worker, and the run ends (it does not hand the same unit out for ever)."""
+    import faults.campaign.pool as pool
+
+    class Dies:
+        def __init__(self, **kwargs):
+            os._exit(3)
+
+    def too_long(*_):
+        raise TimeoutError("the pool went round for 120 s")
+
+    monkeypatch.setattr(pool, "CaseRunner", Dies)
+    old = signal.signal(signal.SIGALRM, too_long)
+    signal.alarm(120)
+    try:
+        targets = [scenario_target("two_servers"), scenario_target("two_images")]
+        result = run_pooled(targets, [0, 1], 2)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    assert [c.verdict for c in result.cases] == ["ERROR"] * 4
+    assert all("it exited with 3" in c.signature for c in result.cases)
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        try:
+            stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if entry.name.isdigit() and int(stat[1]) == pid and stat[0] != "Z":
+            out.append(int(entry.name))
+    return out
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs /proc")
+def test_workers_whose_command_was_killed_exit_after_their_case(tmp_path):
+    """SIGKILL leaves the command no chance to stop its workers: each ends once its
+    case is done and it finds the command's end of the pipe closed."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "faults.cli", "run", "-j", "2", "--seeds", "2", "--no-progress"],
+        cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    workers: list[int] = []
+    while len(workers) < 2 and time.monotonic() < deadline:
+        workers = _children(proc.pid)
+        time.sleep(0.05)
+    assert len(workers) == 2
+    proc.kill()
+    proc.wait()
+    try:
+        while any(_alive(w) for w in workers):
+            assert time.monotonic() < deadline, "a worker outlived its command"
+            time.sleep(0.1)
+    finally:
+        for w in workers:
+            if _alive(w):
+                os.kill(w, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def test_one_unit_of_work_runs_in_this_process_whatever_j_says(tmp_path):
