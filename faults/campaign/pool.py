@@ -164,7 +164,7 @@ def run_pooled(
 
     ``before(case)`` runs here just before a case is handed to a worker, ``after(case,
     outcome, token)`` when its outcome is back; ``progress(done, total, case)`` as each
-    case starts, and once at the end. A worker arms the hang guard (``timeout_s``)
+    case starts (``done``: the cases finished by then), and once at the end. A worker arms the hang guard (``timeout_s``)
     around each case. With ``budget_s``, no seed starts once that many seconds (by
     ``clock``) have passed; a seed that started runs whole, and the first always runs.
     ``digests=False``: outcomes carry no trace digest.
@@ -285,7 +285,7 @@ def run_pooled(
                     w.running = kind[1]
                     last = flat[kind[1]]
                     if progress:
-                        progress(count, total, last)
+                        progress(len(done), total, last)  # cases done so far
                     count += 1
                 elif not hand_out(w):  # idle, and nothing left to hand out
                     _retire(w)

@@ -228,6 +228,26 @@ def test_one_unit_of_work_runs_in_this_process_whatever_j_says(tmp_path):
     assert proc.stderr.startswith("kvfault: error: timed out: a case ran past --timeout")
 
 
+def test_progress_counts_the_cases_done_as_each_starts():
+    events: list[tuple] = []
+    targets = [scenario_target("two_servers"), scenario_target("two_images"),
+               regression_target("media_keys")]  # fmt: skip
+    run_pooled(
+        targets, [0, 1], 2,
+        after=lambda case, outcome, token: events.append(("done", case.id)),
+        progress=lambda i, n, case: events.append(("progress", i, n, case.id)),
+    )  # fmt: skip
+    done = 0
+    for ev in events:
+        if ev[0] == "done":
+            done += 1
+        else:
+            assert ev[1:3] == (done, 6), events  # the cases done by then, of 6
+    assert events[-1][:3] == ("progress", 6, 6) and done == 6
+    started = [ev[3] for ev in events[:-1] if ev[0] == "progress"]
+    assert sorted(started) == sorted(f"{t.id}@seed{s}" for t in targets for s in (0, 1))
+
+
 def test_a_budget_starts_no_seed_once_spent_and_runs_a_started_seed_whole():
     ticks = count()  # every look at the clock is one second later
     # Three units per seed (three scenarios); the clock is read before a seed starts.
