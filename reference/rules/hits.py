@@ -21,7 +21,8 @@ class LoadPlan:
 
 def joint_boundary(kv_hit: int, prompt_len: int, state_positions: Sequence[int]) -> int:
     """The last state image at or below the KV hit and below the prompt end (0: none)."""
-    return max((p for p in state_positions if p <= kv_hit and p < prompt_len), default=0)
+    bound = min(kv_hit, prompt_len - 1)  # positions are ints: one comparison each
+    return max([p for p in state_positions if p <= bound], default=0)
 
 
 @dataclass(frozen=True)
