@@ -16,7 +16,6 @@ from faults.injectors import INJECTORS
 from faults.lmcache.wire_faults import WIRE_FAULTS
 from faults.properties import PROPERTIES, Violation
 from faults.regressions import REGRESSIONS
-from faults.runs import finishes
 from reference import Rules
 
 
@@ -211,17 +210,9 @@ def test_run_a_selection_writes_the_report_and_leaves_no_artifacts(tmp_path, cap
 
 
 def test_run_fails_when_a_fault_is_not_exercised_and_keeps_its_artifact(
-    tmp_path, capsys, monkeypatch
+    tmp_path, capsys, monkeypatch, unexercised_fault
 ):
     monkeypatch.chdir(tmp_path)
-    info = INJECTORS["lost_completion"]
-    monkeypatch.setitem(
-        INJECTORS,
-        "lost_completion",
-        dataclasses.replace(
-            info, scenario="chunk_aligned_hybrid", defaults={"nth": (64,)}, expect=finishes()
-        ),
-    )
     args = ["run", "--seeds", "1", "--fault", "lost_completion", "--no-progress"]
     assert cli.main([*args, "--report", "rep"]) == 1
     out = capsys.readouterr().out
