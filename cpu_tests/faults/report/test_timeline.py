@@ -8,29 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from faults.campaign import CaseResult, run_case
+from faults.campaign import run_case
 from faults.regressions import REGRESSIONS
 from faults.report.timeline import load_rows, panel_of, short_op, write_timeline
 from faults.report.timeline.notes import _diagnosis
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
-
-def _pair(name: str) -> tuple[CaseResult, CaseResult]:
-    reg = REGRESSIONS[name]
-    legacy = run_case(reg.scenario, 0, reg.rules, properties=[reg.signature])
-    fixed = run_case(reg.scenario, 0, None, properties=[reg.signature])
-    return legacy, fixed
-
-
-@pytest.fixture(scope="module")
-def bound_pair() -> tuple[CaseResult, CaseResult]:
-    return _pair("load_bound_without_restart")
-
-
-@pytest.fixture(scope="module")
-def restart_all_pair() -> tuple[CaseResult, CaseResult]:
-    return _pair("restart_all_over_fix")
 
 
 def test_rows_tell_why_the_legacy_bound_stopped(bound_pair):

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import pytest
 
-from faults.campaign import CaseResult, run_case
-from faults.regressions import REGRESSIONS
 from faults.report.timeline import (
     clock_style,
     collapse_rows,
@@ -16,28 +14,6 @@ from faults.report.timeline import (
     panel_of,
     write_timeline,
 )
-
-
-def _pair(name: str) -> tuple[CaseResult, CaseResult]:
-    reg = REGRESSIONS[name]
-    legacy = run_case(reg.scenario, 0, reg.rules, properties=[reg.signature])
-    fixed = run_case(reg.scenario, 0, None, properties=[reg.signature])
-    return legacy, fixed
-
-
-@pytest.fixture(scope="module")
-def bound_pair():
-    return _pair("load_bound_without_restart")
-
-
-@pytest.fixture(scope="module")
-def deadline_pair():
-    return _pair("restore_deadline_from_submission")
-
-
-@pytest.fixture(scope="module")
-def hybrid_pair():
-    return _pair("hybrid_last_chunk")
 
 
 def test_identical_loads_fold_into_one_row_with_a_count(bound_pair, tmp_path):
