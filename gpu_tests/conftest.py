@@ -17,6 +17,11 @@ import importlib
 import pytest
 
 
+def _backend(torch) -> str:
+    """``hip X`` on a ROCm build of torch, ``cuda X`` otherwise."""
+    return f"hip {torch.version.hip}" if torch.version.hip else f"cuda {torch.version.cuda}"
+
+
 def _device_missing() -> str | None:
     """Why the GPU tier cannot run here, or None when it can."""
     try:
@@ -24,8 +29,7 @@ def _device_missing() -> str | None:
     except ImportError:
         return "gpu_tests: torch is not installed; install the torch extra: pip install '.[torch]' (see README)"
     if not torch.cuda.is_available() or torch.cuda.device_count() == 0:
-        build = f"hip {torch.version.hip}" if torch.version.hip else f"cuda {torch.version.cuda}"
-        return f"gpu_tests: no CUDA or HIP device visible to torch {torch.__version__} ({build})"
+        return f"gpu_tests: no CUDA or HIP device visible to torch {torch.__version__} ({_backend(torch)})"
     return None
 
 
@@ -69,8 +73,9 @@ def pytest_report_header(config: pytest.Config) -> str:
         return _MISSING
     import torch
 
-    backend = f"hip {torch.version.hip}" if torch.version.hip else f"cuda {torch.version.cuda}"
-    return f"gpu_tests: {torch.cuda.get_device_name(0)}, torch {torch.__version__} ({backend})"
+    return (
+        f"gpu_tests: {torch.cuda.get_device_name(0)}, torch {torch.__version__} ({_backend(torch)})"
+    )
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
@@ -86,10 +91,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     errors = len(stats.get("error", []))
     skipped = len(stats.get("skipped", []))
     ran = counts["passed"] + counts["failed"]
-    backend = f"hip {torch.version.hip}" if torch.version.hip else f"cuda {torch.version.cuda}"
     terminalreporter.write_line(
         f"gpu_tests: {ran} ran on {torch.cuda.get_device_name(0)} with torch "
-        f"{torch.__version__} ({backend}): {counts['passed']} passed, {counts['failed']} "
+        f"{torch.__version__} ({_backend(torch)}): {counts['passed']} passed, {counts['failed']} "
         f"failed, {errors} errors, {skipped} skipped"
     )
 

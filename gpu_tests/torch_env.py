@@ -73,7 +73,6 @@ class TorchEnv:
     devices: int = 0
     device_name: str | None = None
     error: str | None = None  # why torch did not import, or why the probe failed
-    torch_dir: str | None = None
 
     @property
     def backend(self) -> str:
@@ -113,7 +112,6 @@ def probe(python: str) -> TorchEnv:
         devices=int(out.get("devices", 0)),
         device_name=out.get("device_name"),
         error=out.get("error") or out.get("device_error"),
-        torch_dir=out.get("torch_dir"),
     )
 
 
