@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from faults.campaign.outcomes import CampaignResult, CaseOutcome, TargetOutcome
+from faults.campaign.outcomes import CampaignResult, CaseOutcome, in_campaign_order
 from faults.campaign.runner import ERROR, AfterCase, BeforeCase, CaseRunner, run_target
 from faults.campaign.targets import Case, Target
 
@@ -34,15 +34,6 @@ Progress = Callable[[int, int, str], None]
 def seeds_ran(result: CampaignResult) -> list[int]:
     """The seeds the campaign ran, in order."""
     return sorted({c.case.seed for c in result.cases})
-
-
-def _assemble(
-    targets: Sequence[Target], seeds: Sequence[int], done: dict[tuple[str, int], CaseOutcome]
-) -> list[TargetOutcome]:
-    # In-process order: target by target, each over its seeds.
-    return [
-        TargetOutcome(t, [done[(t.id, s)] for s in seeds if (t.id, s) in done]) for t in targets
-    ]
 
 
 def run_within_budget(
@@ -83,7 +74,7 @@ def run_within_budget(
         ran.append(seed)
     if progress and targets and ran:
         progress(count, count, Case(targets[-1], ran[-1]))
-    return CampaignResult(_assemble(targets, ran, done), time.perf_counter() - t0)
+    return CampaignResult(in_campaign_order(targets, ran, done), time.perf_counter() - t0)
 
 
 def cases_task(payload: dict[str, Any]) -> list[dict[str, Any]]:
@@ -184,7 +175,7 @@ def run_spread(
         on_result=lambda r: arrived(r, by_id[r.id]),
     )
     ran = sorted({s for (_, s) in done})
-    return CampaignResult(_assemble(targets, ran, done), time.perf_counter() - t0)
+    return CampaignResult(in_campaign_order(targets, ran, done), time.perf_counter() - t0)
 
 
 def keep_artifacts(result: CampaignResult, directory: Path) -> dict[str, Path]:

@@ -5,7 +5,7 @@ report's job; these only say what happened."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from faults.campaign.targets import CampaignError, Case, Target
 from faults.verdicts import OK, Verdict, worst
@@ -281,6 +281,16 @@ class CampaignResult:
             "wall_seconds": round(self.wall_seconds, 3),
             "targets": [t.as_json() for t in self.targets],
         }
+
+
+def in_campaign_order(
+    targets: Sequence[Target], seeds: Sequence[int], done: Mapping[tuple[str, int], CaseOutcome]
+) -> list[TargetOutcome]:
+    """The outcomes ``done`` (by target id and seed) in the order of a run in one
+    process: target by target, each over ``seeds`` in order; a case not done is left out."""
+    return [
+        TargetOutcome(t, [done[(t.id, s)] for s in seeds if (t.id, s) in done]) for t in targets
+    ]
 
 
 def _plan_names(case: Case) -> list[str]:

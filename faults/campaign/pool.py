@@ -31,7 +31,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from faults.campaign.outcomes import CampaignResult, CaseOutcome, TargetOutcome
+from faults.campaign.outcomes import CampaignResult, CaseOutcome, in_campaign_order
 from faults.campaign.runner import ERROR, AfterCase, BeforeCase, CaseRunner, Progress
 from faults.campaign.targets import Case, Target
 
@@ -297,10 +297,7 @@ def run_pooled(
         progress(count, count, last)
     by_case = {(o.case.target.id, o.case.seed): o for o in done.values()}
     ran = [s for s in seeds if s in started]
-    outcomes = [
-        TargetOutcome(t, [by_case[(t.id, s)] for s in ran if (t.id, s) in by_case]) for t in targets
-    ]
-    return CampaignResult(outcomes, time.perf_counter() - t0)
+    return CampaignResult(in_campaign_order(targets, ran, by_case), time.perf_counter() - t0)
 
 
 def _warm() -> None:
