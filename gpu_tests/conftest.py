@@ -83,18 +83,15 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         return
     import torch
 
-    stats = terminalreporter.stats
-    counts = {
-        k: len([r for r in stats.get(k, []) if getattr(r, "when", "call") == "call"])
-        for k in ("passed", "failed")
+    # pytest files a test under "passed" or "failed" by its call alone; a failing setup
+    # or teardown goes under "error".
+    n = {
+        k: len(terminalreporter.stats.get(k, [])) for k in ("passed", "failed", "error", "skipped")
     }
-    errors = len(stats.get("error", []))
-    skipped = len(stats.get("skipped", []))
-    ran = counts["passed"] + counts["failed"]
     terminalreporter.write_line(
-        f"gpu_tests: {ran} ran on {torch.cuda.get_device_name(0)} with torch "
-        f"{torch.__version__} ({_backend(torch)}): {counts['passed']} passed, {counts['failed']} "
-        f"failed, {errors} errors, {skipped} skipped"
+        f"gpu_tests: {n['passed'] + n['failed']} ran on {torch.cuda.get_device_name(0)} with "
+        f"torch {torch.__version__} ({_backend(torch)}): {n['passed']} passed, {n['failed']} "
+        f"failed, {n['error']} errors, {n['skipped']} skipped"
     )
 
 
