@@ -29,7 +29,6 @@
 from __future__ import annotations
 
 import math
-from array import array
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Sequence
@@ -42,10 +41,8 @@ from reference.interfaces import (
     State,
     TierReply,
 )
-from reference.rules.keys import chunk_keys
+from reference.rules.keys import ChunkKeyMemo, chunk_keys
 from reference.types import Geometry, OperationId, StateGrid
-
-_U32_LIMIT = 2**32
 
 
 @dataclass
@@ -116,6 +113,8 @@ class MemoryTier:
         # chunk key -> (visible_at, pages of the chunk)
         self._chunks: OrderedDict[bytes, tuple[float, tuple[Page, ...]]] = OrderedDict()
         self._states: dict[int, tuple[float, State]] = {}
+        # The scheduler passes one tuple of a prompt's ids to every call: keyed once.
+        self._keyed = ChunkKeyMemo(self.chunk_size)
 
     # -- lookup ------------------------------------------------------------------
     def lookup(self, query: LookupQuery) -> LookupResult:
@@ -123,7 +122,7 @@ class MemoryTier:
         now = self.clock.now()
         hit = 0
         try:
-            keys = chunk_keys(query.tier_ids, self.chunk_size)
+            keys = self._keyed.keys(query.tier_ids)
         except OverflowError:
             if not self.miss_on_bad_ids:
                 raise
@@ -154,11 +153,7 @@ class MemoryTier:
     def _answerable(self, tier_ids: Sequence[int], start: int, end: int) -> bool:
         if start % self.chunk_size or start < 0 or end < start:
             return False
-        try:  # packing as 32-bit unsigned checks every id is in [0, 2**32), in C
-            array("I", tier_ids)
-        except (OverflowError, TypeError):
-            return not tier_ids or (min(tier_ids) >= 0 and max(tier_ids) < _U32_LIMIT)
-        return True
+        return self._keyed.fit_u32(tier_ids, end)
 
     def submit_retrieve(
         self,
@@ -184,7 +179,7 @@ class MemoryTier:
     def _read(
         self, tier_ids: Sequence[int], start: int, end: int, state_key: int | None
     ) -> TierReply:
-        keys = chunk_keys(tier_ids[: self.ceil_chunk(end)], self.chunk_size)
+        keys = self._keyed.keys(tier_ids, self.ceil_chunk(end))
         pages: list[Page] = []
         first, last = start // self.chunk_size, -(-end // self.chunk_size)
         if last > len(keys):
@@ -237,7 +232,7 @@ class MemoryTier:
     ) -> TierReply:
         visible_at = self.clock.now() + self.visibility_delay_s
         per_chunk = self.chunk_size // self.block_size
-        keys = chunk_keys(tier_ids[:end], self.chunk_size) if end > start else []
+        keys = self._keyed.keys(tier_ids, end) if end > start else []
         refused = 0
         for i, key in enumerate(keys[start // self.chunk_size :]):
             chunk_pages = tuple(pages[i * per_chunk : (i + 1) * per_chunk])

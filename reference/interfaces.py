@@ -64,7 +64,11 @@ class TierReply:
 
 class Tier(LookupClient, Protocol):
     """A KV tier with LMCache semantics: chunk keys, contiguous-prefix lookup,
-    asynchronous completion, state images kept only on ``state_grid``."""
+    asynchronous completion, state images kept only on ``state_grid``.
+
+    ``tier_ids`` may run past ``end`` (the scheduler passes one tuple of the whole
+    prompt's ids to every call): a store keys the full chunks of ``tier_ids[:end]``, a
+    retrieve the chunks covering ``[start, end)``; nothing past them is read."""
 
     chunk_size: int
     block_size: int

@@ -121,7 +121,8 @@ class OperationId:
 class LoadOp:
     """Restore ``[start, kv_end)`` of KV from the tier into ``blocks`` (one per page of
     that range), and the state image at ``claim`` for hybrids. The request resumes
-    computing at ``claim``."""
+    computing at ``claim``. ``tier_ids`` are the whole prompt's: the tier keys only
+    the chunks covering ``[0, kv_end)``."""
 
     op: OperationId
     tier_ids: tuple[int, ...]
@@ -134,7 +135,8 @@ class LoadOp:
 
 @dataclass(frozen=True)
 class SaveOp:
-    """Store KV chunks ``[start, end)`` (and the state images named in ``states``)."""
+    """Store KV chunks ``[start, end)`` (and the state images named in ``states``).
+    ``tier_ids`` are the whole prompt's: the tier keys only ``[0, end)``."""
 
     op: OperationId
     tier_ids: tuple[int, ...]

@@ -9,8 +9,10 @@ from reference.rules.deadline import LoadClock, RestoreDeadline
 from reference.rules.hits import HitPolicy, LoadPlan, joint_boundary
 from reference.rules.identity import EngineIdentity, lookup_socket_path
 from reference.rules.keys import (
+    ChunkKeyMemo,
     block_hash_chain,
     chunk_keys,
+    ids_fit_u32,
     media_cache_seed,
     state_image_key,
     tier_token_ids,
@@ -19,6 +21,7 @@ from reference.rules.ruleset import Rules, side_chain_seed
 
 __all__ = [
     "AnchorPolicy",
+    "ChunkKeyMemo",
     "EngineIdentity",
     "HitPolicy",
     "LoadBounds",
@@ -29,6 +32,7 @@ __all__ = [
     "block_hash_chain",
     "chunk_keys",
     "grid_step",
+    "ids_fit_u32",
     "joint_boundary",
     "lookup_socket_path",
     "media_cache_seed",

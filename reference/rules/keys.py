@@ -13,6 +13,7 @@ from typing import Sequence
 from reference.types import TEXT_CACHE_SEED, Request
 
 _U32 = 0xFFFFFFFF
+_U32_LIMIT = 2**32
 _CHAIN_TAG = 0x6B766661756C74  # "kvfault": ints only, so no PYTHONHASHSEED salt
 _SEED_IDS = 4  # the 64-bit seed is folded into this many ids, 16 bits each
 _KEPT = 16384  # prompts (and prefixes) whose keys and chains are remembered
@@ -54,6 +55,70 @@ def chunk_keys(tier_ids: Sequence[int], chunk_size: int) -> list[bytes]:
     Partial chunks are not keyed (as in LMCache). Ids must lie in ``[0, 2**32)``.
     """
     return list(_chunk_keys(tuple(tier_ids), chunk_size))
+
+
+def ids_fit_u32(ids: Sequence[int]) -> bool:
+    """Every id is an int in ``[0, 2**32)`` (the only ids the real server answers)."""
+    try:  # packing as 32-bit unsigned checks every id, in C
+        array("I", ids)
+    except (OverflowError, TypeError):
+        return not ids or (min(ids) >= 0 and max(ids) < _U32_LIMIT)
+    return True
+
+
+_UNSET = object()
+
+
+class ChunkKeyMemo:
+    """``chunk_keys`` and ``ids_fit_u32`` of id tuples, remembered by identity.
+
+    A scheduler hands its tier one tuple of a prompt's tier ids for the lookup, every
+    save (a longer prefix each chunk) and the retrieve. Keying and checking that tuple
+    once makes each later ask a slice of the answer instead of a pass over the ids.
+    An entry holds its tuple, so the ``id`` it is found by is not reused while it
+    lives; the oldest of ``kept`` entries goes first. Other sequences (a list could
+    change) are answered afresh.
+    """
+
+    def __init__(self, chunk_size: int, kept: int = _KEPT):
+        self.chunk_size = chunk_size
+        self._kept = kept
+        # id(ids) -> [ids, whole keys (None: unkeyable, _UNSET: not asked), fits u32]
+        self._seen: dict[int, list] = {}
+
+    def _entry(self, ids: tuple[int, ...]) -> list:
+        entry = self._seen.get(id(ids))
+        if entry is None or entry[0] is not ids:
+            entry = [ids, _UNSET, None]
+            self._seen[id(ids)] = entry
+            if len(self._seen) > self._kept:
+                del self._seen[next(iter(self._seen))]
+        return entry
+
+    def keys(self, ids: Sequence[int], end: int | None = None) -> list[bytes]:
+        """``chunk_keys(ids[:end], chunk_size)``."""
+        cs = self.chunk_size
+        n = len(ids) if end is None else max(0, min(end, len(ids)))
+        if type(ids) is tuple:
+            entry = self._entry(ids)
+            if entry[1] is _UNSET:
+                try:
+                    entry[1] = _chunk_keys(ids, cs)
+                except (OverflowError, TypeError):
+                    entry[1] = None  # a prefix may still be keyable: asked afresh
+            if entry[1] is not None:  # a prefix chain: a prefix's keys come first
+                return list(entry[1][: n // cs])
+        return chunk_keys(ids[:n], cs)
+
+    def fit_u32(self, ids: Sequence[int], end: int | None = None) -> bool:
+        """``ids_fit_u32(ids[:end])``."""
+        if type(ids) is tuple:
+            entry = self._entry(ids)
+            if entry[2] is None:
+                entry[2] = ids_fit_u32(ids)
+            if entry[2]:
+                return True  # every id fits, so those of any prefix do
+        return ids_fit_u32(ids if end is None else ids[: max(end, 0)])
 
 
 # A prompt's keys are asked for at every key site, by the lookup, each save and the

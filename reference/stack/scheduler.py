@@ -339,7 +339,7 @@ class Scheduler:
         start = geo.floor_chunk(seq.hbm_hit)
         load = LoadOp(
             op=op,
-            tier_ids=seq.tier_ids[: plan.kv_end],
+            tier_ids=seq.tier_ids,
             kv_end=plan.kv_end,
             claim=plan.claim,
             blocks=tuple(seq.blocks[start // bs : plan.kv_end // bs]),
@@ -391,7 +391,7 @@ class Scheduler:
                 meta.saves.append(
                     SaveOp(
                         op=op,
-                        tier_ids=seq.tier_ids[:new_end],
+                        tier_ids=seq.tier_ids,
                         start=save_start,
                         end=new_end,
                         blocks=tuple(seq.blocks[save_start // bs : new_end // bs]),

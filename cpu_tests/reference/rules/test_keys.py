@@ -14,8 +14,10 @@ from pathlib import Path
 import pytest
 
 from reference.rules import (
+    ChunkKeyMemo,
     block_hash_chain,
     chunk_keys,
+    ids_fit_u32,
     media_cache_seed,
     side_chain_seed,
     state_image_key,
@@ -127,6 +129,39 @@ def test_chunk_keys_reject_ids_outside_u32():
         chunk_keys((U32,) * 16, 16)
     with pytest.raises(OverflowError):
         chunk_keys((-1,) * 16, 16)
+
+
+def test_remembered_keys_are_those_of_the_prefix():
+    memo = ChunkKeyMemo(128)
+    bad_tail = PROMPT[:300] + (U32,) + PROMPT[301:]  # chunk 2 unkeyable, 0 and 1 fine
+    for ids in (PROMPT, bad_tail, list(PROMPT)):
+        for end in (None, 0, 127, 128, 300, 384, 599, 600, 10_000, -5):
+            want_ids = ids if end is None else ids[: max(end, 0)]
+            try:
+                want = chunk_keys(want_ids, 128)
+            except OverflowError:
+                with pytest.raises(OverflowError):
+                    memo.keys(ids, end)
+            else:
+                assert memo.keys(ids, end) == want, (end, type(ids))
+                assert memo.keys(ids, end) == want  # asked again: remembered
+            assert memo.fit_u32(ids, end) == ids_fit_u32(want_ids), (end, type(ids))
+
+
+def test_remembered_keys_follow_the_tuple_not_its_address():
+    memo = ChunkKeyMemo(16, kept=2)
+    tuples = [tuple(range(i, i + 32)) for i in range(5)]
+    for t in tuples:  # more than kept: the oldest entries go
+        assert memo.keys(t) == chunk_keys(t, 16)
+    assert len(memo._seen) == 2
+    for t in tuples:
+        assert memo.keys(t) == chunk_keys(t, 16)
+
+
+def test_ids_fit_u32():
+    assert ids_fit_u32(()) and ids_fit_u32((0, U32 - 1))
+    assert not ids_fit_u32((U32,)) and not ids_fit_u32((-1, 5))
+    assert ids_fit_u32([0, 1, 2])
 
 
 def test_media_keys_differ_at_every_chunk():

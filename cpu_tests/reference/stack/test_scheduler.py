@@ -91,7 +91,9 @@ def test_every_key_site_uses_tier_ids(rig):
     assert seen == [(req.req_id, None)]
     assert queries[0].tier_ids == ids != req.prompt_token_ids
     (save,) = meta.saves
-    assert save.tier_ids == ids[: save.end] and save.end == 512
+    # The whole prompt's tier ids (one tuple for every site); the tier reads [0, end).
+    assert save.tier_ids is r.sched.seq(req.req_id).tier_ids
+    assert save.tier_ids == ids and save.end == 512
     sites = {e.data["site"] for e in r.trace.of(Ev.KEY)}
     assert sites == {"hbm", "lookup", "save"}
 
@@ -103,7 +105,7 @@ def test_media_keys_reach_the_load_and_the_hbm_chain(rig):
     r = reloading(rig, [a])
     meta = r.step()
     (load,) = meta.loads
-    assert load.tier_ids == tier_token_ids(a)[:512] and load.claim == 512
+    assert load.tier_ids == tier_token_ids(a) and load.kv_end == load.claim == 512
     # HBM: the same picture reuses its cached blocks, another picture does not
     r.sched.after_forward(meta)
     r.sched.add(b)
