@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Callable
 
 from reference.errors import EngineStopped
@@ -103,7 +104,8 @@ class Engine:
     ):
         self.config = config
         self.parts = parts
-        self.trace = trace.child(lambda: self.steps)
+        # The step of every event it records, read without a Python frame.
+        self.trace = trace.child(partial(getattr, self, "steps"))
         self.rules = rules or Rules()
         self.name = name
         self.outputs: dict[str, tuple[int, ...]] = {}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
+from itertools import repeat
 from typing import Sequence
 
 
@@ -12,31 +13,37 @@ class OutOfBlocks(RuntimeError):
 
 class _FreeList:
     """Free blocks, least recently freed first: a list read from a moving head, and
-    where each free block's entry is. A block taken from the middle (a cache hit)
-    leaves a dead entry behind; while there is none, taking is one slice."""
+    where each free block's entry is (-1: not free). A block taken from the middle (a
+    cache hit) leaves a dead entry behind; while there is none, taking is one slice.
+    Positions are kept in a list by block, not a dict: a request frees and takes its
+    blocks dozens at a time, and list stores cost less than dict inserts and deletes."""
 
-    def __init__(self) -> None:
+    def __init__(self, num_blocks: int) -> None:
         self._order: list[int] = []
         self._head = 0  # entries before it were taken or passed
         self._base = 0  # the position of ``_order[0]`` (entries dropped from the front)
-        self._at: dict[int, int] = {}  # free block -> position of its entry
+        self._at: list[int] = [-1] * num_blocks  # block -> position of its entry, or -1
+        self._len = 0  # free blocks
         self._dead = 0  # dead entries from the head on
 
     def __len__(self) -> int:
-        return len(self._at)
+        return self._len
 
     def __contains__(self, block: int) -> bool:
-        return block in self._at
+        return self._at[block] >= 0
 
     def discard(self, block: int) -> None:
-        if self._at.pop(block, None) is not None:
+        if self._at[block] >= 0:
+            self._at[block] = -1
+            self._len -= 1
             self._dead += 1
 
     def extend(self, blocks: Sequence[int]) -> None:
         """Append blocks that are not free, each once, in order."""
         end = self._base + len(self._order)
-        self._at.update(zip(blocks, range(end, end + len(blocks)), strict=True))
+        deque(map(self._at.__setitem__, blocks, range(end, end + len(blocks))), maxlen=0)
         self._order.extend(blocks)
+        self._len += len(blocks)
 
     def take(self, k: int) -> list[int]:
         """The ``k`` least recently freed blocks (there are at least ``k``)."""
@@ -44,17 +51,18 @@ class _FreeList:
         if not self._dead:
             out = order[head : head + k]
             head += k
-            deque(map(at.__delitem__, out), maxlen=0)
+            deque(map(at.__setitem__, out, repeat(-1, k)), maxlen=0)
         else:
             out = []
             while len(out) < k:
                 b = order[head]
-                if at.get(b) == self._base + head:
-                    del at[b]
+                if at[b] == self._base + head:
+                    at[b] = -1
                     out.append(b)
                 else:
                     self._dead -= 1
                 head += 1
+        self._len -= k
         if head > 1024 and 2 * head > len(order):  # drop what was read, now and then
             del order[:head]
             self._base += head
@@ -75,10 +83,11 @@ class BlockPool:
         # num_blocks)`` in order (kept as a range: an engine builds a pool on every
         # restart), then the freed ones, least recently freed first.
         self._fresh = 0
-        self._free = _FreeList()
+        self._free = _FreeList(num_blocks)
         self._cached: dict[int, int] = {}  # chain hash -> block
         self._hash_of: dict[int, int] = {}  # block -> chain hash
-        self._refs: dict[int, int] = {}
+        self._refs: list[int] = [0] * num_blocks  # holders of each block
+        self._held = 0  # blocks with a holder
 
     @property
     def num_free(self) -> int:
@@ -90,7 +99,7 @@ class BlockPool:
     @property
     def num_held(self) -> int:
         """Blocks some request holds (allocated and not freed)."""
-        return len(self._refs)
+        return self._held
 
     def match(self, chain: Sequence[int]) -> list[int]:
         """Cached blocks holding the longest prefix of ``chain``."""
@@ -116,7 +125,9 @@ class BlockPool:
         refs = self._refs
         for b in hit:  # a cached block was handed out before: it is never in the range
             self._free.discard(b)
-            refs[b] = refs.get(b, 0) + 1
+            if not refs[b]:
+                self._held += 1
+            refs[b] += 1
         untouched = min(need, self.num_blocks - self._fresh)
         fresh = list(range(self._fresh, self._fresh + untouched))
         self._fresh += untouched
@@ -126,7 +137,8 @@ class BlockPool:
                 for b in reused:
                     self._uncache(b)
             fresh += reused
-        refs.update(dict.fromkeys(fresh, 1))
+        deque(map(refs.__setitem__, fresh, repeat(1, len(fresh))), maxlen=0)
+        self._held += len(fresh)
         return hit + fresh, len(hit)
 
     def can_allocate(self, num_blocks: int) -> bool:
@@ -149,15 +161,17 @@ class BlockPool:
         refs, free = self._refs, self._free
         if list(map(refs.__getitem__, blocks)).count(1) == len(blocks) == len(set(blocks)):
             # Each held once (no prefix cache shares them): all freed, in order, in C.
-            deque(map(refs.__delitem__, blocks), maxlen=0)
+            deque(map(refs.__setitem__, blocks, repeat(0, len(blocks))), maxlen=0)
+            self._held -= len(blocks)
             free.extend(blocks)
             return
         freed = []
         for b in blocks:
             n = refs[b] - 1
-            if n:
-                refs[b] = n
-            else:
-                del refs[b]
+            if n < 0:
+                raise KeyError(b)  # freed more often than handed out
+            refs[b] = n
+            if not n:
                 freed.append(b)
+        self._held -= len(freed)
         free.extend(freed)

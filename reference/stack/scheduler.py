@@ -266,22 +266,25 @@ class Scheduler:
             self._waiting.extend(arrived)
             self._waiting_needs.update(s.n_blocks for s in arrived)
         meta = StepMeta(step=step)
-        still_waiting = []
+        waiting = self._waiting
+        kept = []  # visited and not admitted
         # The smallest need only grows as requests are admitted: this one never stops
         # the scan too early.
         smallest = min(self._waiting_needs, default=0)
-        for i, seq in enumerate(self._waiting):
+        for i, seq in enumerate(waiting):
             if self.pool.num_free < smallest:
                 # Admitting only takes blocks: nothing from here on can fit this step.
-                still_waiting.extend(self._waiting[i:])
+                # The rest stays where it is (a move, not a copy, of a long queue).
+                waiting[:i] = kept
                 break
             if self._admit(seq, meta):
                 self._waiting_needs[seq.n_blocks] -= 1
                 if not self._waiting_needs[seq.n_blocks]:
                     del self._waiting_needs[seq.n_blocks]
             else:
-                still_waiting.append(seq)
-        self._waiting = still_waiting
+                kept.append(seq)
+        else:
+            self._waiting = kept
         self._plan_compute(meta)
         return meta
 
