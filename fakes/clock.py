@@ -6,19 +6,14 @@ is explicit and owned by the run; there is no global time.
 
 from __future__ import annotations
 
-from functools import partial
-
 
 class VirtualClock:
     """Monotonic simulated time starting at ``start``; ``sleep`` advances it."""
 
     def __init__(self, start: float = 0.0):
         self._now = float(start)
-        # Read for every trace event and by every part of the stack: a getter made of
-        # C calls (a method would cost a Python frame each time).
-        self.now = partial(getattr, self, "_now")
 
-    def now(self) -> float:  # replaced per instance by the getter above
+    def now(self) -> float:
         return self._now
 
     def sleep(self, seconds: float) -> None:

@@ -98,19 +98,14 @@ class OperationId:
     generation: int
     kind: OpKind = OpKind.LOAD
 
-    def __init__(self, req_id: str, generation: int, kind: OpKind = OpKind.LOAD):
-        # One made per load and save: the fields and what is asked of every operation
-        # (its hash and text, on every bound restart and trace line) written at once,
-        # past the frozen __setattr__. An Enum hashes by its name's string hash
-        # (PYTHONHASHSEED); the kind's part is fixed so only the request id's hash
-        # decides set order.
-        self.__dict__.update(
-            req_id=req_id,
-            generation=generation,
-            kind=kind,
-            _hash=hash((req_id, generation, kind is OpKind.LOAD)),
-            _str=f"{kind._value_}:{req_id}#{generation}",
+    def __post_init__(self) -> None:
+        # Both are asked for on every bound restart and trace line: computed once.
+        # An Enum hashes by its name's string hash (PYTHONHASHSEED); keep the kind's
+        # part fixed so only the request id's hash decides set order.
+        object.__setattr__(
+            self, "_hash", hash((self.req_id, self.generation, self.kind is OpKind.LOAD))
         )
+        object.__setattr__(self, "_str", f"{self.kind._value_}:{self.req_id}#{self.generation}")
 
     def __reduce__(self):  # the cached hash is per process: rebuild it on unpickling
         return (OperationId, (self.req_id, self.generation, self.kind))

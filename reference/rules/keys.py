@@ -102,8 +102,8 @@ class ChunkKeyMemo:
         if type(ids) is tuple:
             entry = self._entry(ids)
             if entry[1] is _UNSET:
-                try:
-                    entry[1] = _chunk_keys(ids, cs)
+                try:  # remembered here: the content cache's hashing of ids is not needed
+                    entry[1] = _chunk_keys.__wrapped__(ids, cs)
                 except (OverflowError, TypeError):
                     entry[1] = None  # a prefix may still be keyable: asked afresh
             if entry[1] is not None:  # a prefix chain: a prefix's keys come first

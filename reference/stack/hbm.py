@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections import deque
-from itertools import repeat
 from typing import Sequence
 
 
@@ -13,37 +12,31 @@ class OutOfBlocks(RuntimeError):
 
 class _FreeList:
     """Free blocks, least recently freed first: a list read from a moving head, and
-    where each free block's entry is (-1: not free). A block taken from the middle (a
-    cache hit) leaves a dead entry behind; while there is none, taking is one slice.
-    Positions are kept in a list by block, not a dict: a request frees and takes its
-    blocks dozens at a time, and list stores cost less than dict inserts and deletes."""
+    where each free block's entry is. A block taken from the middle (a cache hit)
+    leaves a dead entry behind; while there is none, taking is one slice."""
 
-    def __init__(self, num_blocks: int) -> None:
+    def __init__(self) -> None:
         self._order: list[int] = []
         self._head = 0  # entries before it were taken or passed
         self._base = 0  # the position of ``_order[0]`` (entries dropped from the front)
-        self._at: list[int] = [-1] * num_blocks  # block -> position of its entry, or -1
-        self._len = 0  # free blocks
+        self._at: dict[int, int] = {}  # free block -> position of its entry
         self._dead = 0  # dead entries from the head on
 
     def __len__(self) -> int:
-        return self._len
+        return len(self._at)
 
     def __contains__(self, block: int) -> bool:
-        return self._at[block] >= 0
+        return block in self._at
 
     def discard(self, block: int) -> None:
-        if self._at[block] >= 0:
-            self._at[block] = -1
-            self._len -= 1
+        if self._at.pop(block, None) is not None:
             self._dead += 1
 
     def extend(self, blocks: Sequence[int]) -> None:
         """Append blocks that are not free, each once, in order."""
         end = self._base + len(self._order)
-        deque(map(self._at.__setitem__, blocks, range(end, end + len(blocks))), maxlen=0)
+        self._at.update(zip(blocks, range(end, end + len(blocks)), strict=True))
         self._order.extend(blocks)
-        self._len += len(blocks)
 
     def take(self, k: int) -> list[int]:
         """The ``k`` least recently freed blocks (there are at least ``k``)."""
@@ -51,18 +44,17 @@ class _FreeList:
         if not self._dead:
             out = order[head : head + k]
             head += k
-            deque(map(at.__setitem__, out, repeat(-1, k)), maxlen=0)
+            deque(map(at.__delitem__, out), maxlen=0)
         else:
             out = []
             while len(out) < k:
                 b = order[head]
-                if at[b] == self._base + head:
-                    at[b] = -1
+                if at.get(b) == self._base + head:
+                    del at[b]
                     out.append(b)
                 else:
                     self._dead -= 1
                 head += 1
-        self._len -= k
         if head > 1024 and 2 * head > len(order):  # drop what was read, now and then
             del order[:head]
             self._base += head
@@ -83,11 +75,10 @@ class BlockPool:
         # num_blocks)`` in order (kept as a range: an engine builds a pool on every
         # restart), then the freed ones, least recently freed first.
         self._fresh = 0
-        self._free = _FreeList(num_blocks)
+        self._free = _FreeList()
         self._cached: dict[int, int] = {}  # chain hash -> block
         self._hash_of: dict[int, int] = {}  # block -> chain hash
-        self._refs: list[int] = [0] * num_blocks  # holders of each block
-        self._held = 0  # blocks with a holder
+        self._refs: dict[int, int] = {}
 
     @property
     def num_free(self) -> int:
@@ -99,7 +90,7 @@ class BlockPool:
     @property
     def num_held(self) -> int:
         """Blocks some request holds (allocated and not freed)."""
-        return self._held
+        return len(self._refs)
 
     def match(self, chain: Sequence[int]) -> list[int]:
         """Cached blocks holding the longest prefix of ``chain``."""
@@ -125,9 +116,7 @@ class BlockPool:
         refs = self._refs
         for b in hit:  # a cached block was handed out before: it is never in the range
             self._free.discard(b)
-            if not refs[b]:
-                self._held += 1
-            refs[b] += 1
+            refs[b] = refs.get(b, 0) + 1
         untouched = min(need, self.num_blocks - self._fresh)
         fresh = list(range(self._fresh, self._fresh + untouched))
         self._fresh += untouched
@@ -137,8 +126,7 @@ class BlockPool:
                 for b in reused:
                     self._uncache(b)
             fresh += reused
-        deque(map(refs.__setitem__, fresh, repeat(1, len(fresh))), maxlen=0)
-        self._held += len(fresh)
+        refs.update(dict.fromkeys(fresh, 1))
         return hit + fresh, len(hit)
 
     def can_allocate(self, num_blocks: int) -> bool:
@@ -161,17 +149,15 @@ class BlockPool:
         refs, free = self._refs, self._free
         if list(map(refs.__getitem__, blocks)).count(1) == len(blocks) == len(set(blocks)):
             # Each held once (no prefix cache shares them): all freed, in order, in C.
-            deque(map(refs.__setitem__, blocks, repeat(0, len(blocks))), maxlen=0)
-            self._held -= len(blocks)
+            deque(map(refs.__delitem__, blocks), maxlen=0)
             free.extend(blocks)
             return
         freed = []
         for b in blocks:
             n = refs[b] - 1
-            if n < 0:
-                raise KeyError(b)  # freed more often than handed out
-            refs[b] = n
-            if not n:
+            if n:
+                refs[b] = n
+            else:
+                del refs[b]
                 freed.append(b)
-        self._held -= len(freed)
         free.extend(freed)

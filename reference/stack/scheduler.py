@@ -187,7 +187,8 @@ class Scheduler:
         """The key event of ``seq.tier_ids[:end]``: its first chunk key is that of the
         whole ``tier_ids`` when it holds a full chunk, else there is none."""
         if seq.tier_first is None:
-            seq.tier_first = _first_key_hex(chunk_keys(seq.tier_ids, self.geometry.chunk_size))
+            cs = self.geometry.chunk_size  # the first key is that of the first chunk alone
+            seq.tier_first = _first_key_hex(chunk_keys(seq.tier_ids[:cs], cs))
         full = min(end, len(seq.tier_ids)) >= self.geometry.chunk_size
         self._first_key_event(site, seq, seq.tier_first if full else None)
 
