@@ -58,12 +58,20 @@ class LoadBounds:
         restarted loads."""
         if op not in self._active:
             return []
-        behind = self.dispatched_after(op) if finished else []
+        suffix = False  # ``behind`` is every load dispatched after ``op``
+        if not finished:
+            behind = []
+        elif type(self).dispatched_after is LoadBounds.dispatched_after:
+            behind, suffix = self.dispatched_after(op), True  # this rule: the suffix
+        else:
+            behind = self.dispatched_after(op)
+            if self._suffix_starts:
+                order = list(self._active)
+                suffix = behind == order[order.index(op) + 1 :]
         if behind:
             self._saw(now)
             if self._suffix_starts:
-                order = list(self._active)
-                if behind == order[order.index(op) + 1 :]:
+                if suffix:
                     heapq.heappush(self._pending, (self._active[op], now))
                 else:
                     self._write_out()

@@ -54,6 +54,25 @@ def test_a_finish_restarts_every_load_dispatched_after_it():
     assert b.overdue(70.5)[0] == o[4]
 
 
+def test_a_variant_that_restarts_other_loads_keeps_each_start_apart():
+    """A variant's ``dispatched_after`` need not name the suffix: only the loads it
+    names get a fresh bound (the rule's own class takes its suffix on trust)."""
+
+    class EveryOther(LoadBounds):
+        def dispatched_after(self, op):
+            order = list(self._active)
+            return order[order.index(op) + 1 :: 2]
+
+    b = EveryOther(BOUND)
+    o = ops(6)
+    for op in o:
+        b.dispatched(op, 0.0)
+    assert b.terminal(o[0], 30.0, finished=True) == [o[1], o[3], o[5]]
+    for op in (o[1], o[3], o[5]):  # restarted at 30: their bounds run to 70
+        b.terminal(op, 30.0, finished=False)
+    assert b.overdue(40.5) == (o[2], pytest.approx(40.5))  # o[2] and o[4] kept 0
+
+
 def test_the_finish_of_the_first_load_restarts_all_the_others():
     b = LoadBounds(BOUND)
     o = ops(64)
