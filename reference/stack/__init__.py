@@ -4,7 +4,7 @@ come in through the constructors; see ``reference.interfaces``."""
 
 from reference.stack.completion_channel import QueueChannel
 from reference.stack.engine import Collaborators, Engine, EngineConfig, ModelRunner, RunOutcome
-from reference.stack.hbm import BlockPool, OutOfBlocks
+from reference.stack.hbm import BlockPool, OutOfBlocks, UncachedBlockPool
 from reference.stack.scheduler import Phase, Scheduler, SchedulerConfig
 from reference.stack.worker import RestoreWorker, page_digest
 
@@ -21,5 +21,6 @@ __all__ = [
     "RunOutcome",
     "Scheduler",
     "SchedulerConfig",
+    "UncachedBlockPool",
     "page_digest",
 ]

@@ -25,7 +25,7 @@ from reference.interfaces import (
 )
 from reference.rules import Rules
 from reference.stack.completion_channel import QueueChannel
-from reference.stack.hbm import BlockPool
+from reference.stack.hbm import BlockPool, UncachedBlockPool
 from reference.stack.scheduler import Scheduler, SchedulerConfig
 from reference.stack.worker import RestoreWorker
 from reference.trace import Ev, Trace
@@ -117,13 +117,15 @@ class Engine:
         cfg, p = self.config, self.parts
         self.kv = p.kv_factory(cfg.num_blocks)
         self.channel = p.channel_factory(self.trace)
+        # Only a dense model with the prefix cache on ever looks a block's content up.
+        cached = cfg.prefix_caching and cfg.model_kind != "hybrid"
         self.scheduler = Scheduler(
             SchedulerConfig(
                 cfg.geometry, cfg.model_kind, cfg.state_grid, cfg.bound_s, cfg.prefix_caching
             ),
             p.clock,
             p.lookup or p.tier,
-            BlockPool(cfg.num_blocks),
+            (BlockPool if cached else UncachedBlockPool)(cfg.num_blocks),
             self.trace,
             self.rules,
             generation,

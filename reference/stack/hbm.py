@@ -161,3 +161,76 @@ class BlockPool:
                 del refs[b]
                 freed.append(b)
         free.extend(freed)
+
+
+class UncachedBlockPool:
+    """The pool of an engine without a prefix cache (a hybrid model, or caching off).
+
+    No block's content is ever looked up again, so blocks need no bookkeeping of their
+    own: a freed request's blocks go back as one run, and runs are handed out least
+    recently freed first, after the blocks never handed out. That is the order
+    ``BlockPool`` hands blocks out in when nothing is cached, so a run gets the same
+    blocks from either (and the same stale contents under a fault); a request costs a
+    slice or two instead of a dict entry per block.
+    """
+
+    def __init__(self, num_blocks: int):
+        if num_blocks <= 0:
+            raise ValueError(f"num_blocks must be positive, got {num_blocks}")
+        self.num_blocks = num_blocks
+        self._fresh = 0  # blocks [_fresh, num_blocks) were never handed out
+        self._runs: deque[list[int]] = deque()  # freed runs, least recently freed first
+        self._freed = 0  # blocks in ``_runs``
+        self._held = 0
+
+    @property
+    def num_free(self) -> int:
+        return self.num_blocks - self._fresh + self._freed
+
+    @property
+    def num_held(self) -> int:
+        """Blocks some request holds (allocated and not freed)."""
+        return self._held
+
+    def can_allocate(self, num_blocks: int) -> bool:
+        return num_blocks <= self.num_free
+
+    def match(self, chain: Sequence[int]) -> list[int]:
+        return []  # nothing is cached
+
+    def allocate(
+        self, chain: Sequence[int], num_blocks: int, use_cache: bool
+    ) -> tuple[list[int], int]:
+        """``num_blocks`` blocks and 0 from the cache (there is none)."""
+        if use_cache:
+            raise ValueError("an uncached block pool has no prefix cache to use")
+        if num_blocks > self.num_free:
+            raise OutOfBlocks(f"need {num_blocks} blocks, {self.num_free} free")
+        untouched = min(num_blocks, self.num_blocks - self._fresh)
+        blocks = list(range(self._fresh, self._fresh + untouched))
+        self._fresh += untouched
+        need = num_blocks - untouched
+        self._freed -= need
+        runs = self._runs
+        while need:
+            run = runs[0]
+            if len(run) <= need:
+                runs.popleft()
+                blocks += run
+                need -= len(run)
+            else:
+                blocks += run[:need]
+                runs[0] = run[need:]
+                need = 0
+        self._held += num_blocks
+        return blocks, 0
+
+    def commit(self, block: int, chain_hash: int) -> None:
+        """Nothing is cached: a commit is forgotten."""
+
+    def free(self, blocks: Sequence[int]) -> None:
+        if len(blocks) > self._held:
+            raise ValueError(f"{len(blocks)} blocks freed, {self._held} held")
+        self._runs.append(list(blocks))
+        self._freed += len(blocks)
+        self._held -= len(blocks)

@@ -20,7 +20,7 @@ from reference.rules import Rules
 from reference.rules.anchors import grid_step
 from reference.rules.hits import LoadPlan
 from reference.rules.keys import block_hash_chain, chunk_keys, state_image_key
-from reference.stack.hbm import BlockPool
+from reference.stack.hbm import BlockPool, UncachedBlockPool
 from reference.trace import Ev, Trace
 from reference.types import (
     Completion,
@@ -88,7 +88,7 @@ class Scheduler:
         config: SchedulerConfig,
         clock: Clock,
         lookup: LookupClient,
-        pool: BlockPool,
+        pool: BlockPool | UncachedBlockPool,
         trace: Trace,
         rules: Rules | None = None,
         generation: int = 0,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from reference.stack import BlockPool, OutOfBlocks
+from reference.stack import BlockPool, OutOfBlocks, UncachedBlockPool
 
 
 def test_blocks_never_handed_out_go_first_in_order_then_the_least_recently_freed():
@@ -235,3 +235,52 @@ def test_the_pool_hands_out_what_an_ordered_free_list_would(seed):
             held.append(got[0])
         assert pool.num_free == n - ref.fresh + len(ref.free)
         assert pool.num_held == len(ref.refs)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_uncached_pool_hands_out_what_the_pool_does_without_its_cache(seed):
+    """Same blocks in the same order, request by request, so a run's pages (and a
+    fault's stale pages) are the same whichever pool the engine took."""
+    import random
+
+    rng = random.Random(seed)
+    n = 64
+    pool, plain = BlockPool(n), UncachedBlockPool(n)
+    held = []
+    for _ in range(1500):
+        if held and (rng.random() < 0.45 or pool.num_free < 12):
+            blocks = held.pop(rng.randrange(len(held)))
+            pool.free(blocks)
+            plain.free(blocks)
+        else:
+            size = rng.randint(0, 12)
+            assert plain.can_allocate(size) == pool.can_allocate(size)
+            if not pool.can_allocate(size):
+                with pytest.raises(OutOfBlocks):
+                    plain.allocate([], size, False)
+                continue
+            got = plain.allocate([], size, False)
+            assert got == pool.allocate([7] * size, size, False)
+            held.append(got[0])
+        assert plain.num_free == pool.num_free and plain.num_held == pool.num_held
+
+
+def test_the_uncached_pool_keeps_no_cache():
+    plain = UncachedBlockPool(4)
+    with pytest.raises(ValueError, match="no prefix cache"):
+        plain.allocate([1, 2], 2, use_cache=True)
+    blocks, cached = plain.allocate([1, 2], 2, use_cache=False)
+    plain.commit(blocks[0], 1)
+    assert cached == 0 and plain.match([1, 2]) == []
+    with pytest.raises(ValueError, match="3 blocks freed, 2 held"):
+        plain.free([0, 1, 2])
+
+
+def test_an_engine_without_a_prefix_cache_takes_the_uncached_pool():
+    from fakes.sim import SimWorld
+    from reference import EngineConfig
+
+    world = SimWorld()
+    assert isinstance(world.engine(EngineConfig()).scheduler.pool, BlockPool)
+    for config in (EngineConfig(model_kind="hybrid"), EngineConfig(prefix_caching=False)):
+        assert isinstance(world.engine(config).scheduler.pool, UncachedBlockPool)
