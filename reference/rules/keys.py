@@ -66,9 +66,6 @@ def ids_fit_u32(ids: Sequence[int]) -> bool:
     return True
 
 
-_UNSET = object()
-
-
 class ChunkKeyMemo:
     """``chunk_keys`` and ``ids_fit_u32`` of id tuples, remembered by identity.
 
@@ -83,13 +80,19 @@ class ChunkKeyMemo:
     def __init__(self, chunk_size: int, kept: int = _KEPT):
         self.chunk_size = chunk_size
         self._kept = kept
-        # id(ids) -> [ids, whole keys (None: unkeyable, _UNSET: not asked), fits u32]
+        # id(ids) -> [ids, keys of the whole ids (None: some id does not fit), fits u32]
         self._seen: dict[int, list] = {}
 
     def _entry(self, ids: tuple[int, ...]) -> list:
         entry = self._seen.get(id(ids))
         if entry is None or entry[0] is not ids:
-            entry = [ids, _UNSET, None]
+            try:  # one packing both checks every id and gives the bytes to key
+                packed = array("I", ids).tobytes()
+            except (OverflowError, TypeError):
+                # Some id does not fit: a prefix may still be keyable, asked afresh.
+                entry = [ids, None, ids_fit_u32(ids)]
+            else:
+                entry = [ids, _packed_keys(packed, self.chunk_size), True]
             self._seen[id(ids)] = entry
             if len(self._seen) > self._kept:
                 del self._seen[next(iter(self._seen))]
@@ -100,24 +103,15 @@ class ChunkKeyMemo:
         cs = self.chunk_size
         n = len(ids) if end is None else max(0, min(end, len(ids)))
         if type(ids) is tuple:
-            entry = self._entry(ids)
-            if entry[1] is _UNSET:
-                try:  # remembered here: the content cache's hashing of ids is not needed
-                    entry[1] = _chunk_keys.__wrapped__(ids, cs)
-                except (OverflowError, TypeError):
-                    entry[1] = None  # a prefix may still be keyable: asked afresh
-            if entry[1] is not None:  # a prefix chain: a prefix's keys come first
-                return list(entry[1][: n // cs])
+            keys = self._entry(ids)[1]
+            if keys is not None:  # a prefix chain: a prefix's keys come first
+                return list(keys[: n // cs])
         return chunk_keys(ids[:n], cs)
 
     def fit_u32(self, ids: Sequence[int], end: int | None = None) -> bool:
         """``ids_fit_u32(ids[:end])``."""
-        if type(ids) is tuple:
-            entry = self._entry(ids)
-            if entry[2] is None:
-                entry[2] = ids_fit_u32(ids)
-            if entry[2]:
-                return True  # every id fits, so those of any prefix do
+        if type(ids) is tuple and self._entry(ids)[2]:
+            return True  # every id fits, so those of any prefix do
         return ids_fit_u32(ids if end is None else ids[: max(end, 0)])
 
 
@@ -129,11 +123,16 @@ class ChunkKeyMemo:
 @functools.lru_cache(maxsize=_KEPT)
 def _chunk_keys(tier_ids: tuple[int, ...], chunk_size: int) -> tuple[bytes, ...]:
     full = len(tier_ids) - len(tier_ids) % chunk_size
-    packed = array("I", tier_ids[:full]).tobytes()
+    return _packed_keys(array("I", tier_ids[:full]).tobytes(), chunk_size)
+
+
+def _packed_keys(packed: bytes, chunk_size: int) -> tuple[bytes, ...]:
+    """The chain over the full chunks of ids packed as 32-bit unsigned (a partial
+    chunk at the end is left out)."""
     step = chunk_size * 4
     keys: list[bytes] = []
     prev = b"\x00" * 16
-    for off in range(0, len(packed), step):
+    for off in range(0, len(packed) - len(packed) % step, step):
         prev = hashlib.blake2b(prev + packed[off : off + step], digest_size=16).digest()
         keys.append(prev)
     return tuple(keys)
