@@ -24,6 +24,7 @@ from faults.lmcache.server import (
     SHM_DIR,
     LMCacheNotInstalled,
     LMCacheServer,
+    lmcache_available,
     sweep_stale_segments,
 )
 
@@ -156,6 +157,19 @@ os.kill(os.getpid(), signal.SIGKILL)   # no finalizer, no atexit
     removed = sweep_stale_segments()
     assert info["tmpdir"] in removed
     assert _gone(info, limit_s=0) == []
+
+
+def test_a_base_interpreter_is_asked_apart_from_its_virtual_environment() -> None:
+    """A venv's python links to its base interpreter (same real path) but the two see
+    different packages: lmcache installed in the venv is not the base's."""
+    base = os.path.realpath(sys.executable)
+    if base == os.path.abspath(sys.executable):
+        pytest.skip("these tests do not run in a virtual environment")
+    probe = subprocess.run([base, "-c", "import lmcache"], capture_output=True)
+    if probe.returncode == 0:
+        pytest.skip(f"{base} itself imports lmcache")
+    assert lmcache_available() and lmcache_available(sys.executable)
+    assert not lmcache_available(base)
 
 
 def test_clear_error_without_lmcache(tmp_path: Path) -> None:

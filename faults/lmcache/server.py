@@ -157,7 +157,9 @@ class RealTierLock:
 def lmcache_available(python: str | None = None) -> bool:
     """True when ``lmcache`` and the torch it needs are installed (in this interpreter,
     or in ``python``); nothing is imported."""
-    if python is None or os.path.realpath(python) == os.path.realpath(sys.executable):
+    # Paths compared as given, not resolved: a virtual environment's python is a link to
+    # its base interpreter, and the two see different packages.
+    if python is None or os.path.abspath(python) == os.path.abspath(sys.executable):
         return all(importlib.util.find_spec(m) is not None for m in ("lmcache", "torch"))
     probe = subprocess.run(
         [
