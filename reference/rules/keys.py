@@ -115,11 +115,10 @@ class ChunkKeyMemo:
         return ids_fit_u32(ids if end is None else ids[: max(end, 0)])
 
 
-# A prompt's keys are asked for at every key site, by the lookup, each save and the
-# tier: remembered by content (hashing the ids costs a fraction of keying them). Room
-# for every prompt of a 4,096-restore burst, its saves' prefixes and its restores:
-# a cache smaller than one pass over them keeps nothing (each is asked for again only
-# after all the others).
+# Keys asked for by content (a key event's first chunk, a sequence that is not the
+# tuple a tier memo holds) are remembered by content: hashing the ids costs a fraction
+# of keying them. Room for every prompt of a 4,096-restore burst: a cache smaller than
+# one pass over them keeps nothing (each is asked for again only after all the others).
 @functools.lru_cache(maxsize=_KEPT)
 def _chunk_keys(tier_ids: tuple[int, ...], chunk_size: int) -> tuple[bytes, ...]:
     full = len(tier_ids) - len(tier_ids) % chunk_size
