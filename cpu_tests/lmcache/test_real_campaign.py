@@ -206,9 +206,9 @@ def test_wire_fault_fires_and_ends_as_it_must(campaign: Campaign, name: str) -> 
     if name == "wire_drop_store":
         # The server kept the data; the unanswered save fails after the deadline (best
         # effort), and no other save goes unanswered. Another may fail when its answer
-        # comes, also best effort: in one CI run a save of the first pass failed 0.35 s in
-        # (the server is shared with the campaign's earlier cases; the reason is not in
-        # the trace).
+        # comes, also best effort: the server's pool, filled by the campaign's earlier
+        # cases and emptied on the server's own clock, can refuse a first-pass save
+        # ("store not kept: ... (pool full)", seen 0.26 to 0.35 s into a case).
         submitted = {e.op: e.t for e in res.run.trace.of(Ev.SAVE)}
         deadline = res.run.config.transfer_deadline_s
         unanswered = [
