@@ -117,15 +117,15 @@ class Engine:
         cfg, p = self.config, self.parts
         self.kv = p.kv_factory(cfg.num_blocks)
         self.channel = p.channel_factory(self.trace)
-        # Only a dense model with the prefix cache on ever looks a block's content up.
-        cached = cfg.prefix_caching and cfg.model_kind != "hybrid"
+        sched = SchedulerConfig(
+            cfg.geometry, cfg.model_kind, cfg.state_grid, cfg.bound_s, cfg.prefix_caching
+        )
         self.scheduler = Scheduler(
-            SchedulerConfig(
-                cfg.geometry, cfg.model_kind, cfg.state_grid, cfg.bound_s, cfg.prefix_caching
-            ),
+            sched,
             p.clock,
             p.lookup or p.tier,
-            (BlockPool if cached else UncachedBlockPool)(cfg.num_blocks),
+            # Without a prefix cache no block's content is looked up again.
+            (BlockPool if sched.prefix_cache else UncachedBlockPool)(cfg.num_blocks),
             self.trace,
             self.rules,
             generation,

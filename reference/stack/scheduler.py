@@ -52,6 +52,12 @@ class SchedulerConfig:
     bound_s: float = 40.0
     prefix_caching: bool = True
 
+    @property
+    def prefix_cache(self) -> bool:
+        """HBM blocks are looked up by content: a dense model with caching on (this
+        stack keeps no HBM prefix cache for hybrids)."""
+        return self.prefix_caching and self.model_kind != "hybrid"
+
 
 @dataclass
 class SeqState:
@@ -133,8 +139,7 @@ class Scheduler:
         bs = self.geometry.block_size
         # Without an HBM prefix cache (hybrids, or caching off) the chain only names the
         # first block in the key event: the rest is never read.
-        cached = self.config.prefix_caching and not self.hybrid
-        upto = None if cached else min(bs, req.prompt_len)
+        upto = None if self.config.prefix_cache else min(bs, req.prompt_len)
         seq = SeqState(
             req=req,
             tier_ids=self.rules.tier_ids(req, None),
@@ -222,7 +227,7 @@ class Scheduler:
                 self._start_running(seq, seq.hbm_hit)
 
     def _commit_blocks(self, seq: SeqState, start: int, end: int) -> None:
-        if not self.config.prefix_caching or self.hybrid:
+        if not self.config.prefix_cache:
             return
         bs = self.geometry.block_size
         for b in range(start // bs, min(end, seq.prompt_len) // bs):
@@ -294,7 +299,7 @@ class Scheduler:
         req = seq.req
         if not self.pool.can_allocate(seq.n_blocks):
             return False
-        use_cache = self.config.prefix_caching and not self.hybrid
+        use_cache = self.config.prefix_cache
         seq.blocks, cached = self.pool.allocate(seq.chain, seq.n_blocks, use_cache)
         seq.hbm_hit = min(cached * geo.block_size, geo.floor_block(req.prompt_len - 1))
         self._key_event("hbm", seq, seq.chain)
