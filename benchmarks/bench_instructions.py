@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -79,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         print("bench_instructions: valgrind is not installed (apt-get install valgrind)",
               file=sys.stderr)  # fmt: skip
         return 2
+    print(f"python {platform.python_version()} ({sys.executable})")
     print(f"scenario {args.scenario}, seed 0, fixed stack, PYTHONHASHSEED=0")
     print(
         "| scale | trace events | instructions | with the loop stubbed | engine loop | loop per event |"
