@@ -8,10 +8,12 @@ import gc
 import random
 from typing import Any, Callable
 
+import pytest
 from lmc_util import GEOMETRY, SAFETY_NET_S
 
 from faults.lmcache import LMCacheServer
 from reference import OperationId, OpKind
+from reference.tiers.lmcache_pages import CopyThreads
 
 CS, BS = GEOMETRY.chunk_size, GEOMETRY.block_size
 _ops = iter(range(1, 10**9))
@@ -117,13 +119,17 @@ def test_wait_returns_once_a_paused_server_answers(
     assert reply is not None and reply.ok and reply.pages == fps, reply
 
 
+@pytest.mark.parametrize("copy_threads", [1, 3])
 def test_tensor_pages_round_trip_byte_exact(
-    lmcache_server: LMCacheServer, make_tier: Callable[..., Any]
+    lmcache_server: LMCacheServer, make_tier: Callable[..., Any], copy_threads: int
 ) -> None:
     """Whole chunks and a range ending inside a chunk (the tail blocks of the last
-    chunk are not returned); every page is contiguous, of the block shape."""
+    chunk are not returned); every page is contiguous, of the block shape. Stores
+    copied by one thread, and split unevenly over three."""
     tier = own_tier(lmcache_server, make_tier, page_format="tensor")
-    ids = rand_ids(4, 3 * CS)
+    tier._copy_threads.close()
+    tier._copy_threads = CopyThreads(copy_threads)
+    ids = rand_ids(40 + copy_threads, 3 * CS)  # each parametrization its own prompt
     pages = tensor_pages(tier, 4, 3 * CS // BS)
     reply = tier.wait(tier.submit_store(op(), ids, 0, 3 * CS, pages, []), SAFETY_NET_S)
     assert reply is not None and reply.ok, reply

@@ -62,6 +62,7 @@ from reference.tiers.lmcache_pages import (
     _HEADER_INT16,
     _U32,
     _U64,
+    CopyThreads,
     KVLayout,
     PageFormat,
     _PageCodec,
@@ -168,6 +169,9 @@ class LMCacheTier(_PageCodec):
             torch, buffer_shape, self._dtype,
             keep=recycle_bytes // max(1, self.layout.chunk_bytes(self.chunk_size)),
         )  # fmt: skip
+        # As many copy threads as torch's own copies use (lmcache's client copies with
+        # torch): stores split each chunk's page gather over them.
+        self._copy_threads = CopyThreads(torch.get_num_threads())
 
         self.client = RequestClientFactory.create(url)
         self._contexts: list[Any] = []
@@ -643,6 +647,9 @@ class LMCacheTier(_PageCodec):
         if self._closed:
             return
         self._closed = True
+        threads = getattr(self, "_copy_threads", None)
+        if threads is not None:
+            threads.close()
         client = getattr(self, "client", None)
         for iid in getattr(self, "_instances", []):
             try:
