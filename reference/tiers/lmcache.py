@@ -169,9 +169,11 @@ class LMCacheTier(_PageCodec):
             torch, buffer_shape, self._dtype,
             keep=recycle_bytes // max(1, self.layout.chunk_bytes(self.chunk_size)),
         )  # fmt: skip
-        # As many copy threads as torch's own copies use (lmcache's client copies with
-        # torch): stores split each chunk's page gather over them.
-        self._copy_threads = CopyThreads(torch.get_num_threads())
+        # Tensor pages: as many copy threads as torch's own copies use (lmcache's client
+        # copies with torch); a store splits each chunk's page gather over them.
+        # Fingerprint pages are encoded in place: one thread, and none started.
+        threads = torch.get_num_threads() if page_format == "tensor" else 1
+        self._copy_threads = CopyThreads(threads)
 
         self.client = RequestClientFactory.create(url)
         self._contexts: list[Any] = []
