@@ -29,6 +29,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from faults.argtypes import scales  # noqa: E402
 
 # One run in a fresh interpreter: argv is scale, scenario, and "stub" to stub the loop.
 _RUN = """
@@ -41,18 +44,6 @@ if sys.argv[3] == "stub":
 run = run_scenario(sys.argv[2], 0, scale=int(sys.argv[1]))
 print("events", len(run.trace.events))
 """
-
-
-def _scales(text: str) -> list[int]:
-    try:
-        out = [int(s) for s in text.split(",") if s.strip()]
-    except ValueError:
-        out = []
-    if not out or any(not 1 <= k <= 256 for k in out):
-        raise argparse.ArgumentTypeError(
-            f"--scales wants whole numbers 1 to 256, e.g. 1,16; got {text!r}"
-        )
-    return out
 
 
 def count(scale: int, scenario: str, stub: bool) -> tuple[int, int]:
@@ -73,7 +64,7 @@ def count(scale: int, scenario: str, stub: bool) -> tuple[int, int]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--scales", type=_scales, default=[1, 16], metavar="K,K,...")
+    parser.add_argument("--scales", type=scales, default=[1, 16], metavar="K,K,...")
     parser.add_argument("--scenario", default="restart_burst")
     args = parser.parse_args(argv)
     if shutil.which("valgrind") is None:

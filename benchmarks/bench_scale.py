@@ -37,14 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TARGET_EVENTS_S = 100_000  # trace events per second on the 4,096-restore burst
 sys.path.insert(0, str(ROOT))
 
-
-def _scales(text: str) -> list[int]:
-    from faults.argtypes import check_scale
-
-    try:
-        return [check_scale(int(s)) for s in text.split(",") if s.strip()]
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"--scales wants e.g. 1,4,16,64 ({exc})") from None
+from faults.argtypes import scales  # noqa: E402
 
 
 def measure(scenario: str, scale: int) -> dict[str, float]:
@@ -134,7 +127,7 @@ def campaign(runs: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--scales", type=_scales, default=[1, 4, 16, 64], metavar="K,K,...")
+    parser.add_argument("--scales", type=scales, default=[1, 4, 16, 64], metavar="K,K,...")
     parser.add_argument("--scenario", default="restart_burst")
     parser.add_argument("--repeat", type=int, default=1, metavar="N",
                         help="runs per scale; the fastest (by wall) is kept")  # fmt: skip

@@ -72,6 +72,14 @@ def scale(text: str) -> int:
         ) from None
 
 
+def scales(text: str) -> list[int]:
+    """A ``type=`` for argparse: comma-separated scenario scales, at least one."""
+    out = [scale(s.strip()) for s in text.split(",") if s.strip()]
+    if not out:
+        raise argparse.ArgumentTypeError(f"scales are comma-separated, e.g. 1,4,16; got {text!r}")
+    return out
+
+
 _DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?")
 
 

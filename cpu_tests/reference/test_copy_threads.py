@@ -58,7 +58,7 @@ def test_parts_run_in_parallel_threads() -> None:
         copies.close()
 
 
-def test_a_helpers_error_is_raised_after_every_part_is_done() -> None:
+def test_a_helpers_error_is_raised_and_the_callers_part_still_runs() -> None:
     copies = CopyThreads(2)
     done: list[tuple[int, int]] = []
     try:

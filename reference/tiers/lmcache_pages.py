@@ -168,8 +168,8 @@ class _PageCodec:
         Not torch for the common case: each ``copy_`` of a 2 MiB block is its own
         thread-pool round, and on a busy 2-core box every round waits for a descheduled
         worker thread (0.13 GiB/s against 2-3 GiB/s through numpy). One split per chunk
-        instead costs one round: on a quiet 2-core box two threads copy at 7.2 GiB/s
-        where one copies at 5.2, and with both cores busy they lose about 7%."""
+        costs one round, and on a quiet box uses the cores lmcache's own torch copies use
+        (figures: docs/lmcache_tier.md, ``benchmarks/bench_lmcache.py``)."""
         import numpy
 
         torch = self._torch
@@ -192,10 +192,8 @@ class _PageCodec:
     def _copy_out(self, slot: Any, lo: int, hi: int) -> list[Any]:
         """Blocks ``[lo, hi)`` of a slot as contiguous pages: one copy into a recycled
         block-major buffer, whose blocks are returned as views. The copy is one torch
-        ``copy_`` of the whole range (one thread-pool round per chunk, so a busy box
-        costs one wait, not one per block): 7.6 GiB/s on a quiet 2-core box, against 5.3
-        for numpy's single-threaded strided copy, and 6.8 against 3.6 with both cores
-        busy."""
+        ``copy_`` of the whole range: one thread-pool round per chunk, so a busy box
+        costs one wait, not one per block."""
         two, layers, _, hidden = slot.shape
         bs, n = self.block_size, hi - lo
         buf = self._recycler.take()[:n]

@@ -4,6 +4,7 @@ targets, the CLI and the pytest plugin; bad scales are one clear error."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from faults import SCENARIOS, RunContext
-from faults.argtypes import MAX_SCALE, check_scale
+from faults.argtypes import MAX_SCALE, check_scale, scales
 from faults.campaign import Target, run_case, run_scenario, scenario_target, select_targets
 from faults.injectors import INJECTORS, FaultPlan, FaultSpec
 from reference import Ev
@@ -63,6 +64,16 @@ def test_bad_scales_are_refused_with_one_line(bad):
         SCENARIOS["two_images"].run(RunContext(scale=bad))
     with pytest.raises(ValueError):
         FaultPlan((), 0, bad)
+
+
+def test_a_list_of_scales_reads_each_as_a_scale():
+    """The benchmarks' ``--scales``: each part is a scale, blanks between commas are
+    skipped, and an empty list or one bad part is one line."""
+    assert scales("1, 4,,16") == [1, 4, 16]
+    for bad in ("", " , ", "1,0", f"4,{MAX_SCALE + 1}", "1,x"):
+        with pytest.raises(argparse.ArgumentTypeError) as exc:
+            scales(bad)
+        assert "\n" not in str(exc.value) and "scale" in str(exc.value)
 
 
 @pytest.mark.parametrize(
