@@ -187,6 +187,23 @@ def test_late_visibility(clock):
     assert tier.lookup(q).kv_hit == 128 and tier.lookup(q).state_positions == (64,)
 
 
+def test_a_store_of_a_chunk_written_late_leaves_it_late(clock):
+    """A store of chunks the tier already holds writes nothing, so chunks a late store
+    put there stay invisible until their own time, however promptly a second store of
+    the same content is acknowledged (the efficiency property models exactly this)."""
+    tier = MemoryTier(clock, GEO, visibility_delay_s=5.0)
+    late = tier.submit_store(sop(), IDS, 0, 128, pages(0, 128), [])
+    clock.sleep(0.01)
+    assert tier.poll(late).ok
+    tier.visibility_delay_s = 0.0
+    prompt = tier.submit_store(sop(2), IDS, 0, 128, pages(0, 128), [])
+    clock.sleep(0.01)
+    assert tier.poll(prompt).ok
+    assert tier.lookup(LookupQuery(IDS)).kv_hit == 0
+    clock.sleep(5.0)
+    assert tier.lookup(LookupQuery(IDS)).kv_hit == 128
+
+
 def test_completion_time_grows_with_bytes(clock):
     tier = MemoryTier(clock, GEO, latency_s=0.01, bandwidth_bytes_s=1e6, page_bytes=1000)
     ticket = tier.submit_store(sop(), IDS, 0, 256, pages(0, 256), [])  # 16 pages: 16 ms

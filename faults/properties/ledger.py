@@ -46,7 +46,9 @@ def efficiency(run: RunResult) -> list[Violation]:
     is loaded (dispatched). No silent miss: at a lookup, the tier must report at least
     the prefix that completed saves of the same content put there (visible by then, and
     not evicted since: a fault event's evidence names late visibility as ``delay_s`` and
-    a dropped chunk as ``chunk``); a dense claim must then cover it.
+    a dropped chunk as ``chunk``); a chunk is visible from the save that first put it
+    there, since a store of a chunk the tier holds writes nothing; a dense claim must
+    then cover it.
 
     Applies to runs whose engines share one tier."""
     chunk = run.config.geometry.chunk_size
@@ -67,15 +69,20 @@ def efficiency(run: RunResult) -> list[Violation]:
                 chain = _content_chain(run, ev.req_id, chains)
                 if ev.data["chunk"] < len(chain):
                     held.pop(chain[ev.data["chunk"]], None)
-        elif kind is Ev.SAVE_DONE:
+        elif kind is Ev.FINISHED_REPORTED:
+            # The worker reports a save finished in the poll that saw the tier write
+            # it: the tier's write order, whether or not the completion reaches the
+            # scheduler (``save_done``) afterwards.
             rng = save_range.get(ev.op)
             if rng is None or ev.data.get("outcome") != "finished":
                 continue
             visible = late.get(ev.op, ev.t)
             chain = _content_chain(run, ev.req_id, chains)
             for i in range(rng[0] // chunk, min(rng[1] // chunk, len(chain))):
-                if held.get(chain[i], visible) >= visible:
-                    held[chain[i]] = visible
+                # A store of a chunk the tier already holds writes nothing: the chunk
+                # stays visible from when the save that put it there made it visible
+                # (a late one too), not from this later save.
+                held.setdefault(chain[i], visible)
         elif kind is Ev.DISPATCH:
             awaiting_load.pop(ev.req_id, None)
         elif kind is Ev.LOOKUP:

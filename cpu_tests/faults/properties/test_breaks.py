@@ -87,6 +87,61 @@ def test_a_claim_never_loaded_is_caught(monkeypatch):
     assert any("never loaded" in v.message for v in res.violations)
 
 
+def test_a_save_of_content_already_stored_late_is_no_silent_miss():
+    """The swarm finding of issue 19: under ``late_visibility`` with ``p=0.5`` one save
+    puts a shared few-shot chunk in the tier late, a later prompt save of the same
+    content is acknowledged at once, and pass 2's lookup misses the chunk. The tier
+    is right (a store of a chunk it holds writes nothing); the property used to take
+    the earliest visibility of any save and called this a silent miss."""
+    from faults.injectors import FaultPlan, FaultSpec
+    from faults.properties.ledger import _content_chain
+    from reference.trace import Ev
+    from reference.types import OpKind
+
+    plan = FaultPlan((FaultSpec.of("late_visibility", nth=(7, 11), p=0.5),), 0)
+    res = run_case("restart_tier_kept", 0, injectors=plan.injectors, properties=["efficiency"])
+    assert res.ok, [str(v) for v in res.violations]
+    # The run holds the situation: a chunk first written late, written again promptly
+    # before it became visible, and a lookup of it in between that missed it.
+    run, chains = res.run, {}
+    chunk = run.config.geometry.chunk_size
+    late = {e.op: e.t + e.data["delay_s"] for e in run.trace.of(Ev.FAULT)}
+    first: dict[int, float] = {}  # chunk key -> visible at, as the tier stamps it
+    rewritten_early: dict[int, float] = {}  # chunk key -> a later save's own time
+    ranges = {e.op: (e.data["start"], e.data["end"]) for e in run.trace.of(Ev.SAVE)}
+    missed = False
+    for ev in run.trace.events:
+        if ev.kind is Ev.FINISHED_REPORTED and ev.op.kind is OpKind.SAVE:
+            start, end = ranges[ev.op]
+            chain = _content_chain(run, ev.req_id, chains)
+            for key in chain[start // chunk : end // chunk]:
+                if key not in first:
+                    first[key] = late.get(ev.op, ev.t)
+                elif late.get(ev.op, ev.t) < first[key]:
+                    rewritten_early[key] = late.get(ev.op, ev.t)
+        elif ev.kind is Ev.LOOKUP:
+            chain = _content_chain(run, ev.req_id, chains)
+            n = ev.data["kv_hit"] // chunk
+            if n < len(chain) and chain[n] in rewritten_early:
+                missed |= rewritten_early[chain[n]] <= ev.t < first[chain[n]]
+    assert missed
+
+
+def test_a_silent_miss_is_still_caught_under_late_visibility(monkeypatch):
+    """With late and prompt saves mixed, a lookup that never matches its saves is
+    still a silent miss."""
+    import reference.stack.scheduler as sched
+    from faults.injectors import FaultPlan, FaultSpec
+
+    query = sched.LookupQuery
+    monkeypatch.setattr(
+        sched, "LookupQuery", lambda ids, states: query(tuple(i ^ 1 for i in ids), states)
+    )
+    plan = FaultPlan((FaultSpec.of("late_visibility", nth=(7, 11), p=0.5),), 0)
+    res = run_case("restart_tier_kept", 0, injectors=plan.injectors, properties=["efficiency"])
+    assert any("silent miss" in v.message for v in res.violations)
+
+
 # -- exactly once -------------------------------------------------------------------------
 
 
