@@ -79,9 +79,11 @@ def _trace_of(events: list[Any]) -> Any:
 
 
 def _dumps(outcome: CaseOutcome) -> bytes:
-    """A case's outcome as bytes. A kept run (a failing case's, for its timeline) holds
-    its trace, whose clock callbacks do not pickle: it travels as its events. If a run
-    still cannot be pickled, the outcome goes without its runs (no timeline)."""
+    """A case's outcome as bytes that unpickle in the parent. A kept run (a failing
+    case's, for its timeline) holds its trace, whose clock callbacks do not pickle: it
+    travels as its events. If a run still cannot make the round trip, the outcome goes
+    without its runs (no timeline); if even that fails, as an ERROR outcome that says
+    why (``unsendable``), never as an exception in the worker."""
     from reference.trace import Trace
 
     buf = io.BytesIO()
@@ -92,10 +94,39 @@ def _dumps(outcome: CaseOutcome) -> bytes:
     }
     try:
         pickler.dump(outcome)
-    except (pickle.PicklingError, TypeError, AttributeError):
-        outcome.legacy_result = outcome.fixed_result = None
-        return pickle.dumps(outcome, protocol=pickle.HIGHEST_PROTOCOL)
-    return buf.getvalue()
+        data = buf.getvalue()
+        if outcome.legacy_result is not None or outcome.fixed_result is not None:
+            pickle.loads(data)  # the runs hold the stack's objects: prove they come back
+        return data
+    except Exception:  # noqa: BLE001 - any error a __reduce__ or __init__ raises
+        pass
+    outcome.legacy_result = outcome.fixed_result = None
+    try:
+        data = pickle.dumps(outcome, protocol=pickle.HIGHEST_PROTOCOL)
+        pickle.loads(data)
+        return data
+    except Exception as exc:  # noqa: BLE001
+        return pickle.dumps(
+            unsendable(outcome.case, exc, outcome), protocol=pickle.HIGHEST_PROTOCOL
+        )
+
+
+def unsendable(case: Case, exc: BaseException, outcome: CaseOutcome | None = None) -> CaseOutcome:
+    """The ERROR outcome of a case whose outcome could not travel from its worker to
+    this process (``exc`` says why); it names the verdict the worker had reached."""
+    import traceback
+
+    reached = f"; the worker had judged it {outcome.verdict}" if outcome is not None else ""
+    if outcome is not None and outcome.signature:
+        reached += f": {outcome.signature}"
+    why = f"{type(exc).__name__}: {exc}".splitlines()[0]
+    return CaseOutcome(
+        case,
+        ERROR,
+        signature=f"its outcome could not be sent back from the worker ({why}){reached}",
+        wall_seconds=outcome.wall_seconds if outcome is not None else 0.0,
+        error="".join(traceback.format_exception(exc)),
+    )
 
 
 # -- the worker side ---------------------------------------------------------------------
@@ -278,7 +309,11 @@ def run_pooled(
                     i = int.from_bytes(msg[1:9], "little")
                     w.running = None
                     w.unit = [(j, c) for j, c in w.unit if j != i]
-                    finish(i, pickle.loads(msg[9:]))
+                    try:
+                        outcome = pickle.loads(msg[9:])
+                    except Exception as exc:  # noqa: BLE001 - an outcome that will not load
+                        outcome = unsendable(flat[i], exc)
+                    finish(i, outcome)
                     continue
                 kind = pickle.loads(msg)
                 if kind[0] == "start":

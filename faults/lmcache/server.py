@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from faults.processes import stop_group
+from reference.errors import RebuiltWhenUnpickled
 
 SHM_DIR = Path("/dev/shm")
 SHM_PREFIX = "lmcache_l1_pool_"  # lmcache prepends this to --shm-name
@@ -54,7 +55,7 @@ _LIVE: weakref.WeakSet[LMCacheServer] = weakref.WeakSet()
 _LIVE_LOCK = threading.Lock()
 
 
-class LMCacheNotInstalled(RuntimeError):
+class LMCacheNotInstalled(RebuiltWhenUnpickled, RuntimeError):
     """lmcache is not importable in this interpreter."""
 
     def __init__(self, python: str):
@@ -65,7 +66,7 @@ class LMCacheServerError(RuntimeError):
     """The server did not start, or died; carries the tail of its log."""
 
 
-class LMCacheServerWedged(LMCacheServerError):
+class LMCacheServerWedged(RebuiltWhenUnpickled, LMCacheServerError):
     """The server process is alive but does not answer; carries the tail of its log."""
 
     def __init__(self, server: LMCacheServer, what: str):

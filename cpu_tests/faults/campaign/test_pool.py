@@ -272,3 +272,100 @@ def test_a_bad_jobs_value_is_one_line_and_exit_2(capsys, args, needle):
     assert code == 2, err
     lines = err.splitlines()
     assert len(lines) == 1 and lines[0].startswith("kvfault: error: ") and needle in lines[0]
+
+
+# -- outcomes that cannot travel back ------------------------------------------------------
+
+
+def test_a_failing_stack_that_stops_comes_back_from_a_worker_as_in_one_process(
+    tmp_path, capsys, monkeypatch
+):
+    """A fixed stack that stops where its row says it finishes: the failing case keeps
+    its runs (for the timeline), whose stop is a ``LoadNotTerminal``; they come back
+    from the worker, and the table is the one of a single process."""
+    import dataclasses
+
+    from faults.injectors import INJECTORS
+    from faults.runs import finishes
+
+    info = INJECTORS["lost_completion"]
+    monkeypatch.setitem(INJECTORS, "lost_completion", dataclasses.replace(info, expect=finishes()))
+    monkeypatch.chdir(tmp_path)
+    args = ["run", "--seeds", "2", "--fault", "lost_completion", "--scenario", "two_images",
+            "--no-progress"]  # fmt: skip
+    out = {}
+    for jobs in ("1", "2"):
+        assert cli.main([*args, "-j", jobs, "--artifacts", f"arts{jobs}"]) == 1
+        captured = capsys.readouterr()
+        assert "Traceback" not in captured.err
+        out[jobs] = captured.out.replace(f"arts{jobs}", "arts")
+    assert rows(out["2"]) == rows(out["1"])
+    assert "FAIL fault:lost_completion@seed0:" in out["1"] and "LoadNotTerminal" in out["1"]
+
+
+def _refuse(why: str) -> None:
+    raise TypeError(why)
+
+
+class _WontLoad:
+    """Pickles, but cannot be unpickled (as an error whose __init__ pickle cannot call)."""
+
+    def __reduce__(self):
+        return (_refuse, ("__init__() missing 2 required positional arguments",))
+
+
+class _WontDump:
+    """Cannot be pickled at all (as a run holding a lock or a socket)."""
+
+    def __reduce__(self):
+        raise TypeError("cannot pickle '_thread.lock' object")
+
+
+@pytest.mark.parametrize("spoiler", [_WontLoad, _WontDump], ids=["unloadable", "unpicklable"])
+def test_an_outcome_that_cannot_come_back_is_an_error_row_with_its_artifact(
+    tmp_path, capsys, monkeypatch, spoiler
+):
+    """Unpickling it in this process fails (the parent's side) or pickling it in the
+    worker does (the worker's side): either way that case is an ERROR row saying why,
+    its artifact is kept, the rest of the campaign is judged, and no traceback."""
+    import faults.campaign.pool as pool
+
+    class Spoiled(pool.CaseRunner):
+        def run(self, case):
+            out = super().run(case)
+            if case.target.name == "two_servers":
+                out.stop = spoiler()  # plain data no longer
+            return out
+
+    monkeypatch.setattr(pool, "CaseRunner", Spoiled)
+    monkeypatch.chdir(tmp_path)
+    code = cli.main(["run", "--seeds", "1", "--scenario", "two_servers", "--scenario",
+                     "two_images", "-j", "2", "--artifacts", "arts", "--no-progress"])  # fmt: skip
+    captured = capsys.readouterr()
+    assert code == 2, captured.out
+    assert "Traceback" not in captured.err + captured.out
+    assert re.search(
+        r"\nERROR scenario:two_servers@seed0: its outcome could not be sent back from the "
+        r"worker \(TypeError: .*\)", captured.out
+    ), captured.out  # fmt: skip
+    assert re.search(r"^scenario +two_images .* PASS ", captured.out, re.M), captured.out
+    assert sorted(p.name for p in Path("arts").iterdir()) == ["scenario-two_servers-seed0.json"]
+
+
+def test_runs_that_cannot_come_back_are_dropped_and_the_verdict_kept(monkeypatch):
+    """A failing case's runs (kept for its timeline) that do not survive the trip: the
+    outcome comes back without them, with its own verdict and signature."""
+    import faults.campaign.pool as pool
+
+    class Spoiled(pool.CaseRunner):
+        def run(self, case):
+            out = super().run(case)
+            out.verdict, out.signature = "FAIL", "planted: a failing case"
+            out.fixed_result = _WontLoad()
+            return out
+
+    monkeypatch.setattr(pool, "CaseRunner", Spoiled)
+    result = run_pooled([scenario_target("two_servers"), scenario_target("two_images")], [0], 2)
+    assert [(c.verdict, c.signature, c.fixed_result) for c in result.cases] == [
+        ("FAIL", "planted: a failing case", None)
+    ] * 2
