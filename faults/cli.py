@@ -476,7 +476,7 @@ def _write_report(
     from faults.repro import write_timeline
 
     report: Path = args.report
-    report.mkdir(parents=True, exist_ok=True)
+    (report / "timelines").mkdir(parents=True, exist_ok=True)
     cases = []
     for c in result.cases:
         timeline = None
@@ -603,10 +603,9 @@ def _timeline_refused(path: Path | None) -> str | None:
     if path.is_dir():
         return f"--timeline: {path} is a directory"
     parent = path.parent
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
-    if not parent.is_dir():
-        return f"--timeline: {parent} is not a directory"
+    if not parent.is_dir():  # a missing directory is a typo: never created
+        what = "is not a directory" if parent.exists() else "does not exist"
+        return f"--timeline {path}: directory {parent} {what}"
     if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
         return f"--timeline: {path} is not writable"
     return None

@@ -82,7 +82,7 @@ def cases_task(payload: dict[str, Any]) -> list[dict[str, Any]]:
     judged as in-process; the outcomes as JSON. On the host that started the campaign,
     each case's replay artifact is written before it runs and removed when it passed."""
     from faults.campaign.hang_guard import arm_hang_guard, disarm_hang_guard
-    from faults.report.artifacts import drop_artifact, stage_artifact
+    from faults.report.artifacts import drop_artifact, keep_artifact, stage_artifact
 
     targets = [Target.from_json(t) for t in payload["targets"]]
     here = payload.get("host") == socket.gethostname()
@@ -98,6 +98,8 @@ def cases_task(payload: dict[str, Any]) -> list[dict[str, Any]]:
             disarm_hang_guard()
             if staged is not None and outcome.ok:
                 drop_artifact(*staged)  # an artifact `kvfault repro` wrote stays
+            elif staged is not None:
+                keep_artifact(case, artifacts)
             out.append(outcome.as_json())
     return out
 
@@ -181,11 +183,6 @@ def run_spread(
 def keep_artifacts(result: CampaignResult, directory: Path) -> dict[str, Path]:
     """The replay artifact of every case that did not pass, by case id. A worker on
     this host wrote it before the case ran; one from another host is written here."""
-    from faults.report.artifacts import artifact_path, write_artifact
+    from faults.report.artifacts import keep_artifact
 
-    kept = {}
-    for c in result.cases:
-        if not c.ok:
-            path = artifact_path(c.case, directory)
-            kept[c.case.id] = path if path.exists() else write_artifact(c.case, directory)
-    return kept
+    return {c.case.id: keep_artifact(c.case, directory) for c in result.cases if not c.ok}

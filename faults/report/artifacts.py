@@ -6,14 +6,18 @@ or not at all, so a crash or a hang still leaves it behind."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 from faults.argtypes import MAX_SEED
 from faults.campaign import CampaignError, Case, CaseOutcome, Target
+from faults.safe_io import NotARegularFile, locked_dir, read_bounded, write_atomic
+
+T = TypeVar("T")
 
 ARTIFACT_VERSION = 1
 DEFAULT_ARTIFACT_DIR = Path(".kvfault") / "artifacts"
@@ -75,39 +79,102 @@ def artifact_path(case: Case, directory: Path) -> Path:
     return directory / f"{stem}.json"
 
 
+# While campaign runs are running a case, its artifact says how many ("campaign_runs"):
+# the last of them to pass removes it, a failing one rewrites it without the field (kept).
+# An artifact without the field was kept or written by another command (`kvfault repro`
+# printed its replay line to a reviewer): no campaign run removes or rewrites it on a pass.
+RUNS_FIELD = "campaign_runs"
+
+
+def _dump(obj: dict[str, Any]) -> str:
+    return json.dumps(obj, indent=2, sort_keys=True) + "\n"
+
+
+def _in_directory(directory: Path, write: Callable[[], T]) -> T:
+    """Run ``write`` in ``directory`` (created if needed) under the directory's lock.
+    A concurrent campaign may remove the directory when it empties (``tidy``) between
+    our mkdir and our write: then make it again (bounded)."""
+    for attempt in range(5):
+        directory.mkdir(parents=True, exist_ok=True)
+        try:
+            with locked_dir(directory):
+                return write()
+        except FileNotFoundError:
+            if attempt == 4:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _current(path: Path) -> dict[str, Any] | None:
+    """The artifact at ``path`` as JSON, or None when there is none (or garbage, or a
+    link, or something too big: all replaced by the next write)."""
+    try:
+        raw = read_bounded(path, MAX_ARTIFACT_BYTES, follow=False)
+        obj = json.loads(raw) if len(raw) <= MAX_ARTIFACT_BYTES else None
+    except (OSError, ValueError, RecursionError):
+        return None
+    return obj if isinstance(obj, dict) and "kvfault_artifact" in obj else None
+
+
+def _runs(obj: dict[str, Any] | None) -> int:
+    runs = obj.get(RUNS_FIELD) if obj is not None else None
+    return runs if isinstance(runs, int) and not isinstance(runs, bool) and runs > 0 else 0
+
+
 def write_artifact(case: Case, directory: Path) -> Path:
     """Write ``case``'s replay artifact into ``directory`` (created if needed) and
-    return its path. The file appears whole or not at all (write, then rename)."""
-    directory.mkdir(parents=True, exist_ok=True)
+    return its path. The file appears whole or not at all, through a private temporary
+    file (``faults.safe_io.write_atomic``); any number of processes may write into one
+    directory at once."""
     path = artifact_path(case, directory)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(artifact_json(case, path), indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
-    return path
+    return _in_directory(directory, lambda: write_atomic(path, _dump(artifact_json(case, path))))
 
 
 def stage_artifact(case: Case, directory: Path) -> tuple[Path, bytes | None]:
-    """``write_artifact`` for a campaign case, which removes it again when the case
-    passes (``drop_artifact``). Returns the path and the bytes that were there before:
-    an artifact another command wrote for the same case (``kvfault repro`` printed its
-    replay line to a reviewer) must outlive the campaign."""
+    """``write_artifact`` for a campaign case, undone by ``drop_artifact`` when the case
+    passes and made permanent by ``keep_artifact`` when it does not. Returns the path and
+    the bytes of an artifact that was there already and stays as it is (another
+    command's, or one a failing run kept; None when this call wrote the file). Safe
+    beside other processes staging the same case in the same directory."""
     path = artifact_path(case, directory)
-    try:
-        previous: bytes | None = path.read_bytes()
-    except OSError:
-        previous = None
-    return write_artifact(case, directory), previous
+
+    def stage() -> tuple[Path, bytes | None]:
+        now = _current(path)
+        if now is not None and _runs(now) == 0:
+            return path, _dump(now).encode()
+        obj = artifact_json(case, path)
+        obj[RUNS_FIELD] = _runs(now) + 1
+        write_atomic(path, _dump(obj))
+        return path, None
+
+    return _in_directory(directory, stage)
 
 
 def drop_artifact(path: Path, previous: bytes | None) -> None:
-    """Undo ``stage_artifact`` after a pass: remove the file, or put back what was
-    there before."""
-    if previous is None:
-        path.unlink(missing_ok=True)
+    """Undo ``stage_artifact`` after a pass: the last campaign run of the case removes
+    the artifact; an artifact that was there before, or that a failing run kept, stays."""
+    if previous is not None:
         return
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_bytes(previous)
-    os.replace(tmp, path)
+
+    def drop() -> None:
+        now = _current(path)
+        runs = _runs(now)
+        if now is None or runs == 0:
+            return
+        if runs == 1:
+            path.unlink(missing_ok=True)
+        else:
+            write_atomic(path, _dump({**now, RUNS_FIELD: runs - 1}))
+
+    with contextlib.suppress(FileNotFoundError):  # the directory went: nothing to undo
+        with locked_dir(path.parent):
+            drop()
+
+
+def keep_artifact(case: Case, directory: Path) -> Path:
+    """A case that did not pass keeps its artifact, for good (no campaign run removes
+    it): written again without the count of running campaign runs."""
+    return write_artifact(case, directory)
 
 
 def read_artifact(path: Path) -> tuple[Case, dict[str, Any]]:
@@ -116,12 +183,14 @@ def read_artifact(path: Path) -> tuple[Case, dict[str, Any]]:
     from faults.injectors.plans import FaultPlan
 
     try:
-        raw = Path(path).read_bytes()
+        raw = read_bounded(path, MAX_ARTIFACT_BYTES)
+    except NotARegularFile as exc:
+        raise ArtifactError(f"cannot read {path}: {exc.strerror}") from None
     except OSError as exc:
         raise ArtifactError(f"cannot read {path}: {exc.strerror or exc}") from None
     if len(raw) > MAX_ARTIFACT_BYTES:
         raise ArtifactError(
-            f"{path} is {len(raw)} bytes; an artifact is a few hundred (at most {MAX_ARTIFACT_BYTES})"
+            f"{path} is over {MAX_ARTIFACT_BYTES} bytes; an artifact is a few hundred"
         )
     try:
         text = raw.decode("utf-8")
@@ -196,7 +265,7 @@ class CampaignArtifacts:
         if outcome.ok:
             drop_artifact(*staged)  # an artifact `kvfault repro` wrote stays
         else:
-            self.kept[case.id] = staged[0]
+            self.kept[case.id] = keep_artifact(case, self.directory)
 
     def tidy(self) -> None:
         """Remove the directories this run created when they stayed empty."""

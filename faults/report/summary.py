@@ -63,7 +63,6 @@ Replay artifacts are ``faults.report.artifacts``; the hang guard is
 from __future__ import annotations
 
 import json
-import os
 import re
 import xml.etree.ElementTree as ET
 from collections import Counter
@@ -330,12 +329,9 @@ def write_reports(
 
 
 def _write_atomic(path: Path, text: str) -> Path:
-    """The file appears whole or not at all: write a sibling, flush it, rename."""
+    """The file appears whole or not at all (``faults.safe_io.write_atomic``: a private
+    temporary sibling, removed on failure; no link followed)."""
+    from faults.safe_io import write_atomic
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    return path
+    return write_atomic(path, text)

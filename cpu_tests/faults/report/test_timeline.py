@@ -61,7 +61,7 @@ def test_png_of_a_failing_legacy_and_fixed_pair(bound_pair, tmp_path: Path):
     out = write_timeline(
         legacy,
         fixed,
-        tmp_path / "pics" / "bound.png",
+        tmp_path / "bound.png",
         title="load_bound_without_restart",
         max_rows=16,
     )

@@ -47,7 +47,7 @@ def write_timeline(
     extension names the format (``FORMATS``: .png, .svg, .pdf, .jpg); any other is a
     ``ValueError`` before anything is drawn. Returns the path written. Raises
     ``ImportError`` naming the plot extra when matplotlib is missing, and ``OSError``
-    when the file cannot be written.
+    when the file cannot be written (its directory must exist).
     """
     fmt = picture_format(path)
     if legacy is None and fixed is None:
@@ -118,13 +118,19 @@ def write_timeline(
         fig.suptitle(
             title, fontsize=12, fontweight="bold", y=1 - 0.12 / fig.get_figheight(), va="top"
         )
+    import io
+
+    from faults.safe_io import write_atomic
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    buf = io.BytesIO()
     try:
-        fig.savefig(path, format=fmt, dpi=110)
+        fig.savefig(buf, format=fmt, dpi=110)
     finally:
         plt.close(fig)
-    return path
+    # Whole or not at all, never through a link planted at the path; the directory must
+    # exist (a missing one is a typo, not a request to create it).
+    return write_atomic(path, buf.getvalue())
 
 
 # Fixed margins in inches instead of tight_layout: it draws the whole figure once more
