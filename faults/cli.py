@@ -19,6 +19,7 @@ import gc
 import os
 import shlex
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
@@ -306,12 +307,9 @@ def _progress(enabled: str | bool | None, i: int, total: int, label: str) -> Non
 
 
 def _campaign_exit(result: CampaignResult) -> int:
-    """0 when every row holds; 1 when the stack is wrong; 2 when a row proved nothing
-    (an error, a regression that did not reproduce)."""
-    from faults.verdicts import exit_code
-
-    code = exit_code(t.verdict for t in result.targets)
-    return code or (0 if result.ok else 1)
+    """The campaign's own exit status (``CampaignResult.exit_code``), the one its
+    footer, summary.json and junit.xml report."""
+    return result.exit_code
 
 
 @contextlib.contextmanager
@@ -410,15 +408,26 @@ def _cmd_run(args: argparse.Namespace) -> int:
         def progress(i: int, total: int, case: Case) -> None:
             _progress(mode, i, total, "done" if i == total else case.id)
 
+        done: dict[tuple[str, int], CaseOutcome] = {}
+        t0 = time.perf_counter()
+
+        def timed_out(case: Case, staged: tuple[Path, bytes | None]) -> None:
+            wall = time.perf_counter() - t0
+            result = _cut_short(targets, seeds, done, case, args.timeout, wall)
+            store.after(case, next(c for c in result.cases if c.case.id == case.id), staged)
+            _finish(args, result, seeds, store)
+
         def before(case: Case) -> tuple[Path, bytes | None]:
             staged = store.before(case)
             # A case that hangs dumps every stack and ends the run instead of blocking
-            # CI; its artifact is on disk already.
-            arm_hang_guard(args.timeout)
+            # CI; its artifact is on disk already. Before the process ends, the table
+            # and the reports of what ran say so (a campaign failure, exit 2).
+            arm_hang_guard(args.timeout, lambda: timed_out(case, staged))
             return staged
 
         def after(case: Case, outcome: CaseOutcome, staged: tuple[Path, bytes | None]) -> None:
             disarm_hang_guard()
+            done[(case.target.id, case.seed)] = outcome
             store.after(case, outcome, staged)
 
         from faults.campaign.tiers import open_executor
@@ -440,16 +449,51 @@ def _cmd_run(args: argparse.Namespace) -> int:
                     )  # fmt: skip
         except LMCacheNotInstalled as exc:
             return _bad(str(exc))
+    return _finish(args, result, seeds, store)
+
+
+def _finish(args: argparse.Namespace, result: CampaignResult, seeds: list[int], store: Any) -> int:
+    """Print the table, write the reports, and return the exit status: all from
+    ``result``'s one verdict."""
     from faults.report.table import format_campaign
 
-    print(format_campaign(result, store.kept))
+    print(format_campaign(result, store.kept), flush=True)
     if args.budget is not None:
         print(_budget_line(args, result))
     if args.report:
         _write_report(args, result, seeds, store.kept)
-        print(f"report: {args.report / 'summary.json'}, {args.report / 'junit.xml'}")
+        print(f"report: {args.report / 'summary.json'}, {args.report / 'junit.xml'}", flush=True)
     store.tidy()
     return _campaign_exit(result)
+
+
+def _cut_short(
+    targets: Sequence[Target],
+    seeds: Sequence[int],
+    done: dict[tuple[str, int], CaseOutcome],
+    case: Case,
+    timeout_s: float,
+    wall_s: float,
+) -> CampaignResult:
+    """A run in this process that ``case`` ended by running past ``--timeout``: what
+    ran, that case as an ERROR, and a ``timeout`` campaign failure naming what never ran."""
+    from faults.campaign import CampaignResult
+    from faults.campaign.outcomes import CampaignFailure, CaseOutcome, in_campaign_order
+    from faults.verdicts import Verdict
+
+    hung = CaseOutcome(
+        case, Verdict.ERROR, signature=f"ran past --timeout {timeout_s:g}s (stacks on stderr)"
+    )
+    ran = {**done, (case.target.id, case.seed): hung}
+    total = len(targets) * len(seeds)
+    failure = CampaignFailure(
+        "timeout",
+        Verdict.ERROR,
+        f"{case.id} ran past --timeout {timeout_s:g}s and ended the run: "
+        f"{total - len(ran)} of {total} cases never ran",
+    )
+    rows = [t for t in in_campaign_order(targets, seeds, ran) if t.cases]
+    return CampaignResult(rows, wall_s, stopped=[failure])
 
 
 def _jobs_here(jobs: int | str | None, targets: Sequence[Target], seeds: Sequence[int]) -> int:
@@ -491,6 +535,7 @@ def _write_report(
                 command=replay_command(c.case),
                 artifact=str(artifact) if artifact else None,
                 timeline=timeline,
+                tolerated=result.tolerated(c),
             )
         )
     campaign = result.as_json()
@@ -510,7 +555,7 @@ def _write_report(
         meta["budget_seconds"] = args.budget
         meta["seeds"] = ran  # the seeds that fit; --seeds asked for seeds_requested
         meta["seeds_requested"] = len(seeds)
-    write_reports(cases, report, result.wall_seconds, meta)
+    write_reports(cases, report, result.wall_seconds, meta, campaign=result)
 
 
 def _budget_line(args: argparse.Namespace, result: CampaignResult) -> str:

@@ -9,7 +9,7 @@ import faulthandler
 import os
 import sys
 import threading
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 
 def _stderr_fd() -> Any:
@@ -29,7 +29,7 @@ _BACKSTOP_S = 60.0
 _guard: threading.Timer | None = None
 
 
-def _timed_out(timeout_s: float) -> None:
+def _timed_out(timeout_s: float, last_words: Callable[[], object] | None) -> None:
     out = _stderr_fd()
     print(
         f"kvfault: error: timed out: a case ran past --timeout {timeout_s:g}s; "
@@ -39,17 +39,23 @@ def _timed_out(timeout_s: float) -> None:
     )
     faulthandler.dump_traceback(file=out, all_threads=True)
     out.flush()
+    if last_words is not None:
+        try:
+            last_words()
+        except BaseException as exc:  # noqa: BLE001 - the process ends either way
+            print(f"kvfault: error: could not report the timeout: {exc!r}", file=out, flush=True)
     os._exit(TIMEOUT_EXIT)
 
 
-def arm_hang_guard(timeout_s: float | None) -> None:
+def arm_hang_guard(timeout_s: float | None, last_words: Callable[[], object] | None = None) -> None:
     """From now on, if ``disarm_hang_guard`` is not called within ``timeout_s``, one
-    line and every thread's stack go to stderr and the process exits with 2 (an
-    ERROR) instead of blocking. None or 0: no guard."""
+    line and every thread's stack go to stderr, ``last_words()`` runs (on the guard's
+    thread: the campaign prints its table and writes its reports), and the process
+    exits with 2 (an ERROR) instead of blocking. None or 0: no guard."""
     global _guard
     disarm_hang_guard()
     if timeout_s and timeout_s > 0:
-        _guard = threading.Timer(timeout_s, _timed_out, args=(timeout_s,))
+        _guard = threading.Timer(timeout_s, _timed_out, args=(timeout_s, last_words))
         _guard.daemon = True
         _guard.start()
         faulthandler.dump_traceback_later(timeout_s + _BACKSTOP_S, exit=True, file=_stderr_fd())

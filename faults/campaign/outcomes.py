@@ -8,13 +8,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from faults.campaign.targets import CampaignError, Case, Target
-from faults.verdicts import OK, Verdict, worst
+from faults.verdicts import OK, Verdict, exit_code, worst
 
 if TYPE_CHECKING:
     from faults.campaign.execute import CaseResult
 
 FIXED = Verdict.FIXED
 NOT_REPRODUCED = Verdict.NOT_REPRODUCED
+NOT_EXERCISED = Verdict.NOT_EXERCISED
 PASS = Verdict.PASS
 
 
@@ -225,12 +226,31 @@ class TargetOutcome:
         )
 
 
+@dataclass(frozen=True)
+class CampaignFailure:
+    """A failure of the campaign as a whole rather than of one of its cases (plain
+    data). ``kind`` names it: ``not_exercised`` (injectors swarm runs enabled that never
+    fired in any of them) or ``timeout`` (a case ran past ``--timeout`` and ended a run
+    in one process); ``verdict`` is what it counts as; ``message`` says it in one line."""
+
+    kind: str
+    verdict: str
+    message: str
+
+    def as_json(self) -> dict[str, str]:
+        return {"kind": self.kind, "verdict": str(self.verdict), "message": self.message}
+
+
 @dataclass
 class CampaignResult:
-    """Every target's outcome; ``ok`` is the campaign's exit-0 condition."""
+    """Every target's outcome, and the campaign's one verdict (``verdict``, ``ok``,
+    ``exit_code``): the table's footer, ``summary.json``, ``junit.xml`` and the exit
+    status all read it. ``stopped`` holds campaign-level failures its runner found
+    (a timeout); ``failures`` adds the ones read off the outcomes."""
 
     targets: list[TargetOutcome]
     wall_seconds: float = 0.0
+    stopped: list[CampaignFailure] = field(default_factory=list)
 
     def _swarm_counts(self) -> tuple[set[str], dict[str, int]]:
         enabled: set[str] = set()
@@ -253,7 +273,7 @@ class CampaignResult:
 
     @property
     def never_drawn(self) -> list[str]:
-        """Injectors no swarm run enabled (more seeds draw more subsets)."""
+        """Injectors no swarm run enabled (more seeds draw more)."""
         from faults.injectors.plans import INJECTORS
 
         if not any(t.target.kind == "swarm" for t in self.targets):
@@ -262,8 +282,47 @@ class CampaignResult:
         return sorted(n for n in INJECTORS if n not in enabled)
 
     @property
+    def failures(self) -> list[CampaignFailure]:
+        """The campaign-level failures: what fails the campaign beyond its rows."""
+        out = list(self.stopped)
+        if self.unexercised:
+            out.append(
+                CampaignFailure(
+                    "not_exercised",
+                    NOT_EXERCISED,
+                    "NOT EXERCISED (enabled, never fired) in every swarm run: "
+                    + ", ".join(self.unexercised),
+                )
+            )
+        return out
+
+    def _verdicts(self) -> list[str]:
+        return [t.verdict for t in self.targets] + [f.verdict for f in self.failures]
+
+    @property
+    def verdict(self) -> Verdict:
+        """The worst of the rows' verdicts and the campaign-level failures' (PASS when
+        every one is good)."""
+        return worst(self._verdicts()) or PASS
+
+    @property
     def ok(self) -> bool:
-        return all(t.ok for t in self.targets) and not self.unexercised
+        """The campaign's exit-0 condition."""
+        return self.verdict in OK
+
+    @property
+    def exit_code(self) -> int:
+        """0 when every row and the campaign hold; 1 when the stack is wrong (a row
+        failed, an injector never fired); 2 when something proved nothing (an error, a
+        timeout, a regression that did not reproduce)."""
+        return exit_code(self._verdicts())
+
+    def tolerated(self, case: CaseOutcome) -> bool:
+        """Whether a case that did not pass fails nothing: its target holds (a
+        hash-order regression not reproduced on this seed, caught on another)."""
+        if case.ok:
+            return False
+        return any(t.ok and any(c is case for c in t.cases) for t in self.targets)
 
     @property
     def cases(self) -> list[CaseOutcome]:
@@ -272,10 +331,13 @@ class CampaignResult:
     def as_json(self) -> dict[str, Any]:
         return {
             "ok": self.ok,
+            "verdict": str(self.verdict),
+            "exit_code": self.exit_code,
             "targets_total": len(self.targets),
             "targets_ok": sum(t.ok for t in self.targets),
             "cases_total": len(self.cases),
             "cases_ok": sum(c.ok for c in self.cases),
+            "failures": [f.as_json() for f in self.failures],
             "unexercised": self.unexercised,
             "never_drawn": self.never_drawn,
             "wall_seconds": round(self.wall_seconds, 3),

@@ -11,10 +11,18 @@ JSON summary (``write_summary``), schema ``kvfault.summary/1``::
 
     {
       "schema": "kvfault.summary/1",
-      "ok": bool,                 # every case met its expectation
+      "ok": bool,                 # the run's verdict is good: exactly when it exits 0
+      "verdict": str,             # the run's one verdict: the worst of its rows' and
+                                  # its campaign failures' (PASS when all are good)
+      "exit_code": int,           # the exit status that verdict gives (0, 1 or 2)
+      "campaign_failures": [      # what fails the campaign beyond its cases
+        {"kind": str,             # not_exercised | timeout
+         "verdict": str, "message": str}
+      ],
       "total": int,               # number of cases
       "passed": int,              # cases with ok == true
-      "failed": int,              # not ok, verdict other than ERROR
+      "tolerated": int,           # not ok, but failing nothing (see "tolerated" below)
+      "failed": int,              # not ok, not tolerated, verdict other than ERROR
       "errors": int,              # verdict ERROR (the case could not run)
       "verdicts": {VERDICT: int}, # count per verdict
       "wall_seconds": float,      # the whole run (the sum of the cases when not given)
@@ -29,6 +37,9 @@ JSON summary (``write_summary``), schema ``kvfault.summary/1``::
           "verdict": str,         # PASS FAIL FIXED "STILL FAILING" "NOT REPRODUCED"
                                   # "NOT EXERCISED" ERROR
           "ok": bool,
+          "tolerated": bool,      # not ok, yet its target holds: a hash-order
+                                  # regression not reproduced on this seed and
+                                  # caught on another (JUnit: skipped)
           "signature": str,       # the failure in one line: property + evidence, and
                                   # the named error + op it stopped with; for a
                                   # regression, the legacy run's (expected) failure,
@@ -53,8 +64,15 @@ JSON summary (``write_summary``), schema ``kvfault.summary/1``::
 JUnit XML (``write_junit``): one ``<testsuite name="kvfault">`` inside ``<testsuites>``;
 one ``<testcase classname=SCENARIO name=CASE_ID time=WALL>`` per case; a case that is not
 ok has ``<failure type=VERDICT message=SIGNATURE>`` listing its violations (``<error>``
-for ERROR); every case has ``<system-out>`` with its replay command (and artifact and
-timeline paths when known).
+for ERROR; ``<skipped>`` for a tolerated one); every case has ``<system-out>`` with its
+replay command (and artifact and timeline paths when known). Each campaign failure is
+one more ``<testcase classname="kvfault.campaign" name="campaign:KIND">`` with its
+``<failure>`` (``<error>`` when its verdict exits 2). So failures + errors is 0 exactly
+when the run exits 0, as ``summary.json``'s ``ok`` is true.
+
+Both take the verdict from ``campaign`` (a ``faults.campaign.CampaignResult``) when
+given, the one the table's footer and the exit status read; without it, from the
+cases alone.
 
 Replay artifacts are ``faults.report.artifacts``; the hang guard is
 ``faults.campaign.hang_guard``.
@@ -70,7 +88,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Sequence
 
-from faults.verdicts import OK
+from faults.verdicts import OK, Verdict, exit_code, worst
 
 __all__ = [
     "ARTIFACT_KINDS",
@@ -101,6 +119,7 @@ class CaseReport:
     seed: int
     verdict: str
     ok: bool
+    tolerated: bool = False
     signature: str = ""
     violations: list[str] = field(default_factory=list)
     legacy_violations: list[str] = field(default_factory=list)
@@ -198,21 +217,39 @@ def _reports(cases: Sequence[Any]) -> list[CaseReport]:
 # -- JSON summary --------------------------------------------------------------------
 
 
+def _verdict(reps: Sequence[CaseReport], campaign: Any) -> tuple[str, int, list[dict[str, str]]]:
+    """The run's verdict, exit status and campaign failures: the campaign's own when
+    given (``faults.campaign.CampaignResult``), else the cases' that are not tolerated."""
+    if campaign is not None:
+        failures = [f.as_json() for f in campaign.failures]
+        return str(campaign.verdict), campaign.exit_code, failures
+    counted = [r.verdict for r in reps if not r.tolerated]
+    return str(worst(counted) or Verdict.PASS), exit_code(counted), []
+
+
 def summary_json(
     cases: Sequence[Any],
     wall_seconds: float | None = None,
     meta: dict[str, Any] | None = None,
+    campaign: Any = None,
 ) -> dict[str, Any]:
-    """The summary object (schema in the module doc) for ``cases``."""
+    """The summary object (schema in the module doc) for ``cases``; the verdict is
+    ``campaign``'s when given."""
     reps = _reports(cases)
     errors = sum(1 for r in reps if r.verdict == "ERROR")
     passed = sum(1 for r in reps if r.ok)
+    tolerated = sum(1 for r in reps if r.tolerated and not r.ok)
+    verdict, code, failures = _verdict(reps, campaign)
     return {
         "schema": SUMMARY_SCHEMA,
-        "ok": passed == len(reps),
+        "ok": code == 0,
+        "verdict": verdict,
+        "exit_code": code,
+        "campaign_failures": failures,
         "total": len(reps),
         "passed": passed,
-        "failed": len(reps) - passed - errors,
+        "tolerated": tolerated,
+        "failed": len(reps) - passed - tolerated - errors,
         "errors": errors,
         "verdicts": dict(sorted(Counter(r.verdict for r in reps).items())),
         "wall_seconds": round(
@@ -228,9 +265,10 @@ def write_summary(
     path: str | Path,
     wall_seconds: float | None = None,
     meta: dict[str, Any] | None = None,
+    campaign: Any = None,
 ) -> Path:
     """Write the JSON summary of ``cases`` to ``path``; returns the path."""
-    obj = summary_json(cases, wall_seconds, meta)
+    obj = summary_json(cases, wall_seconds, meta, campaign)
     return _write_atomic(Path(path), json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
 
 
@@ -244,17 +282,22 @@ def _xml_text(text: str) -> str:
     return _XML_BAD.sub("?", text)
 
 
-def junit_tree(cases: Sequence[Any], wall_seconds: float | None = None) -> ET.ElementTree:
-    """The JUnit document for ``cases`` (see the module doc)."""
+def junit_tree(
+    cases: Sequence[Any], wall_seconds: float | None = None, campaign: Any = None
+) -> ET.ElementTree:
+    """The JUnit document for ``cases`` and ``campaign``'s failures (see the module doc)."""
     reps = _reports(cases)
-    errors = sum(1 for r in reps if r.verdict == "ERROR")
-    failures = sum(1 for r in reps if not r.ok and r.verdict != "ERROR")
+    _, _, failures = _verdict(reps, campaign)
+    bad = [r for r in reps if not r.ok and not r.tolerated]
+    errors = sum(1 for r in bad if r.verdict == "ERROR") + sum(
+        1 for f in failures if Verdict(f["verdict"]).exit_code == 2
+    )
     total_time = wall_seconds if wall_seconds is not None else sum(r.wall_seconds for r in reps)
     counts = {
-        "tests": str(len(reps)),
-        "failures": str(failures),
+        "tests": str(len(reps) + len(failures)),
+        "failures": str(len(bad) + len(failures) - errors),
         "errors": str(errors),
-        "skipped": "0",
+        "skipped": str(sum(1 for r in reps if r.tolerated and not r.ok)),
         "time": f"{total_time:.3f}",
     }
     root = ET.Element("testsuites", {"name": "kvfault", **counts})
@@ -271,6 +314,7 @@ def junit_tree(cases: Sequence[Any], wall_seconds: float | None = None) -> ET.El
         )
         if not r.ok:
             tag = "error" if r.verdict == "ERROR" else "failure"
+            tag = "skipped" if r.tolerated else tag
             message = r.signature or (r.violations[0] if r.violations else r.verdict)
             el = ET.SubElement(
                 case, tag, {"type": _xml_text(r.verdict), "message": _xml_text(message)}
@@ -284,6 +328,17 @@ def junit_tree(cases: Sequence[Any], wall_seconds: float | None = None) -> ET.El
         if r.fired:
             out.append("fired: " + ", ".join(f"{k} x{v}" for k, v in sorted(r.fired.items())))
         ET.SubElement(case, "system-out").text = _xml_text("\n".join(out))
+    for f in failures:
+        case = ET.SubElement(
+            suite,
+            "testcase",
+            {"classname": "kvfault.campaign", "name": f"campaign:{f['kind']}", "time": "0.000"},
+        )
+        tag = "error" if Verdict(f["verdict"]).exit_code == 2 else "failure"
+        el = ET.SubElement(
+            case, tag, {"type": _xml_text(f["verdict"]), "message": _xml_text(f["message"])}
+        )
+        el.text = _xml_text(f"{f['verdict']}: {f['message']}")
     ET.indent(root)
     return ET.ElementTree(root)
 
@@ -306,9 +361,15 @@ def _failure_text(r: CaseReport) -> str:
     return "\n".join(lines)
 
 
-def write_junit(cases: Sequence[Any], path: str | Path, wall_seconds: float | None = None) -> Path:
-    """Write JUnit XML for ``cases`` to ``path``; returns the path."""
-    tree = junit_tree(cases, wall_seconds)
+def write_junit(
+    cases: Sequence[Any],
+    path: str | Path,
+    wall_seconds: float | None = None,
+    campaign: Any = None,
+) -> Path:
+    """Write JUnit XML for ``cases`` (and ``campaign``'s failures) to ``path``; returns
+    the path."""
+    tree = junit_tree(cases, wall_seconds, campaign)
     body = ET.tostring(tree.getroot(), encoding="unicode")
     return _write_atomic(Path(path), '<?xml version="1.0" encoding="utf-8"?>\n' + body + "\n")
 
@@ -318,13 +379,15 @@ def write_reports(
     directory: str | Path,
     wall_seconds: float | None = None,
     meta: dict[str, Any] | None = None,
+    campaign: Any = None,
 ) -> dict[str, Path]:
-    """Write ``summary.json`` and ``junit.xml`` into ``directory`` (created if needed);
-    returns ``{"summary": path, "junit": path}``."""
+    """Write ``summary.json`` and ``junit.xml`` into ``directory`` (created if needed),
+    both with ``campaign``'s verdict when given; returns ``{"summary": path, "junit":
+    path}``."""
     d = Path(directory)
     return {
-        "summary": write_summary(cases, d / "summary.json", wall_seconds, meta),
-        "junit": write_junit(cases, d / "junit.xml", wall_seconds),
+        "summary": write_summary(cases, d / "summary.json", wall_seconds, meta, campaign),
+        "junit": write_junit(cases, d / "junit.xml", wall_seconds, campaign),
     }
 
 

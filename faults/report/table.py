@@ -77,17 +77,27 @@ def format_campaign(result: CampaignResult, artifacts: dict[str, Path] | None = 
         out.append(f"  replay: {replay_command(c.case)}")
         if artifacts and c.case.id in artifacts:
             out.append(f"  artifact: {artifacts[c.case.id]}")
-    if result.unexercised:
-        out.append(
-            f"\nNOT EXERCISED (enabled, never fired) in every swarm run: {', '.join(result.unexercised)}"
-        )
+    for f in result.failures:
+        out.append(f"\n{f.message}" if f.kind == "not_exercised" else f"\n{f.verdict}: {f.message}")
     if result.never_drawn:
         out.append(
             f"note: no swarm run drew {', '.join(result.never_drawn)} (more seeds draw more)"
         )
-    n_ok = sum(t.ok for t in result.targets)
-    out.append(
-        f"\n{len(result.targets)} targets, {len(result.cases)} runs: {n_ok} ok, "
-        f"{len(result.targets) - n_ok} failed in {result.wall_seconds:.2f}s wall"
-    )
+    out.append("\n" + footer(result))
     return "\n".join(out)
+
+
+def footer(result: CampaignResult) -> str:
+    """The last line: targets and runs, how many rows held and failed, and the
+    campaign-level failures, if any; it says "0 failed" with no campaign failure
+    exactly when the run exits 0."""
+    n_ok = sum(t.ok for t in result.targets)
+    text = (
+        f"{len(result.targets)} targets, {len(result.cases)} runs: {n_ok} ok, "
+        f"{len(result.targets) - n_ok} failed"
+    )
+    failures = result.failures
+    if failures:
+        kinds = ", ".join(str(f.verdict) for f in failures)
+        text += f", {len(failures)} campaign failure{'s' * (len(failures) > 1)} ({kinds})"
+    return f"{text} in {result.wall_seconds:.2f}s wall"

@@ -208,14 +208,15 @@ def _alive(pid: int) -> bool:
 
 
 def test_one_unit_of_work_runs_in_this_process_whatever_j_says(tmp_path):
-    # In this process, a case past --timeout ends the run at once (no table); a
-    # worker's would leave an ERROR row in the table.
+    # In this process, a case past --timeout ends the run at once (a campaign failure
+    # after the rows that ran); a worker's would leave an ERROR row and run the rest.
     proc = kvfault(
         "run", "-j", "2", "--seeds", "1", "--scenario", "restart_burst", "--timeout", "0.001",
         "--no-progress", "--artifacts", "arts", cwd=tmp_path,
     )  # fmt: skip
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert proc.stdout == ""
+    assert "ended the run: 0 of 1 cases never ran" in proc.stdout
+    assert "1 targets, 1 runs: 0 ok, 1 failed, 1 campaign failure (ERROR)" in proc.stdout
     assert proc.stderr.startswith("kvfault: error: timed out: a case ran past --timeout")
 
 

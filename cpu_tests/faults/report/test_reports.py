@@ -32,6 +32,7 @@ CASE_FIELDS = {
     "seed",
     "verdict",
     "ok",
+    "tolerated",
     "signature",
     "violations",
     "legacy_violations",
@@ -50,8 +51,12 @@ CASE_FIELDS = {
 TOP_FIELDS = {
     "schema",
     "ok",
+    "verdict",
+    "exit_code",
+    "campaign_failures",
     "total",
     "passed",
+    "tolerated",
     "failed",
     "errors",
     "verdicts",
@@ -116,7 +121,8 @@ def test_summary_has_the_documented_fields(tmp_path: Path):
     assert set(obj) == TOP_FIELDS
     assert obj["schema"] == SUMMARY_SCHEMA
     assert (obj["total"], obj["passed"], obj["failed"], obj["errors"]) == (4, 2, 1, 1)
-    assert obj["ok"] is False
+    assert (obj["ok"], obj["verdict"], obj["exit_code"]) == (False, "ERROR", 2)
+    assert obj["campaign_failures"] == [] and obj["tolerated"] == 0
     assert obj["verdicts"] == {"ERROR": 1, "FIXED": 1, "PASS": 1, "STILL FAILING": 1}
     assert obj["meta"] == {"argv": ["run"]}
     for case in obj["cases"]:
@@ -238,7 +244,7 @@ def test_case_report_of_a_real_outcome_keeps_every_field_the_two_share():
     )
     rep, obj = CaseReport.of(out).as_json(), out.as_json()
     shared = set(rep) & set(obj)
-    assert shared == CASE_FIELDS - {"kind", "name", "scenario", "artifact", "timeline"}
+    assert shared == CASE_FIELDS - {"kind", "name", "scenario", "artifact", "timeline", "tolerated"}
     assert {k: rep[k] for k in shared} == {k: obj[k] for k in shared}
     assert (rep["kind"], rep["name"], rep["scenario"]) == ("regression", "media_keys", "two_images")
 
