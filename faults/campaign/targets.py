@@ -51,7 +51,7 @@ class Target:
             spec = FaultSpec.of(self.injector, **INJECTORS[self.injector].defaults)
             return FaultPlan((spec,), seed, self.scale)
         if self.kind == "swarm":
-            return replace(swarm_plan(seed, self.pinned), scale=self.scale)
+            return replace(swarm_plan(seed, self.scenario, self.pinned), scale=self.scale)
         return None
 
     def command(self, seed: int) -> str:
@@ -151,12 +151,13 @@ def swarm_target(scenario: str, pinned: Sequence[str] = ()) -> Target:
     return Target("swarm", f"{scenario}", scenario, pinned=tuple(pinned))
 
 
-def swarm_plan(seed: int, pinned: Sequence[str] = ()) -> FaultPlan:
-    """The swarm plan of one run: a random subset of injectors drawn from ``seed``
-    (``pinned`` fixes the subset), as ``faults.injectors.plans.swarm_plan`` draws it."""
+def swarm_plan(seed: int, scenario: str, pinned: Sequence[str] = ()) -> FaultPlan:
+    """The swarm plan of one run on ``scenario``: a random subset of injectors drawn
+    from ``seed`` and the scenario (``pinned`` fixes the subset), as
+    ``faults.injectors.plans.swarm_plan`` draws it."""
     from faults.injectors.plans import swarm_plan as draw
 
-    return draw(seed, pinned=tuple(pinned) or None)
+    return draw(seed, pinned=tuple(pinned) or None, scenario=scenario)
 
 
 def select_targets(

@@ -529,19 +529,24 @@ def draw_params(name: str, rng: random.Random) -> dict[str, Any]:
 
 
 def swarm_plan(
-    seed: int, pinned: set[str] | Sequence[str] | None = None, *, share: float = 0.5
+    seed: int,
+    pinned: set[str] | Sequence[str] | None = None,
+    *,
+    share: float = 0.5,
+    scenario: str | None = None,
 ) -> FaultPlan:
     """Swarm mode: a plan enabling a random subset of ``INJECTORS`` drawn from ``seed``
-    (each injector with probability ``share``, at least one), with trigger parameters
-    drawn from the seed too. ``pinned`` fixes the subset: exactly those injectors are
-    enabled (parameters still drawn). Same seed and pins, same plan."""
+    and ``scenario`` (each injector with probability ``share``, at least one), with
+    trigger parameters drawn from them too, so every scenario of a campaign gets its own
+    subsets. ``pinned`` fixes the subset: exactly those injectors are enabled
+    (parameters still drawn). Same seed, scenario and pins, same plan."""
     if pinned is not None:
         unknown = sorted(set(pinned) - set(INJECTORS))
         if unknown:
             raise ValueError(
                 f"unknown injector {unknown[0]!r} pinned; known: {', '.join(sorted(INJECTORS))}"
             )
-    rng = random.Random(f"swarm/{seed}")
+    rng = random.Random(f"swarm/{seed}" if scenario is None else f"swarm/{scenario}/{seed}")
     names = sorted(INJECTORS)
     # Draw for every name whatever is pinned, so pins never shift the parameter draws.
     coins = {n: rng.random() < share for n in names}
@@ -550,7 +555,36 @@ def swarm_plan(
         chosen = [n for n in names if n in set(pinned)]
     else:
         chosen = [n for n in names if coins[n]] or [names[rng.randrange(len(names))]]
+        homes = home_injectors(scenario) if scenario is not None else []
+        if homes:
+            # The scenario's own injectors take turns, one per seed, at the catalog's
+            # defaults (the fault row shows they fire there): some fire nowhere else
+            # (engine_restart, late_completion, port_zero_ids), and a random subset
+            # alone leaves them to luck. Faults that end a run early (a stop, a refused
+            # start) keep out of its way: they fire in other scenarios' swarms.
+            anchor = homes[seed % len(homes)]
+            params[anchor] = dict(INJECTORS[anchor].defaults)
+            chosen = [n for n in chosen if n == anchor or _runs_on(n)]
+            chosen = sorted({*chosen, anchor})
     return FaultPlan(tuple(FaultSpec.of(n, **params[n]) for n in chosen), seed)
+
+
+def _runs_on(name: str) -> bool:
+    """Whether the fixed stack runs to the end under ``name`` on its own scenario."""
+    expect = INJECTORS[name].expect
+    return expect is not None and expect.error is None
+
+
+def home_injectors(scenario: str) -> list[str]:
+    """The injectors whose catalog entry exercises them on ``scenario``, by name."""
+    return sorted(n for n, info in INJECTORS.items() if info.scenario == scenario)
+
+
+def swarm_seeds_to_cover() -> int:
+    """How many consecutive seeds a swarm over every scenario needs so that each
+    injector is its home scenario's turn at least once (``swarm_plan``)."""
+    homes = [home_injectors(s) for s in {i.scenario for i in INJECTORS.values()}]
+    return max(map(len, homes), default=1)
 
 
 # -- did the faults fire? ----------------------------------------------------------------

@@ -83,6 +83,14 @@ def format_campaign(result: CampaignResult, artifacts: dict[str, Path] | None = 
         out.append(
             f"note: no swarm run drew {', '.join(result.never_drawn)} (more seeds draw more)"
         )
+    if result.unexercised or result.never_drawn:
+        from faults.injectors.plans import swarm_seeds_to_cover
+
+        n = swarm_seeds_to_cover()
+        out.append(
+            f"note: a swarm over every scenario with --seeds {n} gives each injector a turn "
+            "on its own scenario at its catalog defaults"
+        )
     out.append("\n" + footer(result))
     return "\n".join(out)
 

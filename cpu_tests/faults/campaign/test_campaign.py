@@ -318,3 +318,24 @@ def test_without_digests_a_campaign_judges_the_same_and_digests_nothing():
         return [(c.case.id, c.verdict, c.signature, c.violations) for c in result.cases]
 
     assert judged(lean) == judged(plain) and lean.ok
+
+
+def test_a_default_swarm_fires_every_injector_and_passes(capsys, tmp_path):
+    """Issue 19: ``kvfault run --swarm`` with its defaults was red on the healthy stack
+    (7 of 14 injectors never drawn). Now every injector fires in some run and it exits 0."""
+    from faults import cli
+    from faults.injectors.plans import INJECTORS
+
+    code = cli.main(["run", "--swarm", "--no-progress", "--report", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "NOT EXERCISED" not in out and "no swarm run drew" not in out
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    fired = {
+        name
+        for t in summary["meta"]["campaign"]["targets"]
+        if t["target"]["kind"] == "swarm"
+        for name, count in t["fired"].items()
+        if count
+    }
+    assert fired == set(INJECTORS)

@@ -173,6 +173,40 @@ def test_swarm_pins_fix_the_subset_without_shifting_the_draws() -> None:
         swarm_plan(0, {"nope"})
 
 
+def test_swarm_draws_vary_per_scenario_and_seed() -> None:
+    """Issue 19: draws depended on the seed alone, so every scenario got the same
+    injectors. Now a scenario and a seed make the draw, and each is repeatable."""
+    from faults.scenarios import SCENARIOS
+
+    for seed in range(4):
+        plans = {s: swarm_plan(seed, scenario=s) for s in SCENARIOS}
+        assert plans == {s: swarm_plan(seed, scenario=s) for s in SCENARIOS}
+        assert len({p.dumps() for p in plans.values()}) > len(SCENARIOS) // 2
+
+
+def test_each_home_injector_takes_its_turn_at_its_defaults() -> None:
+    """Within ``swarm_seeds_to_cover()`` consecutive seeds (any first seed), every
+    injector is enabled on its catalog scenario with the catalog's defaults (where its
+    fault row shows it fires), next to companions that let the run go on (none that
+    stops it or refuses its start)."""
+    from faults.injectors.plans import _runs_on, home_injectors, swarm_seeds_to_cover
+
+    n = swarm_seeds_to_cover()
+    scenarios = {i.scenario for i in INJECTORS.values()}
+    assert n == max(len(home_injectors(s)) for s in scenarios) > 1
+    for first in (0, 5, 1000):
+        anchored = set()
+        for scenario in scenarios:
+            homes = home_injectors(scenario)
+            for seed in range(first, first + n):
+                plan = swarm_plan(seed, scenario=scenario)
+                anchor = homes[seed % len(homes)]
+                assert FaultSpec.of(anchor, **INJECTORS[anchor].defaults) in plan.faults
+                assert all(_runs_on(m) for m in plan.names if m != anchor), plan.describe()
+                anchored.add(anchor)
+        assert anchored == set(INJECTORS)
+
+
 # -- fired report: a fault that never fired is never a pass ------------------------------------
 
 
