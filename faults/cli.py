@@ -741,6 +741,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
+    if argv is None:  # the command itself, not a caller in Python: its process is ours
+        _run_under_known_hash_seed(args)
     signals = Signals()
     signals.install()
     try:
@@ -762,6 +764,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     finally:
         signals.restore()
+
+
+def _run_under_known_hash_seed(args: argparse.Namespace) -> None:
+    """``repro``, ``replay`` and ``run`` run under a PYTHONHASHSEED they know, so every
+    artifact records the hash order its case ran in and a replay gets it back: replay
+    the artifact's; repro the one set, else 0; run the one set, else a fresh random one
+    (runs still vary, each one recorded). Where this process's differs, or is random,
+    the same command line is executed again in its place under that seed (``exec``:
+    same process id, signals and exit status)."""
+    from faults.repro import wanted_hash_seed
+
+    wanted = wanted_hash_seed(args.command, getattr(args, "artifact", None))
+    if wanted is None or wanted == os.environ.get("PYTHONHASHSEED"):
+        return
+    env = {**os.environ, "PYTHONHASHSEED": wanted}
+    argv = [sys.executable, *sys.orig_argv[1:]]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if os.name == "posix":
+        os.execve(sys.executable, argv, env)
+    import subprocess
+
+    raise SystemExit(subprocess.call(argv, env=env))
 
 
 def _disarm_guards() -> None:

@@ -78,6 +78,31 @@ def reproduce(
     return Reproduction(outcome, path)
 
 
+def wanted_hash_seed(command: str, artifact: Path | None = None) -> str | None:
+    """The PYTHONHASHSEED a command must run under for its artifacts to record the hash
+    order (None: any; the command needs none). ``replay``: the one ``artifact``
+    recorded (else as ``repro``); ``repro``: the one this process has, else 0, so the
+    same command names the same loads every time; ``run``: the one this process has,
+    else a fresh random one, so campaigns still try new hash orders and record each."""
+    import random
+
+    from faults.report.artifacts import ArtifactError, hashseed, read_artifact
+
+    current = hashseed()
+    if command == "replay" and artifact is not None:
+        try:
+            _, obj = read_artifact(artifact)
+        except ArtifactError:
+            return None  # the command itself says what is wrong with it
+        if obj.get("pythonhashseed") is not None:
+            return str(int(obj["pythonhashseed"]))
+    if command in ("repro", "replay"):
+        return current if current is not None else "0"
+    if command == "run":
+        return current if current is not None else str(random.SystemRandom().randrange(1 << 32))
+    return None
+
+
 def _first(items: list[str]) -> str:
     return items[0] + (f" (+{len(items) - 1} more)" if len(items) > 1 else "") if items else ""
 
