@@ -136,8 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="the campaign: every regression A/B, the fixed stack under every fault, every scenario",
     )
     run.add_argument("--seed-count", "--seeds", dest="seeds", type=seed_count,
-                     default=DEFAULT_SEEDS, metavar="N",
-                     help=f"how many seeds per target, a count (default {DEFAULT_SEEDS}); "
+                     default=None, metavar="N",
+                     help=f"how many seeds per target, a count (default {DEFAULT_SEEDS}; "
+                          "1 with --tier atom, whose runs take seconds each); "
                           "--seeds is the old name")  # fmt: skip
     run.add_argument("--first-seed", type=seed, default=0, help="first seed (default 0)")
     run.add_argument("--regression", action="append", default=None, metavar="NAME",
@@ -171,17 +172,24 @@ def build_parser() -> argparse.ArgumentParser:
                      help="run as many of the --seeds as fit in DURATION (30s, 5m, 2h): no seed "
                           "starts after it; the report says how many ran")  # fmt: skip
     run.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
-    run.add_argument("--tier", choices=("memory", "lmcache"), default="memory",
+    run.add_argument("--tier", choices=("memory", "lmcache", "atom"), default="memory",
                      help="memory: the embedded in-process tier in virtual time (default); "
                           "lmcache: a real lmcache server on 127.0.0.1, in real time, with "
                           "wire faults (needs the lmcache extra: pip install -c "
-                          "constraints/ci.txt '.[lmcache]')")  # fmt: skip
+                          "constraints/ci.txt '.[lmcache]'); atom: ATOM's real scheduler and "
+                          "offload connector from --atom-src, with a real lmcache engine "
+                          "(needs the lmcache and atom extras)")  # fmt: skip
+    run.add_argument("--atom-src", default=None, metavar="PATH",
+                     help="with --tier atom: the ATOM checkout under test (default: "
+                          "$KVFAULT_ATOM_SRC)")  # fmt: skip
 
     lst = sub.add_parser("list", help="list scenarios, properties, faults and regressions")
     lst.add_argument("--scenarios", action="store_true", help="only scenarios")
     lst.add_argument("--properties", action="store_true", help="only properties")
     lst.add_argument("--faults", action="store_true", help="only fault injectors")
     lst.add_argument("--regressions", action="store_true", help="only planted regressions")
+    lst.add_argument("--tier", choices=("memory", "lmcache", "atom"), default=None,
+                     help="atom: what runs on the ATOM tier and why the rest does not")  # fmt: skip
 
     repro = sub.add_parser(
         "repro", help="run a planted regression legacy vs fixed and give the verdict"
@@ -227,6 +235,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
+    if args.tier == "atom":
+        from faults.atom.command import list_command
+
+        return list_command(args)
     from faults.catalog import entries
     from faults.properties.checks import PROPERTIES
 
@@ -332,6 +344,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from faults.campaign.hang_guard import arm_hang_guard, disarm_hang_guard
     from faults.report.artifacts import CampaignArtifacts, artifact_dir
 
+    if args.seeds is None:
+        args.seeds = 1 if args.tier == "atom" else DEFAULT_SEEDS
     if args.seeds > MAX_SEED_COUNT and args.budget is None:
         return _bad(
             f"--seed-count {args.seeds} is more than {MAX_SEED_COUNT} seeds per target "
@@ -344,6 +358,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
             f"--first-seed {args.first_seed} --seeds {args.seeds} reaches seed {last}; "
             f"seeds go up to {MAX_SEED}"
         )
+    if args.tier == "atom":
+        from faults.atom.command import run_command
+
+        return run_command(args)
     tier = "memory" if args.tier == "memory" else "lmcache"
     explicit_jobs = args.jobs not in (None, "auto", 1)
     if tier == "lmcache" and (args.numprocesses not in (None, "0") or args.tx or explicit_jobs):

@@ -1,0 +1,84 @@
+"""The atom campaign against the checkout in ``KVFAULT_ATOM_SRC``, once, through the
+CLI: its table is printed; every row must PASS except the findings
+(docs/atom/findings.md), which at ATOM's main ffdf3bb5d must FAIL with the property
+named here. On another checkout a finding may also PASS (fixed there), never fail
+otherwise; healthy rows must PASS everywhere."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from faults.atom.catalog import ROWS
+
+# row -> the property its FAIL names at ffdf3bb5d (docs/atom/findings.md)
+FINDINGS = {
+    "chunk_aligned": "efficiency",
+    "two_images": "correctness",
+    "two_servers": "identity",
+    "port_zero_ids": "identity",
+    "lost_completion": "liveness",
+    "store_failure": "efficiency",
+}
+BUNDLED_HEAD = "ffdf3bb5d"
+
+
+def _head(src: str) -> str:
+    out = subprocess.run(
+        ["git", "-C", src, "rev-parse", "HEAD"], capture_output=True, text=True, check=False
+    )
+    return out.stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def table(atom_src: str, pytestconfig: pytest.Config) -> dict[str, tuple[str, str]]:
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "faults.cli",
+            "run",
+            "--tier",
+            "atom",
+            "--atom-src",
+            atom_src,
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=dict(os.environ),
+    )
+    reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:  # the campaign table in the test log
+        reporter.write_line("")
+        for line in (proc.stdout + proc.stderr[-2000:]).splitlines():
+            reporter.write_line(line)
+    rows: dict[str, tuple[str, str]] = {}
+    for line in proc.stdout.splitlines():
+        parts = line.split(None, 6)
+        if len(parts) == 7 and parts[1] in ROWS:
+            rows[parts[1]] = (parts[4], parts[6])
+    assert proc.returncode in (0, 1), proc.stderr[-2000:]
+    return rows
+
+
+def test_every_row_ran_and_gave_a_verdict(table):
+    assert sorted(table) == sorted(ROWS)
+
+
+@pytest.mark.parametrize("name", [n for n in ROWS if n not in FINDINGS])
+def test_healthy_rows_pass(table, name):
+    verdict, detail = table[name]
+    assert verdict == "PASS", detail
+
+
+@pytest.mark.parametrize("name", sorted(FINDINGS))
+def test_findings_fail_with_their_property(table, name, atom_src):
+    verdict, detail = table[name]
+    if verdict == "PASS" and not _head(atom_src).startswith(BUNDLED_HEAD):
+        return  # fixed in this checkout
+    assert verdict == "FAIL" and detail.startswith(FINDINGS[name] + ":"), detail

@@ -1,0 +1,201 @@
+"""What the ``atom`` tier runs: its rows (scenarios and faults), the properties each is
+judged by, how each must end, and why the rest of kvfault's catalog does not apply.
+
+Plain data built here and nowhere else. A row names its story
+(``faults.atom.scenarios``), the faults its servers carry (``FaultSpec``) and the
+injector names that must fire.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from faults.atom import scenarios as s
+from faults.atom.spec import FaultSpec
+from faults.runs import Expect, finishes
+
+# In the order a row's detail names the first violation: what the story is about first.
+_ONE = (
+    "correctness",
+    "keys",
+    "liveness",
+    "no_false_stop",
+    "efficiency",
+    "exactly_once",
+    "resources",
+)
+_MANY = (
+    "identity",
+    "correctness",
+    "keys",
+    "liveness",
+    "no_false_stop",
+    "exactly_once",
+    "resources",
+)
+
+
+@dataclass(frozen=True)
+class AtomRow:
+    """One row of the atom campaign."""
+
+    kind: str  # "scenario" or "fault"
+    name: str
+    description: str
+    story: s.Story
+    properties: tuple[str, ...]
+    expect: Expect = field(default_factory=finishes)
+    faults: FaultSpec = field(default_factory=FaultSpec)
+    fires: tuple[str, ...] = ()  # injector names that must fire (faults)
+    faulted: tuple[str, ...] = ()  # servers that carry the faults (empty: all)
+    spec_changes: tuple[tuple[str, object], ...] = ()
+
+    @property
+    def scenario(self) -> str:
+        return self.story.__name__
+
+
+def _scenario(name: str, story: s.Story, props: tuple[str, ...], description: str) -> AtomRow:
+    return AtomRow("scenario", name, description, story, props)
+
+
+def _fault(
+    name: str,
+    story: s.Story,
+    props: tuple[str, ...],
+    description: str,
+    faults: FaultSpec = FaultSpec(),
+    **changes: object,
+) -> AtomRow:
+    return AtomRow(
+        "fault",
+        name,
+        description,
+        story,
+        props,
+        faults=faults,
+        fires=(name,),
+        spec_changes=tuple(sorted(changes.items())),
+    )
+
+
+ROWS: dict[str, AtomRow] = {
+    r.name: r
+    for r in (
+        _scenario(
+            "prefix_reuse", s.prefix_reuse, _ONE, "a prompt stored, then served twice from lmcache"
+        ),
+        _scenario(
+            "chunk_aligned",
+            s.chunk_aligned,
+            _ONE,
+            "a 4-chunk prompt sent twice: the whole prompt hits",
+        ),
+        _scenario(
+            "two_images", s.two_images, _ONE, "same text and placeholders, different pictures"
+        ),
+        _scenario("hbm_pressure", s.hbm_pressure, _ONE, "a prompt pushed out of HBM, then resent"),
+        _scenario(
+            "two_servers",
+            s.two_servers,
+            _MANY,
+            "two servers on one host (ports 8000, 8001; DP rank 0)",
+        ),
+        _scenario("two_dp_ranks", s.two_dp_ranks, _MANY, "two DP ranks of one server on one host"),
+        _scenario(
+            "restart",
+            s.restart,
+            ("correctness", "keys", "liveness", "no_false_stop", "exactly_once", "resources"),
+            "a server restarts between storing a prompt and serving it again",
+        ),
+        _fault(
+            "slow_first_forward",
+            s.reuse_once,
+            _ONE,
+            "the worker's first forward takes 2 s",
+            FaultSpec(slow_first_forward_s=2.0),
+        ),
+        _fault(
+            "lost_completion",
+            s.reuse_once,
+            _ONE,
+            "the first finished load is dropped from get_finished",
+            FaultSpec(drop_finished=("load", 1)),
+        ),
+        _fault(
+            "duplicate_completion",
+            s.reuse_once,
+            _ONE,
+            "the first finished load is reported in two polls",
+            FaultSpec(duplicate_finished=("load", 1)),
+        ),
+        _fault(
+            "hash_order_shuffle",
+            s.reuse_once,
+            _ONE,
+            "scheduler and worker run with different PYTHONHASHSEED (0 and 1)",
+            scheduler_hash_seed=0,
+            worker_hash_seed=1,
+        ),
+        _fault(
+            "port_zero_ids",
+            s.two_servers,
+            _MANY,
+            "two servers on one host configured with port 0",
+            port=0,
+        ),
+        _fault(
+            "lost_lookup_reply",
+            s.reuse_once,
+            _ONE,
+            "the worker's lookup server drops its first reply; the next lookup must hit",
+            FaultSpec(drop_lookup_reply=1),
+        ),
+        _fault(
+            "retrieve_failure",
+            s.reuse_once,
+            _ONE,
+            "lmcache's first retrieve raises",
+            FaultSpec(fail_retrieve=1),
+        ),
+        _fault(
+            "store_failure",
+            s.reuse_once,
+            _ONE,
+            "lmcache's first store raises",
+            FaultSpec(fail_store=1),
+        ),
+        _fault(
+            "evict_after_lookup",
+            s.reuse_once,
+            _ONE,
+            "lmcache forgets what hit right after the first lookup with a hit",
+            FaultSpec(evict_after_lookup=1),
+        ),
+    )
+}
+
+# Why the rest of kvfault's catalog is not run here (``kvfault list --tier atom``).
+NOT_HERE: dict[str, str] = {
+    "regressions": "planted regressions swap the reference stack's rules; ATOM is judged as it is "
+    "(use `kvfault prove` on two ATOM commits instead)",
+    "grid, hybrid": "ATOM's dense offload connector is judged; its DSV4 PAGE+SLOT family needs "
+    "DSV4 transfer regions this tier does not build",
+    "determinism": "real processes in real time: the same seed need not give the same trace",
+    "restart_burst, lost_completion_burst and other bound/deadline stories": "ATOM's offload "
+    "has no transfer deadline or load bound to judge; its lost completion is the "
+    "lost_completion row",
+    "fence_failure, late_visibility, lost_save_completion, late_completion": "they wrap the "
+    "reference stack's copy engine and completion channel, which ATOM does not have",
+}
+
+
+def rows(names: list[str] | None = None) -> list[AtomRow]:
+    """The rows named (all, in catalog order, when ``names`` is empty); ``KeyError``
+    with one line for an unknown name."""
+    if not names:
+        return list(ROWS.values())
+    unknown = [n for n in names if n not in ROWS]
+    if unknown:
+        raise KeyError(f"unknown atom row {unknown[0]!r}; known: {', '.join(ROWS)}")
+    return [ROWS[n] for n in names]

@@ -1,0 +1,195 @@
+"""One simulated host for one run of the ``atom`` tier: its servers, each a scheduler
+process and a worker process, sharing one private socket directory (what
+``/tmp/vllm_rpc`` is to real servers on one host) and nothing else.
+
+Everything a host starts is gone when ``close`` returns, however the run ended: the
+servers are asked to close, any process still alive is killed by its pid, and the
+host's directory (sockets included) is removed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import tempfile
+import time
+from dataclasses import replace
+from multiprocessing.connection import Listener
+from typing import Any
+
+from faults.atom.spec import AtomRequest, RawEvent, ServerSpec
+from faults.atom.zygote import Zygote
+
+
+class ServerRefused(RuntimeError):
+    """A server did not start: ATOM (or lmcache under it) refused; one line."""
+
+
+class ZygotePool:
+    """Warm interpreters by hash seed, started on first use, closed together."""
+
+    def __init__(self, atom_src: str):
+        self.atom_src = atom_src
+        self._by_seed: dict[int, Zygote] = {}
+
+    def get(self, seed: int) -> Zygote:
+        if seed not in self._by_seed:
+            self._by_seed[seed] = Zygote(self.atom_src, seed)
+        return self._by_seed[seed]
+
+    def close(self) -> None:
+        for z in self._by_seed.values():
+            z.close()
+        self._by_seed.clear()
+
+
+class Server:
+    """The host's handle on one started server (its scheduler process)."""
+
+    def __init__(self, host: AtomHost, spec: ServerSpec, conn: Any, pids: list[int]):
+        self.host, self.spec, self.conn, self.pids = host, spec, conn, pids
+        self.closed = False
+
+    def _call(self, cmd: str, *args: Any, timeout_s: float = 60.0) -> Any:
+        self.conn.send((cmd, args))
+        if not self.conn.poll(timeout_s):
+            raise TimeoutError(f"{self.spec.name} did not answer {cmd} within {timeout_s:g}s")
+        ok, value, events = self.conn.recv()
+        self.host.events.extend(events)
+        if not ok:
+            raise RuntimeError(f"{self.spec.name}: {value}")
+        return value
+
+    def submit(self, requests: list[AtomRequest]) -> None:
+        self._call("submit", requests)
+
+    def run(self, limit_s: float) -> bool:
+        """Step until idle (True) or ``limit_s`` (False: hung)."""
+        return bool(self._call("run", limit_s, timeout_s=limit_s + 60.0))
+
+    def quiescent(self) -> None:
+        self._call("quiescent")
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            self._call("close", timeout_s=30.0)
+        except (OSError, EOFError, TimeoutError, RuntimeError):
+            pass
+        self.conn.close()
+
+
+class AtomHost:
+    """Servers on one host. ``seconds()`` is time since the host opened."""
+
+    def __init__(self, zygotes: ZygotePool, default_seed: int = 0):
+        self.zygotes = zygotes
+        self.default_seed = default_seed
+        self.dir = tempfile.mkdtemp(prefix="kvfault-atom-")
+        self.socket_dir = os.path.join(self.dir, "rpc")
+        os.makedirs(self.socket_dir)
+        self.authkey = os.urandom(16)
+        self.listener = Listener(
+            os.path.join(self.dir, "host.sock"), family="AF_UNIX", authkey=self.authkey
+        )
+        self.listener._listener._socket.settimeout(60.0)
+        self.t0 = time.monotonic()
+        self.events: list[RawEvent] = []
+        self.servers: list[Server] = []
+        self.refusals: list[str] = []
+
+    def start(self, spec: ServerSpec, timeout_s: float = 120.0) -> Server:
+        """Start ``spec``'s worker and scheduler; return when ATOM's scheduler side is
+        built. ``ServerRefused`` (one line) when either side failed to start."""
+        sched_seed = spec.scheduler_hash_seed
+        worker_seed = spec.worker_hash_seed
+        sched_seed = self.default_seed if sched_seed is None else sched_seed
+        worker_seed = self.default_seed if worker_seed is None else worker_seed
+        listen = os.path.join(self.dir, f"{spec.name}-{len(self.servers)}.sock")
+        pids = [
+            self.zygotes.get(sched_seed).fork(
+                "scheduler",
+                {
+                    "spec": spec,
+                    "host": os.path.join(self.dir, "host.sock"),
+                    "listen": listen,
+                    "authkey": self.authkey,
+                    "socket_dir": self.socket_dir,
+                },
+            )
+        ]
+        conn = self.listener.accept()
+        if not conn.poll(timeout_s):
+            raise ServerRefused(f"{spec.name}: the scheduler did not start")
+        conn.recv()  # ("listening", name, pid)
+        pids.append(
+            self.zygotes.get(worker_seed).fork(
+                "worker",
+                {
+                    "spec": spec,
+                    "address": listen,
+                    "authkey": self.authkey,
+                    "socket_dir": self.socket_dir,
+                },
+            )
+        )
+        server = Server(self, spec, conn, pids)
+        self.servers.append(server)
+        if not conn.poll(timeout_s):
+            raise ServerRefused(f"{spec.name}: not ready within {timeout_s:g}s")
+        status, detail, events = conn.recv()
+        self.events.extend(events)
+        if status != "ready":
+            server.closed = True
+            self.refusals.append(f"{spec.name}: {detail}")
+            raise ServerRefused(f"{spec.name}: {detail}")
+        return server
+
+    def note_fault(self, injector: str, **evidence: Any) -> None:
+        """A fault the host applied itself (a server's configuration), as an event."""
+        self.events.append(
+            RawEvent(time.monotonic(), -1, "fault", None, None, {"injector": injector, **evidence})
+        )
+
+    def restart(self, server: Server, **changes: Any) -> Server:
+        """Stop ``server`` and start it again (what its tier kept depends on where the
+        tier lives: lmcache's CPU pool lives in the worker and goes with it)."""
+        server.close()
+        self.events.append(
+            RawEvent(time.monotonic(), -1, "restart", None, None, {"server": server.spec.name})
+        )
+        return self.start(replace(server.spec, **changes))
+
+    def close(self) -> None:
+        for server in self.servers:
+            server.close()
+        deadline = time.monotonic() + 5.0
+        for server in self.servers:
+            for pid in server.pids:
+                while _alive(pid) and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                if _alive(pid):
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+        self.listener.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie is gone for our purposes; the zygote reaps it (SIGCHLD ignored).
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False

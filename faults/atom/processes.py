@@ -1,0 +1,124 @@
+"""The main loops of the server processes (forked by ``faults.atom.zygote``).
+
+A scheduler process connects to the host, listens for its worker, waits until the
+worker has registered its KV caches (so the worker's lookup server is bound before the
+scheduler's lookup client exists, as ATOM orders them), builds ATOM's scheduler side and
+answers the host's commands. A worker process connects to its scheduler and answers
+ATOM's model-runner calls. Every reply carries the events recorded since the last one.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import traceback
+from multiprocessing.connection import Client, Listener
+from typing import Any
+
+from faults.atom.spec import ServerSpec
+
+
+def _one_line(e: BaseException) -> str:
+    return f"{type(e).__name__}: {e}".splitlines()[0]
+
+
+def _connect(address: str, authkey: bytes, timeout_s: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return Client(address, family="AF_UNIX", authkey=authkey)
+        except (FileNotFoundError, ConnectionRefusedError):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+
+
+def child_main(role: str, args: dict[str, Any]) -> int:
+    if role == "scheduler":
+        return scheduler_main(**args)
+    if role == "worker":
+        return worker_main(**args)
+    return 2
+
+
+def worker_main(spec: ServerSpec, address: str, authkey: bytes, socket_dir: str) -> int:
+    from faults.atom.server import EventLog, WorkerProcess
+
+    conn = _connect(address, authkey)
+    log = EventLog()
+    try:
+        worker = WorkerProcess(spec, log, socket_dir)
+    except Exception as e:  # noqa: BLE001  reported to the scheduler in one line
+        conn.send((False, _one_line(e), log.take()))
+        return 1
+    conn.send((True, None, log.take()))
+    while True:
+        try:
+            name, call_args = conn.recv()
+        except EOFError:
+            return 1
+        if name == "close":
+            worker.close()
+            conn.send((True, None, log.take()))
+            return 0
+        try:
+            value = getattr(worker, name)(*call_args)
+        except Exception as e:  # noqa: BLE001
+            conn.send((False, _one_line(e) + "\n" + traceback.format_exc(), log.take()))
+            continue
+        conn.send((True, value, log.take()))
+
+
+def scheduler_main(
+    spec: ServerSpec, host: str, listen: str, authkey: bytes, socket_dir: str
+) -> int:
+    from faults.atom.server import EventLog, SchedulerProcess, WorkerLink
+
+    conn = _connect(host, authkey)
+    log = EventLog()
+    listener = Listener(listen, family="AF_UNIX", authkey=authkey)
+    conn.send(("listening", spec.name, os.getpid()))
+    listener._listener._socket.settimeout(60.0)  # bounded wait for the worker
+    try:
+        wconn = listener.accept()
+        if not wconn.poll(120.0):
+            raise TimeoutError("the worker did not register its KV caches within 120s")
+        ok, detail, events = wconn.recv()
+        log.events.extend(events)
+        if not ok:
+            raise RuntimeError(f"worker: {detail}")
+        side = SchedulerProcess(spec, log, WorkerLink(wconn, log), socket_dir)
+    except Exception as e:  # noqa: BLE001  the host turns this into a refusal
+        detail = _one_line(e)
+        if os.environ.get("KVFAULT_ATOM_DEBUG"):
+            detail += "\n" + traceback.format_exc()
+        conn.send(("refused", detail, log.take()))
+        listener.close()
+        return 1
+    conn.send(("ready", None, log.take()))
+    while True:
+        try:
+            cmd, cmd_args = conn.recv()
+        except EOFError:
+            break
+        try:
+            if cmd == "submit":
+                side.submit(*cmd_args)
+                value: Any = None
+            elif cmd == "run":
+                value = side.run(*cmd_args)
+            elif cmd == "quiescent":
+                side.quiescent()
+                value = None
+            elif cmd == "close":
+                side.link.call("close")
+                conn.send((True, None, log.take()))
+                break
+            else:
+                raise ValueError(f"unknown command {cmd!r}")
+        except Exception as e:  # noqa: BLE001
+            conn.send((False, _one_line(e) + "\n" + traceback.format_exc(), log.take()))
+            continue
+        conn.send((True, value, log.take()))
+    listener.close()
+    return 0

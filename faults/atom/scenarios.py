@@ -1,0 +1,152 @@
+"""The ``atom`` tier's scenarios: stories told to real ATOM servers on one simulated
+host. A scenario starts servers, sends them requests and lets each run until it is idle
+(or its limit passes: a hang); the properties judge what the processes recorded.
+
+Prompts come from the seed (``random.Random(seed)``); sizes are in tokens with 16-token
+blocks and 64-token lmcache chunks.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field, replace
+from typing import Callable
+
+from faults.atom.host import AtomHost, Server
+from faults.atom.spec import AtomRequest, FaultSpec, ServerSpec
+
+RUN_LIMIT_S = 6.0  # a server idle-steps to the end well within this; past it, it hung
+
+
+@dataclass
+class AtomRun:
+    """One run: the host, the seed's prompts, the faults for the server named in
+    ``faulted`` (every server when empty), and what was sent."""
+
+    host: AtomHost
+    seed: int
+    faults: FaultSpec = field(default_factory=FaultSpec)
+    faulted: tuple[str, ...] = ()
+    spec_changes: dict = field(default_factory=dict)
+    injector: str | None = None  # the fault row's name: applied spec changes fire it
+    requests: list[AtomRequest] = field(default_factory=list)
+    hung: bool = False
+
+    def __post_init__(self) -> None:
+        self.rng = random.Random(self.seed)
+
+    def prompt(self, n: int) -> tuple[int, ...]:
+        return tuple(self.rng.randrange(3, 30000) for _ in range(n))
+
+    def server(self, name: str, **spec: object) -> Server:
+        s = ServerSpec(name, **spec)  # type: ignore[arg-type]
+        if not self.faulted or name in self.faulted:
+            s = replace(s, faults=self.faults, **self.spec_changes)
+            if self.spec_changes and self.injector:
+                self.host.note_fault(self.injector, server=name, **self.spec_changes)
+        return self.host.start(s)
+
+    def serve(self, server: Server, *requests: AtomRequest) -> None:
+        self.requests.extend(requests)
+        server.submit(list(requests))
+        if not server.run(RUN_LIMIT_S):
+            self.hung = True
+
+    def end(self, *servers: Server) -> None:
+        for s in servers:
+            s.quiescent()
+
+
+Story = Callable[[AtomRun], None]
+
+
+def prefix_reuse(run: AtomRun) -> None:
+    """One server without an HBM prefix cache (every reuse goes through lmcache): a
+    200-token prompt, the same prompt again (loads its 3 chunks), then the prompt with
+    a 40-token suffix."""
+    a = run.server("A", prefix_caching=False)
+    p = run.prompt(200)
+    run.serve(a, AtomRequest("first", p))
+    run.serve(a, AtomRequest("again", p))
+    run.serve(a, AtomRequest("longer", p + run.prompt(40)))
+    run.end(a)
+
+
+def reuse_once(run: AtomRun) -> None:
+    """The faults' story: one server without an HBM prefix cache stores a 200-token
+    prompt and serves it once more (one save, one load of 3 chunks, one more save)."""
+    a = run.server("A", prefix_caching=False)
+    p = run.prompt(200)
+    run.serve(a, AtomRequest("first", p))
+    run.serve(a, AtomRequest("again", p))
+    run.end(a)
+
+
+def chunk_aligned(run: AtomRun) -> None:
+    """A prompt of exactly 4 chunks (256 tokens), sent twice to a server without an HBM
+    prefix cache: the second finds the whole prompt in lmcache."""
+    a = run.server("A", prefix_caching=False)
+    p = run.prompt(256)
+    run.serve(a, AtomRequest("first", p))
+    run.serve(a, AtomRequest("again", p))
+    run.end(a)
+
+
+def two_images(run: AtomRun) -> None:
+    """Two requests with the same text and placeholder ids but different pictures
+    (ATOM is told each carries multimodal data; the model folds the picture into the
+    KV), on one server without an HBM prefix cache."""
+    a = run.server("A", prefix_caching=False)
+    p = run.prompt(200)
+    run.serve(a, AtomRequest("cat", p, cache_seed=0x5EED01, mm=True))
+    run.serve(a, AtomRequest("dog", p, cache_seed=0x5EED02, mm=True))
+    run.end(a)
+
+
+def hbm_pressure(run: AtomRun) -> None:
+    """One server with an HBM prefix cache of 40 blocks: a 300-token prompt, three
+    others that push its blocks out of HBM, then the first prompt again (its chunks are
+    in lmcache, few or none of its blocks in HBM)."""
+    a = run.server("A", num_blocks=40)
+    p = run.prompt(300)
+    run.serve(a, AtomRequest("first", p))
+    for i in range(3):
+        run.serve(a, AtomRequest(f"other{i}", run.prompt(300)))
+    run.serve(a, AtomRequest("again", p))
+    run.end(a)
+
+
+def _two(run: AtomRun, a_spec: dict, b_spec: dict) -> None:
+    a = run.server("A", prefix_caching=False, **a_spec)
+    b = run.server("B", prefix_caching=False, **b_spec)
+    p, q = run.prompt(200), run.prompt(200)
+    run.serve(a, AtomRequest("A-first", p))
+    run.serve(b, AtomRequest("B-first", q))
+    run.serve(a, AtomRequest("A-again", p))
+    run.serve(b, AtomRequest("B-again", q))
+    run.end(a, b)
+
+
+def two_servers(run: AtomRun) -> None:
+    """Two servers on one host (ports 8000 and 8001, DP rank 0 each), each storing a
+    prompt and serving it again; B starts after A."""
+    _two(run, {"port": 8000}, {"port": 8001})
+
+
+def two_dp_ranks(run: AtomRun) -> None:
+    """Two DP ranks of one server on one host (port 8000, ranks 0 and 1), each storing a
+    prompt and serving it again."""
+    _two(run, {"port": 8000, "dp_rank": 0}, {"port": 8000, "dp_rank": 1})
+
+
+def restart(run: AtomRun) -> None:
+    """A server stores a prompt, restarts (its lmcache CPU pool lives in its worker and
+    goes with it), and serves the prompt again; then once more from the new tier."""
+    a = run.server("A", prefix_caching=False)
+    p = run.prompt(200)
+    run.serve(a, AtomRequest("first", p))
+    run.end(a)
+    a = run.host.restart(a)
+    run.serve(a, AtomRequest("after-restart", p))
+    run.serve(a, AtomRequest("again", p))
+    run.end(a)

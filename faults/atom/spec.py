@@ -1,0 +1,85 @@
+"""Plain data that crosses process boundaries in the ``atom`` tier: what a server is
+(``ServerSpec``), what it is asked to serve (``AtomRequest``), the faults its
+processes carry (``FaultSpec``) and the events they record (``RawEvent``).
+
+Nothing here imports ATOM, lmcache or torch: the campaign process builds these and the
+server processes read them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class FaultSpec:
+    """The faults one server's processes carry, as data. Every field off by default.
+
+    - ``slow_first_forward_s``: the worker's first forward takes this long.
+    - ``drop_finished``: the worker drops the n-th (1-based) completion it would
+      report from ``get_finished`` (``("load", 1)``: the first finished load).
+    - ``duplicate_finished``: the worker reports the n-th completion in two polls.
+    - ``fail_retrieve`` / ``fail_store``: lmcache's n-th retrieve / store raises.
+    - ``evict_after_lookup``: right after the n-th lookup answered a hit, the worker's
+      lmcache engine forgets the chunks that hit (before the load can read them).
+    - ``drop_lookup_reply``: the worker's lookup server drops its n-th reply (the
+      scheduler's client times out and must reconnect).
+    - ``corrupt_load``: after lmcache's n-th retrieve, the first block it restored holds
+      other bytes (the judge's correctness check must see it).
+    """
+
+    slow_first_forward_s: float = 0.0
+    drop_finished: tuple[str, int] | None = None
+    duplicate_finished: tuple[str, int] | None = None
+    fail_retrieve: int = 0
+    fail_store: int = 0
+    evict_after_lookup: int = 0
+    drop_lookup_reply: int = 0
+    corrupt_load: int = 0
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    """One ATOM server: its name, port and DP rank, its geometry, and the hash seeds of
+    its scheduler and worker processes (``None``: inherit the campaign's)."""
+
+    name: str
+    port: int = 8006
+    dp_rank: int = 0
+    block_size: int = 16
+    chunk_size: int = 64
+    num_blocks: int = 96
+    max_num_batched_tokens: int = 512
+    max_model_len: int = 2048
+    max_num_seqs: int = 8
+    prefix_caching: bool = True
+    min_load_tokens: int = 0
+    scheduler_hash_seed: int | None = None
+    worker_hash_seed: int | None = None
+    cpu_cache_gib: float = 0.05
+    faults: FaultSpec = field(default_factory=FaultSpec)
+
+
+@dataclass(frozen=True)
+class AtomRequest:
+    """One request as a server receives it: ``media`` is a digest of its picture (-1:
+    text only); ``mm`` says whether ATOM is told it carries multimodal data."""
+
+    req_id: str
+    prompt: tuple[int, ...]
+    cache_seed: int = -1
+    max_tokens: int = 4
+    mm: bool = False
+
+
+@dataclass(frozen=True)
+class RawEvent:
+    """A trace event as a server process records it: wall-clock ``t`` (monotonic, one
+    clock for every process of the host), the step of its scheduler, and plain data."""
+
+    t: float
+    step: int
+    kind: str
+    op: tuple[str, int, str] | None  # (req_id, generation, "load"|"save")
+    req_id: str | None
+    data: dict

@@ -1,0 +1,151 @@
+"""Server processes for the ``atom`` tier, forked from a warm parent.
+
+Importing torch, lmcache and ATOM costs seconds of CPU per process; a run starts two to
+six server processes. A zygote is one interpreter, started with its own
+``PYTHONHASHSEED``, that imports all of that once (with the boundary fakes installed)
+and then forks a fresh process per server role on request. Forked processes share the
+zygote's hash seed, exactly as processes started with one ``PYTHONHASHSEED`` do; a
+server whose scheduler and worker must hash differently takes them from two zygotes.
+Nothing is initialised before the fork (no lmcache engine, no ZMQ context, no socket),
+so every server process starts as clean as a spawned one.
+
+Host side: ``Zygote`` (start, ``fork(role, args)``, close). Zygote side: ``main``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+from multiprocessing.connection import Connection
+from typing import Any
+
+_PRELOAD = (
+    "torch",
+    "lmcache.v1.cache_engine",
+    "lmcache.v1.lookup_client.factory",
+    "lmcache.v1.lookup_client.lmcache_lookup_client",
+    "atom.utils.forward_context",
+    "atom.model_engine.scheduler",
+    "atom.model_engine.engine_core",
+    "atom.kv_transfer.offload.connector",
+    "atom.kv_transfer.offload.dense.connector",
+)
+
+
+class ZygoteError(RuntimeError):
+    """A zygote could not start or fork: one line."""
+
+
+class Zygote:
+    """One warm interpreter with ``hash_seed``, on ``atom_src``'s ATOM."""
+
+    def __init__(self, atom_src: str, hash_seed: int, start_timeout_s: float = 120.0):
+        ours, theirs = socket.socketpair()
+        env = dict(os.environ)
+        env["PYTHONHASHSEED"] = str(hash_seed)
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+        self.hash_seed = hash_seed
+        # What the zygote and its servers print goes to a file nobody has to drain
+        # (a pipe would block them once full); its last line explains a failed start.
+        self.log = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "faults.atom.zygote", atom_src, str(theirs.fileno())],
+            env=env,
+            pass_fds=(theirs.fileno(),),
+            stdin=subprocess.DEVNULL,
+            stdout=self.log,
+            stderr=self.log,
+        )
+        theirs.close()
+        self.conn = Connection(ours.detach())
+        if not self.conn.poll(start_timeout_s):
+            self.close()
+            raise ZygoteError(f"the atom tier's zygote did not start within {start_timeout_s:g}s")
+        try:
+            ok, detail = self.conn.recv()
+        except EOFError:
+            ok, detail = False, self._stderr_tail()
+        if not ok:
+            self.close()
+            raise ZygoteError(f"the atom tier cannot import ATOM from {atom_src}: {detail}")
+
+    def _stderr_tail(self) -> str:
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        self.log.seek(0)
+        err = self.log.read().decode(errors="replace")
+        lines = [line for line in err.strip().splitlines() if line.strip()]
+        return lines[-1] if lines else f"exit {self.proc.returncode}"
+
+    def fork(self, role: str, args: dict[str, Any], timeout_s: float = 30.0) -> int:
+        """Fork a process that runs ``role`` with ``args``; its pid."""
+        self.conn.send(("fork", role, args))
+        if not self.conn.poll(timeout_s):
+            raise ZygoteError(f"the zygote did not fork a {role} within {timeout_s:g}s")
+        return int(self.conn.recv())
+
+    def close(self) -> None:
+        try:
+            self.conn.send(("exit", None, None))
+        except (OSError, ValueError):
+            pass
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=5)
+        self.log.close()
+        self.conn.close()
+
+
+def main(argv: list[str]) -> int:
+    atom_src, fd = argv[0], int(argv[1])
+    conn = Connection(fd)
+    sys.path.insert(0, atom_src)
+    try:
+        from faults.atom import boundary
+
+        boundary.install_all(os.path.join("/tmp", f"kvfault-atom-zygote-{os.getpid()}"))
+        boundary.install_kernels()
+        import importlib
+        import logging
+
+        for name in _PRELOAD:
+            importlib.import_module(name)
+        logging.disable(logging.WARNING)  # lmcache's and ATOM's info/warning lines
+        os.rmdir(os.path.join("/tmp", f"kvfault-atom-zygote-{os.getpid()}"))
+    except Exception as e:  # noqa: BLE001  one line back to the host
+        conn.send((False, f"{type(e).__name__}: {e}"))
+        return 1
+    conn.send((True, None))
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # forked servers reap themselves
+    while True:
+        try:
+            cmd, role, args = conn.recv()
+        except EOFError:
+            return 0
+        if cmd == "exit":
+            return 0
+        pid = os.fork()
+        if pid == 0:
+            conn.close()
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            code = 1
+            try:
+                from faults.atom.processes import child_main
+
+                code = child_main(role, args)
+            finally:
+                os._exit(code)
+        conn.send(pid)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
