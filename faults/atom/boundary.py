@@ -196,13 +196,25 @@ def fused_unpack_chunk_major(
         offset += nblocks
 
 
+# Where ATOM's dense Triton staging module has lived: under ``dense/`` at its main,
+# directly under ``offload/`` in older commits.
+KERNEL_MODULES = (
+    "atom.kv_transfer.offload.dense.triton_kv_staging",
+    "atom.kv_transfer.offload.triton_kv_staging",
+)
+
+
 def install_kernels() -> types.ModuleType:
-    """The CPU pack/unpack under the name of ATOM's Triton staging module."""
-    return _module(
-        "atom.kv_transfer.offload.dense.triton_kv_staging",
-        fused_pack_chunk_major=fused_pack_chunk_major,
-        fused_unpack_chunk_major=fused_unpack_chunk_major,
-    )
+    """The CPU pack/unpack under every name ATOM's Triton staging module has had."""
+    mod = None
+    for name in KERNEL_MODULES:
+        mod = _module(
+            name,
+            fused_pack_chunk_major=fused_pack_chunk_major,
+            fused_unpack_chunk_major=fused_unpack_chunk_major,
+        )
+    assert mod is not None
+    return mod
 
 
 def install_socket_dir(path: str) -> None:

@@ -88,7 +88,9 @@ class AtomCampaign:
 
     def run_row(self, row: AtomRow, seed: int) -> SeedOutcome:
         t0 = time.perf_counter()
-        host = AtomHost(self.pool)
+        # The seed is also every server process's PYTHONHASHSEED (unless the row sets
+        # its own): --seeds N sweeps N hash seeds as well as N workloads.
+        host = AtomHost(self.pool, default_seed=seed)
         run = AtomRun(
             host,
             seed,
@@ -97,11 +99,17 @@ class AtomCampaign:
             spec_changes=dict(row.spec_changes),
             injector=row.name if row.spec_changes else None,
         )
-        startup_error = None
         try:
             row.story(run)
         except ServerRefused as e:
-            startup_error = str(e)
+            # This ATOM cannot be run by the tier (an API it lacks, an import that
+            # fails): the run proves nothing about the row, so ERROR, not FAIL.
+            return SeedOutcome(
+                seed,
+                Verdict.ERROR,
+                f"server refused to start: {e}",
+                wall_s=time.perf_counter() - t0,
+            )
         except Exception as e:  # noqa: BLE001  the run broke: ERROR, with where
             line = f"{type(e).__name__}: {e}".splitlines()[0]
             where = traceback.extract_tb(e.__traceback__)[-1]
@@ -121,7 +129,7 @@ class AtomCampaign:
             run.requests,
             GEOMETRY,
             run.hung,
-            startup_error,
+            None,
             row.fires,
         )
         verdict, detail, violations = judge(row, result)

@@ -61,7 +61,7 @@ def run_command(args: Any) -> int:
 
     t0 = time.perf_counter()
     try:
-        with atom_campaign(source) as campaign:
+        with atom_campaign(source, hash_seed=seeds[0]) as campaign:
             outcomes = campaign.run(chosen, seeds, progress)
     except ZygoteError as e:
         return _bad(str(e))

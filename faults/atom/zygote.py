@@ -32,7 +32,6 @@ _PRELOAD = (
     "atom.model_engine.scheduler",
     "atom.model_engine.engine_core",
     "atom.kv_transfer.offload.connector",
-    "atom.kv_transfer.offload.dense.connector",
 )
 
 
@@ -110,17 +109,26 @@ def main(argv: list[str]) -> int:
     conn = Connection(fd)
     sys.path.insert(0, atom_src)
     try:
-        from faults.atom import boundary
-
-        boundary.install_all(os.path.join("/tmp", f"kvfault-atom-zygote-{os.getpid()}"))
-        boundary.install_kernels()
         import importlib
         import logging
 
-        for name in _PRELOAD:
-            importlib.import_module(name)
+        from faults.atom import boundary
+
+        # A placeholder socket directory: each forked server points the shim at its
+        # host's own; this one is gone before any server exists.
+        with tempfile.TemporaryDirectory(prefix="kvfault-atom-zygote-") as placeholder:
+            boundary.install_all(placeholder)
+            boundary.install_kernels()
+            for name in _PRELOAD:
+                try:
+                    importlib.import_module(name)
+                except ModuleNotFoundError as e:
+                    # A module this ATOM does not have is the servers' problem to name
+                    # (feature detection); a dependency it lacks is this one's.
+                    own = e.name or ""
+                    if not (own.startswith("atom.") and name.startswith(own)):
+                        raise
         logging.disable(logging.WARNING)  # lmcache's and ATOM's info/warning lines
-        os.rmdir(os.path.join("/tmp", f"kvfault-atom-zygote-{os.getpid()}"))
     except Exception as e:  # noqa: BLE001  one line back to the host
         conn.send((False, f"{type(e).__name__}: {e}"))
         return 1
