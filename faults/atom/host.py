@@ -95,13 +95,13 @@ class AtomHost:
         self.listener = Listener(
             os.path.join(self.dir, "host.sock"), family="AF_UNIX", authkey=self.authkey
         )
-        self.listener._listener._socket.settimeout(60.0)
+        self.listener._listener._socket.settimeout(180.0)
         self.t0 = time.monotonic()
         self.events: list[RawEvent] = []
         self.servers: list[Server] = []
         self.refusals: list[str] = []
 
-    def start(self, spec: ServerSpec, timeout_s: float = 120.0) -> Server:
+    def start(self, spec: ServerSpec, timeout_s: float = 180.0) -> Server:
         """Start ``spec``'s worker and scheduler; return when ATOM's scheduler side is
         built. ``ServerRefused`` (one line) when either side failed to start."""
         sched_seed = spec.scheduler_hash_seed

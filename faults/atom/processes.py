@@ -78,11 +78,11 @@ def scheduler_main(
     log = EventLog()
     listener = Listener(listen, family="AF_UNIX", authkey=authkey)
     conn.send(("listening", spec.name, os.getpid()))
-    listener._listener._socket.settimeout(60.0)  # bounded wait for the worker
+    listener._listener._socket.settimeout(180.0)  # bounded wait for the worker
     try:
         wconn = listener.accept()
-        if not wconn.poll(120.0):
-            raise TimeoutError("the worker did not register its KV caches within 120s")
+        if not wconn.poll(180.0):
+            raise TimeoutError("the worker did not register its KV caches within 180s")
         ok, detail, events = wconn.recv()
         log.events.extend(events)
         if not ok:

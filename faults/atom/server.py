@@ -533,9 +533,14 @@ class SchedulerProcess:
         if inner_save is not None:
 
             def observed_save(value, _inner=inner_save):
+                # In flight: a dict of exact save generations at ATOM's main, a set of
+                # request ids in older commits.
                 inflight = getattr(impl, "_save_inflight", None)
                 sid = str(getattr(value, "req_id", value))
-                live = inflight is None or inflight.get(sid) == value
+                if isinstance(inflight, dict):
+                    live = inflight.get(sid) == value
+                else:
+                    live = inflight is None or sid in inflight
                 _inner(value)
                 if live:
                     log.record("save_done", op=op_of(value, "save", names), outcome="finished")
@@ -607,7 +612,12 @@ class SchedulerProcess:
             ("finished_saving", "save", "finished"),
         ):
             for value in getattr(out, attr, ()) or ():
-                self.log.record("delivered", op=op_of(value, kind, self.names), outcome=outcome)
+                op = op_of(value, kind, self.names)
+                self.log.record("delivered", op=op, outcome=outcome)
+                if kind == "load" and not hasattr(self.impl, "load_finished"):
+                    # Older ATOM: no per-generation check; the scheduler applies every
+                    # load completion it receives.
+                    self.log.record("completion_applied", op=op, outcome=outcome)
 
     # -- the fake forward, carried to the worker ---------------------------------------
     def forward(self, batch: Any) -> Any:
@@ -659,11 +669,14 @@ class SchedulerProcess:
         """Step as ATOM's busy loop does until nothing is left (True) or ``limit_s``
         passes (False: the run hung)."""
         deadline = time.monotonic() + limit_s
+        # An ATOM whose busy loop does not drain KV work once the queues are empty
+        # (older commits have no has_pending_kv_work) stops stepping there, as here.
+        pending = getattr(self, "has_pending_kv_work", None)
         while time.monotonic() < deadline:
             self.log.step += 1
             if not self.scheduler.is_finished():
                 self._process_engine_step_inner()
-            elif self.has_pending_kv_work():
+            elif pending is not None and pending():
                 self._advance_idle_kv_transfer()
                 time.sleep(0.001)
             else:
@@ -713,8 +726,10 @@ def _applied(inner: Any, kind: str, method: str, log: EventLog, names: dict[Any,
     return observed
 
 
-_STEP_METHODS = (
-    "_process_engine_step_inner",
+# ATOM's EngineCore step methods the stand-in takes: the step itself is required; the
+# rest are bound when this ATOM has them (the step calls what it needs by name).
+_STEP_REQUIRED = ("_process_engine_step_inner",)
+_STEP_OPTIONAL = (
     "has_pending_kv_work",
     "_advance_idle_kv_transfer",
     "_dispatch_idle_offload_work",
@@ -724,12 +739,12 @@ _STEP_METHODS = (
 
 def _bind_engine_core(cls: type) -> None:
     """Give the stand-in ATOM's own ``EngineCore`` step methods (functions of the class,
-    called with this object as ``self``). Raises when this ATOM lacks one."""
+    called with this object as ``self``). Raises when this ATOM lacks the step."""
     from atom.model_engine.engine_core import EngineCore
 
-    missing = [m for m in _STEP_METHODS if not hasattr(EngineCore, m)]
+    missing = [m for m in _STEP_REQUIRED if not hasattr(EngineCore, m)]
     if missing:
         raise RuntimeError(f"this ATOM's EngineCore lacks {', '.join(missing)}")
-    for m in _STEP_METHODS:
-        if m not in cls.__dict__:
+    for m in _STEP_REQUIRED + _STEP_OPTIONAL:
+        if hasattr(EngineCore, m) and m not in cls.__dict__:
             setattr(cls, m, getattr(EngineCore, m))

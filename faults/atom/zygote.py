@@ -42,7 +42,7 @@ class ZygoteError(RuntimeError):
 class Zygote:
     """One warm interpreter with ``hash_seed``, on ``atom_src``'s ATOM."""
 
-    def __init__(self, atom_src: str, hash_seed: int, start_timeout_s: float = 120.0):
+    def __init__(self, atom_src: str, hash_seed: int, start_timeout_s: float = 300.0):
         ours, theirs = socket.socketpair()
         env = dict(os.environ)
         env["PYTHONHASHSEED"] = str(hash_seed)
