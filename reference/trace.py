@@ -31,6 +31,8 @@ class Ev(str, enum.Enum):
     FORWARD_START = "forward_start"
     FORWARD_END = "forward_end"
     SAVE = "save"
+    SENT = "sent"  # what the worker sent the tier: a retrieve's or store's range and keys
+    BLOCKS = "blocks"  # HBM blocks a request took (and how many were prefix-cache hits) or freed
     SAVE_DONE = "save_done"
     ANCHOR = "anchor"
     STATE_SAVE = "state_save"

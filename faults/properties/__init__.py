@@ -9,6 +9,8 @@ _EXPORTS = {
     "correctness": "faults.properties.checks",
     "efficiency": "faults.properties.ledger",
     "exactly_once": "faults.properties.ledger",
+    "load_failures": "faults.properties.ledger",
+    "hbm_owners": "faults.properties.ledger",
     "resources": "faults.properties.ledger",
     "grid": "faults.properties.checks",
     "hybrid": "faults.properties.checks",

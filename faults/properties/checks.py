@@ -89,16 +89,25 @@ def correctness(run: RunResult) -> list[Violation]:
 
 
 def keys(run: RunResult) -> list[Violation]:
-    """No key is shared by requests of different media at any key site."""
+    """No key is shared by requests of different media at any key site, the tier's
+    retrieves and stores included; and one content has one key: every retrieve and
+    store the worker sent for the same prefix (the same token ids and media, up to the
+    operation's end) used the same key, so a load cannot look for its data under
+    another key than the one its saves stored it under."""
     seeds: dict[tuple[str, str], set[int]] = defaultdict(set)
     first_seen: dict[tuple[str, str], TraceEvent] = {}
-    for ev in run.trace.of(Ev.KEY):
+    for ev in run.trace.of(Ev.KEY, Ev.SENT):
         if ev.data["first"] is None:
             continue
-        k = (ev.data["site"], ev.data["first"])
-        seeds[k].add(ev.data["seed"])
+        if ev.kind is Ev.KEY:
+            k, seed = (ev.data["site"], ev.data["first"]), ev.data["seed"]
+        elif ev.req_id in run.requests:
+            k, seed = (ev.data["what"], ev.data["first"]), run.requests[ev.req_id].cache_seed
+        else:
+            continue
+        seeds[k].add(seed)
         first_seen.setdefault(k, ev)
-    return [
+    out = [
         Violation(
             "keys",
             f"{site} key {key[:16]} shared by {len(s)} different media seeds",
@@ -107,6 +116,37 @@ def keys(run: RunResult) -> list[Violation]:
         for (site, key), s in sorted(seeds.items())
         if len(s) > 1
     ]
+    return out + _one_key_per_content(run)
+
+
+def _one_key_per_content(run: RunResult) -> list[Violation]:
+    from faults.properties.content import ContentChains
+
+    chunk = run.config.geometry.chunk_size
+    chains = ContentChains(run)
+    sent_as: dict[int, TraceEvent] = {}  # content key -> the first operation that sent it
+    out: list[Violation] = []
+    for ev in run.trace.of(Ev.SENT):
+        last, req = ev.data["last"], ev.req_id
+        if last is None or req not in run.requests:
+            continue
+        chain = chains.of(req)
+        i = ev.data["end"] // chunk - 1
+        if not 0 <= i < len(chain):
+            continue
+        first = sent_as.setdefault(chain[i], ev)
+        if first.data["last"] != last:
+            out.append(
+                Violation(
+                    "keys",
+                    f"{ev.data['what']} sends tokens [0, {ev.data['end']}) of {req} under key "
+                    f"{last[:16]}; {first.data['what']} {first.op} sent the same content "
+                    f"under {first.data['last'][:16]}",
+                    str(ev.op),
+                    ev.t,
+                )
+            )
+    return out
 
 
 def identity(run: RunResult) -> list[Violation]:
@@ -147,26 +187,79 @@ def grid(run: RunResult) -> list[Violation]:
 
 
 def hybrid(run: RunResult) -> list[Violation]:
-    """A hybrid's hit claims exactly the joint boundary: the last state image at or
-    below the KV hit and below the prompt end — never less, never the whole prompt."""
+    """A hybrid's hit claims exactly the joint boundary, derived here from the prompt,
+    the tier's state grid and what completed saves put in the tier (never from what the
+    lookup reports): the last grid position below the prompt end where a state image of
+    the same content is visible, at or below the KV prefix the tier holds visible. No
+    claim is the whole prompt. Every state image a save asks for lies where some hit
+    can use it: on the tier's state grid, below the prompt end and within the KV the
+    tier can hold for the prompt (its full chunks)."""
+    from faults.properties.content import ContentChains, TierAccount
+
+    geo = run.config.geometry
+    bs, chunk = geo.block_size, geo.chunk_size
+    grid = chunk if run.config.state_grid == "chunk" else bs
+    account = TierAccount(run)
+    blocks = ContentChains(run, bs)  # a state image at p names the prefix [0, p)
+    states: dict[int, float] = {}  # content of an image's prefix -> visible from
+    asked: dict[object, list[int]] = {}  # save op -> positions of the images it stores
     out = []
-    for ev in run.trace.of(Ev.LOOKUP):
-        d = ev.data
-        if d["claim"] >= d["prompt_len"]:
-            out.append(
-                Violation("hybrid", f"{ev.req_id} claims its whole prompt ({d['claim']})", t=ev.t)
-            )
-        if not d["hybrid"]:
-            continue
-        joint = max((p for p in d["states"] if p <= d["kv_hit"] and p < d["prompt_len"]), default=0)
-        if d["claim"] != joint:
-            out.append(
-                Violation(
-                    "hybrid",
-                    f"{ev.req_id} claims {d['claim']} of {d['prompt_len']} tokens; the joint boundary is {joint}",
-                    t=ev.t,
+    kinds = (Ev.STATE_SAVE, Ev.LOOKUP, *TierAccount.KINDS)
+    for ev in run.trace.of(*kinds):
+        kind = ev.kind
+        if kind is Ev.STATE_SAVE:
+            p, n = ev.data["position"], run.requests[ev.req_id].prompt_len
+            asked.setdefault(ev.op, []).append(p)
+            if p % grid or not 0 < p <= min(n - 1, geo.floor_chunk(n)):
+                out.append(
+                    Violation(
+                        "hybrid",
+                        f"state image at {p} of {ev.req_id} ({n} tokens) lies where no hit "
+                        f"can use it (a hit claims a {grid}-token grid position below the "
+                        f"prompt end, within the {geo.floor_chunk(n)} tokens of full chunks)",
+                        str(ev.op),
+                        ev.t,
+                    )
                 )
+        elif kind is Ev.LOOKUP:
+            d = ev.data
+            if d["claim"] >= d["prompt_len"]:
+                out.append(
+                    Violation(
+                        "hybrid", f"{ev.req_id} claims its whole prompt ({d['claim']})", t=ev.t
+                    )
+                )
+            if not d["hybrid"] or ev.req_id not in run.requests:
+                continue
+            n = d["prompt_len"]
+            kv = min(account.visible_prefix(ev.req_id, ev.t), n - 1)
+            chain = blocks.of(ev.req_id)
+            joint = max(
+                (
+                    p
+                    for p in range(grid, kv + 1, grid)
+                    if states.get(chain[p // bs - 1], float("inf")) <= ev.t
+                ),
+                default=0,
             )
+            if d["claim"] != joint:
+                out.append(
+                    Violation(
+                        "hybrid",
+                        f"{ev.req_id} claims {d['claim']} of {n} tokens; the joint boundary "
+                        f"of what the tier holds is {joint}",
+                        t=ev.t,
+                    )
+                )
+        else:
+            if kind is Ev.FINISHED_REPORTED and ev.op in asked:
+                if ev.data.get("outcome") == "finished":
+                    # The tier keeps an image on its grid and stamps each write anew.
+                    chain = blocks.of(ev.req_id)
+                    for p in asked[ev.op]:
+                        if p % grid == 0 and 0 < p <= len(chain) * bs:
+                            states[chain[p // bs - 1]] = account.visible_at(ev)
+            account.feed(ev)
     return out
 
 
@@ -306,7 +399,13 @@ def _longest_gap(run: RunResult) -> float:
 
 
 # The accounting properties (what was loaded, which operations ended, what is held).
-from faults.properties.ledger import efficiency, exactly_once, resources  # noqa: E402
+from faults.properties.ledger import (  # noqa: E402
+    efficiency,
+    exactly_once,
+    hbm_owners,
+    load_failures,
+    resources,
+)
 
 PROPERTIES: dict[str, Checker] = {
     "correctness": correctness,
@@ -317,7 +416,9 @@ PROPERTIES: dict[str, Checker] = {
     "no_false_stop": no_false_stop,
     "liveness": liveness,
     "efficiency": efficiency,
+    "load_failures": load_failures,
     "exactly_once": exactly_once,
     "resources": resources,
+    "hbm_owners": hbm_owners,
 }
 # "determinism" compares two runs; faults.campaign.execute checks it.

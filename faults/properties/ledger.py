@@ -4,9 +4,13 @@
   whose prefix the tier holds (stored by an earlier save that completed, under the
   request's own content: its token ids and its media) and which nothing evicted, loads
   it; a resend of the same prompt with the same media hits.
+- ``load_failures`` — no unexplained load failure: a load of a range the tier holds
+  (the same account) succeeds unless an injected fault could explain its failure.
 - ``exactly_once`` — every load and save reaches exactly one terminal report and one
   applied completion; operation ids never repeat within a run (within one scheduler's
   life, and across restarts, where a completion from before one could still arrive).
+- ``hbm_owners`` — at most one live owner per HBM block, prefix-cache sharing counted
+  by reference (what the scheduler took and freed, not what the pool raises).
 - ``resources`` — when an engine's run ends with nothing left to do, no request holds
   HBM blocks (every finished request gave its blocks back), no load awaits completion,
   no worker operation and no tier ticket is pending.
@@ -16,27 +20,14 @@ Each reads the trace in one pass, with dicts: no per-event rescans.
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, deque
+from itertools import count, repeat
 
+from faults.properties.content import TierAccount
 from faults.properties.violation import Violation
 from faults.runs import RunResult
-from reference.rules.keys import block_hash_chain
 from reference.trace import Ev
 from reference.types import OperationId, OpKind
-
-
-def _content_chain(run: RunResult, req_id: str, cache: dict[str, list[int]]) -> list[int]:
-    """A request's content keys, one per full chunk: a chain over its token ids seeded
-    with its media digest. Independent of the stack's own keys, so a stack that keys
-    wrongly cannot agree with itself here."""
-    chain = cache.get(req_id)
-    if chain is None:
-        req = run.requests[req_id]
-        chain = block_hash_chain(
-            req.prompt_token_ids, run.config.geometry.chunk_size, req.cache_seed
-        )
-        cache[req_id] = chain
-    return chain
 
 
 def efficiency(run: RunResult) -> list[Violation]:
@@ -53,37 +44,11 @@ def efficiency(run: RunResult) -> list[Violation]:
     Applies to runs whose engines share one tier."""
     chunk = run.config.geometry.chunk_size
     out: list[Violation] = []
-    chains: dict[str, list[int]] = {}
-    held: dict[int, float] = {}  # content key -> when it became visible
-    save_range: dict[OperationId, tuple[int, int]] = {}
-    late: dict[OperationId, float] = {}  # save op -> visible at (late visibility)
+    account = TierAccount(run)
     awaiting_load: dict[str, float] = {}  # req -> lookup time: claim beyond HBM, no load yet
-    for ev in run.trace.events:
+    for ev in run.trace.of(Ev.DISPATCH, Ev.LOOKUP, *TierAccount.KINDS):
         kind = ev.kind
-        if kind is Ev.SAVE:
-            save_range[ev.op] = (ev.data["start"], ev.data["end"])
-        elif kind is Ev.FAULT and ev.op is not None:
-            if "delay_s" in ev.data:
-                late[ev.op] = ev.t + ev.data["delay_s"]
-            elif "chunk" in ev.data and ev.req_id in run.requests:
-                chain = _content_chain(run, ev.req_id, chains)
-                if ev.data["chunk"] < len(chain):
-                    held.pop(chain[ev.data["chunk"]], None)
-        elif kind is Ev.FINISHED_REPORTED:
-            # The worker reports a save finished in the poll that saw the tier write
-            # it: the tier's write order, whether or not the completion reaches the
-            # scheduler (``save_done``) afterwards.
-            rng = save_range.get(ev.op)
-            if rng is None or ev.data.get("outcome") != "finished":
-                continue
-            visible = late.get(ev.op, ev.t)
-            chain = _content_chain(run, ev.req_id, chains)
-            for i in range(rng[0] // chunk, min(rng[1] // chunk, len(chain))):
-                # A store of a chunk the tier already holds writes nothing: the chunk
-                # stays visible from when the save that put it there made it visible
-                # (a late one too), not from this later save.
-                held.setdefault(chain[i], visible)
-        elif kind is Ev.DISPATCH:
+        if kind is Ev.DISPATCH:
             awaiting_load.pop(ev.req_id, None)
         elif kind is Ev.LOOKUP:
             out.extend(_claim_bounds(ev, chunk))
@@ -92,12 +57,7 @@ def efficiency(run: RunResult) -> list[Violation]:
                 awaiting_load[ev.req_id] = ev.t
             if ev.req_id not in run.requests:
                 continue
-            expected = 0
-            for key in _content_chain(run, ev.req_id, chains):
-                if held.get(key, float("inf")) > ev.t:
-                    break
-                expected += chunk
-            expected = min(expected, d["prompt_len"])
+            expected = min(account.visible_prefix(ev.req_id, ev.t), d["prompt_len"])
             if d["kv_hit"] < expected:
                 out.append(
                     Violation(
@@ -119,6 +79,8 @@ def efficiency(run: RunResult) -> list[Violation]:
                             t=ev.t,
                         )
                     )
+        else:
+            account.feed(ev)
     for req_id, t in awaiting_load.items():
         out.append(
             Violation(
@@ -127,6 +89,48 @@ def efficiency(run: RunResult) -> list[Violation]:
                 t=t,
             )
         )
+    return out
+
+
+def load_failures(run: RunResult) -> list[Violation]:
+    """No unexplained load failure: a load whose whole range the tier holds (by the
+    content account of ``efficiency``: completed saves of the same content, nothing
+    dropped since) succeeds, unless an injected fault could explain the failure: a
+    fault event naming the load, or one naming no operation (a wire fault, a slow
+    forward) while the load was in flight. Catches a load that sends other ids than
+    the lookup and the saves of its content used: it fails like an eviction, the stack
+    recomputes, and nothing else notices."""
+    out: list[Violation] = []
+    account = TierAccount(run)
+    flying: dict[OperationId, tuple[tuple[int, int], bool]] = {}  # load -> (range, excused)
+    kinds = (Ev.DISPATCH, Ev.RETRIEVE_TERMINAL, Ev.RESTART, *TierAccount.KINDS)
+    for ev in run.trace.of(*kinds):
+        kind = ev.kind
+        if kind is Ev.DISPATCH:
+            flying[ev.op] = ((ev.data["start"], ev.data["kv_end"]), False)
+        elif kind is Ev.RETRIEVE_TERMINAL:
+            (start, end), excused = flying.pop(ev.op, ((0, 0), True))
+            # The tier reads when it answers: what it holds then is what counts.
+            held = ev.req_id in run.requests and account.holds(ev.req_id, start, end)
+            if not ev.data["ok"] and held and not excused:
+                out.append(
+                    Violation(
+                        "load_failures",
+                        f"a load of data the tier holds failed ({ev.data['error']}) and no "
+                        "injected fault explains it",
+                        str(ev.op),
+                        ev.t,
+                    )
+                )
+        elif kind is Ev.RESTART:
+            flying.clear()  # the worker that sent them is gone: never answered
+        else:
+            if kind is Ev.FAULT:
+                if ev.op in flying:
+                    flying[ev.op] = (flying[ev.op][0], True)
+                elif ev.op is None:
+                    flying = {op: (rng, True) for op, (rng, _) in flying.items()}
+            account.feed(ev)
     return out
 
 
@@ -215,3 +219,93 @@ def resources(run: RunResult) -> list[Violation]:
                 )
             )
     return out
+
+
+def hbm_owners(run: RunResult) -> list[Violation]:
+    """At most one live owner per HBM block: a block a request takes that is not a
+    prefix-cache hit has no live holder, a prefix-cache hit is shared only with holders
+    that keep the same content in it (the same prefix of token ids and media, at the
+    same block of their prompts), and a request frees only blocks it holds, once each.
+    An engine's restart gives back all of its blocks. Sharing is counted by reference:
+    a block is free again when its last holder frees it. Checked from what the
+    scheduler took and freed (``blocks`` events), never from what the pool raises."""
+    from reference.rules.keys import block_hash_chain
+
+    bs = run.config.geometry.block_size
+    out: list[Violation] = []
+    engines: dict[str, _BlockHolders] = {}
+    chains: dict[str, list[int]] = {}
+
+    def chain(req_id: str) -> list[int]:
+        if req_id not in chains:
+            req = run.requests.get(req_id)
+            chains[req_id] = (
+                block_hash_chain(req.prompt_token_ids, bs, req.cache_seed) if req else []
+            )
+        return chains[req_id]
+
+    def bad(message: str, t: float) -> None:
+        out.append(Violation("hbm_owners", message, t=t))
+
+    for ev in run.trace.of(Ev.BLOCKS, Ev.RESTART):
+        engine = ev.data["engine"]
+        if ev.kind is Ev.RESTART:
+            engines.pop(engine, None)
+            continue
+        pool = engines.get(engine)
+        if pool is None:
+            pool = engines[engine] = _BlockHolders()
+        req, t = ev.req_id, ev.t
+        if "took" in ev.data:
+            took, shared = ev.data["took"], ev.data["shared"]
+            refs, owner = pool.refs, pool.owner
+            fresh = took[shared:]
+            taken = set(fresh)
+            clash = refs.keys() & taken
+            for b in sorted(clash, key=fresh.index)[:1]:
+                bad(f"{engine} block {b} handed to {req} while {owner[b][0]} holds it", t)
+            for i, b in enumerate(took[:shared]):  # prefix-cache hits: few, shared
+                if b in refs:
+                    theirs, j = owner[b]
+                    if chain(theirs)[j : j + 1] != chain(req)[i : i + 1]:
+                        bad(
+                            f"{engine} block {b} shared by {req} and {theirs}, which hold "
+                            "different content in it",
+                            t,
+                        )
+                refs[b] = refs.get(b, 0) + 1
+            for b in clash:  # counted once more, after the report
+                refs[b] += 1
+            refs.update(dict.fromkeys(taken - clash if clash else fresh, 1))
+            owner.update(zip(fresh, zip(repeat(req), count(shared)), strict=False))
+            pool.held.setdefault(req, []).append(took)
+        else:
+            freed = ev.data["freed"]
+            lists = pool.held.get(req, [])
+            if freed in lists:
+                lists.remove(freed)
+            else:
+                bad(f"{req} frees {engine} blocks it does not hold, e.g. {freed[:1]}", t)
+                continue
+            refs = pool.refs
+            if max(map(refs.__getitem__, freed), default=1) == 1 and len(set(freed)) == len(freed):
+                deque(map(refs.__delitem__, freed), maxlen=0)  # each held once: all free
+                continue
+            for b in freed:
+                n = refs[b]
+                if n == 1:
+                    del refs[b]
+                else:
+                    refs[b] = n - 1
+    return out
+
+
+class _BlockHolders:
+    """One engine's HBM blocks as ``hbm_owners`` follows them: live references per
+    block, the request (and block index) that last took each block fresh, and the
+    block lists each request holds."""
+
+    def __init__(self) -> None:
+        self.refs: dict[int, int] = {}
+        self.owner: dict[int, tuple[str, int]] = {}
+        self.held: dict[str, list[list[int]]] = {}

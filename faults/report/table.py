@@ -42,6 +42,8 @@ PROPERTY_LETTERS = {
     "efficiency": "E",
     "exactly_once": "X",
     "resources": "R",
+    "load_failures": "U",
+    "hbm_owners": "O",
 }
 
 

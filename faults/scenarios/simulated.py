@@ -404,11 +404,12 @@ _TRACE = (
     "liveness",
     "exactly_once",
     "resources",
+    "hbm_owners",
 )
 _ALL = (*_TRACE, "determinism")
 # Runs whose engines share one tier also judge what they loaded (two servers each
 # have their own tier: a prompt stored on one is rightly a miss on the other).
-_ONE_TIER = (*_TRACE, "efficiency", "determinism")
+_ONE_TIER = (*_TRACE, "efficiency", "load_failures", "determinism")
 
 SCENARIOS: dict[str, Scenario] = {
     s.name: s

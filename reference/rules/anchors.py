@@ -19,16 +19,18 @@ def grid_step(geometry: Geometry, state_grid: StateGrid) -> int:
 @dataclass(frozen=True)
 class AnchorPolicy:
     """Mid-prefill anchors every ``state_checkpoint_interval`` tokens and a prompt-end
-    anchor at the last block boundary before the prompt end; under MP the prompt-end
-    anchor is floored onto the chunk grid while the grid still lies past the resume
-    point, and off-grid anchors are not cut for."""
+    anchor at the last block boundary before the prompt end, but not past the prompt's
+    last full chunk (the tier keeps KV in full chunks only, and a hit claims no more
+    than its KV: an image further on is never used); under MP the prompt-end anchor is
+    floored onto the chunk grid while the grid still lies past the resume point, and
+    off-grid anchors are not cut for."""
 
     def plan(
         self, prompt_len: int, resume: int, geometry: Geometry, state_grid: StateGrid
     ) -> list[int]:
         """The anchors past ``resume`` that the scheduler cuts prefill steps at."""
         grid = grid_step(geometry, state_grid)
-        end_anchor = geometry.floor_block(prompt_len - 1)
+        end_anchor = min(geometry.floor_block(prompt_len - 1), geometry.floor_chunk(prompt_len))
         on_grid = end_anchor - end_anchor % grid
         if on_grid > resume:
             end_anchor = on_grid

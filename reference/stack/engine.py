@@ -129,6 +129,7 @@ class Engine:
             self.trace,
             self.rules,
             generation,
+            self.name,
         )
         self.worker = RestoreWorker(
             p.clock,

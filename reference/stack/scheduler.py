@@ -98,8 +98,10 @@ class Scheduler:
         trace: Trace,
         rules: Rules | None = None,
         generation: int = 0,
+        name: str = "engine",
     ):
         self.config = config
+        self.name = name  # the engine's: HBM block numbers are per engine
         self.geometry = config.geometry
         self.clock = clock
         self.lookup_client = lookup
@@ -188,14 +190,18 @@ class Scheduler:
             Ev.KEY, req_id=seq.req.req_id, site=site, seed=seq.req.cache_seed, first=first
         )
 
-    def _tier_key_event(self, site: str, seq: SeqState, end: int) -> None:
-        """The key event of ``seq.tier_ids[:end]``: its first chunk key is that of the
-        whole ``tier_ids`` when it holds a full chunk, else there is none."""
-        if seq.tier_first is None:
-            cs = self.geometry.chunk_size  # the first key is that of the first chunk alone
-            seq.tier_first = _first_key_hex(chunk_keys(seq.tier_ids[:cs], cs))
-        full = min(end, len(seq.tier_ids)) >= self.geometry.chunk_size
-        self._first_key_event(site, seq, seq.tier_first if full else None)
+    def _tier_key_event(self, site: str, seq: SeqState, end: int, ids: tuple[int, ...]) -> None:
+        """The key event of ``ids[:end]``, the ids the lookup, load or save sends: its
+        first chunk key is that of the first chunk of ``ids`` when ``ids[:end]`` holds a
+        full chunk, else there is none."""
+        cs = self.geometry.chunk_size  # the first key is that of the first chunk alone
+        if ids is seq.tier_ids:
+            if seq.tier_first is None:
+                seq.tier_first = _first_key_hex(chunk_keys(ids[:cs], cs))
+            first = seq.tier_first
+        else:
+            first = _first_key_hex(chunk_keys(ids[:cs], cs))
+        self._first_key_event(site, seq, first if min(end, len(ids)) >= cs else None)
 
     # -- step 1a: completions --------------------------------------------------------
     def apply(self, completions: list[Completion]) -> None:
@@ -301,12 +307,15 @@ class Scheduler:
             return False
         use_cache = self.config.prefix_cache
         seq.blocks, cached = self.pool.allocate(seq.chain, seq.n_blocks, use_cache)
+        self.trace.record(
+            Ev.BLOCKS, req_id=req.req_id, engine=self.name, took=seq.blocks, shared=cached
+        )
         seq.hbm_hit = min(cached * geo.block_size, geo.floor_block(req.prompt_len - 1))
         self._key_event("hbm", seq, seq.chain)
 
         query = LookupQuery(seq.tier_ids, self._state_candidates(seq))
         result = self.lookup_client.lookup(query)
-        self._tier_key_event("lookup", seq, len(seq.tier_ids))
+        self._tier_key_event("lookup", seq, len(query.tier_ids), query.tier_ids)
         if self.hybrid:
             self._key_event("state", seq, seq.state_chain)
             plan = self.rules.hits.hybrid(
@@ -360,7 +369,7 @@ class Scheduler:
         self._loading[op] = seq
         self.bounds.dispatched(op, self.clock.now())
         meta.loads.append(load)
-        self._tier_key_event("load", seq, plan.kv_end)
+        self._tier_key_event("load", seq, plan.kv_end, load.tier_ids)
         self.trace.record(Ev.DISPATCH, op=op, start=start, kv_end=plan.kv_end, claim=plan.claim)
 
     def _plan_compute(self, meta: StepMeta) -> None:
@@ -397,17 +406,16 @@ class Scheduler:
             if new_end > seq.saved_upto or states:
                 save_start = seq.saved_upto if new_end > seq.saved_upto else new_end
                 op = OperationId(req_id, self._next_generation(), OpKind.SAVE)
-                meta.saves.append(
-                    SaveOp(
-                        op=op,
-                        tier_ids=seq.tier_ids,
-                        start=save_start,
-                        end=new_end,
-                        blocks=tuple(seq.blocks[save_start // bs : new_end // bs]),
-                        states=states,
-                    )
+                save = SaveOp(
+                    op=op,
+                    tier_ids=seq.tier_ids,
+                    start=save_start,
+                    end=new_end,
+                    blocks=tuple(seq.blocks[save_start // bs : new_end // bs]),
+                    states=states,
                 )
-                self._tier_key_event("save", seq, new_end)
+                meta.saves.append(save)
+                self._tier_key_event("save", seq, new_end, save.tier_ids)
                 for pos, _ in states:
                     self.trace.record(
                         Ev.STATE_SAVE, op=op, position=pos, grid=self.config.state_grid
@@ -434,6 +442,9 @@ class Scheduler:
         seq.phase = Phase.DONE
         self._unfinished -= 1
         self._decoding.remove(seq)
+        # Recorded before the pool is told, so the trace shows a bad free even when the
+        # pool raises.
+        self.trace.record(Ev.BLOCKS, req_id=seq.req.req_id, engine=self.name, freed=seq.blocks)
         self.pool.free(seq.blocks)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
+from typing import Sequence
 
 from reference.errors import RestoreFenceError, TransferUnprovable
 from reference.interfaces import (
@@ -21,6 +22,7 @@ from reference.interfaces import (
     TierReply,
 )
 from reference.rules.deadline import LoadClock, RestoreDeadline
+from reference.rules.keys import ChunkKeyMemo
 from reference.trace import Ev, Trace
 from reference.types import Completion, LoadOp, OperationId, Outcome, SaveOp
 
@@ -72,6 +74,7 @@ class RestoreWorker:
     # stale and dropped when met.
     _deadlines: list[tuple[float, int, OperationId]] = field(default_factory=list, init=False)
     _pushed: int = field(default=0, init=False)
+    _keys: ChunkKeyMemo | None = field(default=None, init=False)  # keys of what is sent
 
     def __post_init__(self) -> None:
         if self.slots < 1:
@@ -100,6 +103,7 @@ class RestoreWorker:
             self._unanswered[load.op] = entry
             self._clock_changed(entry)
             self.trace.record(Ev.RETRIEVE_SUBMIT, op=load.op, start=load.start, end=load.kv_end)
+            self._sent("retrieve", load.op, load.tier_ids, load.kv_end)
 
     def _clock_changed(self, entry: _Load) -> None:
         """Ask the deadline rule again when the running deadline may have changed."""
@@ -120,6 +124,20 @@ class RestoreWorker:
             )
             self._saves[save.op] = _Save(save, ticket, self.clock.now())
             self.trace.record(Ev.SAVE, op=save.op, start=save.start, end=save.end)
+            self._sent("store", save.op, save.tier_ids, save.end)
+
+    def _sent(self, what: str, op: OperationId, ids: Sequence[int], end: int) -> None:
+        """Record the chunk keys of the ids just sent to the tier for ``[0, end)``: the
+        first chunk's and the last full chunk's (a prefix chain: it names every id up to
+        there), so a checker sees the keys an operation really used."""
+        if self._keys is None:
+            self._keys = ChunkKeyMemo(self.tier.chunk_size)
+        try:
+            keys = self._keys.keys(ids, end)
+        except (OverflowError, TypeError):  # ids the tier cannot key: it never answers
+            keys = []
+        first, last = (keys[0].hex(), keys[-1].hex()) if keys else (None, None)
+        self.trace.record(Ev.SENT, op=op, what=what, end=end, first=first, last=last)
 
     # -- the poll, between forwards ----------------------------------------------------
     def get_finished(self) -> list[Completion]:

@@ -94,7 +94,7 @@ def test_a_save_of_content_already_stored_late_is_no_silent_miss():
     is right (a store of a chunk it holds writes nothing); the property used to take
     the earliest visibility of any save and called this a silent miss."""
     from faults.injectors import FaultPlan, FaultSpec
-    from faults.properties.ledger import _content_chain
+    from faults.properties.content import ContentChains
     from reference.trace import Ev
     from reference.types import OpKind
 
@@ -103,7 +103,8 @@ def test_a_save_of_content_already_stored_late_is_no_silent_miss():
     assert res.ok, [str(v) for v in res.violations]
     # The run holds the situation: a chunk first written late, written again promptly
     # before it became visible, and a lookup of it in between that missed it.
-    run, chains = res.run, {}
+    run = res.run
+    chains = ContentChains(run)
     chunk = run.config.geometry.chunk_size
     late = {e.op: e.t + e.data["delay_s"] for e in run.trace.of(Ev.FAULT)}
     first: dict[int, float] = {}  # chunk key -> visible at, as the tier stamps it
@@ -113,14 +114,14 @@ def test_a_save_of_content_already_stored_late_is_no_silent_miss():
     for ev in run.trace.events:
         if ev.kind is Ev.FINISHED_REPORTED and ev.op.kind is OpKind.SAVE:
             start, end = ranges[ev.op]
-            chain = _content_chain(run, ev.req_id, chains)
+            chain = chains.of(ev.req_id)
             for key in chain[start // chunk : end // chunk]:
                 if key not in first:
                     first[key] = late.get(ev.op, ev.t)
                 elif late.get(ev.op, ev.t) < first[key]:
                     rewritten_early[key] = late.get(ev.op, ev.t)
         elif ev.kind is Ev.LOOKUP:
-            chain = _content_chain(run, ev.req_id, chains)
+            chain = chains.of(ev.req_id)
             n = ev.data["kv_hit"] // chunk
             if n < len(chain) and chain[n] in rewritten_early:
                 missed |= rewritten_early[chain[n]] <= ev.t < first[chain[n]]
@@ -212,3 +213,119 @@ def test_correctness_judges_each_run_against_the_cold_run_whatever_ran_before():
     assert [v.message for v in right.violations] == []
     for wrong in (first, again):
         assert any("differs from its cold run" in v.message for v in wrong.violations)
+
+
+# -- blind spots of issue 19: a load under other keys, two owners of one HBM block ----------
+
+
+def _load_sends_raw_ids(monkeypatch):
+    """The load sends the prompt's raw ids (media ignored) while the lookup and the
+    saves use the media's tier ids: it fails like an eviction and the stack recomputes."""
+    import dataclasses
+
+    dispatch = Scheduler._dispatch_load
+
+    def raw_load(self, seq, plan, meta):
+        dispatch(self, seq, plan, meta)
+        meta.loads[-1] = dataclasses.replace(meta.loads[-1], tier_ids=seq.req.prompt_token_ids)
+
+    monkeypatch.setattr(Scheduler, "_dispatch_load", raw_load)
+
+
+def test_a_load_under_other_keys_than_its_saves_is_an_unexplained_failure(monkeypatch):
+    healthy = run_case("two_images", 0)
+    assert healthy.ok, [str(v) for v in healthy.violations]
+    _load_sends_raw_ids(monkeypatch)
+    res = run_case("two_images", 0)
+    # Outputs stay right (the stack recomputes): before these checks nothing failed.
+    assert _props(res) == {"keys", "load_failures"}, [str(v) for v in res.violations]
+    assert any("no injected fault explains it" in v.message for v in res.violations)
+    assert any("sent the same content" in v.message for v in res.violations)
+
+
+def test_a_load_failure_an_injected_fault_explains_is_no_violation():
+    from faults.injectors import FaultPlan, FaultSpec
+
+    for name in ("retrieve_failure", "evict_after_lookup"):
+        plan = FaultPlan((FaultSpec.of(name, nth=(1, 2, 3)),), 0)
+        res = run_case(
+            "restart_tier_kept", 0, injectors=plan.injectors, properties=["load_failures"]
+        )
+        assert res.fired[name] and res.ok, [str(v) for v in res.violations]
+
+
+def _free_ignores_references(monkeypatch):
+    """The prefix-cache pool frees every block of a finished request at once, shared
+    or not: a shared prefix block goes back to the free list while another request
+    still holds it, and is handed out again."""
+    from reference.stack import BlockPool
+
+    def free(self, blocks):
+        for b in blocks:
+            self._refs.pop(b, None)
+            if b not in self._free:
+                self._free.extend([b])
+
+    monkeypatch.setattr(BlockPool, "free", free)
+
+
+def test_a_block_with_two_live_owners_is_caught(monkeypatch):
+    assert run_case("hbm_pressure", 0).ok
+    _free_ignores_references(monkeypatch)
+    res = run_case("hbm_pressure", 0)
+    # No allocator error and no wrong output: only the ownership check sees it.
+    assert _props(res) == {"hbm_owners"}, [str(v) for v in res.violations]
+    assert any("while" in v.message and "holds it" in v.message for v in res.violations)
+
+
+def _images_stored_under_other_keys(monkeypatch):
+    """Each state image a save stores goes under another key than the one a lookup of
+    its position asks for (the worker is handed a garbled name): no lookup finds it,
+    and a hit claims less. The claim still equals the joint boundary of what the
+    lookup *reports*, so a check of the claim against the report sees nothing, and the
+    outputs stay right (the request recomputes)."""
+    import dataclasses
+
+    after = Scheduler.after_forward
+
+    def misnamed(self, meta):
+        done = after(self, meta)
+        meta.saves[:] = [
+            dataclasses.replace(s, states=tuple((p, key ^ 1) for p, key in s.states))
+            for s in meta.saves
+        ]
+        return done
+
+    monkeypatch.setattr(Scheduler, "after_forward", misnamed)
+
+
+def test_state_images_saved_in_the_wrong_place_are_caught(monkeypatch):
+    assert run_case("chunk_aligned_hybrid", 0).ok
+    _images_stored_under_other_keys(monkeypatch)
+    res = run_case("chunk_aligned_hybrid", 0)
+    assert _props(res) == {"hybrid"}, [str(v) for v in res.violations]
+    assert any(
+        "the joint boundary of what the tier holds is 1920" in v.message for v in res.violations
+    )
+
+
+def test_a_state_image_no_hit_can_use_is_caught(monkeypatch):
+    """The prompt-end anchor at the last block boundary whatever the tier's KV reaches
+    (the stack before issue 19): on ``two_images`` (876 tokens, 256-token chunks) the
+    image at 864 lies past the 768 tokens of full chunks, so no hit ever uses it."""
+    from reference.rules.anchors import AnchorPolicy
+    from reference.types import Geometry
+
+    plan = AnchorPolicy.plan
+
+    def past_the_chunks(self, prompt_len, resume, geometry, state_grid):
+        wide = Geometry(geometry.block_size, geometry.block_size, geometry.prefill_budget,
+                        geometry.state_checkpoint_interval)  # fmt: skip
+        return plan(
+            self, prompt_len, resume, wide if state_grid == "block" else geometry, state_grid
+        )
+
+    monkeypatch.setattr(AnchorPolicy, "plan", past_the_chunks)
+    res = run_case("two_images", 0, properties=["correctness", "hybrid", "efficiency"])
+    assert _props(res) == {"hybrid"}, [str(v) for v in res.violations]
+    assert any("state image at 864" in v.message for v in res.violations)

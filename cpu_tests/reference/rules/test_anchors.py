@@ -24,10 +24,13 @@ def test_grid_step():
 @pytest.mark.parametrize(
     "prompt_len, resume, grid, expected",
     [
-        # in-process tier: the prompt-end anchor at the last block boundary before the end
-        (1000, 0, "block", [992]),
-        (3000, 0, "block", [1024, 2048, 2992]),
-        (3000, 1024, "block", [2048, 2992]),
+        # in-process tier: the prompt-end anchor at the last block boundary before the end,
+        # but not past the last full chunk (the tier has no KV beyond it for a hit to use)
+        (1000, 0, "block", [768]),
+        (3000, 0, "block", [1024, 2048, 2816]),
+        (3000, 1024, "block", [2048, 2816]),
+        (1040, 0, "block", [1024]),  # 1024 tokens of full chunks: the last block before it
+        (2048, 0, "block", [1024, 2032]),  # chunk-aligned: the KV covers the whole prompt
         # MP tier: the prompt-end anchor floored onto the chunk grid
         (1000, 0, "chunk", [768]),
         (3000, 0, "chunk", [1024, 2048, 2816]),
@@ -69,10 +72,12 @@ def test_plan_invariants(block, chunks_per, interval_chunks, prompt_len, resume_
     for a in anchors:
         assert resume < a < prompt_len
         assert a % step == 0, f"anchor {a} is off the {grid} grid"
-    # the last on-grid boundary before the prompt end is an anchor whenever it lies past
-    # the resume point (under MP too: that is the floored prompt-end anchor)
-    last = geo.floor_block(prompt_len - 1)
+    # the last on-grid boundary before the prompt end and within its full chunks is an
+    # anchor whenever it lies past the resume point (under MP too: that is the floored
+    # prompt-end anchor); an image past the full chunks is never usable by a hit
+    last = min(geo.floor_block(prompt_len - 1), geo.floor_chunk(prompt_len))
     last -= last % step
+    assert all(a <= geo.floor_chunk(prompt_len) for a in anchors)
     if last > resume:
         assert anchors[-1] == last
     # mid-prefill anchors every interval
@@ -124,8 +129,11 @@ def test_prefill_is_cut_at_on_grid_anchors(rig):
 
 def test_prefill_is_cut_at_block_anchors_in_process(rig):
     ranges, saves = _prefill(rig, GEO, "block", 1000)
-    assert ranges == [(0, 992), (992, 1000)]
-    assert saves == [992]
+    assert ranges == [(0, 768), (768, 1000)]
+    assert saves == [768]  # not 992: the tier keeps no KV past 768 for a hit to claim it
+    ranges, saves = _prefill(rig, GEO, "block", 2048)
+    assert ranges == [(0, 1024), (1024, 2032), (2032, 2048)]
+    assert saves == [1024, 2032]
 
 
 def test_every_state_image_requested_under_mp_lies_on_the_chunk_grid(rig):

@@ -1,0 +1,95 @@
+"""What the tier holds, by content: the account the accounting properties share.
+
+A request's content keys are a chain over its token ids seeded with its media digest,
+one per full chunk, computed here and never taken from the stack's own keys: a stack
+that keys wrongly cannot agree with itself. ``TierAccount`` reads a trace in order and
+keeps, per content key, when the tier made that chunk visible.
+"""
+
+from __future__ import annotations
+
+from faults.runs import RunResult
+from reference.rules.keys import block_hash_chain
+from reference.trace import Ev, TraceEvent
+from reference.types import OperationId
+
+
+class ContentChains:
+    """Each request's content keys, one per full chunk (or per ``size`` tokens),
+    computed once per request."""
+
+    def __init__(self, run: RunResult, size: int | None = None):
+        self._run = run
+        self._chunk = size or run.config.geometry.chunk_size  # tokens per key
+        self._chains: dict[str, list[int]] = {}
+
+    def of(self, req_id: str) -> list[int]:
+        chain = self._chains.get(req_id)
+        if chain is None:
+            req = self._run.requests[req_id]
+            chain = block_hash_chain(req.prompt_token_ids, self._chunk, req.cache_seed)
+            self._chains[req_id] = chain
+        return chain
+
+
+class TierAccount:
+    """The chunks completed saves put in the tier, by content, as a trace shows them
+    (fed every event in order with ``feed``).
+
+    A save the worker reports finished (``finished_reported``: the poll that saw the
+    tier write it) adds the chunks the tier does not hold yet, visible from then on, or
+    from ``delay_s`` later when a fault event reports late visibility for it; a store of
+    a chunk already held writes nothing, so the chunk keeps the visibility of the save
+    that first put it there. A fault event naming a dropped ``chunk`` removes it."""
+
+    KINDS = (Ev.SAVE, Ev.FAULT, Ev.FINISHED_REPORTED)  # the events ``feed`` reads
+
+    def __init__(self, run: RunResult, chains: ContentChains | None = None):
+        self.run = run
+        self.chunk = run.config.geometry.chunk_size
+        self.chains = chains or ContentChains(run)
+        self.held: dict[int, float] = {}  # content key -> when it became visible
+        self._save_range: dict[OperationId, tuple[int, int]] = {}
+        self._late: dict[OperationId, float] = {}  # save op -> visible at
+
+    def feed(self, ev: TraceEvent) -> None:
+        kind = ev.kind
+        if kind is Ev.SAVE:
+            self._save_range[ev.op] = (ev.data["start"], ev.data["end"])
+        elif kind is Ev.FAULT and ev.op is not None:
+            if "delay_s" in ev.data:
+                self._late[ev.op] = ev.t + ev.data["delay_s"]
+            elif "chunk" in ev.data and ev.req_id in self.run.requests:
+                chain = self.chains.of(ev.req_id)
+                if ev.data["chunk"] < len(chain):
+                    self.held.pop(chain[ev.data["chunk"]], None)
+        elif kind is Ev.FINISHED_REPORTED:
+            rng = self._save_range.get(ev.op)
+            if rng is None or ev.data.get("outcome") != "finished":
+                return
+            visible = self.visible_at(ev)
+            chain = self.chains.of(ev.req_id)
+            for i in range(rng[0] // self.chunk, min(rng[1] // self.chunk, len(chain))):
+                self.held.setdefault(chain[i], visible)
+
+    def visible_at(self, report: TraceEvent) -> float:
+        """When what the save reported finished by ``report`` wrote becomes visible."""
+        return self._late.get(report.op, report.t)
+
+    def visible_prefix(self, req_id: str, t: float) -> int:
+        """Tokens of the request's prefix held and visible at ``t`` (whole chunks)."""
+        n = 0
+        for key in self.chains.of(req_id):
+            if self.held.get(key, float("inf")) > t:
+                break
+            n += self.chunk
+        return n
+
+    def holds(self, req_id: str, start: int, end: int) -> bool:
+        """Whether every chunk covering ``[start, end)`` of the request is in the tier
+        (visible or not: a read does not wait for visibility)."""
+        chain = self.chains.of(req_id)
+        last = -(-end // self.chunk)
+        if last > len(chain):
+            return False
+        return all(key in self.held for key in chain[start // self.chunk : last])
