@@ -190,7 +190,7 @@ def test_run_a_selection_writes_the_report_and_leaves_no_artifacts(tmp_path, cap
         "hybrid_last_chunk",
         "chunk_aligned_hybrid",
         "0-1",
-        "CKFLXREDH",
+        "CKFLXROEUDH",
         "FIXED",
     ]
     assert "hybrid caught on 2/2 seeds" in table[2]
@@ -199,7 +199,7 @@ def test_run_a_selection_writes_the_report_and_leaves_no_artifacts(tmp_path, cap
         "chunk_aligned_hybrid",
         "chunk_aligned_hybrid",
         "0-1",
-        "CKFLXREDH",
+        "CKFLXROEUDH",
         "PASS",
     ]
     assert "2 targets, 4 runs: 2 ok, 0 failed" in out

@@ -1,10 +1,11 @@
-"""Every scenario by name, built here and nowhere else: the simulated stories and
-their real-tier sizes. Each ``Scenario`` says which tiers it runs on."""
+"""Every scenario by name, built here and nowhere else: the simulated stories, the
+generated workloads and the real-tier sizes. Each ``Scenario`` says which tiers it runs on."""
 
 from __future__ import annotations
 
+from faults.scenarios.generated import GENERATED
 from faults.scenarios.real_sized import REAL_SIZED
 from faults.scenarios.simulated import SCENARIOS as _SIMULATED
 from faults.scenarios.simulated import Scenario
 
-SCENARIOS: dict[str, Scenario] = {**_SIMULATED, **REAL_SIZED}
+SCENARIOS: dict[str, Scenario] = {**_SIMULATED, **GENERATED, **REAL_SIZED}

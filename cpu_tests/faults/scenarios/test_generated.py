@@ -1,0 +1,58 @@
+"""Generated workloads (faults/scenarios/generated.py): drawn by a hypothesis strategy
+from the run's seed, in the default campaign, and searched (with shrinking) here."""
+
+from __future__ import annotations
+
+from hypothesis import given, note, settings
+
+from faults.campaign import run_case, select_targets
+from faults.campaign.execute import check
+from faults.runs import RunContext
+from faults.scenarios import SCENARIOS
+from faults.scenarios.generated import GENERATED, draw_workload, run_workload, workloads
+
+
+def test_the_seed_is_the_workload():
+    for kind in ("dense", "hybrid"):
+        drawn = [draw_workload(s, kind) for s in range(8)]
+        assert drawn == [draw_workload(s, kind) for s in range(8)]
+        assert len({w.describe() for w in drawn}) >= 6
+        assert {w.model_kind for w in drawn} == {kind}
+
+
+def test_the_default_campaign_runs_them_and_a_row_replays():
+    targets = {t.id: t for t in select_targets()}
+    for name in GENERATED:
+        t = targets[f"scenario:{name}"]
+        assert t.command(7) == f"kvfault run --first-seed 7 --seeds 1 --scenario {name}"
+        res = run_case(name, 7)
+        assert res.ok, [str(v) for v in res.violations]
+        assert (
+            res.notes["workload"] == draw_workload(7, SCENARIOS[name].name.split("_")[1]).describe()
+        )
+
+
+def test_draws_cover_what_the_issue_asks_for():
+    """Over a few seeds: media and text, several servers, restarts, lengths on and off
+    the chunk grid, HBM pressure, both state grids."""
+    drawn = [draw_workload(s, k) for s in range(16) for k in ("dense", "hybrid")]
+    prompts = [(w, p) for w in drawn for p in w.prompts]
+    assert {p.picture for _, p in prompts} == {True, False}
+    assert {w.servers for w in drawn} >= {1, 2, 3}
+    assert any(restarts for w in drawn for _, restarts in w.rounds)
+    assert any(p.length % w.geometry.chunk_size == 0 for w, p in prompts)
+    assert any(p.length % w.geometry.chunk_size for w, p in prompts)
+    assert any(w.pressure for w in drawn)
+    assert {w.state_grid for w in drawn if w.model_kind == "hybrid"} == {"block", "chunk"}
+
+
+@settings(max_examples=25, deadline=None)
+@given(workloads())
+def test_every_generated_workload_holds_every_property(w):
+    note(w.describe())
+    name = f"generated_{w.model_kind}"
+    run = run_workload(RunContext(seed=0), name, w)
+    props = [p for p in SCENARIOS[name].properties if p != "determinism"]
+    violations = check(run, props)
+    assert not violations, [str(v) for v in violations]
+    assert not run.stop and not run.hung
