@@ -247,7 +247,7 @@ def hybrid(run: RunResult) -> list[Violation]:
                     Violation(
                         "hybrid",
                         f"{ev.req_id} claims {d['claim']} of {n} tokens; the joint boundary "
-                        f"of what the tier holds is {joint}",
+                        f"is {joint}",
                         t=ev.t,
                     )
                 )

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 
 from faults.runs import Expect, finishes, stops
 from reference.rules import Rules
-from reference.rules.anchors import AnchorPolicy
+from reference.rules.anchors import AnchorPolicy, grid_step
 from reference.rules.bounds import LoadBounds
 from reference.rules.deadline import LoadClock, RestoreDeadline
 from reference.rules.hits import HitPolicy, LoadPlan, joint_boundary
@@ -76,6 +76,25 @@ class OffGridAnchors(AnchorPolicy):
         interval = geometry.state_checkpoint_interval
         anchors = set(range(interval, end_anchor, interval)) | {end_anchor}
         return sorted(a for a in anchors if a > resume)
+
+
+@dataclass(frozen=True)
+class PastFullChunkAnchors(AnchorPolicy):
+    """Legacy anchors (the stack before issue 19): the prompt-end anchor at the last
+    block boundary before the prompt end even past its last full chunk, where the tier
+    holds no KV, so no hit can use the image saved there."""
+
+    def plan(
+        self, prompt_len: int, resume: int, geometry: Geometry, state_grid: StateGrid
+    ) -> list[int]:
+        grid = grid_step(geometry, state_grid)
+        end_anchor = geometry.floor_block(prompt_len - 1)
+        on_grid = end_anchor - end_anchor % grid
+        if on_grid > resume:
+            end_anchor = on_grid
+        interval = geometry.state_checkpoint_interval
+        anchors = set(range(interval, end_anchor, interval)) | {end_anchor}
+        return sorted(a for a in anchors if a > resume and a % grid == 0)
 
 
 @dataclass(frozen=True)
@@ -206,6 +225,16 @@ REGRESSIONS: dict[str, Regression] = {
             # Not on lmcache: the MP server keeps state images only on the chunk grid,
             # so a chunk-aligned prompt's joint boundary is already a chunk boundary and
             # the legacy give-back loses nothing there (both load 1792 of 2048 tokens).
+            legacy_expect=(finishes(),),
+        ),
+        Regression(
+            "anchor_past_full_chunks",
+            "the prompt-end anchor past the prompt's last full chunk: a state image no hit can use",
+            "two_images",
+            "hybrid",
+            replace(_FIXED, anchors=PastFullChunkAnchors()),
+            # Not on lmcache: not tried on the real server (whether it keeps an image
+            # off its chunk grid for the block-grid story is the server's business).
             legacy_expect=(finishes(),),
         ),
         Regression(

@@ -304,28 +304,17 @@ def test_state_images_saved_in_the_wrong_place_are_caught(monkeypatch):
     _images_stored_under_other_keys(monkeypatch)
     res = run_case("chunk_aligned_hybrid", 0)
     assert _props(res) == {"hybrid"}, [str(v) for v in res.violations]
-    assert any(
-        "the joint boundary of what the tier holds is 1920" in v.message for v in res.violations
-    )
+    assert any("the joint boundary is 1920" in v.message for v in res.violations)
 
 
-def test_a_state_image_no_hit_can_use_is_caught(monkeypatch):
+def test_a_state_image_no_hit_can_use_is_caught():
     """The prompt-end anchor at the last block boundary whatever the tier's KV reaches
-    (the stack before issue 19): on ``two_images`` (876 tokens, 256-token chunks) the
-    image at 864 lies past the 768 tokens of full chunks, so no hit ever uses it."""
-    from reference.rules.anchors import AnchorPolicy
-    from reference.types import Geometry
+    (the stack before issue 19, planted as ``anchor_past_full_chunks``): on
+    ``two_images`` (876 tokens, 256-token chunks) the image at 864 lies past the 768
+    tokens of full chunks, so no hit ever uses it; nothing else notices."""
+    from faults.regressions import REGRESSIONS
 
-    plan = AnchorPolicy.plan
-
-    def past_the_chunks(self, prompt_len, resume, geometry, state_grid):
-        wide = Geometry(geometry.block_size, geometry.block_size, geometry.prefill_budget,
-                        geometry.state_checkpoint_interval)  # fmt: skip
-        return plan(
-            self, prompt_len, resume, wide if state_grid == "block" else geometry, state_grid
-        )
-
-    monkeypatch.setattr(AnchorPolicy, "plan", past_the_chunks)
-    res = run_case("two_images", 0, properties=["correctness", "hybrid", "efficiency"])
+    rules = REGRESSIONS["anchor_past_full_chunks"].rules
+    res = run_case("two_images", 0, rules=rules, properties=["correctness", "hybrid", "efficiency"])
     assert _props(res) == {"hybrid"}, [str(v) for v in res.violations]
     assert any("state image at 864" in v.message for v in res.violations)
