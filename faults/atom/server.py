@@ -491,7 +491,7 @@ class SchedulerProcess:
         self.names: dict[Any, str] = {}
         self.requests: dict[str, AtomRequest] = {}
         self.seqs: dict[str, Any] = {}
-        self.pending_lookup: dict[str, tuple[int, int]] = {}  # sid -> (raw hit, claim)
+        self.pending_lookup: dict[str, int] = {}  # sid -> what lmcache's lookup answered
         self.looked_up: set[str] = set()
         self._next_id = 1
         self._observe()
@@ -518,9 +518,7 @@ class SchedulerProcess:
         def observed_match(seq):
             raw.pop(str(seq.id), None)
             need, park = match(seq)
-            hit = raw.get(str(seq.id), 0)
-            claim = int(need) + int(seq.num_cached_tokens) if park else 0
-            self.pending_lookup[str(seq.id)] = (hit, claim)
+            self.pending_lookup[str(seq.id)] = raw.get(str(seq.id), 0)
             return need, park
 
         impl.get_num_new_matched_tokens = observed_match
@@ -552,7 +550,7 @@ class SchedulerProcess:
         if sid in self.looked_up or sid not in self.pending_lookup:
             return
         self.looked_up.add(sid)
-        hit, _ = self.pending_lookup[sid]
+        hit = self.pending_lookup[sid]
         name = self.names[seq.id]
         self.log.record(
             "key",

@@ -32,6 +32,11 @@ _PRELOAD = (
     "atom.model_engine.scheduler",
     "atom.model_engine.engine_core",
     "atom.kv_transfer.offload.connector",
+    # kvfault's own server side, so a fork reads nothing from disk (and a checkout
+    # edited during a campaign cannot change it halfway)
+    "fakes.model",
+    "faults.atom.server",
+    "faults.atom.processes",
 )
 
 
