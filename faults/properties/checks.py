@@ -204,7 +204,8 @@ def hybrid(run: RunResult) -> list[Violation]:
     states: dict[int, float] = {}  # content of an image's prefix -> visible from
     asked: dict[object, list[int]] = {}  # save op -> positions of the images it stores
     out = []
-    kinds = (Ev.STATE_SAVE, Ev.LOOKUP, *TierAccount.KINDS)
+    kept_grid: dict[object, int] = {}  # save op -> the grid the tier keeps images on
+    kinds = (Ev.STATE_SAVE, Ev.LOOKUP, Ev.SENT, *TierAccount.KINDS)
     for ev in run.trace.of(*kinds):
         kind = ev.kind
         if kind is Ev.STATE_SAVE:
@@ -251,13 +252,17 @@ def hybrid(run: RunResult) -> list[Violation]:
                         t=ev.t,
                     )
                 )
+        elif kind is Ev.SENT:
+            if "state_grid" in ev.data:  # the tier's own grid, whatever the stack's is
+                kept_grid[ev.op] = chunk if ev.data["state_grid"] == "chunk" else bs
         else:
             if kind is Ev.FINISHED_REPORTED and ev.op in asked:
                 if ev.data.get("outcome") == "finished":
                     # The tier keeps an image on its grid and stamps each write anew.
                     chain = blocks.of(ev.req_id)
+                    step = kept_grid.get(ev.op, grid)
                     for p in asked[ev.op]:
-                        if p % grid == 0 and 0 < p <= len(chain) * bs:
+                        if p % step == 0 and 0 < p <= len(chain) * bs:
                             states[chain[p // bs - 1]] = account.visible_at(ev)
             account.feed(ev)
     return out

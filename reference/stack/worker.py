@@ -124,12 +124,16 @@ class RestoreWorker:
             )
             self._saves[save.op] = _Save(save, ticket, self.clock.now())
             self.trace.record(Ev.SAVE, op=save.op, start=save.start, end=save.end)
-            self._sent("store", save.op, save.tier_ids, save.end)
+            if save.states:  # and where the tier keeps the images it is sent
+                self._sent("store", save.op, save.tier_ids, save.end, self.tier.state_grid)
+            else:
+                self._sent("store", save.op, save.tier_ids, save.end)
 
-    def _sent(self, what: str, op: OperationId, ids: Sequence[int], end: int) -> None:
+    def _sent(self, what: str, op: OperationId, ids: Sequence[int], end: int, *grid: str) -> None:
         """Record the chunk keys of the ids just sent to the tier for ``[0, end)``: the
         first chunk's and the last full chunk's (a prefix chain: it names every id up to
-        there), so a checker sees the keys an operation really used."""
+        there), so a checker sees the keys an operation really used; with state images,
+        the tier's state grid (the only positions it keeps)."""
         if self._keys is None:
             self._keys = ChunkKeyMemo(self.tier.chunk_size)
         try:
@@ -137,7 +141,8 @@ class RestoreWorker:
         except (OverflowError, TypeError):  # ids the tier cannot key: it never answers
             keys = []
         first, last = (keys[0].hex(), keys[-1].hex()) if keys else (None, None)
-        self.trace.record(Ev.SENT, op=op, what=what, end=end, first=first, last=last)
+        extra = {"state_grid": grid[0]} if grid else {}
+        self.trace.record(Ev.SENT, op=op, what=what, end=end, first=first, last=last, **extra)
 
     # -- the poll, between forwards ----------------------------------------------------
     def get_finished(self) -> list[Completion]:

@@ -318,3 +318,20 @@ def test_a_state_image_no_hit_can_use_is_caught():
     res = run_case("two_images", 0, rules=rules, properties=["correctness", "hybrid", "efficiency"])
     assert _props(res) == {"hybrid"}, [str(v) for v in res.violations]
     assert any("state image at 864" in v.message for v in res.violations)
+
+
+def test_the_joint_boundary_counts_only_images_the_tier_keeps():
+    """A tier that keeps state images on its chunk grid only (the real MP server) under
+    a story whose stack cuts on the block grid: the image at 1920 is sent and dropped,
+    so the derived joint boundary is 1792, as claimed (the tier's grid comes from what
+    the worker recorded sending, not from the stack's configuration)."""
+    from fakes import MemoryTier
+    from faults.properties import hybrid
+    from faults.runs import RunContext
+    from faults.scenarios import SCENARIOS
+
+    ctx = RunContext(seed=0)
+    ctx.tier_factory = lambda world, config: MemoryTier(world.clock, config.geometry, "chunk")
+    run = SCENARIOS["chunk_aligned_hybrid"].run(ctx)
+    assert run.notes["second_send_loaded"] == 1792
+    assert hybrid(run) == []
