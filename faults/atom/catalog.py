@@ -96,6 +96,12 @@ ROWS: dict[str, AtomRow] = {
         ),
         _scenario("hbm_pressure", s.hbm_pressure, _ONE, "a prompt pushed out of HBM, then resent"),
         _scenario(
+            "hbm_partial",
+            s.hbm_partial,
+            _ONE,
+            "a prompt partly in HBM (off the chunk grid), the rest in lmcache",
+        ),
+        _scenario(
             "two_servers",
             s.two_servers,
             _MANY,

@@ -118,6 +118,19 @@ def hbm_pressure(run: AtomRun) -> None:
     run.end(a)
 
 
+def hbm_partial(run: AtomRun) -> None:
+    """One server with an HBM prefix cache of 30 blocks: a 300-token prompt, one other
+    that evicts the tail of its blocks, then the first prompt again: HBM still holds 176
+    of its tokens (off the 64-token chunk grid), lmcache 256. ATOM computes up to the
+    chunk boundary (192) and loads the rest (its unaligned handoff)."""
+    a = run.server("A", num_blocks=30)
+    p = run.prompt(300)
+    run.serve(a, AtomRequest("first", p))
+    run.serve(a, AtomRequest("other", run.prompt(300)))
+    run.serve(a, AtomRequest("again", p))
+    run.end(a)
+
+
 def _two(run: AtomRun, a_spec: dict, b_spec: dict) -> None:
     a = run.server("A", prefix_caching=False, **a_spec)
     b = run.server("B", prefix_caching=False, **b_spec)

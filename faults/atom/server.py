@@ -571,6 +571,11 @@ class SchedulerProcess:
             hybrid=False,
         )
 
+    def _in_handoff(self, seq: Any) -> bool:
+        """Whether ATOM is computing ``seq`` up to a chunk boundary before it loads the
+        rest (its unaligned handoff; an ATOM without one never is)."""
+        return str(seq.id) in (getattr(self.impl, "_handoff_loads", None) or ())
+
     def _first_key(self, seq: Any) -> str | None:
         """The key lmcache's lookup gives the prompt's first chunk (what ATOM's lookup
         sends is the prompt's token ids), or None for a prompt shorter than a chunk."""
@@ -634,7 +639,12 @@ class SchedulerProcess:
             prompt = int(seq.num_prompt_tokens)
             if start < prompt:  # a prefill chunk
                 end = min(prompt, start + counts[i])
-                self._lookup_event(seq, start, 0, 0)
+                if end >= prompt or not self._in_handoff(seq):
+                    # No load follows this chunk: what ATOM claims from the tier is
+                    # nothing. (In an unaligned handoff ATOM computes up to the chunk
+                    # boundary first and dispatches the load after: the lookup is
+                    # recorded with that dispatch.)
+                    self._lookup_event(seq, start, 0, 0)
                 k = 0 if end >= prompt else -1
             else:  # a decode step: the next output token
                 end = start
