@@ -147,6 +147,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="run the fixed stack under this injector (repeatable)")  # fmt: skip
     run.add_argument("--scenario", action="append", default=None, metavar="NAME",
                      help="run this scenario plain (with --swarm: swarm on it) (repeatable)")  # fmt: skip
+    run.add_argument("--legacy", default=None, metavar="NAME",
+                     help="run the fault, scenario and swarm rows against planted regression "
+                          "NAME's legacy rules instead of the fixed stack: what the campaign "
+                          "says about a stack with a known bug")  # fmt: skip
     run.add_argument("--swarm", action="store_true",
                      help="instead of one run per fault, each run enables a random subset of "
                           "injectors drawn from its seed")  # fmt: skip
@@ -370,8 +374,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return _bad("--scale is for the simulated tier; --tier lmcache runs at scale 1")
     try:
         targets = select_targets(
-            args.regression, args.fault, args.scenario, args.swarm, args.pin, args.scale, tier=tier
-        )
+            args.regression, args.fault, args.scenario, args.swarm, args.pin, args.scale,
+            tier=tier, stack=args.legacy,
+        )  # fmt: skip
     except CampaignError as exc:
         return _bad(f"{exc}; see `kvfault list`")
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))

@@ -98,8 +98,15 @@ def _dumps(outcome: CaseOutcome) -> bytes:
         if outcome.legacy_result is not None or outcome.fixed_result is not None:
             pickle.loads(data)  # the runs hold the stack's objects: prove they come back
         return data
-    except Exception:  # noqa: BLE001 - any error a __reduce__ or __init__ raises
-        pass
+    except Exception as exc:  # noqa: BLE001 - any error a __reduce__ or __init__ raises
+        if outcome.legacy_result is not None or outcome.fixed_result is not None:
+            why = f"{type(exc).__name__}: {exc}".splitlines()[0]
+            print(
+                f"kvfault: note: {outcome.case.id}: its runs could not come back from the "
+                f"worker ({why}); no timeline",
+                file=sys.stderr,
+                flush=True,
+            )
     outcome.legacy_result = outcome.fixed_result = None
     try:
         data = pickle.dumps(outcome, protocol=pickle.HIGHEST_PROTOCOL)

@@ -85,14 +85,19 @@ class CaseRunner:
         self.keep_runs = keep_runs
         self.digests = digests
         self.executor = executor or MemoryExecutor()
-        self._fixed: dict[tuple[str, int, int], CaseResult] = {}
+        self._fixed: dict[tuple[str, int, int, str | None], CaseResult] = {}
 
-    def fixed(self, scenario: str, seed: int, scale: int = 1) -> CaseResult:
+    def fixed(
+        self, scenario: str, seed: int, scale: int = 1, stack: Target | None = None
+    ) -> CaseResult:
+        """The plain run of ``scenario`` by the stack under test (``stack``'s: the fixed
+        stack by default), computed once per runner."""
         from faults.campaign.execute import run_case
 
-        key = (scenario, seed, scale)
+        key = (scenario, seed, scale, stack.stack if stack is not None else None)
         if key not in self._fixed:
-            res = run_case(scenario, seed, executor=self.executor, scale=scale)
+            rules = stack.rules() if stack is not None else None
+            res = run_case(scenario, seed, rules, executor=self.executor, scale=scale)
             if res.ok and self.keep_runs != "all":
                 # The cache outlives the case: keep only what is judged.
                 res.drop_run(keep_digest=self.digests)
@@ -135,13 +140,14 @@ class CaseRunner:
             res = run_case(t.scenario, case.seed, injectors=rec, executor=self.executor)
             fired = rec.fired()
         elif plan is None:
-            res = self.fixed(t.scenario, case.seed, t.scale)
+            res = self.fixed(t.scenario, case.seed, t.scale, t)
             fired = {}
         else:
             rec = _Recording(plan.injectors)
             res = run_case(
                 t.scenario,
                 case.seed,
+                rules=t.rules(),
                 injectors=rec,
                 # The hash-order shuffle salts request ids: the plan says how.
                 request_map=_plan_map(plan, "request_map"),

@@ -24,7 +24,11 @@ class CampaignError(ValueError):
 @dataclass(frozen=True)
 class Target:
     """One line of the campaign: a regression, a fault, a scenario or a swarm, on one
-    tier (``memory``: in-process, virtual time; ``lmcache``: a real server)."""
+    tier (``memory``: in-process, virtual time; ``lmcache``: a real server).
+
+    ``stack`` names the stack under test: None for the fixed (reference) stack, or a
+    planted regression whose legacy rules stand in for it (``kvfault run --legacy
+    NAME``): a stack with a known bug, to see what the campaign says about it."""
 
     kind: str
     name: str
@@ -34,12 +38,24 @@ class Target:
     pinned: tuple[str, ...] = ()  # swarm only: injectors every run enables
     tier: str = "memory"
     scale: int = 1  # the scenario's size (``faults.runs.RunContext.scale``)
+    stack: str | None = None  # None: the fixed stack; else a regression's legacy rules
 
     @property
     def id(self) -> str:
         at = f"-x{self.scale}" if self.scale != 1 else ""
-        base = f"{self.kind}:{self.name}{at}"
+        on = f"-legacy-{self.stack}" if self.stack else ""
+        base = f"{self.kind}:{self.name}{at}{on}"
         return base if self.tier == "memory" else f"{self.tier}:{base}"
+
+    def rules(self) -> Any:
+        """The rules of the stack under test (``reference.rules.Rules``)."""
+        if self.stack is None:
+            from reference.rules import Rules
+
+            return Rules()
+        from faults.regressions.legacy import REGRESSIONS
+
+        return REGRESSIONS[self.stack].rules
 
     def plan(self, seed: int) -> FaultPlan | None:
         """The in-process fault plan of this target's run with ``seed`` (None: no plan;
@@ -60,7 +76,9 @@ class Target:
         if self.kind == "regression" and self.tier == "memory" and not scaled:
             return f"kvfault repro {self.name} --seed {seed}"
         tier = ["--tier", self.tier] if self.tier != "memory" else []
-        base = ["kvfault", "run", *tier, "--first-seed", str(seed), "--seeds", "1", *scaled]
+        legacy = ["--legacy", self.stack] if self.stack else []
+        base = ["kvfault", "run", *tier, *legacy, "--first-seed", str(seed), "--seeds", "1",
+                *scaled]  # fmt: skip
         if self.kind == "regression":
             return shlex.join([*base, "--regression", self.name])
         if self.kind == "fault":
@@ -80,6 +98,7 @@ class Target:
             "pinned": list(self.pinned),
             "tier": self.tier,
             **({"scale": self.scale} if self.scale != 1 else {}),
+            **({"stack": self.stack} if self.stack else {}),
         }
 
     @classmethod
@@ -104,6 +123,9 @@ class Target:
             scale = check_scale(obj.get("scale", 1))
         except ValueError as exc:
             raise CampaignError(f"target {exc}") from None
+        stack = obj.get("stack")
+        if stack is not None:
+            _legacy_stack(stack, kind, tier)
         if kind == "regression":
             target = regression_target(name, tier)
         elif kind == "fault":
@@ -115,7 +137,26 @@ class Target:
             if not isinstance(scenario, str):
                 raise CampaignError("swarm target needs a 'scenario' name")
             target = swarm_target(scenario, tuple(pinned))
-        return replace(target, scale=scale)
+        return replace(target, scale=scale, stack=stack)
+
+
+def _legacy_stack(name: Any, kind: str | None = None, tier: str = "memory") -> str:
+    """``name`` checked as a stack under test: a planted regression's legacy rules, for
+    fault, scenario and swarm rows on the in-process tier; one-line ``CampaignError``."""
+    from faults.regressions.legacy import REGRESSIONS
+
+    if not isinstance(name, str) or name not in REGRESSIONS:
+        raise CampaignError(
+            f"unknown regression {name!r} for --legacy{close_matches(str(name), REGRESSIONS)}"
+        )
+    if kind == "regression":
+        raise CampaignError(
+            "--legacy runs the fault, scenario and swarm rows against a legacy stack; a "
+            "regression row already runs its legacy against the fixed stack: drop --regression"
+        )
+    if tier != "memory":
+        raise CampaignError("--legacy runs on --tier memory")
+    return name
 
 
 def _resolve(kind: str, name: str, tier: str) -> str:
@@ -168,24 +209,29 @@ def select_targets(
     pinned: Sequence[str] = (),
     scale: int = 1,
     tier: str = "memory",
+    stack: str | None = None,
 ) -> list[Target]:
     """The campaign's targets on ``tier``. With no selection at all: every regression,
     every fault (with ``swarm`` instead: a swarm on every scenario) and every scenario
     plain, of those that run on ``tier``. Naming any group runs only what is named;
     with ``swarm``, the scenarios named (default: all) get a swarm target besides
     their plain one. Every target runs its scenario at ``scale``. Unknown names, or
-    names of another tier, raise ``CampaignError``.
+    names of another tier, raise ``CampaignError``. ``stack``: every row runs against
+    that regression's legacy rules instead of the fixed stack (no regression rows).
     On the lmcache tier, faults that kill the server run last, so it restarts rarely."""
     if tier not in TIERS:
         raise CampaignError(f"--tier must be one of {', '.join(TIERS)}, got {tier!r}")
     if swarm and tier != "memory":
         raise CampaignError("--swarm draws in-process injectors: it runs on --tier memory")
     everything = regressions is None and faults is None and scenarios is None
+    if stack is not None:
+        _legacy_stack(stack, "regression" if regressions else None, tier)
 
     def names(chosen: Sequence[str] | None, kind: str) -> list[str]:
         return on_tier(kind, tier) if everything else list(chosen or [])
 
-    out = [regression_target(n, tier) for n in names(regressions, "regression")]
+    # A regression row runs its own legacy against the fixed stack: none under --legacy.
+    out = [regression_target(n, tier) for n in names(regressions, "regression") if not stack]
     if swarm:
         if faults:
             raise CampaignError("--swarm draws its faults; fix them with --pin, not --fault")
@@ -199,7 +245,7 @@ def select_targets(
         check_scale(scale)
     except ValueError as exc:
         raise CampaignError(str(exc)) from None
-    unique = [replace(t, scale=scale) for t in {t.id: t for t in out}.values()]
+    unique = [replace(t, scale=scale, stack=stack) for t in {t.id: t for t in out}.values()]
     if tier == "lmcache":
         from faults.lmcache.wire_faults import WIRE_FAULTS
 

@@ -75,6 +75,7 @@ def artifact_path(case: Case, directory: Path) -> Path:
     """Where ``case``'s artifact lives in ``directory`` (one file per case)."""
     t = case.target
     at = f"-x{t.scale}" if t.scale != 1 else ""
+    at += f"-legacy-{t.stack}" if t.stack else ""  # not the fixed stack's case
     stem = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{t.kind}-{t.name}{at}-seed{case.seed}")
     return directory / f"{stem}.json"
 

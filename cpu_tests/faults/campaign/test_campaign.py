@@ -112,9 +112,9 @@ def test_fixed_runs_are_shared_between_a_regression_and_its_scenario(monkeypatch
     calls = []
     real = cm.CaseRunner.fixed
 
-    def counting(self, scenario, seed, scale=1):
-        calls.append((scenario, seed, (scenario, seed, scale) in self._fixed))
-        return real(self, scenario, seed, scale)
+    def counting(self, scenario, seed, scale=1, stack=None):
+        calls.append((scenario, seed, (scenario, seed, scale, None) in self._fixed))
+        return real(self, scenario, seed, scale, stack)
 
     monkeypatch.setattr(cm.CaseRunner, "fixed", counting)
     targets = [
