@@ -217,10 +217,12 @@ def install_kernels() -> types.ModuleType:
     return mod
 
 
-def install_socket_dir(path: str) -> None:
+def install_socket_dir(path: str | None) -> None:
     """lmcache puts lookup sockets under ``vllm.envs.VLLM_RPC_BASE_PATH`` when vllm is
-    importable, else under ``/tmp/vllm_rpc``: give this simulated host its own."""
-    os.makedirs(path, exist_ok=True)
+    importable, else under ``/tmp/vllm_rpc``: give this simulated host its own. ``None``
+    (a zygote, before any host exists) installs the shim with no directory yet."""
+    if path is not None:
+        os.makedirs(path, exist_ok=True)
     envs = sys.modules.get("vllm.envs")
     if envs is not None and getattr(envs, "__kvfault_shim__", False):
         envs.VLLM_RPC_BASE_PATH = path  # a forked server process: this host's directory
@@ -231,7 +233,7 @@ def install_socket_dir(path: str) -> None:
     _module("vllm", envs=envs, __path__=[])
 
 
-def install_all(socket_dir: str) -> None:
+def install_all(socket_dir: str | None) -> None:
     install_aiter()
     install_cuda_streams()
     install_socket_dir(socket_dir)

@@ -86,6 +86,12 @@ ROWS: dict[str, AtomRow] = {
             "prefix_reuse", s.prefix_reuse, _ONE, "a prompt stored, then served twice from lmcache"
         ),
         _scenario(
+            "concurrent_loads",
+            s.concurrent_loads,
+            _ONE,
+            "four requests extending a stored prompt arrive at once: four loads in flight",
+        ),
+        _scenario(
             "chunk_aligned",
             s.chunk_aligned,
             _ONE,

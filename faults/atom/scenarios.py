@@ -84,6 +84,17 @@ def reuse_once(run: AtomRun) -> None:
     run.end(a)
 
 
+def concurrent_loads(run: AtomRun) -> None:
+    """One server without an HBM prefix cache stores a 200-token prompt, then gets four
+    requests at once that extend it: four loads in flight together (ATOM's worker has
+    one load thread), each followed by its own suffix and save."""
+    a = run.server("A", prefix_caching=False)
+    p = run.prompt(200)
+    run.serve(a, AtomRequest("first", p))
+    run.serve(a, *[AtomRequest(f"ext{i}", p + run.prompt(30 + 10 * i)) for i in range(4)])
+    run.end(a)
+
+
 def chunk_aligned(run: AtomRun) -> None:
     """A prompt of exactly 4 chunks (256 tokens), sent twice to a server without an HBM
     prefix cache: the second finds the whole prompt in lmcache."""

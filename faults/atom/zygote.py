@@ -119,20 +119,18 @@ def main(argv: list[str]) -> int:
 
         from faults.atom import boundary
 
-        # A placeholder socket directory: each forked server points the shim at its
-        # host's own; this one is gone before any server exists.
-        with tempfile.TemporaryDirectory(prefix="kvfault-atom-zygote-") as placeholder:
-            boundary.install_all(placeholder)
-            boundary.install_kernels()
-            for name in _PRELOAD:
-                try:
-                    importlib.import_module(name)
-                except ModuleNotFoundError as e:
-                    # A module this ATOM does not have is the servers' problem to name
-                    # (feature detection); a dependency it lacks is this one's.
-                    own = e.name or ""
-                    if not (own.startswith("atom.") and name.startswith(own)):
-                        raise
+        # No socket directory yet: each forked server points the shim at its host's.
+        boundary.install_all(None)
+        boundary.install_kernels()
+        for name in _PRELOAD:
+            try:
+                importlib.import_module(name)
+            except ModuleNotFoundError as e:
+                # A module this ATOM does not have is the servers' problem to name
+                # (feature detection); a dependency it lacks is this one's.
+                own = e.name or ""
+                if not (own.startswith("atom.") and name.startswith(own)):
+                    raise
         logging.disable(logging.WARNING)  # lmcache's and ATOM's info/warning lines
     except Exception as e:  # noqa: BLE001  one line back to the host
         conn.send((False, f"{type(e).__name__}: {e}"))
