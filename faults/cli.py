@@ -126,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
         "a campaign of seeded faults and planted regressions against a reference offload "
         "stack, one-command reproductions for reviewers, and two-head proofs for any repo.",
         epilog="Exit codes: 0 everything holds; 1 a property failed, a regression is still "
-        "failing or a fault never fired; 2 bad input, an error or a timeout; 130 Ctrl-C.",
+        "failing or a fault never fired; 2 bad input, an error or a timeout; 130, 143, 129 SIGINT, SIGTERM, SIGHUP.",
     )
     parser.add_argument("--version", action=_Version, help="show the version and exit")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
@@ -543,12 +543,13 @@ def _write_report(
     from faults.repro import write_timeline
 
     report: Path = args.report
-    (report / "timelines").mkdir(parents=True, exist_ok=True)
+    report.mkdir(parents=True, exist_ok=True)
     cases = []
     for c in result.cases:
         timeline = None
         if not c.ok and (c.legacy_result is not None or c.fixed_result is not None):
             path = report / "timelines" / (c.case.id.replace(":", "-").replace("@", "-") + ".svg")
+            path.parent.mkdir(exist_ok=True)
             why = write_timeline(c, path)
             timeline = str(path) if why is None else None
         artifact = kept.get(c.case.id)
@@ -751,39 +752,47 @@ COMMANDS = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one command. Bad input, an unwritable place or an error: one line on stderr,
-    exit 2. Ctrl-C (or SIGTERM): one line, exit 130 (143), after every process the
-    command started is stopped (as ``kvfault prove`` does). A closed stdout (``kvfault
-    list | head -1``): no traceback, exit 141, what a shell reports for SIGPIPE."""
+    """Run one command. Bad input, an unwritable place, a full disk or an error: one line
+    on stderr naming the path, exit 2. SIGINT, SIGTERM or SIGHUP: one line naming it,
+    exit 130, 143 or 129, after every process the command started is stopped (as
+    ``kvfault prove`` does). A reader that went away (``kvfault list | head -1``): no
+    traceback, exit 141, what a shell reports for SIGPIPE. A closed or full stdout: one
+    line, exit 2; a closed or full stderr: the exit code stands
+    (``faults.streams``)."""
     import signal
 
     from faults.processes import Interrupted, Signals, stop_descendants  # stdlib only: cheap
+    from faults.streams import StreamClosed, guard_streams
 
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.command is None:
-        parser.print_help()
-        return 2
-    if argv is None:  # the command itself, not a caller in Python: its process is ours
-        _run_under_known_hash_seed(args)
     signals = Signals()
     signals.install()
     try:
-        return COMMANDS[args.command](args)
+        with guard_streams():  # argparse's own error line too
+            parser = build_parser()
+            args = parser.parse_args(argv)
+            if args.command is None:
+                parser.print_help()
+                return 2
+            if argv is None:  # the command itself, not a caller in Python: its process is ours
+                _run_under_known_hash_seed(args)
+            return COMMANDS[args.command](args)
     except KeyboardInterrupt as exc:
         _disarm_guards()
         stop_descendants()
         signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
-        print(f"kvfault: interrupted by {signal.Signals(signum).name}", file=sys.stderr)
+        _say(f"kvfault: interrupted by {signal.Signals(signum).name}")
         return 128 + signum
     except BrokenPipeError:
         # Whoever read our output has gone; say nothing more to it.
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 141
-    except OSError as exc:  # a place that cannot be written, a full disk
-        where = f" {exc.filename}" if getattr(exc, "filename", None) else ""
-        print(f"kvfault: error:{where}: {exc.strerror or exc}", file=sys.stderr)
+    except StreamClosed as exc:
+        _say(f"kvfault: error: {exc.strerror}")
+        return 2
+    except OSError as exc:  # a place that cannot be written, a full disk, a full stdout
+        where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
+        _say(f"kvfault: error: {where}{exc.strerror or exc}")
         return 2
     finally:
         signals.restore()
@@ -810,6 +819,12 @@ def _run_under_known_hash_seed(args: argparse.Namespace) -> None:
     import subprocess
 
     raise SystemExit(subprocess.call(argv, env=env))
+
+
+def _say(line: str) -> None:
+    """One line on stderr, if stderr can take it (it may be closed or full)."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        print(line, file=sys.stderr, flush=True)
 
 
 def _disarm_guards() -> None:

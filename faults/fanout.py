@@ -175,7 +175,9 @@ def fan_out(
         code = pytest.main(args, plugins=[controller])
     text = log.getvalue()
     if code == pytest.ExitCode.INTERRUPTED:
-        raise KeyboardInterrupt
+        # The signal's own exception (an ``Interrupted`` naming SIGTERM or SIGHUP), which
+        # pytest caught: a plain KeyboardInterrupt would say SIGINT.
+        raise controller.interrupt or KeyboardInterrupt()
     if code in (pytest.ExitCode.INTERNAL_ERROR, pytest.ExitCode.USAGE_ERROR) and not (
         controller.results
     ):
@@ -218,6 +220,10 @@ class _Controller:
         self.ids = set(ids)
         self.report = report
         self.results: dict[str, ItemResult] = {}
+        self.interrupt: BaseException | None = None
+
+    def pytest_keyboard_interrupt(self, excinfo: Any) -> None:
+        self.interrupt = excinfo.value
 
     def pytest_configure_node(self, node: Any) -> None:  # xdist hook, controller side
         left = None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
@@ -260,6 +266,27 @@ def pytest_configure(config: Any) -> None:
     spec = getattr(config, "workerinput", {}).get(_KEY)
     if spec is not None:
         _STATE[id(config)] = _WorkerState(spec)
+        _unwind_on_stop_signals()
+
+
+def _unwind_on_stop_signals() -> None:
+    """On a worker: SIGINT, SIGTERM or SIGHUP (the controller's stop, execnet's own
+    interrupt, a hangup) end the session as Ctrl-C does, once: the next ones are
+    ignored, so the running item's finally blocks remove what it made (a kvfault-rpc-*
+    directory) without being cut short by the signal that follows."""
+    import signal
+    import threading
+
+    names = [n for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n)]
+
+    def stop(signum: int, _frame: object) -> None:
+        for n in names:
+            signal.signal(getattr(signal, n), signal.SIG_IGN)
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is threading.main_thread():
+        for n in names:
+            signal.signal(getattr(signal, n), stop)
 
 
 def pytest_unconfigure(config: Any) -> None:

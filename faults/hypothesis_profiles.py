@@ -1,5 +1,5 @@
-"""kvfault's hypothesis profiles, registered by the pytest plugin for every project
-that installs kvfault.
+"""kvfault's hypothesis profiles, registered by the pytest plugin for a project that
+sets the ini value ``kv_hypothesis_profile`` (no other project's profiles are touched).
 
 - ``dev``: a few examples per property, for the edit-test loop.
 - ``ci``: more examples, derandomized (the same examples on every CI run, so a red CI
@@ -36,6 +36,18 @@ def register() -> None:
     settings.register_profile(
         "mutation", max_examples=12, derandomize=True, database=None, phases=fast, **common
     )
+
+
+def registered(name: str) -> bool:
+    """Whether hypothesis knows a profile called ``name`` (a project's own)."""
+    from hypothesis import settings
+    from hypothesis.errors import InvalidArgument
+
+    try:
+        settings.get_profile(name)
+    except InvalidArgument:
+        return False
+    return True
 
 
 def choose(env_value: str | None, ini_value: str | None) -> str | None:

@@ -1,5 +1,5 @@
-"""Processes and signals, the one way every kvfault command handles them: SIGINT and
-SIGTERM become ``Interrupted`` (deferred where a block must not be cut), a child that
+"""Processes and signals, the one way every kvfault command handles them: SIGINT,
+SIGTERM and SIGHUP become ``Interrupted`` (deferred where a block must not be cut), a child that
 leads its own process group is stopped with everything in it, and after Ctrl-C
 whatever this process started is stopped, so no process outlives its command."""
 
@@ -13,9 +13,14 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+# The signals that end a command with one line and 128 + signum (130, 143, 129).
+STOP_SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
+)
+
 
 class Interrupted(KeyboardInterrupt):
-    """SIGINT or SIGTERM arrived during a proof (``signum`` says which).
+    """SIGINT, SIGTERM or SIGHUP arrived (``signum`` says which).
 
     A KeyboardInterrupt, so code that already handles Ctrl-C handles SIGTERM the same
     way, and no ``except Exception`` swallows it. Raised after the worktrees are gone.
@@ -27,7 +32,7 @@ class Interrupted(KeyboardInterrupt):
 
 
 class Signals:
-    """SIGINT/SIGTERM become `Interrupted`, but only where we can afford it.
+    """SIGINT/SIGTERM/SIGHUP become `Interrupted`, but only where we can afford it.
 
     While `deferred()` is active (creating and removing worktrees) a signal is only
     recorded and raised when the block ends, so a Ctrl-C cannot leave a half-created,
@@ -43,7 +48,7 @@ class Signals:
     def install(self) -> None:
         if threading.current_thread() is not threading.main_thread():
             return
-        for signum in (signal.SIGINT, signal.SIGTERM):
+        for signum in STOP_SIGNALS:
             self._previous[signum] = signal.signal(signum, self._handle)
 
     def restore(self) -> None:
@@ -55,6 +60,9 @@ class Signals:
         if self._deferring:
             self._pending = self._pending or signum
             return
+        # Once: a second signal while the first one's cleanup runs (finally blocks,
+        # stopping children) is recorded, not raised into the middle of it.
+        self._deferring = True
         raise Interrupted(signum)
 
     @contextlib.contextmanager

@@ -19,7 +19,7 @@ run by ``/bin/sh -c`` so a quoted pipeline (``-- "make && ./check.sh"``) works.
 
 The user's working tree, index, HEAD and stash are never touched: everything happens in
 worktrees under a fresh temporary directory, removed afterwards, also on failure,
-SIGINT and SIGTERM.
+SIGINT, SIGTERM and SIGHUP.
 
 Only the standard library is used, so this module works in any environment that has
 git and Python.
@@ -403,7 +403,7 @@ def prove(
     cannot start or exceeds ``timeout`` seconds stops the proof with ERROR.
 
     Raises ProveError for bad arguments and setup failures (not a repository, unknown
-    revision, worktree creation failed); raises `Interrupted` on SIGINT/SIGTERM. In
+    revision, worktree creation failed); raises `Interrupted` on SIGINT/SIGTERM/SIGHUP. In
     every case the worktrees are removed first and the user's working tree is untouched.
     Also kills what CMD left running in its process group when it exits.
     """
@@ -599,7 +599,7 @@ def run(args: argparse.Namespace) -> int:
     """Run the proof described by ARGS (from `add_arguments`); return the exit code.
 
     Prints the report on stdout and progress on stderr. Bad arguments and setup
-    failures print one line on stderr and return 2; SIGINT/SIGTERM return 130/143
+    failures print one line on stderr and return 2; SIGINT/SIGTERM/SIGHUP return 130/143/129
     after removing the worktrees.
     """
     try:

@@ -15,9 +15,11 @@ Fixtures (all simulated, virtual time):
 - ``kv_scenario`` — runs and judges a named scenario: ``kv_scenario("restart_burst")``
   returns a ``faults.campaign.execute.CaseResult``.
 
-Markers ``gpu``, ``lmcache`` and ``slow`` are registered, and the hypothesis profiles
-``dev``, ``ci`` and ``nightly`` (``faults.hypothesis_profiles``): ``HYPOTHESIS_PROFILE``
-or the ini value ``kv_hypothesis_profile`` picks one. ``--hashseed-sweep RANGE``
+Markers ``gpu``, ``lmcache`` and ``slow`` are registered. A project that sets the ini
+value ``kv_hypothesis_profile`` gets the hypothesis profiles ``dev``, ``ci`` and
+``nightly`` (``faults.hypothesis_profiles``): the ini value picks one, and
+``HYPOTHESIS_PROFILE`` another; a project that does not set it is left alone (its
+profiles, its ``HYPOTHESIS_PROFILE``, its header). ``--hashseed-sweep RANGE``
 runs the whole session once per PYTHONHASHSEED in subprocesses (``faults.sweep``).
 A failing test that used a kvfault fixture gets a "kvfault replay" section with the
 command that reruns it under the same seed, faults and hash seed.
@@ -82,19 +84,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     for line in MARKERS:
         config.addinivalue_line("markers", line)
-    from faults import hypothesis_profiles as profiles
-
-    profiles.register()
-    try:
-        chosen = profiles.choose(
-            os.environ.get(profiles.ENV), config.getini("kv_hypothesis_profile")
-        )
-    except ValueError as exc:
-        raise pytest.UsageError(f"kvfault: {exc}") from None
-    if chosen is not None:
-        from hypothesis import settings
-
-        settings.load_profile(chosen)
+    _load_hypothesis_profile(config)
     faults = config.getoption("kv_fault") or []
     regression = config.getoption("kv_regression")
     if faults or regression:
@@ -108,6 +98,42 @@ def pytest_configure(config: pytest.Config) -> None:
                 regression_target(regression)
         except CampaignError as exc:
             raise pytest.UsageError(f"kvfault: {exc}") from None
+
+
+def _load_hypothesis_profile(config: pytest.Config) -> None:
+    """kvfault's hypothesis profiles, only for a project that asks for them with the ini
+    value ``kv_hypothesis_profile``: then ``HYPOTHESIS_PROFILE`` may pick another of
+    them (or one the project registered itself). Any other project's run is left as it
+    is, whatever ``HYPOTHESIS_PROFILE`` says (the variable is not kvfault's)."""
+    ini = config.getini("kv_hypothesis_profile")
+    if not ini:
+        return
+    from faults import hypothesis_profiles as profiles
+
+    env = os.environ.get(profiles.ENV)
+    if env and env not in profiles.PROFILES and profiles.registered(env):
+        return  # the project's own profile: its conftest loads it
+    profiles.register()
+    try:
+        chosen = profiles.choose(env, ini)
+    except ValueError as exc:
+        raise pytest.UsageError(f"kvfault: {exc}") from None
+    if chosen is not None:
+        from hypothesis import settings
+
+        settings.load_profile(chosen)
+
+
+def _asked(config: pytest.Config) -> bool:
+    """Whether this run asked kvfault for anything (an option or its ini value)."""
+    return bool(
+        config.getini("kv_hypothesis_profile")
+        or config.getoption("kv_fault")
+        or config.getoption("kv_regression")
+        or config.getoption("kv_seed") != 0
+        or config.getoption("kv_seeds") != 1
+        or config.getoption("kv_scale") != 1
+    )
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -151,6 +177,8 @@ def strip_sweep_option(args: list[str]) -> list[str]:
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:
+    if not _asked(config):
+        return None  # another project's header stays its own
     opts = [
         f"seed {config.getoption('kv_seed')}",
         f"seeds {config.getoption('kv_seeds')}",

@@ -9,6 +9,7 @@ import textwrap
 import pytest
 
 pytest_plugins = ["pytester"]
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
 
 
 def _run(pytester: pytest.Pytester, source: str, *args: str) -> pytest.RunResult:
@@ -213,18 +214,68 @@ def test_profile():
 """
 
 
-def test_the_installed_plugin_registers_the_hypothesis_profiles(pytester, monkeypatch):
-    # A project with no conftest of its own: the profiles come from the plugin.
+def test_the_plugin_loads_its_profiles_only_for_a_project_that_asks(pytester, monkeypatch):
+    # In a subprocess each: hypothesis's loaded profile is process-wide.
+    def run() -> pytest.RunResult:
+        pytester.makepyfile(test_user=_PROFILE_PROBE)
+        return pytester.runpytest_subprocess("-p", "no:cacheprovider", "-s")
+
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    # No kv_hypothesis_profile: HYPOTHESIS_PROFILE is not kvfault's to act on.
     monkeypatch.setenv("HYPOTHESIS_PROFILE", "ci")
-    res = _run(pytester, _PROFILE_PROBE, "-s")
+    res = run()
     res.assert_outcomes(passed=1)
-    res.stdout.fnmatch_lines(["*max_examples 150 derandomize True*"])
-    monkeypatch.delenv("HYPOTHESIS_PROFILE")
+    res.stdout.fnmatch_lines(["*max_examples 100 derandomize False*"])
     pytester.makeini("[pytest]\nkv_hypothesis_profile = dev\n")
-    _run(pytester, _PROFILE_PROBE, "-s").stdout.fnmatch_lines(["*max_examples 12 *"])
+    run().stdout.fnmatch_lines(["*max_examples 150 derandomize True*"])
+    monkeypatch.delenv("HYPOTHESIS_PROFILE")
+    run().stdout.fnmatch_lines(["*max_examples 12 *"])
+
+
+_OWN_PROJECT = {
+    "conftest.py": (
+        "from hypothesis import settings\n"
+        "settings.register_profile('ci', max_examples=7)\n"
+        "settings.register_profile('mine', max_examples=3)\n"
+        "import os\n"
+        "settings.load_profile(os.environ.get('HYPOTHESIS_PROFILE', 'default'))\n"
+    ),
+    "test_own.py": (
+        "from hypothesis import settings\n"
+        "def test_profile():\n"
+        "    print('max_examples', settings().max_examples)\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("profile, examples", [("default", 100), ("mine", 3), ("ci", 7)])
+def test_another_projects_run_is_untouched_by_the_installed_plugin(tmp_path, profile, examples):
+    """A project of its own, run as a user runs it (``python -m pytest`` with kvfault
+    installed and its plugin loaded): its profiles, its HYPOTHESIS_PROFILE, its header."""
+    import os
+    import subprocess
+    import sys
+
+    for name, text in _OWN_PROJECT.items():
+        (tmp_path / name).write_text(text)
+    env = {**os.environ, "HYPOTHESIS_PROFILE": profile, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-s", "-p", "no:cacheprovider", "test_own.py"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert f"max_examples {examples}" in out.stdout
+    assert "kvfault:" not in out.stdout  # no header line of ours
+    # ... and the plugin was loaded in that run: its options are there.
+    helped = subprocess.run(
+        [sys.executable, "-m", "pytest", "--help", "-p", "no:cacheprovider"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert "--kv-seed" in helped.stdout
 
 
 def test_an_unknown_hypothesis_profile_is_one_clear_line(pytester, monkeypatch):
+    pytester.makeini("[pytest]\nkv_hypothesis_profile = dev\n")
     monkeypatch.setenv("HYPOTHESIS_PROFILE", "weekly")
     res = _run(pytester, _PROFILE_PROBE)
     assert res.ret == pytest.ExitCode.USAGE_ERROR

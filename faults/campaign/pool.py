@@ -139,6 +139,11 @@ def unsendable(case: Case, exc: BaseException, outcome: CaseOutcome | None = Non
 # -- the worker side ---------------------------------------------------------------------
 
 
+def _unwind(signum: int, _frame: object) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: the cleanup is not cut short
+    raise SystemExit(128 + signum)
+
+
 def _work(
     conn: Connection,
     others: list[Connection],
@@ -151,7 +156,10 @@ def _work(
     from faults.campaign.hang_guard import arm_hang_guard, disarm_hang_guard
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # so is a hangup
+    # The parent's SIGTERM (stop) unwinds the running case, so its finally blocks
+    # remove what it made (a kvfault-rpc-* directory) before this process goes.
+    signal.signal(signal.SIGTERM, _unwind)
     for c in others:  # the parent's ends of the other workers' pipes
         c.close()
     try:

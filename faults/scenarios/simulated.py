@@ -216,12 +216,14 @@ def _one_host(
             ]
             workload(run, engines)
     finally:
-        for c in clients:
-            c.close()
-        for label, s in servers:
-            s.close()
-            run.world.trace.record(Ev.UNBIND, server=label, path=os.path.basename(s.path))
-        remove_rpc_dir(rpc_dir)
+        try:
+            for c in clients:
+                c.close()
+            for label, s in servers:
+                s.close()
+                run.world.trace.record(Ev.UNBIND, server=label, path=os.path.basename(s.path))
+        finally:  # a signal during a close (zmq's term) must not leave the directory
+            remove_rpc_dir(rpc_dir)
     return run.result(startup_error)
 
 

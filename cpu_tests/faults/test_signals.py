@@ -1,0 +1,124 @@
+"""Issue 24, item 2: SIGINT, SIGTERM and SIGHUP each end every mode (-j, -n, --tx, sweep,
+prove) with one line naming the signal and 128 + signum, no process left, and no
+temporary directory or worktree left behind. Real processes and real signals."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from faults.processes import descendants, running
+
+ROOT = Path(__file__).resolve().parents[2]
+PROGRESS = re.compile(r"^kvfault: \d+/\d+ cases|^kvfault prove: (old|new) .* run \d+/\d+ \.\.\.$")
+
+MODES = {
+    "j1": ["run", "-j", "1", "--seeds", "20"],
+    "j2": ["run", "-j", "2", "--seeds", "20"],
+    "n2": ["run", "-n", "2", "--seeds", "20"],
+    "tx": ["run", "--tx", "2*popen", "--seeds", "20"],
+    "sweep": ["sweep", "--hashseeds", "0-3", "--", "-q", "-p", "no:cacheprovider", "test_slow.py"],
+    "sweep_j": ["sweep", "--hashseeds", "0-3", "-j", "2", "--", "-q", "test_slow.py"],
+    "prove": ["prove", "--old", "HEAD~1", "--new", "HEAD", "--", "sleep 120"],
+}
+# How many descendants show the mode is under way (workers started, a child running).
+READY = {"j1": 0, "j2": 2, "n2": 2, "tx": 2, "sweep": 1, "sweep_j": 2, "prove": 1}
+
+
+@pytest.fixture
+def short_tmpdir():
+    # The campaign's ipc sockets need a short temp dir (lookup_channel.rpc_base_budget).
+    d = tempfile.mkdtemp(prefix="kvs", dir="/tmp")
+    yield Path(d)
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def _repo(at: Path) -> None:
+    at.mkdir()
+    subprocess.run(["git", "init", "-q", str(at)], check=True, capture_output=True)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(at)]
+    for i in range(2):
+        (at / "f").write_text(str(i))
+        subprocess.run([*git, "add", "f"], check=True, capture_output=True)
+        subprocess.run([*git, "commit", "-qm", f"c{i}"], check=True, capture_output=True)
+
+
+def _worktrees(repo: Path) -> list[str]:
+    out = subprocess.run(
+        ["git", "-C", str(repo), "worktree", "list", "--porcelain"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return [ln for ln in out.splitlines() if ln.startswith("worktree ")]
+
+
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM", "SIGHUP"])
+@pytest.mark.parametrize("mode", list(MODES))
+def test_a_signal_ends_every_mode_in_one_line_leaving_nothing(
+    tmp_path, short_tmpdir, mode, signame
+):
+    signum = getattr(signal, signame)
+    work = tmp_path / "work"
+    if mode == "prove":
+        _repo(work)
+    else:
+        work.mkdir()
+        (work / "test_slow.py").write_text("import time\ndef test_slow():\n    time.sleep(120)\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(short_tmpdir)}
+    env.pop("PYTHONHASHSEED", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "faults.cli", *MODES[mode]],
+        cwd=work,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    err: list[str] = []
+    reader = threading.Thread(target=lambda: err.extend(proc.stderr), daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            # Workers (or the child) are up and, for a campaign, cases are running.
+            campaign_started = MODES[mode][0] != "run" or any(PROGRESS.match(ln) for ln in err)
+            if len(descendants(proc.pid)) >= READY[mode] and campaign_started:
+                break
+            time.sleep(0.1)
+        time.sleep(1.0)  # well into the work
+        assert proc.poll() is None, "".join(err)
+        kids = descendants(proc.pid)
+        os.kill(proc.pid, signum)
+        proc.wait(timeout=90)
+        reader.join(timeout=10)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    lines = [ln.rstrip("\n") for ln in err if not PROGRESS.match(ln)]
+    prog = "kvfault prove" if mode == "prove" else "kvfault"
+    tail = "; worktrees removed" if mode == "prove" else ""
+    assert lines == [f"{prog}: interrupted by {signame}{tail}"], "".join(err)
+    assert proc.returncode == 128 + signum
+    time.sleep(0.2)
+    left = [p for p in kids + descendants(proc.pid) if running(p)]
+    assert left == [], f"processes left: {left}"
+    with pytest.raises(ProcessLookupError):
+        os.killpg(proc.pid, 0)
+    # pytest-of-USER is pytest's own per-user base, kept by design across runs.
+    left_files = [n for n in os.listdir(short_tmpdir) if not n.startswith("pytest-of-")]
+    assert left_files == [], "temporary files left"
+    if mode == "prove":
+        assert len(_worktrees(work)) == 1, _worktrees(work)
