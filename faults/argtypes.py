@@ -80,6 +80,24 @@ def scales(text: str) -> list[int]:
     return out
 
 
+def names(text: str) -> list[str]:
+    """A ``type=`` for argparse: comma-separated names, at least one (``--pin ,,,``
+    names nothing: refused, not ignored)."""
+    out = [n.strip() for n in text.split(",") if n.strip()]
+    if not out:
+        raise argparse.ArgumentTypeError(f"wants comma-separated names, e.g. a,b; got {text!r}")
+    return out
+
+
+# prove: runs of each side, and output lines shown per run.
+MAX_REPEAT = 1000
+repeat = number_at_least(1, "a run count", maximum=MAX_REPEAT)
+tail_lines = number_at_least(0, "a line count", maximum=100_000)
+prove_timeout = number_at_least(
+    0.001, "a timeout in seconds", float, maximum=7 * 24 * 3600.0, why=" (a week)"
+)
+
+
 _DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?")
 
 

@@ -17,6 +17,7 @@ import argparse
 import contextlib
 import gc
 import os
+import re
 import shlex
 import sys
 import time
@@ -28,6 +29,7 @@ from faults.argtypes import (
     MAX_SEED,
     MAX_SEED_COUNT,
     duration,
+    names,
     scale,
     seed,
     seed_count,
@@ -48,6 +50,27 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one clear line, exit 2, no usage dump
         print(f"kvfault: error: {message}", file=sys.stderr)
         raise SystemExit(2)
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        # argparse takes `--budget -5s` for two options ("expected one argument") but
+        # `--budget=-5s` for a value: give every value that starts like a negative
+        # number to its option, so the option's own type says what is wrong with it.
+        words = list(sys.argv[1:] if args is None else args)
+        takes_one = {s for a in self._actions if a.nargs is None for s in a.option_strings}
+        out: list[str] = []
+        i = 0
+        while i < len(words):
+            w = words[i]
+            if w == "--":
+                out += words[i:]
+                break
+            if w in takes_one and i + 1 < len(words) and re.match(r"-[\d.]", words[i + 1]):
+                out.append(f"{w}={words[i + 1]}")
+                i += 2
+                continue
+            out.append(w)
+            i += 1
+        return super().parse_known_args(out, namespace)
 
 
 def _bad(message: str) -> int:
@@ -115,10 +138,6 @@ def _add_hosts(parser: argparse.ArgumentParser, what: str) -> None:
                              "--rsyncdir); repeatable")  # fmt: skip
 
 
-def _names(text: str) -> list[str]:
-    return [n.strip() for n in text.split(",") if n.strip()]
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="kvfault",
@@ -157,7 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--scale", type=scale, default=1, metavar="K",
                      help="multiply each scenario's size by K (burst loads, cold prompts, "
                           f"traffic length; 1 to {MAX_SCALE}; default 1)")  # fmt: skip
-    run.add_argument("--pin", type=_names, default=[], metavar="A,B",
+    run.add_argument("--pin", type=names, default=[], metavar="A,B",
                      help="with --swarm: enable exactly these injectors in every run")  # fmt: skip
     run.add_argument("--report", type=Path, default=None, metavar="DIR",
                      help="write summary.json, failing cases' artifacts and timelines into DIR")  # fmt: skip
@@ -384,6 +403,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
         args.artifacts = args.report / "artifacts"
     if args.tx and args.numprocesses is not None:
         return _bad("give -n or --tx, not both")
+    bad = _hosts_refused(args)
+    if bad:
+        return _bad(bad)
+    if args.scale != 1:
+        targets, bad = _scaled(targets, args.scale)
+        if bad:
+            return _bad(bad)
     if args.jobs is not None and (args.tx or args.numprocesses is not None):
         return _bad("give -j (processes here) or -n/--tx (pytest-xdist workers), not both")
     for path, flag in ((args.report, "--report"), (artifact_dir(args.artifacts), "--artifacts")):
@@ -517,6 +543,37 @@ def _cut_short(
     )
     rows = [t for t in in_campaign_order(targets, seeds, ran) if t.cases]
     return CampaignResult(rows, wall_s, stopped=[failure])
+
+
+def _hosts_refused(args: argparse.Namespace) -> str | None:
+    """Why ``--rsyncdir``/``--tx`` cannot run as given: rsync with no gateway to send
+    to, or more gateways in all than one command may start."""
+    from faults.fanout import MAX_WORKERS, gateway_count
+
+    if args.rsyncdir and not args.tx:
+        return "--rsyncdir sends a directory to --tx gateways; give --tx too (or drop it)"
+    total = sum(gateway_count(t) for t in args.tx)
+    if total > MAX_WORKERS:
+        return f"--tx starts {total} gateways in all; at most {MAX_WORKERS}"
+    return None
+
+
+def _scaled(targets: list[Target], k: int) -> tuple[list[Target], str | None]:
+    """``--scale K`` applied where it means something: a target whose scenario has a
+    fixed size runs (and is labelled) at scale 1; when no target's scenario grows, the
+    option is refused."""
+    from dataclasses import replace
+
+    from faults.scenarios import SCENARIOS
+
+    fixed = sorted({t.scenario for t in targets if not SCENARIOS[t.scenario].scales})
+    if len(fixed) == len({t.scenario for t in targets}):
+        growing = ", ".join(n for n, s in SCENARIOS.items() if s.scales)
+        return targets, (
+            f"--scale {k} changes nothing here: {', '.join(fixed)} "
+            f"{'has' if len(fixed) == 1 else 'have'} a fixed size; these grow: {growing}"
+        )
+    return [replace(t, scale=1) if t.scenario in fixed else t for t in targets], None
 
 
 def _jobs_here(jobs: int | str | None, targets: Sequence[Target], seeds: Sequence[int]) -> int:
@@ -717,6 +774,9 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     )
     if args.tx and args.jobs is not None:
         return _bad("give -j or --tx, not both")
+    bad = _hosts_refused(args)
+    if bad:
+        return _bad(bad)
     from faults.fanout import FanoutError
 
     try:

@@ -83,12 +83,27 @@ class ItemResult:
         return self.error is None and not self.skipped
 
 
+# Workers (or gateways) of one fan-out: each is a Python process with the stack
+# imported (about 50 MB); more than this on one command is a typo, not a plan.
+MAX_WORKERS = 256
+
+
 def workers_arg(text: str) -> str:
-    """``-n``/``-j`` as pytest-xdist reads them: a count (0: no workers) or ``auto``.
-    Raises ``ValueError`` with one line otherwise."""
-    if text in ("auto", "logical") or text.isdigit():
+    """``-n``/``-j`` as pytest-xdist reads them: a count (0: no workers, at most
+    ``MAX_WORKERS``) or ``auto``. Raises ``ValueError`` with one line otherwise."""
+    if text in ("auto", "logical"):
         return text
+    if text.isdigit() and int(text) <= MAX_WORKERS:
+        return str(int(text))
+    if text.isdigit():
+        raise ValueError(f"at most {MAX_WORKERS} workers, got {text}")
     raise ValueError(f"wants a number of workers (0: none) or 'auto', got {text!r}")
+
+
+def gateway_count(spec: str) -> int:
+    """How many gateways one ``--tx`` spec starts (``4*popen``: 4)."""
+    count, star, _ = spec.partition("*")
+    return int(count) if star and count.isdigit() else 1
 
 
 def tx_arg(text: str) -> str:
@@ -97,7 +112,13 @@ def tx_arg(text: str) -> str:
     ``ValueError`` with one line for anything else."""
     import execnet
 
+    if not text.strip():
+        raise ValueError(
+            "an empty gateway spec; write e.g. popen, 2*popen or ssh=HOST//python=python3"
+        )
     count, star, rest = text.partition("*")
+    if star and count.isdigit() and int(count) > MAX_WORKERS:
+        raise ValueError(f"at most {MAX_WORKERS} gateways, got {text!r}")
     spec = rest if star and count.isdigit() and int(count) > 0 else text
     try:
         x = execnet.XSpec(spec)

@@ -540,6 +540,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     it for REMAINDER); `run` checks it is there. Required options are checked by `run`,
     not by argparse, so a missing one gives the same one-line error as a bad value.
     """
+    from faults import argtypes  # stdlib only: cheap
+
     parser.add_argument("--old", metavar="REV", help="the revision expected to fail")
     parser.add_argument("--new", metavar="REV", help="the revision expected to pass")
     parser.add_argument(
@@ -551,21 +553,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--repeat",
         metavar="K",
-        type=int,
+        type=argtypes.repeat,
         default=1,
         help="run each side K times; FLAKY if a side disagrees with itself",
     )
     parser.add_argument(
         "--timeout",
         metavar="S",
-        type=float,
+        type=argtypes.prove_timeout,
         default=None,
         help="seconds per run before it is killed (ERROR); default: none",
     )
     parser.add_argument(
         "--tail",
         metavar="N",
-        type=int,
+        type=argtypes.tail_lines,
         default=DEFAULT_TAIL,
         help=f"output lines shown per run (default {DEFAULT_TAIL})",
     )

@@ -167,6 +167,8 @@ def run_spread(
             progress(len(done), total, r.id)
 
     by_id = dict(zip((i.id for i in items), groups, strict=True))
+    if workers is not None and workers.isdigit() and int(workers) > len(items):
+        workers = str(len(items))  # a worker with nothing to do only costs its start-up
     fan_out(
         f"{__name__}:cases_task",
         items,

@@ -236,6 +236,12 @@ def read_artifact(path: Path) -> tuple[Case, dict[str, Any]]:
             plan = FaultPlan.from_json(obj["plan"])
     except (CampaignError, ValueError, TypeError, KeyError, RecursionError) as exc:
         raise ArtifactError(f"{path}: {exc}") from None
+    if plan is not None and (plan.seed, plan.scale) != (seed, target.scale):
+        raise ArtifactError(
+            f"{path}: its plan has seed {plan.seed} and scale {plan.scale} but the case has "
+            f"seed {seed} and scale {target.scale}; an artifact is replayed as written or "
+            "not at all"
+        )
     scenario = obj.get("scenario")
     if scenario is not None and scenario != target.scenario:
         raise ArtifactError(
@@ -257,6 +263,10 @@ class CampaignArtifacts:
         # The directories this run will create (the missing tail of the path), deepest
         # first: only those are removed again.
         missing = [d for d in (directory, *directory.parents) if not d.exists()]
+        if directory == DEFAULT_ARTIFACT_DIR:
+            # kvfault's own default place: whichever of several concurrent campaigns
+            # made it, the last one to finish removes it when it stayed empty.
+            missing = [directory, directory.parent]
         self._created = missing
 
     def before(self, case: Case) -> tuple[Path, bytes | None]:
