@@ -91,11 +91,18 @@ def names(text: str) -> list[str]:
 
 # prove: runs of each side, and output lines shown per run.
 MAX_REPEAT = 1000
-repeat = number_at_least(1, "a run count", maximum=MAX_REPEAT)
-tail_lines = number_at_least(0, "a line count", maximum=100_000)
-prove_timeout = number_at_least(
-    0.001, "a timeout in seconds", float, maximum=7 * 24 * 3600.0, why=" (a week)"
-)
+repeat = number_at_least(1, "--repeat", maximum=MAX_REPEAT)
+tail_lines = number_at_least(0, "--tail", maximum=100_000)
+
+
+def prove_timeout(text: str) -> float:
+    """prove's ``--timeout``: seconds above zero, at most a week (no inf, no NaN)."""
+    seconds = number_at_least(0, "--timeout", float, maximum=7 * 24 * 3600.0, why=" (a week)")(text)
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(
+            f"--timeout must be a positive number of seconds, got {text}"
+        )
+    return seconds
 
 
 _DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?")

@@ -302,13 +302,13 @@ def _cmd_list(args: argparse.Namespace) -> int:
         "faults": [(e.name, f"{e.description}{where(e)}") for e in entries("fault").values()],
         "regressions": [(e.name, regression_line(e)) for e in entries("regression").values()],
     }
-    chosen = [name for name in sections if getattr(args, name)]
-    show_all = not chosen
-    for name in sections if show_all else chosen:
+    chosen = [name for name in sections if getattr(args, name)] or list(sections)
+    headed = len(chosen) > 1  # one list alone is one name per line; several say which is which
+    for name in chosen:
         rows = sections[name]
         width = max(len(n) for n, _ in rows) + 2 if rows else 0
-        indent = "  " if show_all else ""
-        if show_all:
+        indent = "  " if headed else ""
+        if headed:
             print(f"{name}:")
         for n, desc in rows:
             print(f"{indent}{n.ljust(width)}{desc}".rstrip())
@@ -318,18 +318,47 @@ def _cmd_list(args: argparse.Namespace) -> int:
 # -- run --------------------------------------------------------------------------------
 
 
-def _progress_mode(args: argparse.Namespace) -> str | None:
-    """``bar`` on a terminal, ``lines`` when stderr is not one (CI, a pipe: a run is
-    not silent for minutes), None with ``--no-progress``."""
+class _Lines:
+    """Progress as lines (stderr is not a terminal): the first, one each tenth of the
+    cases or each ``every_s`` seconds, whichever comes first, and the last; about a
+    dozen lines a run, not one per case."""
+
+    def __init__(self, every_s: float = 30.0) -> None:
+        import time
+
+        self.clock = time.monotonic
+        self.every_s = every_s
+        self.last_i: int | None = None
+        self.last_t = 0.0
+
+    def due(self, i: int, total: int) -> bool:
+        now = self.clock()
+        step = max(1, total // 10)
+        if (
+            self.last_i is None
+            or i == total
+            or i - self.last_i >= step
+            or now - self.last_t >= self.every_s
+        ):
+            self.last_i, self.last_t = i, now
+            return True
+        return False
+
+
+def _progress_mode(args: argparse.Namespace) -> str | _Lines | None:
+    """``bar`` on a terminal, ``_Lines`` when stderr is not one (CI, a pipe: a run is
+    not silent for minutes, nor one line per case), None with ``--no-progress``."""
     if args.no_progress:
         return None
-    return "bar" if sys.stderr.isatty() else "lines"
+    return "bar" if sys.stderr.isatty() else _Lines()
 
 
-def _progress(enabled: str | bool | None, i: int, total: int, label: str) -> None:
+def _progress(enabled: str | _Lines | bool | None, i: int, total: int, label: str) -> None:
     if not enabled or total == 0:
         return
-    if enabled == "lines":
+    if isinstance(enabled, _Lines) or enabled == "lines":
+        if isinstance(enabled, _Lines) and not enabled.due(i, total):
+            return
         what = "done" if i == total else f"running {label}"
         print(f"kvfault: {i}/{total} cases done; {what}", file=sys.stderr, flush=True)
         return
@@ -820,10 +849,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     line, exit 2; a closed or full stderr: the exit code stands
     (``faults.streams``)."""
     import signal
+    import tempfile
 
     from faults.processes import Interrupted, Signals, stop_descendants  # stdlib only: cheap
     from faults.streams import StreamClosed, guard_streams
 
+    # tempfile finds its directory by creating and removing a probe file there; do it
+    # now, before a signal can land between the two and leave the probe behind.
+    tempfile.gettempdir()
     signals = Signals()
     signals.install()
     try:

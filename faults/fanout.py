@@ -114,7 +114,8 @@ def tx_arg(text: str) -> str:
 
     if not text.strip():
         raise ValueError(
-            "an empty gateway spec; write e.g. popen, 2*popen or ssh=HOST//python=python3"
+            f"bad gateway spec {text!r}: empty; write e.g. popen, 2*popen or "
+            "ssh=HOST//python=python3"
         )
     count, star, rest = text.partition("*")
     if star and count.isdigit() and int(count) > MAX_WORKERS:

@@ -328,7 +328,10 @@ def test_tail_keeps_last_lines(repo: Path) -> None:
             ["--old", "broken", "--new", "fixed", "--timeout", "0", "--", "true"],
             "--timeout must be a positive",
         ),
-        (["--old", "broken", "--new", "fixed", "--repeat", "x", "--", "true"], "invalid int value"),
+        (
+            ["--old", "broken", "--new", "fixed", "--repeat", "x", "--", "true"],
+            "wants a whole number",
+        ),
     ],
 )
 def test_bad_arguments_one_line(

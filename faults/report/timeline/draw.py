@@ -50,6 +50,26 @@ def write_timeline(
     when the file cannot be written (its directory must exist).
     """
     fmt = picture_format(path)
+    plt, fig = timeline_figure(legacy, fixed, title, max_rows)
+    import io
+
+    from faults.safe_io import write_atomic
+
+    path = Path(path)
+    buf = io.BytesIO()
+    try:
+        fig.savefig(buf, format=fmt, dpi=110)
+    finally:
+        plt.close(fig)
+    # Whole or not at all, never through a link planted at the path; the directory must
+    # exist (a missing one is a typo, not a request to create it).
+    return write_atomic(path, buf.getvalue())
+
+
+def timeline_figure(legacy: Any, fixed: Any, title: str = "", max_rows: int = 48) -> Any:
+    """``(pyplot, figure)`` of ``write_timeline``'s picture, not yet written (the caller
+    closes it): for checks that look at the drawn artists
+    (``faults.report.timeline.legibility``)."""
     if legacy is None and fixed is None:
         raise ValueError("write_timeline needs at least one run (legacy or fixed)")
     if max_rows < 4:
@@ -97,7 +117,8 @@ def write_timeline(
         axes[-1][1].set_xlabel("time (simulated seconds), zoomed")
         axes[-1][1].set_xlim(*detail)
         for i in range(len(layouts)):
-            axes[i][0].axvspan(*detail, color="#000000", alpha=0.06, lw=0, zorder=0)
+            axes[i][0].axvspan(*detail, color="#000000", alpha=0.06, lw=0, zorder=0,
+                               gid="kv:the zoomed window")  # fmt: skip
 
     # One y-axis label for all panels, centred on them: one per panel overlapped its
     # neighbour's on short panels.
@@ -113,29 +134,25 @@ def write_timeline(
         fontsize=8,
         gid="ylabel",
     )
-    fig.legend(handles=_legend_handles(), loc="lower center", ncol=6, fontsize=8, frameon=False)
+    fig.legend(
+        handles=_legend_handles() + _clock_handles(layouts),
+        loc="lower center",
+        ncol=6,
+        fontsize=8,
+        frameon=False,
+    )
     if title:
         fig.suptitle(
             title, fontsize=12, fontweight="bold", y=1 - 0.12 / fig.get_figheight(), va="top"
         )
-    import io
-
-    from faults.safe_io import write_atomic
-
-    path = Path(path)
-    buf = io.BytesIO()
-    try:
-        fig.savefig(buf, format=fmt, dpi=110)
-    finally:
-        plt.close(fig)
-    # Whole or not at all, never through a link planted at the path; the directory must
-    # exist (a missing one is a typo, not a request to create it).
-    return write_atomic(path, buf.getvalue())
+    return plt, fig
 
 
 # Fixed margins in inches instead of tight_layout: it draws the whole figure once more
 # just to measure it, which doubles the cost of a picture.
-_LEFT_IN, _RIGHT_IN, _COL_GAP_IN = 2.0, 0.3, 0.15
+# The left margin holds the longest row label (a shortened request id, bold) beside the
+# shared y-axis title.
+_LEFT_IN, _RIGHT_IN, _COL_GAP_IN = 2.5, 0.3, 0.15
 _TOP_IN, _SUPTITLE_IN, _PANEL_TITLE_IN, _BOTTOM_IN = 0.15, 0.45, 0.55, 1.2
 _ROW_IN = 0.115
 _TOKEN_ROW_IN, _TOKEN_GAP_IN = 0.5, 0.55
@@ -149,7 +166,9 @@ def _figure(
     when ``token_rows`` (else None); panel height follows its rows, so a 4-load run
     does not get a 64-row canvas."""
     # A panel with a stop keeps room for the stop's boxed note, however few its rows.
-    heights = [_ROW_IN * max(lay.lines, 16 if lay.panel.stop is not None else 6) for lay in layouts]
+    # One row's height per unit of the panel's y range (rows, the forwards above them,
+    # the note band below), so rows never crowd their labels.
+    heights = [_ROW_IN * max(lay.bottom + 1.5 + _note_rows(lay), 6) for lay in layouts]
     fig_w = 15.0 if detail else 13.0
     token_h = _TOKEN_ROW_IN * max(token_rows, 2) if token_rows else 0.0
     fig_h = (
@@ -197,16 +216,18 @@ def _draw_claims(ax, claims: list[HybridClaim]) -> None:
     end = max(c.prompt_len for c in claims)
     for y, c in enumerate(claims):
         ok = c.claim == c.joint
-        color = _C["applied"] if ok else _C["stop"]
-        ax.barh(y, c.prompt_len, height=0.7, color="#eeeeee", zorder=1)
-        ax.barh(y, c.kv_hit, height=0.55, color=_C["wait"], zorder=2)
+        color = _C["claim_ok"] if ok else _C["claim_short"]
+        ax.barh(y, c.prompt_len, height=0.7, color="#eeeeee", zorder=1, gid="kv:prompt")
+        ax.barh(y, c.kv_hit, height=0.55, color=_C["kv_hit"], zorder=2, gid="kv:KV hit")
         ax.plot(c.states, [y] * len(c.states), ls="", marker="|", ms=12, mew=2,
-                color=_C["restart"], zorder=4)  # fmt: skip
-        ax.barh(y, c.claim, height=0.28, color=color, zorder=3)
+                color=_C["state_image"], zorder=4, gid="kv:state images")  # fmt: skip
+        ax.barh(y, c.claim, height=0.28, color=color, zorder=3,
+                gid="kv:claim at the boundary" if ok else "kv:claim off the boundary")  # fmt: skip
         if c.claim < c.joint:
             ax.barh(y, c.joint - c.claim, left=c.claim, height=0.28, color="white",
-                    edgecolor=_C["stop"], hatch="////", zorder=3)  # fmt: skip
-        ax.plot([c.joint] * 2, [y - 0.45, y + 0.45], color="black", ls="--", lw=1.5, zorder=5)
+                    edgecolor=_C["claim_short"], hatch="////", zorder=3)  # fmt: skip
+        ax.plot([c.joint] * 2, [y - 0.45, y + 0.45], color="black", ls="--", lw=1.5, zorder=5,
+                gid="kv:joint boundary")  # fmt: skip
         if y == 0 or c.joint != claims[y - 1].joint:
             ax.annotate(
                 f"joint boundary {c.joint}",
@@ -232,6 +253,7 @@ def _draw_claims(ax, claims: list[HybridClaim]) -> None:
             va="center",
             zorder=6,
             bbox={"boxstyle": "round,pad=0.15", "fc": color, "ec": "none"},
+            gid="kv:on-bar",  # the claim's own label, on it
         )
     ax.set_ylim(len(claims) - 0.4, -0.8)
     ax.set_yticks(range(len(claims)))
@@ -250,6 +272,24 @@ def _draw_claims(ax, claims: list[HybridClaim]) -> None:
         loc="left",
         fontsize=9,
     )
+
+
+def _clock_handles(layouts: list[_Layout]) -> list[Any]:
+    """A legend entry for each stop's clock (whose timer, its limit, from which event):
+    the diamond marks where it started counting, the bar where it ran out."""
+    from matplotlib.lines import Line2D
+
+    out, seen = [], set()
+    for lay in layouts:
+        stop = lay.panel.stop
+        if stop is None or stop.elapsed is None or lay.ypos.get(stop.op or "") is None:
+            continue
+        style = clock_style(stop)
+        if style.label not in seen:
+            seen.add(style.label)
+            out.append(Line2D([], [], color=style.color, marker=style.marker, lw=2, ms=6,
+                              label=style.label))  # fmt: skip
+    return out
 
 
 def _legend_handles() -> list[Any]:
@@ -291,10 +331,15 @@ def _legend_handles() -> list[Any]:
 def _draw_panel(ax, lay: _Layout, xlim: tuple[float, float], overview: bool) -> None:
     panel = lay.panel
     _draw_forwards(ax, panel, xlim)
+    width_pt = ax.get_position().width * ax.figure.get_figwidth() * 72
+    labelled = float("-inf")
     for t in panel.restarts:
         if xlim[0] <= t <= xlim[1]:
-            ax.axvline(t, color=_C["muted"], lw=1, ls="--", zorder=1)
-            if overview:
+            ax.axvline(t, color=_C["muted"], lw=1, ls="--", zorder=1, gid="kv:engine-restart")
+            # One label for restarts closer than the label is wide.
+            room = (t - labelled) / (xlim[1] - xlim[0]) * width_pt > _text_pt(" engine restart", 7)
+            if overview and room:
+                labelled = t
                 ax.text(
                     t,
                     -0.5,
@@ -308,7 +353,7 @@ def _draw_panel(ax, lay: _Layout, xlim: tuple[float, float], overview: bool) -> 
     if lay.focus in lay.ypos:
         band = "#fde0dd" if lay.why == "stop" else "#fff3bf"
         y = lay.ypos[lay.focus]
-        ax.axhspan(y - 0.5, y + 0.5, color=band, zorder=0)
+        ax.axhspan(y - 0.5, y + 0.5, color=band, zorder=0, gid=f"kv:band of the {lay.why} load")
 
     end_of_run = panel.stop.t if panel.stop else panel.end
     dense = len(lay.shown) > 24
@@ -327,18 +372,9 @@ def _draw_panel(ax, lay: _Layout, xlim: tuple[float, float], overview: bool) -> 
 
     if panel.stop is not None:
         _draw_stop(ax, lay, xlim, overview)
-    elif overview and lay.why == "other" and lay.focus in lay.ypos:
-        row = next(r for r in lay.shown if r.op == lay.focus)
-        at = row.applied if row.applied is not None else panel.end
-        about = lay.other_error or ""
-        _callout(
-            ax,
-            f"the load that stopped legacy ({about}), here:\n{_row_facts(row, panel, about)}",
-            (at, lay.ypos[row.op]),
-            xlim,
-            _C["other"],
-            bold=False,
-        )
+    elif overview and _other_note(lay) is not None:
+        text, xy = _other_note(lay)  # type: ignore[misc]
+        _callout(ax, text, xy, xlim, _C["other"], bold=False, y_text=lay.bottom + 0.3)
     if overview and not panel.rows:
         ax.text(
             0.5,
@@ -350,13 +386,14 @@ def _draw_panel(ax, lay: _Layout, xlim: tuple[float, float], overview: bool) -> 
             color=_C["muted"],
         )
 
-    ax.set_ylim(lay.bottom, -1.5)
+    ax.set_ylim(lay.bottom + _note_rows(lay), -1.5)
     ax.grid(axis="x", color="#eeeeee", lw=0.6)
     ax.set_axisbelow(True)
     ax.tick_params(axis="y", length=0)
     if not overview:
         ax.tick_params(axis="y", labelleft=False)
         return
+    ax.set_gid("kv:overview")
     _y_labels(ax, lay)
     color = {True: _C["applied"], False: _C["stop"], None: "black"}[panel.ok]
     head = f"{panel.label} — {panel.verdict}"
@@ -370,7 +407,6 @@ def _y_labels(ax, lay: _Layout) -> None:
     ticks: list[tuple[float, str, str]] = [(0.0, "forwards", "black")]
     if lay.earlier:
         ticks.append((lay.y_earlier, f"+{len(lay.earlier)} earlier loads", _C["muted"]))
-    every = max(1, len(lay.shown) // 12)
     focus_i = next((i for i, r in enumerate(lay.shown) if r.op == lay.focus), None)
     for i, row in enumerate(lay.shown):
         if i == focus_i:
@@ -390,17 +426,12 @@ def _y_labels(ax, lay: _Layout) -> None:
                     "black",
                 )
             )
-        elif (
-            i % every == 0
-            and (focus_i is None or abs(i - focus_i) > 1)
-            and not (i == 0 and lay.earlier)
-        ):
-            # (skipping rows next to a bold label or the summary row: no overprinting)
+        else:  # every row is labelled (legibility.problems checks none overprints)
             ticks.append((lay.ypos[row.op], f"load {row.rank}", _C["muted"]))
     if lay.later:
         ticks.append((lay.y_later, f"+{len(lay.later)} later loads", _C["muted"]))
     ax.set_yticks([t for t, _, _ in ticks])
-    ax.set_yticklabels([label for _, label, _ in ticks], fontsize=7)
+    ax.set_yticklabels([label for _, label, _ in ticks], fontsize=6.5)
     for lab, (_, _, color) in zip(ax.get_yticklabels(), ticks, strict=True):
         lab.set_color(color)
         if color in (_C["stop"], _C["other"]):
@@ -420,15 +451,18 @@ def _draw_forwards(ax, panel: Panel, xlim: tuple[float, float]) -> None:
         if f and b >= xlim[0] and a <= xlim[1]
     ]
     if plain:
-        ax.broken_barh(plain, (-0.4, 0.8), color=_C["forward"], lw=0)
+        ax.broken_barh(plain, (-0.4, 0.8), color=_C["forward"], lw=0, gid="kv:forward")
     if slow:
-        ax.broken_barh(slow, (-0.4, 0.8), color=_C["forward_fault"], lw=0)
+        ax.broken_barh(slow, (-0.4, 0.8), color=_C["forward_fault"], lw=0, gid="kv:forward_fault")
+    # Points per second of the axis, to label only a forward its label fits inside.
+    width_pt = ax.get_position().width * ax.figure.get_figwidth() * 72
     for a, b, fault in panel.forwards:
         # Only label long forwards whose middle is in view: text is not clipped by
         # default, and an earlier pass's compile off to the left would stretch the layout.
         mid = (a + b) / 2
-        if b - a > 0.06 * span and xlim[0] <= mid <= xlim[1]:
-            text = f"{_seconds(b - a)} forward" + (f" — {fault}" if fault else "")
+        text = f"{_seconds(b - a)} forward" + (f" — {fault}" if fault else "")
+        fits = _text_pt(text, 7.5) < (b - a) / span * width_pt
+        if b - a > 0.06 * span and fits and xlim[0] <= mid <= xlim[1]:
             ax.text(
                 mid,
                 0.0,
@@ -439,8 +473,14 @@ def _draw_forwards(ax, panel: Panel, xlim: tuple[float, float]) -> None:
                 color="white",
                 fontweight="bold",
                 clip_on=True,
+                gid="kv:on-bar",  # the forward's own label, inside it
             )
     ax.axhline(0.75, color="#dddddd", lw=0.8)
+
+
+def _text_pt(text: str, size: float) -> float:
+    """About how wide ``text`` is in points (DejaVu Sans bold averages 0.62 em)."""
+    return 0.62 * size * len(text)
 
 
 def _seconds(d: float) -> str:
@@ -509,8 +549,11 @@ def _draw_rows(
         if segs:
             lw, z = styles[kind]
             ax.add_collection(
-                LineCollection(segs, colors=_C[kind], linewidths=lw, zorder=z, capstyle="butt")
-            )
+                LineCollection(
+                    segs, colors=_C[kind], linewidths=lw, zorder=z, capstyle="butt",
+                    gid=f"kv:row-{kind}",
+                )
+            )  # fmt: skip
     marker_style = {
         "dispatch": dict(marker="|", color=_C["dispatch"], ms=ms, zorder=5),
         "reported": dict(marker="^", color=_C["reported"], ms=ms - 2, zorder=6),
@@ -522,14 +565,14 @@ def _draw_rows(
     }
     for kind, (xs, ys) in marks.items():
         if xs:
-            ax.plot(xs, ys, ls="", **marker_style[kind])
+            ax.plot(xs, ys, ls="", gid=f"kv:{kind}", **marker_style[kind])
 
 
 def _summary_row(ax, rows: list[LoadRow], y: float | None, overview: bool) -> None:
     """Folded loads: their dispatches and applied completions as ticks on one line."""
     lo = min(r.dispatched for r in rows)
     hi = max((r.applied if r.applied is not None else r.dispatched) for r in rows)
-    ax.plot([lo, hi], [y, y], color=_C["active"], lw=0.8, ls=":", zorder=2)
+    ax.plot([lo, hi], [y, y], color=_C["active"], lw=0.8, ls=":", zorder=2, gid="kv:row-active")
     ax.plot(
         [r.dispatched for r in rows],
         [y] * len(rows),
@@ -538,12 +581,14 @@ def _summary_row(ax, rows: list[LoadRow], y: float | None, overview: bool) -> No
         color=_C["dispatch"],
         ms=5,
         zorder=5,
+        gid="kv:dispatch",
     )
     applied = [r.applied for r in rows if r.applied is not None]
     if applied:
         ax.plot(
-            applied, [y] * len(applied), marker="o", ls="", color=_C["applied"], ms=2.5, zorder=6
-        )
+            applied, [y] * len(applied), marker="o", ls="", color=_C["applied"], ms=2.5, zorder=6,
+            gid="kv:applied",
+        )  # fmt: skip
     stuck = len(rows) - len(applied)
     if stuck and overview:
         ax.annotate(
@@ -556,25 +601,11 @@ def _summary_row(ax, rows: list[LoadRow], y: float | None, overview: bool) -> No
         )
 
 
-def _draw_stop(ax, lay: _Layout, xlim: tuple[float, float], overview: bool) -> None:
+def _stop_note(lay: _Layout) -> str:
+    """The boxed note of a stopped panel: the error, its op, the clock it counted (whose
+    timer, from which event, against which limit) and what the row shows."""
     panel, stop = lay.panel, lay.panel.stop
     assert stop is not None
-    # Below the row markers: the bound restarts at the stop's instant must stay visible.
-    ax.axvline(stop.t, color=_C["stop"], lw=1.5, zorder=4.5, alpha=0.8)
-    y = lay.ypos.get(stop.op or "")
-    if not overview:
-        ax.text(
-            stop.t,
-            -0.5,
-            " STOP",
-            fontsize=8,
-            color=_C["stop"],
-            fontweight="bold",
-            va="bottom",
-            ha="left",
-            clip_on=True,
-        )
-        return
     # A judged run that passes and still stops made the stop it must (a lost completion).
     lines = [f"STOP  {stop.error}" + ("  (the stop this run must make)" if panel.ok else "")]
     if stop.op:
@@ -594,7 +625,57 @@ def _draw_stop(ax, lay: _Layout, xlim: tuple[float, float], overview: bool) -> N
     if row is not None:
         lines.append(_row_facts(row, panel, stop.error))
         lines += _diagnosis(row, panel, stop)
-    text = "\n".join(lines)
+    return "\n".join(lines)
+
+
+def _other_note(lay: _Layout) -> tuple[str, tuple[float, float]] | None:
+    """The boxed note on the load that stopped the other run, and where it points."""
+    if lay.panel.stop is not None or lay.why != "other" or lay.focus not in lay.ypos:
+        return None
+    row = next(r for r in lay.shown if r.op == lay.focus)
+    at = row.applied if row.applied is not None else lay.panel.end
+    about = lay.other_error or ""
+    text = f"the load that stopped legacy ({about}), here:\n{_row_facts(row, lay.panel, about)}"
+    return text, (at, lay.ypos[row.op])
+
+
+# A boxed note's line (8 pt type, matplotlib's 1.2 spacing, the box's padding) in rows.
+_NOTE_LINE_ROWS = 8 * 1.2 / 72 / _ROW_IN
+
+
+def _note_rows(lay: _Layout) -> float:
+    """Rows of blank band below a panel's loads that hold its boxed note, so the note
+    is drawn over no bar."""
+    if lay.panel.stop is not None:
+        text = _stop_note(lay) if lay.ypos.get(lay.panel.stop.op or "") is not None else ""
+    else:
+        note = _other_note(lay)
+        text = note[0] if note else ""
+    if not text:
+        return 0.0
+    return (text.count("\n") + 1) * _NOTE_LINE_ROWS + 1.6
+
+
+def _draw_stop(ax, lay: _Layout, xlim: tuple[float, float], overview: bool) -> None:
+    stop = lay.panel.stop
+    assert stop is not None
+    # Below the row markers: the bound restarts at the stop's instant must stay visible.
+    ax.axvline(stop.t, color=_C["stop"], lw=1.5, zorder=4.5, alpha=0.8, gid="kv:stop")
+    y = lay.ypos.get(stop.op or "")
+    if not overview:
+        ax.text(
+            stop.t,
+            -0.5,
+            " STOP",
+            fontsize=8,
+            color=_C["stop"],
+            fontweight="bold",
+            va="bottom",
+            ha="left",
+            clip_on=True,
+        )
+        return
+    text = _stop_note(lay)
     if y is None:
         ax.text(
             stop.t,
@@ -622,49 +703,35 @@ def _draw_stop(ax, lay: _Layout, xlim: tuple[float, float], overview: bool) -> N
             arrowprops={"arrowstyle": "<->", "color": style.color, "lw": 2.0},
             zorder=9,
         )
-        ax.plot([t_start], [yc], marker=style.marker, color=style.color, ms=8, zorder=9.5)
-        ax.annotate(
-            style.label,
-            (t_start, yc),
-            xytext=(6, 3 if style.side < 0 else -3),
-            textcoords="offset points",
-            fontsize=7.5,
-            fontweight="bold",
-            color=style.color,
-            ha="left",
-            va="bottom" if style.side < 0 else "top",
-            zorder=10,
-        )
+        ax.plot([t_start], [yc], marker=style.marker, color=style.color, ms=8, zorder=9.5,
+                gid=f"kv:{style.label}")  # fmt: skip
+        # Named in the legend, not on the rows: a label here would cover the next row.
         if stop.limit is not None:
             t_limit = t_start + stop.limit
-            ax.plot([t_limit] * 2, [yc - 0.45, yc + 0.45], color=style.color, lw=1.5, zorder=9)
-            right = t_limit > xlim[0] + 0.8 * (xlim[1] - xlim[0])
-            ax.annotate(
-                f"{stop.limit_name} ran out ",
-                (t_limit, yc + style.side * 0.45),
-                xytext=(0, 2 if style.side < 0 else -2),
-                textcoords="offset points",
-                fontsize=7,
-                color=style.color,
-                ha="right" if right else "center",
-                va="bottom" if style.side < 0 else "top",
-            )
-    _callout(ax, text, (stop.t, y), xlim, _C["stop"], bold=True)
+            ax.plot([t_limit] * 2, [yc - 0.45, yc + 0.45], color=style.color, lw=1.5, zorder=9,
+                    gid=f"kv:{style.label}")  # fmt: skip
+    _callout(ax, text, (stop.t, y), xlim, _C["stop"], bold=True, y_text=lay.bottom + 0.3)
 
 
 def _callout(
-    ax, text: str, xy: tuple[float, float], xlim: tuple[float, float], color: str, bold: bool
+    ax,
+    text: str,
+    xy: tuple[float, float],
+    xlim: tuple[float, float],
+    color: str,
+    bold: bool,
+    y_text: float,
 ) -> None:
     """A boxed note pointing at ``xy``, on whichever side of it has more room, in the
-    lower part of the panel where the rows of a burst look alike."""
+    blank band below the panel's rows (``_note_rows``), so it covers no bar."""
     span = xlim[1] - xlim[0]
     right_half = xy[0] > xlim[0] + 0.5 * span
     x_text = xy[0] - 0.02 * span if right_half else xy[0] + 0.02 * span
     ax.annotate(
         text,
         xy=xy,
-        xytext=(x_text, 0.42),
-        textcoords=ax.get_xaxis_transform(),
+        xytext=(x_text, y_text),
+        textcoords="data",
         ha="right" if right_half else "left",
         va="top",
         fontsize=8,

@@ -17,12 +17,21 @@ _C = {
     "reported": "#2ca02c",
     "applied": "#0b5d1e",
     "restart": "#9467bd",
-    "fault": "#d62728",
+    "fault": "#e7298a",
     "stop": "#d62728",
     "other": "#8a6d00",
     "forward": "#7f7f7f",
     "forward_fault": "#8c564b",
     "muted": "#555555",
+    # The clocks a stop counted (one colour each, none shared with a row's spans).
+    "bound_clock": "#17becf",
+    "deadline_clock": "#bcbd22",
+    "other_clock": "#e377c2",
+    # The token axis of hybrid hits: its own colours, not the rows'.
+    "kv_hit": "#c6dbef",
+    "state_image": "#6a3d9a",
+    "claim_ok": "#41ab5d",
+    "claim_short": "#fb6a4a",
 }
 
 
@@ -45,19 +54,19 @@ def clock_style(stop: StopInfo) -> ClockStyle:
     if stop.error == "LoadNotTerminal":
         return ClockStyle(
             f"scheduler's {stop.limit_name or 'load bound'}{limit}, counted from {start}",
-            _C["restart"],
+            _C["bound_clock"],
             -1,
             "D",
         )
     if stop.error == "TransferUnprovable":
         return ClockStyle(
             f"worker's {stop.limit_name or 'transfer deadline'}{limit}, counted from {start}",
-            _C["copy"],
+            _C["deadline_clock"],
             1,
             "s",
         )
     return ClockStyle(
-        f"{stop.limit_name or 'clock'}{limit}, counted from {start}", _C["stop"], -1, "o"
+        f"{stop.limit_name or 'clock'}{limit}, counted from {start}", _C["other_clock"], -1, "o"
     )
 
 

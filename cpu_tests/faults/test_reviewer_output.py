@@ -1,0 +1,95 @@
+"""Issue 24, item 6: what a reviewer reads: list headers, progress off a terminal, and an
+install that leaves the checkout clean."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from faults import cli
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_several_lists_get_headers_one_list_none(capsys):
+    assert cli.main(["list", "--faults", "--regressions"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "faults:"
+    assert "regressions:" in out
+    body = [ln for ln in out if ln not in ("faults:", "regressions:")]
+    assert all(ln.startswith("  ") for ln in body)
+    assert cli.main(["list", "--faults"]) == 0
+    alone = capsys.readouterr().out.splitlines()
+    assert "faults:" not in alone and not alone[0].startswith(" ")
+
+
+def test_progress_off_a_terminal_is_a_dozen_lines_not_one_per_case(capsys):
+    lines = cli._Lines(every_s=1e9)
+    for i in range(77):
+        cli._progress(lines, i, 76 if i < 77 else 76, f"case{i}")
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "kvfault: 0/76 cases done; running case0"
+    assert err[-1] == "kvfault: 76/76 cases done; done"
+    assert len(err) <= 12, err
+
+
+def test_progress_off_a_terminal_also_speaks_after_a_while(capsys):
+    lines = cli._Lines(every_s=30.0)
+    now = [0.0]
+    lines.clock = lambda: now[0]
+    cli._progress(lines, 0, 1000, "a")
+    cli._progress(lines, 1, 1000, "b")  # too soon, too few
+    now[0] = 31.0
+    cli._progress(lines, 2, 1000, "c")
+    err = capsys.readouterr().err.splitlines()
+    assert [ln.rsplit(" ", 1)[1] for ln in err] == ["a", "c"]
+
+
+def test_a_piped_run_prints_few_progress_lines(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run(
+        [sys.executable, "-m", "faults.cli", "run", "--regression", "side_chain_seed",
+         "--seeds", "40", "-j", "1"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    progress = [ln for ln in out.stderr.splitlines() if "cases done" in ln]
+    assert 2 <= len(progress) <= 12, progress
+    assert progress[-1] == "kvfault: 40/40 cases done; done"
+
+
+@pytest.mark.slow
+def test_pip_install_leaves_the_checkout_clean(tmp_path):
+    """``pip install .`` from a fresh clone: no build/ or kvfault.egg-info/ left in it."""
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("needs git and a checkout")
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True, timeout=120)
+    # The working tree's files as they are (the clone has the last commit only).
+    tracked = subprocess.run(
+        ["git", "-C", str(ROOT), "ls-files", "-co", "--exclude-standard"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    for name in tracked:
+        src = ROOT / name
+        if src.is_file():
+            dst = clone / name
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dst)
+    target = tmp_path / "site"
+    out = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+         "--target", str(target), "."],
+        cwd=clone, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert (target / "faults" / "cli.py").exists()
+    assert not (clone / "build").exists()
+    assert list(clone.glob("*.egg-info")) == []
