@@ -135,9 +135,11 @@ class RawClient:
         self.client.end_session(rid)
 
     def close(self) -> None:
+        from reference.tiers.lmcache_client import close_client
+
         self.client.unregister_kv_cache_engine_driven_context(self.iid)
         self.ctx.close()
-        self.client.close()
+        close_client(self.client)  # lmcache's own close can wedge the process (issue 20)
 
 
 def _copy_torch(dst: Any, src: Any) -> None:

@@ -50,6 +50,9 @@ class LMCacheExecutor:
         ctx = self.context(ctx)
         factory = ctx.tier_factory
         assert isinstance(factory, RealTierFactory)
+        session = self.session
+        retired, resets = len(session.retired), len(session.client_resets)
+        factory.check()  # before the run's clock starts: a replaced server takes seconds
         try:
             run = SCENARIOS[scenario].run(ctx)
         finally:
@@ -59,6 +62,11 @@ class LMCacheExecutor:
             "time_scale": self.time_scale,
             "lookup_timeouts": sum(t.inner.lookup_timeouts for t in factory.tiers),
         }
+        # What the health check before this run found and replaced (LMCacheSession.check).
+        if len(session.retired) > retired:
+            notes["server_retired"] = session.retired[retired:]
+        if len(session.client_resets) > resets:
+            notes["client_reset"] = session.client_resets[resets:]
         stop = run.stop
         if stop is not None:
             for tier in factory.tiers:

@@ -121,6 +121,9 @@ class WireProxy:
         self.replies: dict[str, int] = {}  # per-op reply counts (as sent by the server)
         self._lock = threading.Lock()
         self._ctx = zmq.Context()
+        # No send may block the proxy's loop for good (a paused server stops reading):
+        # one that cannot go out within a second is dropped, as a lost frame.
+        self._ctx.setsockopt(zmq.SNDTIMEO, 1000)
         self._front = self._ctx.socket(zmq.ROUTER)
         self._front.setsockopt(zmq.LINGER, 0)
         port = self._front.bind_to_random_port("tcp://127.0.0.1")
@@ -250,14 +253,20 @@ class WireProxy:
                 f = self.faults[i]
                 assert self.server is not None
                 if f.action == "kill":
-                    c.backend.send_multipart(rest)  # in flight when the server dies
+                    self._send_back(c, rest)  # in flight when the server dies
                     self.server.kill()
                     return
                 self.server.pause()
                 if f.delay_s > 0:
                     with self._lock:
                         self._resume_at = time.monotonic() + f.delay_s
-        c.backend.send_multipart(rest)
+        self._send_back(c, rest)
+
+    def _send_back(self, c: _Client, frames: list[bytes]) -> None:
+        try:
+            c.backend.send_multipart(frames)
+        except self._zmq.ZMQError:
+            pass  # the server is not reading (paused, gone): the request is lost
 
     def _on_reply(self, c: _Client, frames: list[bytes]) -> None:
         uid = frames[0] if frames else b""

@@ -58,6 +58,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Generator, Sequence
 
 from reference.interfaces import LookupQuery, LookupResult, Page, State, TierReply
+from reference.tiers.lmcache_client import ClientContext, close_client, open_client
 from reference.tiers.lmcache_pages import (
     _HEADER_INT16,
     _U32,
@@ -120,6 +121,7 @@ class LMCacheTier(_PageCodec):
         rng_seed: int | None = None,
         verify_stores: bool = True,
         recycle_bytes: int = 1 << 30,
+        client_context: ClientContext | None = None,
     ):
         try:
             import torch
@@ -132,7 +134,6 @@ class LMCacheTier(_PageCodec):
                 EngineDrivenContextMetadata,
                 create_engine_driven_context,
             )
-            from lmcache.v1.multiprocess.transport.factory import RequestClientFactory
         except ImportError as exc:  # pragma: no cover - depends on the install
             raise LMCacheTierError(
                 f"lmcache is not importable ({exc}); install the lmcache extra: "
@@ -163,6 +164,7 @@ class LMCacheTier(_PageCodec):
         self._rid_prefix = f"kvf-{os.getpid()}-{self._rng.getrandbits(32):08x}"
         self._arange_cache: dict[int, Any] = {}
         self._closed = False
+        self.close_problem = ""  # what did not close cleanly (lmcache_client.close_client)
         per_chunk = self.chunk_size // self.block_size
         buffer_shape = (per_chunk, *self.block_shape())
         self._recycler = _Recycler(
@@ -175,11 +177,13 @@ class LMCacheTier(_PageCodec):
         threads = torch.get_num_threads() if page_format == "tensor" else 1
         self._copy_threads = CopyThreads(threads)
 
-        self.client = RequestClientFactory.create(url)
+        self.client = open_client(url, client_context)
         self._contexts: list[Any] = []
         self._instances: list[int] = []
         try:
-            server_chunk = self.client.get_chunk_size().result(timeout=connect_timeout_s)
+            server_chunk = self._setup_answer(
+                self.client.get_chunk_size(), "get_chunk_size", connect_timeout_s
+            )
             if int(server_chunk) != self.chunk_size:
                 raise LMCacheTierError(
                     f"server at {url} uses chunk size {server_chunk}, geometry says "
@@ -203,6 +207,16 @@ class LMCacheTier(_PageCodec):
                 raise
             raise LMCacheTierError(f"cannot set up the lmcache tier at {url}: {exc!r}") from exc
 
+    def _setup_answer(self, future: Any, what: str, timeout: float) -> Any:
+        """The answer to a setup request, or ``LMCacheTierError`` naming the request
+        and the bound when none came within ``timeout`` seconds."""
+        if not future.wait(timeout=timeout):
+            raise LMCacheTierError(
+                f"no answer to {what} from the lmcache server at {self.url} within "
+                f"{timeout:g}s (tier setup)"
+            )
+        return future.result(timeout=0)
+
     def _register(
         self, Payload: Any, Meta: Any, LayoutDesc: Any, make_ctx: Callable[..., Any],
         model: str, layers: int, hidden: int, shape: tuple[int, ...], timeout: float,
@@ -214,7 +228,11 @@ class LMCacheTier(_PageCodec):
             num_layers=layers, hidden_dim_size=hidden, dtype_str=self.layout.dtype,
             use_mla=False,
         )  # fmt: skip
-        resp = self.client.register_kv_cache_engine_driven_context(payload).result(timeout=timeout)
+        resp = self._setup_answer(
+            self.client.register_kv_cache_engine_driven_context(payload),
+            f"register_kv_cache_engine_driven_context ({model})",
+            timeout,
+        )
         self._instances.append(iid)
         if not resp.shm_name or resp.pool_size <= 0:
             raise LMCacheTierError(
@@ -664,10 +682,8 @@ class LMCacheTier(_PageCodec):
             except Exception:
                 pass
         if client is not None:
-            try:
-                client.close()
-            except Exception:
-                pass
+            # Not lmcache's own close: its order can wedge every client of the process.
+            self.close_problem = close_client(client)
 
     def __enter__(self) -> LMCacheTier:
         return self

@@ -1,0 +1,145 @@
+"""No cascade (issue 20): whatever one case does to its server or its client, the next
+case starts from a server that answers and a client that moves messages.
+
+The root cause, shown here with real processes: lmcache 0.5.6's client closes its
+monitor's reader before its socket, and libzmq sends a monitor event from the
+context's I/O thread with a blocking send. A client that gave up on a paused server
+still holds its unsent request (zmq lingers), so when that server dies the event has
+no reader and the I/O thread blocks for good: with lmcache's default, process-wide
+context, every later client of the process timed out, whatever server it talked to
+(the 30 s tier setups of the issue). ``reference.tiers.lmcache_client.close_client``
+stops the monitor first. ``LMCacheSession.check`` is the second line of defence: it
+replaces a client context or a server that stopped answering before the next run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from lmc_util import GEOMETRY
+
+from faults.campaign.execute import CaseResult, run_case
+from faults.lmcache.executor import LMCacheExecutor
+from faults.lmcache.server import LMCacheServer
+from faults.lmcache.session import LMCacheSession
+from faults.lmcache.wire_faults import WireServerFault
+from reference.tiers.lmcache import LMCacheTier, LMCacheTierError
+
+HEALTHY = "real_restart_tier_kept"
+
+
+@pytest.fixture(scope="module")
+def session() -> Iterator[LMCacheSession]:
+    """One session for the module: each test breaks it its own way, and the check
+    before the test's next run must repair it (that is what is under test)."""
+    with LMCacheSession() as s:
+        yield s
+    assert s.leftovers() == []
+
+
+def _healthy_case(session: LMCacheSession, seed: int = 0) -> CaseResult:
+    executor = LMCacheExecutor(session)
+    try:
+        res = run_case(HEALTHY, seed, executor=executor)
+    finally:
+        executor.case_done()
+    assert res.ok and res.stop is None, (res.violations, res.stop)
+    return res
+
+
+def _give_up_on_paused_then_kill(server: LMCacheServer, **tier_kw: object) -> None:
+    """The fault: the server stops answering (SIGSTOP, as a box out of memory stalls
+    it), a tier gives up on it, then the server dies (SIGKILL, as the OOM killer ends
+    it) while that tier's request is still queued in its closed client."""
+    server.pause()
+    with pytest.raises(LMCacheTierError, match="no answer to get_chunk_size|within"):
+        LMCacheTier(server.url, GEOMETRY, connect_timeout_s=0.5, **tier_kw)
+    server.kill()
+
+
+def test_a_tier_closed_on_a_server_that_then_dies_does_not_wedge_later_tiers(
+    fresh_server: LMCacheServer, lmcache_server: LMCacheServer
+) -> None:
+    # lmcache's default context, shared by every client of this process.
+    _give_up_on_paused_then_kill(fresh_server)
+    tier = LMCacheTier(lmcache_server.url, GEOMETRY, connect_timeout_s=5.0)
+    try:
+        assert tier.close_problem == ""
+    finally:
+        tier.close()
+    assert tier.close_problem == ""
+
+
+def test_the_cases_after_a_paused_then_killed_server_pass(session: LMCacheSession) -> None:
+    """The cascade of the issue, deterministically: a fault leaves the client process in
+    the bad state, then healthy cases must pass (each timed out at its tier's setup)."""
+    assert session.server is not None
+    starts = session.starts
+    _give_up_on_paused_then_kill(session.server)
+    _healthy_case(session, 0)
+    _healthy_case(session, 1)
+    assert session.starts == starts + 1  # the dead server was replaced once
+
+
+def test_a_wedged_client_context_is_replaced_before_the_next_run(
+    session: LMCacheSession, fresh_server: LMCacheServer
+) -> None:
+    # Something closes a client in the session's context the way lmcache's own close
+    # does, on a server that then dies: that context's I/O thread is blocked for good.
+    from reference.tiers.lmcache_client import open_client
+
+    ctx = session.client_context
+    assert ctx is not None and ctx.io_alive(2.0)
+    resets, retired = len(session.client_resets), len(session.retired)
+    fresh_server.pause()
+    client = open_client(fresh_server.url, ctx)
+    assert not client.get_chunk_size().wait(timeout=0.5)
+    client.close()  # lmcache's order: monitor reader first
+    fresh_server.kill()
+    assert not ctx.io_alive(1.0)  # wedged: what the check must catch
+    res = _healthy_case(session)
+    (line,) = session.client_resets[resets:]
+    assert "zmq context moved no loopback message" in line
+    assert res.notes["client_reset"] == [line]
+    assert session.client_context is not ctx and ctx.abandoned
+    assert len(session.retired) == retired  # the server was never the problem
+
+
+def test_a_server_that_stopped_answering_is_replaced_before_the_next_run(
+    session: LMCacheSession,
+) -> None:
+    stuck = session.server
+    assert stuck is not None
+    resets, retired = len(session.client_resets), len(session.retired)
+    stuck.pause()  # alive, answering nothing
+    res = _healthy_case(session)
+    assert not stuck.alive() and stuck.leftovers() == []
+    (line,) = session.retired[retired:]
+    assert f"lmcache server pid {stuck.pid} at {stuck.url} is alive (state T)" in line
+    assert "get_chunk_size" in line and "server log tail:" in line
+    assert res.notes["server_retired"] == [line]
+    assert len(session.client_resets) == resets  # the client was never the problem
+
+
+def test_a_run_that_cannot_set_up_its_tier_ends_naming_the_request_and_the_next_passes(
+    session: LMCacheSession,
+) -> None:
+    # The server stops (for good, as far as the run can tell) at the tier's first request.
+    def pause_at_setup():  # type: ignore[no-untyped-def]
+        return [WireServerFault("pause", op="get_chunk_size", index=0, pause_deadlines=100)]
+
+    executor = LMCacheExecutor(session)
+    with pytest.raises(LMCacheTierError) as info:
+        run_case(HEALTHY, 0, injectors=pause_at_setup, executor=executor)
+    executor.case_done()  # the proxy's end resumes the server
+    message = str(info.value)
+    assert "no answer to get_chunk_size" in message
+    assert f"within {session.rpc_bound_s:g}s (tier setup)" in message
+    _healthy_case(session)
+
+
+def test_the_lmcache_internals_the_safe_close_needs_are_there() -> None:
+    from reference.tiers.lmcache_client import check_internals
+
+    assert check_internals() == []
