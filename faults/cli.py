@@ -410,6 +410,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
             f"--first-seed {args.first_seed} --seeds {args.seeds} reaches seed {last}; "
             f"seeds go up to {MAX_SEED}"
         )
+    bad = _hosts_refused(args)  # on every tier
+    if bad:
+        return _bad(bad)
     if args.tier == "atom":
         from faults.atom.command import run_command
 
@@ -432,9 +435,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
         args.artifacts = args.report / "artifacts"
     if args.tx and args.numprocesses is not None:
         return _bad("give -n or --tx, not both")
-    bad = _hosts_refused(args)
-    if bad:
-        return _bad(bad)
     if args.scale != 1:
         targets, bad = _scaled(targets, args.scale)
         if bad:

@@ -35,6 +35,7 @@ def one_line(capsys, argv: list[str]) -> str:
         (["run", "--tx", "   "], "bad gateway spec '   ': empty"),
         (["run", "--rsyncdir", "x"], "--rsyncdir sends a directory to --tx gateways; give --tx too"),
         (["run", "-n", "2", "--rsyncdir", "x"], "--rsyncdir sends a directory to --tx gateways"),
+        (["run", "--tier", "atom", "--rsyncdir", "x"], "--rsyncdir sends a directory to --tx gateways"),
         (["sweep", "--rsyncdir", "x", "--", "-q"], "--rsyncdir sends a directory to --tx gateways"),
         (["run", "--swarm", "--pin", ",,,"], "argument --pin: wants comma-separated names, e.g. a,b; got ',,,'"),
         (["run", "--scenario", "two_dp_ranks", "--scale", "16"], "--scale 16 changes nothing here: two_dp_ranks has a fixed size"),
