@@ -51,3 +51,18 @@ def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None): 
 def prepare_metadata_for_build_editable(metadata_directory, config_settings=None):  # type: ignore[no-untyped-def]
     with _tidy():
         return _setuptools.prepare_metadata_for_build_editable(metadata_directory, config_settings)
+
+
+def get_requires_for_build_wheel(config_settings=None):  # type: ignore[no-untyped-def]
+    with _tidy():  # setuptools runs egg_info here too
+        return _setuptools.get_requires_for_build_wheel(config_settings)
+
+
+def get_requires_for_build_sdist(config_settings=None):  # type: ignore[no-untyped-def]
+    with _tidy():
+        return _setuptools.get_requires_for_build_sdist(config_settings)
+
+
+def get_requires_for_build_editable(config_settings=None):  # type: ignore[no-untyped-def]
+    with _tidy():
+        return _setuptools.get_requires_for_build_editable(config_settings)

@@ -93,3 +93,21 @@ def test_pip_install_leaves_the_checkout_clean(tmp_path):
     assert (target / "faults" / "cli.py").exists()
     assert not (clone / "build").exists()
     assert list(clone.glob("*.egg-info")) == []
+    # Every hook a build frontend calls (pip with build isolation also asks for the
+    # build requirements, where setuptools writes kvfault.egg-info too).
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    for hook in (
+        "get_requires_for_build_wheel()",
+        "get_requires_for_build_sdist()",
+        f"prepare_metadata_for_build_wheel({str(out_dir)!r})",
+        f"build_wheel({str(out_dir)!r})",
+        f"build_sdist({str(out_dir)!r})",
+    ):  # one process each, as a frontend calls them
+        code = f"import sys; sys.path.insert(0, '_backend'); import kvfault_build as b; b.{hook}"
+        out = subprocess.run(
+            [sys.executable, "-c", code], cwd=clone, capture_output=True, text=True, timeout=600
+        )
+        assert out.returncode == 0, out.stderr
+    assert not (clone / "build").exists()
+    assert list(clone.glob("*.egg-info")) == []
