@@ -17,6 +17,7 @@ imported. Each fake stands where ATOM meets hardware or a package this machine l
 
 from __future__ import annotations
 
+import enum
 import os
 import sys
 import types
@@ -83,7 +84,15 @@ def install_aiter() -> None:
     # queue; nothing here constructs one.
     shm = _module("aiter.dist.shm_broadcast", MessageQueue=_Unavailable)
     dist = _module("aiter.dist", parallel_state=parallel_state, shm_broadcast=shm, __path__=[])
-    _module("aiter", dtypes=dtypes, dist=dist, __path__=[])
+    # ATOM before 7672123 (#1768) imports these two at module level (atom.config,
+    # atom.quant_spec): the quantisation kinds by name, the dtype table by its old path.
+    quant = enum.Enum("QuantType", "No per_Tensor per_Token per_1x32 per_1x128")
+    utility = _module(
+        "aiter.utility",
+        dtypes=_module("aiter.utility.dtypes", d_dtypes=d_dtypes),
+        __path__=[],
+    )
+    _module("aiter", dtypes=dtypes, dist=dist, utility=utility, QuantType=quant, __path__=[])
 
 
 class _Stream:

@@ -108,6 +108,24 @@ ROWS: dict[str, AtomRow] = {
             "a prompt partly in HBM (off the chunk grid), the rest in lmcache",
         ),
         _scenario(
+            "reload_twice",
+            s.reload_twice,
+            _ONE,
+            "a prompt restored from lmcache into HBM, then sent again: HBM serves it",
+        ),
+        _scenario(
+            "tier_hit_burst",
+            s.tier_hit_burst,
+            _ONE,
+            "more loads from lmcache than requests admitted at once (max_num_seqs 2)",
+        ),
+        _scenario(
+            "one_token",
+            s.one_token,
+            _ONE,
+            "a one-token answer: its save ends after the request does",
+        ),
+        _scenario(
             "two_servers",
             s.two_servers,
             _MANY,

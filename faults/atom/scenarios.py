@@ -142,6 +142,47 @@ def hbm_partial(run: AtomRun) -> None:
     run.end(a)
 
 
+def reload_twice(run: AtomRun) -> None:
+    """hbm_pressure, then the first prompt a third time: its second send restored it
+    from lmcache into HBM, and nothing ran since, so the third must find it in HBM
+    instead of loading it again (ATOM's #1725, 9acb084)."""
+    a = run.server("A", num_blocks=40)
+    p = run.prompt(300)
+    run.serve(a, AtomRequest("first", p))
+    for i in range(3):
+        run.serve(a, AtomRequest(f"other{i}", run.prompt(300)))
+    run.serve(a, AtomRequest("again", p))
+    run.serve(a, AtomRequest("third", p))
+    run.end(a)
+
+
+def tier_hit_burst(run: AtomRun) -> None:
+    """One server admitting 2 requests at a time, without an HBM prefix cache: three
+    prompts stored, then each served again from lmcache, one after another. More
+    finished loads than ``max_num_seqs`` must not stop admission (ATOM's 1754771 counted
+    every parked load and never uncounted a finished one; 7427e05 fixed it)."""
+    a = run.server("A", prefix_caching=False, max_num_seqs=2)
+    prompts = [run.prompt(200) for _ in range(3)]
+    for i, p in enumerate(prompts):
+        run.serve(a, AtomRequest(f"first{i}", p))
+    for i, p in enumerate(prompts):
+        run.serve(a, AtomRequest(f"again{i}", p))
+    run.end(a)
+
+
+def one_token(run: AtomRun) -> None:
+    """A 200-token prompt answered with one token, on a server without an HBM prefix
+    cache: the request finishes in the step that dispatches its save, so only the
+    engine's idle polling reports that save and frees its blocks (ATOM's 5d771f7 made
+    ``is_finished`` wait for deferred frees). Then the prompt again, from lmcache."""
+    a = run.server("A", prefix_caching=False)
+    p = run.prompt(200)
+    run.serve(a, AtomRequest("first", p, max_tokens=1))
+    run.end(a)
+    run.serve(a, AtomRequest("again", p, max_tokens=1))
+    run.end(a)
+
+
 def _two(run: AtomRun, a_spec: dict, b_spec: dict) -> None:
     a = run.server("A", prefix_caching=False, **a_spec)
     b = run.server("B", prefix_caching=False, **b_spec)

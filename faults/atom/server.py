@@ -220,6 +220,18 @@ class WorkerProcess:
         self.forwards += 1
         return tokens
 
+    def resident_prefix(self, req: Any, blocks: list[int]) -> int:
+        """Tokens of ``req``'s prompt, in whole blocks from its start, whose pages (as a
+        cold run computes them) some block of ``blocks`` holds: the prefix HBM still has
+        that no live request owns. The model's own fingerprints, not ATOM's index."""
+        have = {self.kv.read(b) for b in blocks}
+        n = 0
+        for page in self.model.cold_pages(req)[: req.prompt_len // self.spec.block_size]:
+            if page not in have:
+                break
+            n += 1
+        return n * self.spec.block_size
+
     def async_proc_aggregation(self, names: dict[Any, str]) -> Any:
         out = self.connector.get_finished()
         for attr, kind, outcome in (
@@ -493,6 +505,7 @@ class SchedulerProcess:
         self.seqs: dict[str, Any] = {}
         self.pending_lookup: dict[str, int] = {}  # sid -> what lmcache's lookup answered
         self.looked_up: set[str] = set()
+        self.resident: dict[str, int] = {}  # sid -> prompt tokens free HBM blocks hold
         self._next_id = 1
         self._observe()
         _bind_engine_core(type(self))
@@ -517,6 +530,7 @@ class SchedulerProcess:
 
         def observed_match(seq):
             raw.pop(str(seq.id), None)
+            self._note_resident(seq)
             need, park = match(seq)
             self.pending_lookup[str(seq.id)] = raw.get(str(seq.id), 0)
             return need, park
@@ -545,6 +559,21 @@ class SchedulerProcess:
 
             impl.save_finished = observed_save
 
+    def _note_resident(self, seq: Any) -> None:
+        """With ATOM's HBM prefix cache on: the prompt's leading pages that free HBM
+        blocks (owned by no live request) still hold, for ``efficiency`` to compare with
+        ATOM's HBM hit. Asked before ATOM allocates for the request."""
+        if not self.spec.prefix_caching:
+            return
+        from reference.types import Request
+
+        name = self.names[seq.id]
+        r = self.requests[name]
+        owned = {b for s in self.seqs.values() for b in (getattr(s, "block_table", None) or ())}
+        free = [b for b in range(self.spec.num_blocks) if b not in owned]
+        req = Request(name, r.prompt, r.cache_seed, max_output_tokens=r.max_tokens)
+        self.resident[str(seq.id)] = int(self.link.call("resident_prefix", req, free))
+
     def _lookup_event(self, seq: Any, hbm: int, kv_end: int, claim: int) -> None:
         sid = str(seq.id)
         if sid in self.looked_up or sid not in self.pending_lookup:
@@ -569,6 +598,7 @@ class SchedulerProcess:
             claim=int(claim),
             kv_end=int(kv_end),
             hybrid=False,
+            **({"hbm_resident": self.resident[sid]} if sid in self.resident else {}),
         )
 
     def _in_handoff(self, seq: Any) -> bool:

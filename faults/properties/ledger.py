@@ -55,6 +55,7 @@ def efficiency(run: RunResult) -> list[Violation]:
             d = ev.data
             if d["claim"] > d["hbm_hit"]:
                 awaiting_load[ev.req_id] = ev.t
+                out.extend(_hbm_reload(ev))
             if ev.req_id not in run.requests:
                 continue
             expected = min(account.visible_prefix(ev.req_id, ev.t), d["prompt_len"])
@@ -132,6 +133,28 @@ def load_failures(run: RunResult) -> list[Violation]:
                     flying = {op: (rng, True) for op, (rng, _) in flying.items()}
             account.feed(ev)
     return out
+
+
+def _hbm_reload(ev) -> list[Violation]:
+    """A claim from the tier over a prefix HBM still holds in blocks no live request
+    owns (``hbm_resident``: the tier reads the pages themselves, where the stack keeps
+    an HBM prefix cache) is a load the stack's own cache should have served. Capped at
+    the prompt minus one token, the most any HBM hit may claim."""
+    d = ev.data
+    resident = d.get("hbm_resident")
+    if resident is None:
+        return []
+    usable = min(resident, d["prompt_len"] - 1)
+    if usable <= d["hbm_hit"]:
+        return []
+    return [
+        Violation(
+            "efficiency",
+            f"{ev.req_id} loads from the tier [{d['hbm_hit']}, {min(usable, d['claim'])}) "
+            f"that HBM still holds ({resident} tokens in free blocks; HBM hit {d['hbm_hit']})",
+            t=ev.t,
+        )
+    ]
 
 
 def _claim_bounds(ev, chunk: int) -> list[Violation]:
