@@ -17,8 +17,17 @@ from faults import SCENARIOS
 from faults.campaign import properties_of, run_case
 from faults.catalog import on_tier
 from faults.lmcache.executor import LMCacheExecutor
-from faults.lmcache.session import LMCacheSession, PumpedTier, lmcache_context
+from faults.lmcache.session import (
+    DEFAULT_TIME_SCALE,
+    MAX_TIME_SCALE,
+    REFERENCE_LOOKUP_S,
+    LMCacheSession,
+    PumpedTier,
+    lmcache_context,
+    paced_time_scale,
+)
 from faults.lmcache.wire_faults import WIRE_FAULTS
+from faults.lmcache.wire_proxy import WireFault, WireProxy
 from reference import Ev
 
 
@@ -122,3 +131,48 @@ def test_properties_never_include_determinism(session: LMCacheSession) -> None:
     for name in (*on_tier("scenario", "lmcache"), *(w.scenario for w in WIRE_FAULTS.values())):
         props = properties_of(name, LMCacheExecutor(session))
         assert "determinism" not in props and "correctness" in props
+
+
+def test_the_time_scale_follows_the_lookup_round_trip() -> None:
+    assert paced_time_scale(REFERENCE_LOOKUP_S / 4) == DEFAULT_TIME_SCALE  # quiet: as chosen
+    assert paced_time_scale(REFERENCE_LOOKUP_S) == pytest.approx(DEFAULT_TIME_SCALE)
+    assert paced_time_scale(REFERENCE_LOOKUP_S * 3) == pytest.approx(3 * DEFAULT_TIME_SCALE)
+    assert paced_time_scale(10.0) == MAX_TIME_SCALE  # never slower than the story itself
+
+
+def test_a_slower_server_gets_longer_bounds(session: LMCacheSession, monkeypatch) -> None:
+    # Every lookup reply 15 ms late (4x the reference round trip): the measurement sees it.
+    assert session.server is not None
+    slow = WireProxy(session.server.url, [WireFault("delay", op="lookup", delay_s=0.015)])
+    with slow:
+        lookup_s = session.measure_pace(slow.url)
+    assert lookup_s >= 0.015
+    assert paced_time_scale(lookup_s) >= 0.015 / REFERENCE_LOOKUP_S * DEFAULT_TIME_SCALE
+    # A run paces to what the check before it measured: its story and its tier's bounds.
+    measured = session.measure_pace
+    slower = 3 * REFERENCE_LOOKUP_S
+
+    def as_if_slower(url: str) -> float:
+        measured(url)
+        session.lookup_s = slower
+        return slower
+
+    monkeypatch.setattr(session, "measure_pace", as_if_slower)
+    built: list[PumpedTier] = []
+    monkeypatch.setattr(PumpedTier, "__init__", _recording(PumpedTier.__init__, built))
+    res = run_case("real_restart_tier_kept", 5, executor=LMCacheExecutor(session))
+    assert res.ok, [str(v) for v in res.violations]
+    assert res.notes["lookup_s"] == slower
+    assert res.notes["time_scale"] == pytest.approx(3 * DEFAULT_TIME_SCALE)
+    assert res.run.config.transfer_deadline_s == pytest.approx(30 * 3 * DEFAULT_TIME_SCALE)
+    assert built and all(
+        t.inner.lookup_timeout_s == pytest.approx(3 * session.lookup_timeout_s) for t in built
+    )
+
+
+def _recording(init, into: list):  # type: ignore[no-untyped-def]
+    def record(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        init(self, *args, **kwargs)
+        into.append(self)
+
+    return record

@@ -16,6 +16,7 @@ from faults.lmcache.session import (
     LMCacheSession,
     RealTierFactory,
     RunClock,
+    paced_time_scale,
 )
 from faults.runs import RunContext, RunResult
 from faults.scenarios import SCENARIOS
@@ -25,41 +26,55 @@ class LMCacheExecutor:
     """Runs scenarios on ``session``'s server. Not deterministic: reply times, and so
     the steps at which things happen, differ between runs of one seed.
 
-    Notes per run: the tier, the time scale, lookups that timed out, and for a stop
-    the lmcache request the stopped load waited on (``stuck_stage``)."""
+    ``time_scale``: a number fixes every run's; ``None`` (the default) paces each run
+    to the machine: the session's check before the run times lookups on the server,
+    and ``paced_time_scale`` makes every real-time bound of the run (the story's
+    durations, the tier's lookup and setup bounds) longer in proportion when they are
+    slower than when ``DEFAULT_TIME_SCALE`` was chosen.
+
+    Notes per run: the tier, the time scale, the lookup round trip measured before it,
+    lookups that timed out, what the check replaced, and for a stop the lmcache request
+    the stopped load waited on (``stuck_stage``)."""
 
     tier = "lmcache"
     deterministic = False
 
-    def __init__(self, session: LMCacheSession, time_scale: float = DEFAULT_TIME_SCALE):
-        if time_scale <= 0:
+    def __init__(self, session: LMCacheSession, time_scale: float | None = None):
+        if time_scale is not None and time_scale <= 0:
             raise ValueError(f"time_scale must be positive, got {time_scale}")
         self.session = session
         self.time_scale = time_scale
 
-    def context(self, ctx: RunContext) -> RunContext:
-        """``ctx`` with this session's tiers, a real clock and the time scale."""
+    def context(self, ctx: RunContext, time_scale: float = DEFAULT_TIME_SCALE) -> RunContext:
+        """``ctx`` with this session's tiers, a real clock and ``time_scale``."""
         return replace(
             ctx,
-            tier_factory=RealTierFactory(self.session, ctx.injectors),
+            tier_factory=RealTierFactory(
+                self.session, ctx.injectors, pace=time_scale / DEFAULT_TIME_SCALE
+            ),
             clock_factory=RunClock,
-            time_scale=self.time_scale,
+            time_scale=time_scale,
         )
 
     def execute(self, scenario: str, ctx: RunContext) -> tuple[RunResult, dict[str, object]]:
-        ctx = self.context(ctx)
-        factory = ctx.tier_factory
-        assert isinstance(factory, RealTierFactory)
         session = self.session
         retired, resets = len(session.retired), len(session.client_resets)
-        factory.check()  # before the run's clock starts: a replaced server takes seconds
+        session.check()  # before the run's clock starts: a replaced server takes seconds
+        scale = self.time_scale
+        if scale is None:
+            scale = paced_time_scale(session.lookup_s or 0.0)
+        ctx = self.context(ctx, scale)
+        factory = ctx.tier_factory
+        assert isinstance(factory, RealTierFactory)
+        factory.checked()
         try:
             run = SCENARIOS[scenario].run(ctx)
         finally:
             factory.close()  # also reports wire firings seen after the last poll
         notes: dict[str, object] = {
             "tier": "lmcache",
-            "time_scale": self.time_scale,
+            "time_scale": scale,
+            "lookup_s": session.lookup_s,
             "lookup_timeouts": sum(t.inner.lookup_timeouts for t in factory.tiers),
         }
         # What the health check before this run found and replaced (LMCacheSession.check).
@@ -81,7 +96,7 @@ class LMCacheExecutor:
 
 @contextlib.contextmanager
 def lmcache_executor(
-    time_scale: float = DEFAULT_TIME_SCALE, wait_note: Callable[[str], None] | None = None
+    time_scale: float | None = None, wait_note: Callable[[str], None] | None = None
 ) -> Iterator[LMCacheExecutor]:
     """An ``LMCacheExecutor`` on a fresh session: the server is started on entry (raises
     ``LMCacheNotInstalled`` in one line without lmcache) and stopped, with everything

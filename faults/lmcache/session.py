@@ -66,6 +66,15 @@ if TYPE_CHECKING:
     from fakes.sim import SimWorld
 
 DEFAULT_TIME_SCALE = 0.2
+# The real time a run spends on lmcache is mostly lookup round trips: the heaviest step of
+# the catalog (restart_tier_kept's 24 hybrid prompts: 48 tier lookups and 306 state
+# candidates) took 0.7-1.35 s on the 2-core box, at most 3.8 ms a round trip, and
+# DEFAULT_TIME_SCALE (8 s bound) was chosen for that: a 3-4x margin. When a lookup costs
+# k times that now (the box is loaded), a run's every real-time bound is made k times
+# longer (``paced_time_scale``), up to the story's own durations.
+REFERENCE_LOOKUP_S = 0.0038
+MAX_TIME_SCALE = 1.0
+PACE_LOOKUPS = 16  # timed lookups per measurement (after 2 untimed)
 # Small but real: 4 layers x 2 KV heads x 8 head dim, bf16 = 64 KiB per 256-token
 # chunk, so a campaign's stores fit the pool and a block's byte-exact check is cheap.
 SCENARIO_LAYOUT = KVLayout(num_layers=4, num_heads=2, head_dim=8)
@@ -84,6 +93,14 @@ RPC_BOUND_S = 1.0
 # bound, before its server or client is called wedged: a scheduler stall on a saturated
 # box is not a wedge.
 RETRY_FACTOR = 2.0
+
+
+def paced_time_scale(lookup_s: float, base: float = DEFAULT_TIME_SCALE) -> float:
+    """The time scale for a run when one lookup round trip costs ``lookup_s`` now:
+    ``base`` while lookups are as fast as when it was chosen (``REFERENCE_LOOKUP_S``),
+    proportionally longer when they are slower, at most ``MAX_TIME_SCALE``."""
+    return min(MAX_TIME_SCALE, max(base, base * lookup_s / REFERENCE_LOOKUP_S))
+
 
 # -- the clock -----------------------------------------------------------------------
 
@@ -273,6 +290,7 @@ class LMCacheSession:
         self.starts = 0
         self.start_seconds: list[float] = []
         self.retired: list[str] = []  # one line per server killed as wedged
+        self.lookup_s: float | None = None  # one lookup round trip, at the last check
         self.client_resets: list[str] = []  # one line per client context replaced
         self.client_context: ClientContext | None = None
         self._abandoned: list[ClientContext] = []  # wedged contexts: they cannot term
@@ -352,7 +370,37 @@ class LMCacheSession:
             self.retired.append(str(wedged))
             self.retire(server)
             server = self.ensure_server()
+        self.measure_pace(server.url)
         return server
+
+    def measure_pace(self, url: str) -> float:
+        """Time ``PACE_LOOKUPS`` lookups of one chunk through a tier of this session's
+        own (a scratch namespace) at ``url``: the mean round trip, kept in
+        ``lookup_s``. About 20-100 ms on the 2-core box. A lookup that gets no
+        answer counts its whole timeout."""
+        from reference.interfaces import LookupQuery
+        from reference.types import Geometry
+
+        tier = LMCacheTier(
+            url,
+            Geometry(block_size=16, chunk_size=self.chunk_size),
+            layout=self.layout,
+            model_name=self.namespace("pace"),
+            lookup_timeout_s=self.lookup_timeout_s,
+            connect_timeout_s=self.rpc_bound_s,
+            client_context=self.client_context,
+        )
+        try:
+            query = LookupQuery(tuple(range(self.chunk_size)))
+            for _ in range(2):  # the first round trips of a client pay its warm-up
+                tier.lookup(query)
+            t0 = time.perf_counter()
+            for _ in range(PACE_LOOKUPS):
+                tier.lookup(query)
+            self.lookup_s = (time.perf_counter() - t0) / PACE_LOOKUPS
+        finally:
+            tier.close()
+        return self.lookup_s
 
     def retire(self, server: LMCacheServer) -> None:
         """Kill ``server`` (wedged: it would not stop gracefully) and clean up after
@@ -404,9 +452,12 @@ class RealTierFactory:
     proxy of each wire-fault injector of the run. ``close()`` closes what it built.
     The first call checks the session's server and client (``LMCacheSession.check``)."""
 
-    def __init__(self, session: LMCacheSession, injectors: Sequence[Injector] = ()):
+    def __init__(
+        self, session: LMCacheSession, injectors: Sequence[Injector] = (), pace: float = 1.0
+    ):
         self.session = session
         self.injectors = list(injectors)
+        self.pace = pace  # every real-time bound of the tier is this many times longer
         self.tiers: list[PumpedTier] = []
         self._closed = False
         self._checked = False
@@ -418,6 +469,10 @@ class RealTierFactory:
         if not self._checked:
             self._checked = True
             self.session.check()
+
+    def checked(self) -> None:
+        """The session was checked for this run already (by its executor)."""
+        self._checked = True
 
     def __call__(self, world: SimWorld, config: EngineConfig) -> PumpedTier:
         self.check()
@@ -431,8 +486,8 @@ class RealTierFactory:
             config.geometry,
             layout=self.session.layout,
             model_name=self.session.namespace(),
-            lookup_timeout_s=self.session.lookup_timeout_s,
-            connect_timeout_s=self.session.rpc_bound_s,
+            lookup_timeout_s=self.session.lookup_timeout_s * self.pace,
+            connect_timeout_s=self.session.rpc_bound_s * self.pace,
             # Not the run's seed: instance and request ids must differ between runs
             # of one seed on one server, or a late unregister of the last run's
             # instance would drop this run's context.
@@ -472,7 +527,7 @@ def lmcache_context(
         seed=seed,
         rules=rules or Rules(),
         injectors=list(injectors),
-        tier_factory=RealTierFactory(session, injectors),
+        tier_factory=RealTierFactory(session, injectors, pace=time_scale / DEFAULT_TIME_SCALE),
         clock_factory=RunClock,
         time_scale=time_scale,
     )
