@@ -155,7 +155,8 @@ os.kill(os.getpid(), signal.SIGKILL)   # no finalizer, no atexit
     # next sweep, which removes them because the owning pid is dead.
     assert not any(x.startswith("process") for x in left), left
     removed = sweep_stale_segments()
-    assert info["tmpdir"] in removed
+    # A test process running beside this one sweeps too, and may have come first.
+    assert info["tmpdir"] in removed or not Path(info["tmpdir"]).exists()
     assert _gone(info, limit_s=0) == []
 
 

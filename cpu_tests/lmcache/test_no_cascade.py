@@ -14,6 +14,7 @@ replaces a client context or a server that stopped answering before the next run
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 import pytest
@@ -135,7 +136,9 @@ def test_a_run_that_cannot_set_up_its_tier_ends_naming_the_request_and_the_next_
     executor.case_done()  # the proxy's end resumes the server
     message = str(info.value)
     assert "no answer to get_chunk_size" in message
-    assert f"within {session.rpc_bound_s:g}s (tier setup)" in message
+    # The setup bound: rpc_bound_s, stretched by the run's pace on a loaded box.
+    bound = re.search(r"within ([0-9.]+)s \(tier setup\)", message)
+    assert bound is not None and float(bound.group(1)) >= session.rpc_bound_s, message
     _healthy_case(session)
 
 

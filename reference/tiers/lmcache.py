@@ -213,7 +213,7 @@ class LMCacheTier(_PageCodec):
         if not future.wait(timeout=timeout):
             raise LMCacheTierError(
                 f"no answer to {what} from the lmcache server at {self.url} within "
-                f"{timeout:g}s (tier setup)"
+                f"{timeout:.3g}s (tier setup)"
             )
         return future.result(timeout=0)
 
