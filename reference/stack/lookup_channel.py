@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import stat
 import sys
 import tempfile
@@ -23,8 +24,7 @@ from typing import Any
 from reference.errors import EngineIdentityConflict
 from reference.interfaces import LookupClient, LookupQuery, LookupResult
 
-_PING = b"ping"
-_PROBE_TIMEOUT_MS = 200
+_PROBE_TIMEOUT_S = 5.0
 
 # sizeof(sockaddr_un.sun_path) less the NUL: 107 on Linux, 103 on macOS.
 IPC_PATH_MAX = 103 if sys.platform == "darwin" else 107
@@ -83,20 +83,26 @@ def _decode_query(frame: bytes) -> LookupQuery:
     return LookupQuery(ids, states)
 
 
-def path_is_live(path: str, zmq_context: Any) -> bool:
-    """Whether a live lookup server answers a ping on ``path``."""
-    import zmq
+def path_is_live(path: str, zmq_context: Any = None) -> bool:
+    """Whether a live server listens on the ``ipc://`` socket at ``path``.
 
-    if not os.path.exists(path):
-        return False
-    sock = zmq_context.socket(zmq.REQ)
-    sock.setsockopt(zmq.LINGER, 0)
+    Asked of the kernel, not of the server: connecting to a listening Unix socket
+    completes in the kernel's accept queue whether or not the server's thread runs,
+    and a socket file nobody listens on refuses at once. So a busy machine cannot make
+    a live server look dead (a ping with a reply deadline did, under load).
+    ``zmq_context`` is accepted for callers that pass one; it is not needed."""
+    del zmq_context
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(_PROBE_TIMEOUT_S)
     try:
-        sock.connect(f"ipc://{path}")
-        sock.send(_PING)
-        return bool(sock.poll(_PROBE_TIMEOUT_MS))
+        probe.connect(path)
+    except (FileNotFoundError, ConnectionRefusedError, NotADirectoryError):
+        return False
+    except TimeoutError:
+        return True  # a full accept queue: someone listens, and is busy
     finally:
-        sock.close()
+        probe.close()
+    return True
 
 
 class LookupServer:
@@ -134,9 +140,6 @@ class LookupServer:
             if not self._sock.poll(20):
                 continue
             frame = self._sock.recv()
-            if frame == _PING:
-                self._sock.send(b"pong")
-                continue
             try:
                 query = _decode_query(frame)
                 with self._lock:

@@ -203,6 +203,35 @@ def test_a_stale_socket_file_is_not_a_live_server(rpc_dir, tier, zctx):
         server.close()
 
 
+def test_a_live_server_too_busy_to_answer_is_still_live(rpc_dir, zctx):
+    """A machine under load can leave a server's thread unscheduled for a long while:
+    liveness must not hang on a reply (a ping with a 200 ms deadline called such a
+    server dead, and the second of two port-0 servers took its path)."""
+    import zmq
+
+    path = _path(rpc_dir, 0)
+    silent = zctx.socket(zmq.REP)  # bound and listening, and never answers anything
+    silent.setsockopt(zmq.LINGER, 0)
+    silent.bind(f"ipc://{path}")
+    try:
+        assert path_is_live(path, zctx)
+        with pytest.raises(EngineIdentityConflict):
+            LookupServer(path, "kv-dp0", MemoryTier(VirtualClock(), GEO))
+    finally:
+        silent.close()
+
+
+def test_a_socket_nobody_listens_on_is_not_live(rpc_dir, zctx):
+    import socket
+
+    path = _path(rpc_dir, 0)
+    dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    dead.bind(path)  # a crashed server's socket file: bound, never listening now
+    dead.close()
+    assert os.path.exists(path)
+    assert not path_is_live(path, zctx)
+
+
 def test_a_missing_path_is_not_live(rpc_dir, zctx):
     assert not path_is_live(os.path.join(rpc_dir, "nothing"), zctx)
 
