@@ -7,8 +7,9 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
-from faults.processes import stop_group
+from faults.processes import running, stop_group
 
 
 def _group_leader() -> subprocess.Popen[bytes]:
@@ -47,3 +48,22 @@ def test_a_group_already_gone_raises_nothing():
     stop_group(proc)
     stop_group(proc)
     assert proc.returncode == -signal.SIGKILL
+
+
+def test_running_is_false_for_a_zombie_and_for_a_reaped_pid():
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                            stdin=subprocess.PIPE)  # fmt: skip
+    try:
+        assert running(proc.pid) and running(os.getpid())
+        proc.stdin.close()  # it exits, and stays a zombie until waited for
+        deadline = time.monotonic() + 30
+        while running(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not running(proc.pid)
+        assert os.waitpid(proc.pid, os.WNOHANG) != (0, 0)  # it was a zombie, not reaped
+    finally:
+        proc.stdin.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+    assert not running(proc.pid)

@@ -160,11 +160,10 @@ def _segments_bytes(segments: list[Any]) -> list[Any]:
     return [s.contiguous().view(-1).view(torch.uint8) for s in segments]
 
 
-def fused_pack_chunk_major(
-    segment_tensors, segment_block_bytes, chunk_block_counts, block_ids, device_buf
-) -> None:
-    """CPU stand-in for ATOM's Triton pack kernel, same byte layout: chunk by chunk,
-    within a chunk segment by segment, within a segment the chunk's blocks in order."""
+def _chunk_major_runs(segment_tensors, segment_block_bytes, chunk_block_counts, block_ids):
+    """The byte layout both Triton kernels share, as ``(flat, block slice, buffer
+    slice)`` runs: chunk by chunk, within a chunk segment by segment, within a segment
+    the chunk's blocks in order."""
     flats = _segments_bytes(segment_tensors)
     per_block = sum(int(b) for b in segment_block_bytes)
     base = 0
@@ -175,34 +174,33 @@ def fused_pack_chunk_major(
         prefix = 0
         for flat, nb in zip(flats, segment_block_bytes, strict=True):
             nb = int(nb)
-            dst = base + prefix * nblocks
+            at = base + prefix * nblocks
             for i, b in enumerate(ids):
-                device_buf[dst + i * nb : dst + (i + 1) * nb] = flat[b * nb : (b + 1) * nb]
+                yield flat, slice(b * nb, (b + 1) * nb), slice(at + i * nb, at + (i + 1) * nb)
             prefix += nb
         base += nblocks * per_block
         offset += nblocks
+
+
+def fused_pack_chunk_major(
+    segment_tensors, segment_block_bytes, chunk_block_counts, block_ids, device_buf
+) -> None:
+    """CPU stand-in for ATOM's Triton pack kernel, same byte layout
+    (``_chunk_major_runs``): the blocks' bytes into ``device_buf``."""
+    for flat, block, buf in _chunk_major_runs(
+        segment_tensors, segment_block_bytes, chunk_block_counts, block_ids
+    ):
+        device_buf[buf] = flat[block]
 
 
 def fused_unpack_chunk_major(
     device_buf, segment_tensors, segment_block_bytes, chunk_block_counts, block_ids
 ) -> None:
     """CPU stand-in for ATOM's Triton unpack kernel (the inverse of the pack)."""
-    flats = _segments_bytes(segment_tensors)
-    per_block = sum(int(b) for b in segment_block_bytes)
-    base = 0
-    offset = 0
-    for nblocks in chunk_block_counts:
-        nblocks = int(nblocks)
-        ids = block_ids[offset : offset + nblocks]
-        prefix = 0
-        for flat, nb in zip(flats, segment_block_bytes, strict=True):
-            nb = int(nb)
-            src = base + prefix * nblocks
-            for i, b in enumerate(ids):
-                flat[b * nb : (b + 1) * nb] = device_buf[src + i * nb : src + (i + 1) * nb]
-            prefix += nb
-        base += nblocks * per_block
-        offset += nblocks
+    for flat, block, buf in _chunk_major_runs(
+        segment_tensors, segment_block_bytes, chunk_block_counts, block_ids
+    ):
+        flat[block] = device_buf[buf]
 
 
 # Where ATOM's dense Triton staging module has lived: under ``dense/`` at its main,

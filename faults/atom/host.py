@@ -20,6 +20,7 @@ from typing import Any
 
 from faults.atom.spec import AtomRequest, RawEvent, ServerSpec
 from faults.atom.zygote import Zygote
+from faults.processes import running
 
 
 class ServerRefused(RuntimeError):
@@ -169,27 +170,12 @@ class AtomHost:
         deadline = time.monotonic() + 5.0
         for server in self.servers:
             for pid in server.pids:
-                while _alive(pid) and time.monotonic() < deadline:
+                while running(pid) and time.monotonic() < deadline:
                     time.sleep(0.01)
-                if _alive(pid):
+                if running(pid):
                     try:
                         os.kill(pid, signal.SIGKILL)
                     except ProcessLookupError:
                         pass
         self.listener.close()
         shutil.rmtree(self.dir, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie is gone for our purposes; the zygote reaps it (SIGCHLD ignored).
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False

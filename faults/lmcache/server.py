@@ -37,7 +37,7 @@ import weakref
 from pathlib import Path
 from typing import Callable, Sequence
 
-from faults.processes import stop_group
+from faults.processes import running, stop_group
 from reference.errors import RebuiltWhenUnpickled
 
 SHM_DIR = Path("/dev/shm")
@@ -183,16 +183,6 @@ def free_loopback_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def sweep_stale_segments() -> list[str]:
     """Remove ``/dev/shm`` segments and temporary directories of kvfault servers whose
     owning process is gone (it was SIGKILLed, so no finalizer ran).
@@ -205,7 +195,7 @@ def sweep_stale_segments() -> list[str]:
     tmp = Path(tempfile.gettempdir())
     for path in tmp.glob(f"{TMP_PREFIX}*"):
         owner = path.name[len(TMP_PREFIX) :].split("-")[0]
-        if owner.isdigit() and not _pid_alive(int(owner)):
+        if owner.isdigit() and not running(int(owner)):
             shutil.rmtree(path, ignore_errors=True)
             removed.append(str(path))
     if not SHM_DIR.is_dir():
@@ -214,7 +204,7 @@ def sweep_stale_segments() -> list[str]:
         parts = path.name.split(f"{NAME_PREFIX}_", 1)[1].split("_")
         if not parts or not parts[0].isdigit():
             continue
-        if _pid_alive(int(parts[0])):
+        if running(int(parts[0])):
             continue
         try:
             path.unlink()
