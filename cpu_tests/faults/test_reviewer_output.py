@@ -111,3 +111,18 @@ def test_pip_install_leaves_the_checkout_clean(tmp_path):
         assert out.returncode == 0, out.stderr
     assert not (clone / "build").exists()
     assert list(clone.glob("*.egg-info")) == []
+    # tox keeps one backend process for every env it packages: the same hooks, in one
+    # process, twice over (a tidy that setuptools does not expect failed the second).
+    calls = "; ".join(
+        f"b.get_requires_for_build_wheel(); b.build_wheel({str(out_dir / d)!r})" for d in ("a", "b")
+    )
+    (out_dir / "a").mkdir()
+    (out_dir / "b").mkdir()
+    code = f"import sys; sys.path.insert(0, '_backend'); import kvfault_build as b; {calls}"
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=clone, capture_output=True, text=True, timeout=600
+    )
+    assert out.returncode == 0, out.stderr
+    assert len(list((out_dir / "b").glob("kvfault-*.whl"))) == 1
+    assert not (clone / "build").exists()
+    assert list(clone.glob("*.egg-info")) == []
