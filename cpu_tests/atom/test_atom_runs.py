@@ -47,17 +47,18 @@ def test_a_healthy_reuse_loads_and_passes(campaign):
 
 
 def test_a_host_leaves_nothing_behind(campaign):
-    from faults.atom.host import AtomHost, _alive
+    from faults.atom.host import AtomHost
     from faults.atom.spec import ServerSpec
+    from faults.processes import running
 
     host = AtomHost(campaign.pool)
     server = host.start(ServerSpec("A"))
     sockets = os.listdir(host.socket_dir)
     assert sockets, "the worker's lookup socket is under the host's directory"
-    assert all(_alive(pid) for pid in server.pids)
+    assert all(running(pid) for pid in server.pids)
     host.close()
     assert not os.path.exists(host.dir)
-    assert not any(_alive(pid) for pid in server.pids)
+    assert not any(running(pid) for pid in server.pids)
 
 
 def test_a_broken_story_is_an_error_and_still_cleans_up(campaign, tmp_path, monkeypatch):
