@@ -15,6 +15,7 @@ replaces a client context or a server that stopped answering before the next run
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -98,6 +99,11 @@ def test_a_wedged_client_context_is_replaced_before_the_next_run(
     assert not client.get_chunk_size().wait(timeout=0.5)
     client.close()  # lmcache's order: monitor reader first
     fresh_server.kill()
+    # The disconnect event that blocks the I/O thread comes asynchronously after the
+    # kill: wait (bounded) for the wedge the check must catch.
+    deadline = time.monotonic() + 15
+    while ctx.io_alive(0.5) and time.monotonic() < deadline:
+        pass
     assert not ctx.io_alive(1.0)  # wedged: what the check must catch
     res = _healthy_case(session)
     (line,) = session.client_resets[resets:]
