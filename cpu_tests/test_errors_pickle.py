@@ -34,6 +34,13 @@ OPTIONAL = ("torch", "numpy", "matplotlib")
 
 PACKAGES = ("reference", "fakes", "faults")
 
+# Exception types in faults/ that are not errors of kvfault's own, so do not derive from
+# faults.errors.KvfaultError, with why.
+NOT_KVFAULT_ERRORS = {
+    "faults.injectors.engine.EngineCrash": "the simulated engine's crash, inside a run",
+    "faults.processes.Interrupted": "a signal (KeyboardInterrupt): exit 128 + its number",
+}
+
 
 def _modules() -> list[str]:
     names = []
@@ -161,8 +168,15 @@ def round_trip_problem(cls: type[BaseException]) -> str | None:
 def survey() -> dict[str, list[str]]:
     """Import every module, find every error type, round-trip each: what the test
     asserts, computed in a fresh interpreter (``python THIS_FILE``)."""
+    from faults.errors import KvfaultError
+
     failed = _import_all()
     types = _error_types()
+    outside = [
+        f"{c.__module__}.{c.__qualname__}"
+        for c in types
+        if c.__module__.startswith("faults.") and not issubclass(c, KvfaultError)
+    ]
     problems = []
     for cls in types:
         why = round_trip_problem(cls)
@@ -172,6 +186,7 @@ def survey() -> dict[str, list[str]]:
         "import_failures": failed,
         "types": [f"{c.__module__}.{c.__qualname__}" for c in types],
         "problems": problems,
+        "outside_the_base": outside,
     }
 
 
@@ -205,6 +220,12 @@ def test_the_walk_finds_the_errors_that_cross_a_process_boundary(surveyed):
         "faults.lmcache.server.LMCacheServerWedged",
         "faults.processes.Interrupted",
     } <= set(surveyed["types"])
+
+
+def test_every_error_of_faults_derives_from_the_one_base(surveyed):
+    # The CLI maps errors to exit codes in one `except KvfaultError`: one outside the
+    # base would end the command with a traceback instead of one line.
+    assert sorted(surveyed["outside_the_base"]) == sorted(NOT_KVFAULT_ERRORS)
 
 
 def test_every_error_type_comes_back_from_a_pickle_as_it_went(surveyed):

@@ -23,7 +23,7 @@ _EXPORTS = {
     "RunResult": "faults.runs",
     "run_case": "faults.campaign.execute",
     "run_campaign": "faults.campaign.runner",
-    "select_targets": "faults.campaign.runner",
+    "select_targets": "faults.campaign.targets",
 }
 __all__ = sorted(_EXPORTS)
 __getattr__ = lazy_exports(__name__, _EXPORTS)

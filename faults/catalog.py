@@ -13,11 +13,13 @@ import difflib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from faults.errors import KvfaultError
+
 TIERS = ("memory", "lmcache")
 KINDS = ("scenario", "fault", "regression")
 
 
-class UnknownName(ValueError):
+class UnknownName(KvfaultError, ValueError):
     """A name that is not in the catalog, or not on the tier asked for: one line."""
 
 

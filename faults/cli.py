@@ -450,23 +450,19 @@ def _cmd_run(args: argparse.Namespace) -> int:
     # Only summary.json shows a trace digest: without --report no judged run is digested.
     digests = args.report is not None
     if args.tx or args.numprocesses not in (None, "0"):
-        from faults.fanout import FanoutError
         from faults.spread import keep_artifacts, run_spread
 
-        try:
-            result = run_spread(
-                targets,
-                seeds,
-                workers=args.numprocesses,
-                tx=args.tx,
-                rsyncdirs=args.rsyncdir,
-                budget_s=args.budget,
-                artifacts=store.directory,
-                timeout_s=args.timeout,
-                progress=lambda i, total, label: _progress(mode, i, total, label),
-            )
-        except FanoutError as exc:
-            return _bad(str(exc))
+        result = run_spread(
+            targets,
+            seeds,
+            workers=args.numprocesses,
+            tx=args.tx,
+            rsyncdirs=args.rsyncdir,
+            budget_s=args.budget,
+            artifacts=store.directory,
+            timeout_s=args.timeout,
+            progress=lambda i, total, label: _progress(mode, i, total, label),
+        )
         store.kept.update(keep_artifacts(result, store.directory))
     elif tier == "memory" and _jobs_here(args.jobs, targets, seeds) > 1:
         from faults.campaign.pool import run_pooled
@@ -509,24 +505,20 @@ def _cmd_run(args: argparse.Namespace) -> int:
             store.after(case, outcome, staged)
 
         from faults.campaign.tiers import open_executor
-        from faults.lmcache.server import LMCacheNotInstalled
 
-        try:
-            with open_executor(tier) as executor, _few_collections():
-                if args.budget is None:
-                    result = run_campaign(
-                        targets, seeds, before=before, after=after, progress=progress,
-                        executor=executor, digests=digests,
-                    )  # fmt: skip
-                else:
-                    from faults.spread import run_within_budget
+        with open_executor(tier) as executor, _few_collections():
+            if args.budget is None:
+                result = run_campaign(
+                    targets, seeds, before=before, after=after, progress=progress,
+                    executor=executor, digests=digests,
+                )  # fmt: skip
+            else:
+                from faults.spread import run_within_budget
 
-                    result = run_within_budget(
-                        targets, seeds, args.budget, before, after, progress,
-                        executor=executor, digests=digests,
-                    )  # fmt: skip
-        except LMCacheNotInstalled as exc:
-            return _bad(str(exc))
+                result = run_within_budget(
+                    targets, seeds, args.budget, before, after, progress,
+                    executor=executor, digests=digests,
+                )  # fmt: skip
     return _finish(args, result, seeds, store)
 
 
@@ -700,13 +692,10 @@ def _cmd_repro(args: argparse.Namespace) -> int:
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
-    from faults.report.artifacts import ArtifactError, hashseed, read_artifact
+    from faults.report.artifacts import hashseed, read_artifact
     from faults.repro import format_reproduction, reproduce
 
-    try:
-        case, obj = read_artifact(args.artifact)
-    except ArtifactError as exc:
-        return _bad(str(exc))
+    case, obj = read_artifact(args.artifact)
     bad = _timeline_refused(args.timeline)
     if bad:
         return _bad(bad)
@@ -806,20 +795,15 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     bad = _hosts_refused(args)
     if bad:
         return _bad(bad)
-    from faults.fanout import FanoutError
-
-    try:
-        result = sweep(
-            seeds,
-            raw,
-            jobs=args.jobs,
-            timeout_s=args.timeout or None,
-            on_seed=lambda s: print(format_seed(s), flush=True),
-            tx=args.tx,
-            rsyncdirs=args.rsyncdir,
-        )
-    except FanoutError as exc:
-        return _bad(str(exc))
+    result = sweep(
+        seeds,
+        raw,
+        jobs=args.jobs,
+        timeout_s=args.timeout or None,
+        on_seed=lambda s: print(format_seed(s), flush=True),
+        tx=args.tx,
+        rsyncdirs=args.rsyncdir,
+    )
     print(format_result(result, per_seed=False))
     return result.exit_code
 
@@ -851,8 +835,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     import signal
     import tempfile
 
+    from faults.errors import KvfaultError
     from faults.processes import Interrupted, Signals, stop_descendants  # stdlib only: cheap
-    from faults.streams import StreamClosed, guard_streams
+    from faults.streams import guard_streams
 
     # tempfile finds its directory by creating and removing a probe file there; do it
     # now, before a signal can land between the two and leave the probe behind.
@@ -880,9 +865,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 141
-    except StreamClosed as exc:
-        _say(f"kvfault: error: {exc.strerror}")
-        return 2
+    except KvfaultError as exc:  # every error of kvfault's own: one line, its exit code
+        _say(f"kvfault: error: {exc.line()}")
+        return exc.exit_code
     except OSError as exc:  # a place that cannot be written, a full disk, a full stdout
         where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
         _say(f"kvfault: error: {where}{exc.strerror or exc}")

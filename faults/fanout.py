@@ -36,6 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from faults.errors import KvfaultError
+
 __all__ = [
     "LEAN_SESSION",
     "FanoutError",
@@ -55,7 +57,7 @@ _PROP = "kvfault_fanout"  # the user_properties entry carrying an item's result
 _NODE = "kvfault-fanout"  # the collector's node id on every worker
 
 
-class FanoutError(ValueError):
+class FanoutError(KvfaultError, ValueError):
     """The fan-out could not run (bad gateway spec, duplicate item ids): one line."""
 
 

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+from faults.errors import KvfaultError
 from faults.processes import (
     Interrupted,
     Signals,
@@ -86,7 +87,7 @@ _GIT_LOCATION_VARS = (
 )
 
 
-class ProveError(Exception):
+class ProveError(KvfaultError):
     """A bad argument or a setup failure; ``str(exc)`` is the one line to show."""
 
 

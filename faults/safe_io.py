@@ -20,8 +20,10 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from faults.errors import KvfaultOSError
 
-class NotARegularFile(OSError):
+
+class NotARegularFile(KvfaultOSError):
     """The path names something that is not a regular file (a FIFO, a device, a
     directory, a socket): reading it could block or never end."""
 

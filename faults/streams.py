@@ -18,8 +18,10 @@ import sys
 from collections.abc import Iterator
 from typing import Any, TextIO
 
+from faults.errors import KvfaultOSError
 
-class StreamClosed(OSError):
+
+class StreamClosed(KvfaultOSError):
     """stdout was closed when the command started: nothing it prints could be read."""
 
 

@@ -27,6 +27,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+from faults.errors import KvfaultError
+
 if TYPE_CHECKING:
     from faults.fanout import ItemResult
 
@@ -41,7 +43,7 @@ _SUMMARY = re.compile(
 _FAILED = re.compile(r"^(FAILED|ERROR) (\S+)", re.MULTILINE)
 
 
-class SweepError(ValueError):
+class SweepError(KvfaultError, ValueError):
     """Bad sweep arguments: one clear line."""
 
 

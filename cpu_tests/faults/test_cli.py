@@ -12,10 +12,12 @@ from pathlib import Path
 import pytest
 
 from faults import SCENARIOS, cli
+from faults.errors import KvfaultError, UsageError
 from faults.injectors import INJECTORS
 from faults.lmcache.wire_faults import WIRE_FAULTS
 from faults.properties import PROPERTIES, Violation
 from faults.regressions import REGRESSIONS
+from faults.safe_io import NotARegularFile
 from reference import Rules
 
 
@@ -153,6 +155,33 @@ def test_bad_arguments_give_one_line_and_exit_2(capsys, args, message):
         return  # bare `kvfault` prints help
     assert err.count("\n") == 1 and err.startswith("kvfault: error: "), err
     assert message in err
+
+
+class _OddError(KvfaultError):
+    exit_code = 3  # not 2: shows main takes the error's own code
+
+
+@pytest.mark.parametrize(
+    "error, line, code",
+    [
+        (_OddError("a line of its own"), "kvfault: error: a line of its own\n", 3),
+        (UsageError("bad input"), "kvfault: error: bad input\n", 2),
+        (
+            NotARegularFile(22, "a fifo, not a regular file", "/x/p"),
+            "kvfault: error: /x/p: a fifo, not a regular file\n",
+            2,
+        ),
+    ],
+)
+def test_an_error_of_kvfaults_own_is_one_line_and_its_exit_code(
+    capsys, monkeypatch, error, line, code
+):
+    def command(args):
+        raise error
+
+    monkeypatch.setitem(cli.COMMANDS, "list", command)
+    assert cli.main(["list"]) == code
+    assert capsys.readouterr().err == line
 
 
 def test_prove_is_wired_in(capsys):

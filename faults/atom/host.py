@@ -20,10 +20,11 @@ from typing import Any
 
 from faults.atom.spec import AtomRequest, RawEvent, ServerSpec
 from faults.atom.zygote import Zygote
+from faults.errors import KvfaultError
 from faults.processes import running
 
 
-class ServerRefused(RuntimeError):
+class ServerRefused(KvfaultError, RuntimeError):
     """A server did not start: ATOM (or lmcache under it) refused; one line."""
 
 

@@ -10,11 +10,13 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from faults.errors import KvfaultError
+
 ENV = "KVFAULT_ATOM_SRC"
 _NEEDED = ("atom/model_engine/scheduler.py", "atom/kv_transfer/offload")
 
 
-class AtomSourceMissing(ValueError):
+class AtomSourceMissing(KvfaultError, ValueError):
     """No usable ATOM checkout: one line that names ``--atom-src``."""
 
 

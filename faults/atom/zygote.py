@@ -23,6 +23,8 @@ import tempfile
 from multiprocessing.connection import Connection
 from typing import Any
 
+from faults.errors import KvfaultError
+
 _PRELOAD = (
     "torch",
     "lmcache.v1.cache_engine",
@@ -40,7 +42,7 @@ _PRELOAD = (
 )
 
 
-class ZygoteError(RuntimeError):
+class ZygoteError(KvfaultError, RuntimeError):
     """A zygote could not start or fork: one line."""
 
 

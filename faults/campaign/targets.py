@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from faults.argtypes import check_scale
 from faults.catalog import TIERS, UnknownName, close_matches, on_tier, resolve
+from faults.errors import KvfaultError
 
 if TYPE_CHECKING:
     from faults.injectors.plans import FaultPlan
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
 KINDS = ("regression", "fault", "scenario", "swarm")
 
 
-class CampaignError(ValueError):
+class CampaignError(KvfaultError, ValueError):
     """A campaign cannot be assembled (unknown name, wrong tier): one line."""
 
 

@@ -37,6 +37,7 @@ import weakref
 from pathlib import Path
 from typing import Callable, Sequence
 
+from faults.errors import KvfaultError
 from faults.processes import running, stop_group
 from reference.errors import RebuiltWhenUnpickled
 
@@ -55,14 +56,14 @@ _LIVE: weakref.WeakSet[LMCacheServer] = weakref.WeakSet()
 _LIVE_LOCK = threading.Lock()
 
 
-class LMCacheNotInstalled(RebuiltWhenUnpickled, RuntimeError):
+class LMCacheNotInstalled(RebuiltWhenUnpickled, KvfaultError, RuntimeError):
     """lmcache is not importable in this interpreter."""
 
     def __init__(self, python: str):
         super().__init__(f"lmcache is not installed for {python}; {INSTALL_HINT}")
 
 
-class LMCacheServerError(RuntimeError):
+class LMCacheServerError(KvfaultError, RuntimeError):
     """The server did not start, or died; carries the tail of its log."""
 
 

@@ -15,6 +15,7 @@ from typing import Any, Callable, TypeVar
 
 from faults.argtypes import MAX_SEED
 from faults.campaign import CampaignError, Case, CaseOutcome, Target
+from faults.errors import KvfaultError
 from faults.safe_io import NotARegularFile, locked_dir, read_bounded, write_atomic
 
 T = TypeVar("T")
@@ -29,7 +30,7 @@ MAX_HASHSEED = 4294967295
 MAX_ARTIFACT_BYTES = 1 << 20
 
 
-class ArtifactError(ValueError):
+class ArtifactError(KvfaultError, ValueError):
     """A replay artifact that cannot be read or names nothing this version knows."""
 
 

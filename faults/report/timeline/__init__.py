@@ -41,16 +41,16 @@ from faults.report.timeline.model import (
 from faults.report.timeline.notes import ClockStyle, clock_style
 
 __all__ = [
-    "FORMATS",
     "ClockStyle",
+    "FORMATS",
     "HybridClaim",
-    "clock_style",
-    "collapse_rows",
-    "hybrid_claims",
     "LoadRow",
     "PLOT_HINT",
     "Panel",
     "StopInfo",
+    "clock_style",
+    "collapse_rows",
+    "hybrid_claims",
     "load_rows",
     "panel_of",
     "picture_format",

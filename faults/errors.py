@@ -1,0 +1,44 @@
+"""The one base of the errors kvfault raises, and the exit code each one maps to.
+
+Every error class in ``faults/`` derives from ``KvfaultError``, so the ``kvfault``
+command turns any of them into one line on stderr and its ``exit_code`` in one place
+(``faults.cli.main``). Each subclass keeps the builtin base it had (``ValueError``,
+``RuntimeError``, ``OSError``), so callers that catch those still do.
+
+Not here: the stack's own errors (``reference.errors``: a run records them as
+evidence; ``reference`` imports nothing of ``faults``), the simulated engine crash an
+injector raises inside a run (``faults.injectors.engine.EngineCrash``) and the signal
+that interrupts a command (``faults.processes.Interrupted``, a ``KeyboardInterrupt``:
+its exit code is 128 plus the signal's number).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+# Bad arguments, a setup that failed, a run that proved nothing: the exit code the
+# verdicts give 2 for too (faults.verdicts). 0 and 1 belong to verdicts alone.
+USAGE_EXIT = 2
+
+
+class KvfaultError(Exception):
+    """An error kvfault raises on purpose. ``line()`` is the one line the command prints
+    after ``kvfault: error: ``; ``exit_code`` is the status it then exits with."""
+
+    exit_code: ClassVar[int] = USAGE_EXIT
+
+    def line(self) -> str:
+        return str(self)
+
+
+class UsageError(KvfaultError, ValueError):
+    """Bad input on the command line, said in one line (exit 2)."""
+
+
+class KvfaultOSError(KvfaultError, OSError):
+    """An ``OSError`` of kvfault's own (``OSError(errno, strerror, filename)``): its
+    line names the file, if any, and the reason, as the command says any ``OSError``."""
+
+    def line(self) -> str:
+        where = f"{self.filename}: " if self.filename else ""
+        return f"{where}{self.strerror or super().line()}"
