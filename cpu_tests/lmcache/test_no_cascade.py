@@ -97,6 +97,11 @@ def test_a_wedged_client_context_is_replaced_before_the_next_run(
     fresh_server.pause()
     client = open_client(fresh_server.url, ctx)
     assert not client.get_chunk_size().wait(timeout=0.5)
+    # lmcache's default context lingers forever; this context's 500 ms linger would let
+    # the socket go before a loaded machine got the kill in, and then nothing wedges.
+    import zmq
+
+    client._message_queue_client.socket.setsockopt(zmq.LINGER, -1)
     client.close()  # lmcache's order: monitor reader first
     fresh_server.kill()
     # The disconnect event that blocks the I/O thread comes asynchronously after the

@@ -293,7 +293,6 @@ class LMCacheSession:
         self.lookup_s: float | None = None  # one lookup round trip, at the last check
         self.client_resets: list[str] = []  # one line per client context replaced
         self.client_context: ClientContext | None = None
-        self._abandoned: list[ClientContext] = []  # wedged contexts: they cannot term
         self._open: list[RealTierFactory] = []
         self._names = itertools.count()
         self._tag = uuid.uuid4().hex[:6]
@@ -357,8 +356,7 @@ class LMCacheSession:
                 f"the client's zmq context moved no loopback message within "
                 f"{self.rpc_bound_s * RETRY_FACTOR:g}s; replaced"
             )
-            self._abandoned.append(ctx)
-            ctx.abandoned = True
+            ctx.abandon()
             ctx = self.client_context = ClientContext()
         server = self.ensure_server()
         if not self._twice(lambda bound: server_answers(server.url, bound, ctx)):

@@ -82,7 +82,10 @@ class ClientContext:
             router.close(linger=0)
 
     def close(self, timeout_s: float = 2.0) -> bool:
-        """Terminate the context; True when it did within ``timeout_s``."""
+        """Terminate the context; True when it did within ``timeout_s``. One that did
+        not is ``abandoned``: its termination goes on in a daemon thread, which holds
+        the context until then. (Dropped instead, pyzmq's finalizer would terminate it
+        in whatever thread collects it, and a wedged one would hang that thread.)"""
         done = threading.Event()
 
         def term() -> None:
@@ -93,6 +96,11 @@ class ClientContext:
         if not done.wait(timeout_s):
             self.abandoned = True
         return done.is_set()
+
+    def abandon(self) -> None:
+        """Give the context up without waiting (``close`` with no wait)."""
+        self.close(timeout_s=0.0)
+        self.abandoned = True
 
 
 def open_client(url: str, context: ClientContext | None = None) -> Any:
