@@ -22,7 +22,7 @@ _EXPORTS = {
     "RunContext": "faults.runs",
     "RunResult": "faults.runs",
     "run_case": "faults.campaign.execute",
-    "run_campaign": "faults.campaign.runner",
+    "run_campaign": "faults.campaign.session",
     "select_targets": "faults.campaign.targets",
 }
 __all__ = sorted(_EXPORTS)

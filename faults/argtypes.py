@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import os
 import re
+from pathlib import Path
 from typing import Callable
 
 # A seed seeds random.Random and names a case; 2**32 - 1 keeps it what a reviewer can
@@ -121,3 +123,80 @@ def duration(text: str) -> float:
     if seconds <= 0:
         raise argparse.ArgumentTypeError(f"wants a duration above zero, got {text!r}")
     return seconds
+
+
+# -- how and where a campaign runs (kvfault run, kvfault sweep) -------------------------
+
+
+def jobs(text: str) -> int | str:
+    """``kvfault run -j``: a number of processes on this machine (1: this one alone) or
+    ``auto``."""
+    if text == "auto":
+        return text
+    if text.isdigit() and int(text) >= 1:
+        return int(text)
+    raise argparse.ArgumentTypeError(
+        f"wants a number of processes (1: this one alone) or 'auto', got {text!r}"
+    )
+
+
+def workers(text: str) -> str:
+    """``-n``/``sweep -j``: pytest-xdist workers (``faults.fanout.workers_arg``)."""
+    from faults.fanout import workers_arg  # stdlib only: cheap
+
+    try:
+        return workers_arg(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def gateway(text: str) -> str:
+    """``--tx``: an execnet gateway spec (``faults.fanout.tx_arg``)."""
+    from faults.fanout import tx_arg
+
+    try:
+        return tx_arg(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def hosts_refused(tx: list[str], rsyncdirs: list[str]) -> str | None:
+    """Why ``--rsyncdir``/``--tx`` cannot run as given: rsync with no gateway to send
+    to, or more gateways in all than one command may start."""
+    from faults.fanout import MAX_WORKERS, gateway_count
+
+    if rsyncdirs and not tx:
+        return "--rsyncdir sends a directory to --tx gateways; give --tx too (or drop it)"
+    total = sum(gateway_count(t) for t in tx)
+    if total > MAX_WORKERS:
+        return f"--tx starts {total} gateways in all; at most {MAX_WORKERS}"
+    return None
+
+
+def seeds_refused(first_seed: int, count: int, budget: float | None) -> str | None:
+    """Why ``--first-seed``/``--seed-count`` cannot run: more seeds than a campaign
+    without ``--budget`` may take, or seeds past ``MAX_SEED``."""
+    if count > MAX_SEED_COUNT and budget is None:
+        return (
+            f"--seed-count {count} is more than {MAX_SEED_COUNT} seeds per target "
+            "(each runs every target once: that would take days); give --budget to run as "
+            "many as fit in a time"
+        )
+    last = first_seed + count - 1
+    if last > MAX_SEED:
+        return f"--first-seed {first_seed} --seeds {count} reaches seed {last}; seeds go up to {MAX_SEED}"
+    return None
+
+
+def dir_refused(path: Path, flag: str) -> str | None:
+    """Why ``path`` cannot be (made into) a directory we write files in, or None."""
+    if path.exists() and not path.is_dir():
+        return f"{flag} {path} is a file, not a directory"
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{flag} {path}: {existing} is a file, not a directory"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{flag} {path}: {existing} is not writable"
+    return None

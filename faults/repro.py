@@ -1,6 +1,6 @@
 """Reproduce one case: ``kvfault repro NAME`` and ``kvfault replay ARTIFACT``.
 
-The case's replay artifact (``faults.report.artifacts``) is written *before* the case
+The case's replay artifact (``faults.campaign.artifacts``) is written *before* the case
 runs, so a crash or a hang still leaves it behind; the hang guard
 (``faults.campaign.hang_guard``) ends a hung case instead of blocking CI.
 
@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from faults.campaign import Case, CaseOutcome, CaseRunner
+from faults.campaign.artifacts import replay_command, write_artifact
 from faults.campaign.hang_guard import hang_guard
-from faults.report.artifacts import replay_command, write_artifact
 from faults.verdicts import Verdict
 
 DEFAULT_TIMEOUT_S = 600.0
@@ -86,7 +86,7 @@ def wanted_hash_seed(command: str, artifact: Path | None = None) -> str | None:
     else a fresh random one, so campaigns still try new hash orders and record each."""
     import random
 
-    from faults.report.artifacts import ArtifactError, hashseed, read_artifact
+    from faults.campaign.artifacts import ArtifactError, hashseed, read_artifact
 
     current = hashseed()
     if command == "replay" and artifact is not None:

@@ -10,7 +10,7 @@ import pytest
 
 from faults import cli
 from faults.campaign import Case, fault_target, regression_target
-from faults.report.artifacts import ArtifactError, read_artifact, write_artifact
+from faults.campaign.artifacts import ArtifactError, read_artifact, write_artifact
 
 
 def one_line(capsys, argv: list[str]) -> str:
@@ -85,9 +85,10 @@ def test_n_is_capped_at_the_work_there_is(monkeypatch):
         return [], ""
 
     monkeypatch.setattr("faults.fanout.fan_out", fake_fan_out)
-    from faults.spread import run_spread
+    from faults.campaign.session import run_session
+    from faults.campaign.xdist import Xdist
 
-    run_spread([regression_target("media_keys")], [0, 1], workers="64")
+    run_session([regression_target("media_keys")], [0, 1], Xdist(workers="64"))
     assert seen == {"workers": "2", "items": 2}
 
 

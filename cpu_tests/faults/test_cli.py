@@ -49,7 +49,7 @@ def kvfault(*args: str, cwd: Path = ROOT, timeout: float = 120) -> subprocess.Co
     [
         "import faults.cli",
         "import faults.cli; faults.cli.build_parser()",
-        "import faults.sweep, faults.fanout, faults.spread, faults.pytest_plugin",
+        "import faults.sweep, faults.fanout, faults.campaign.xdist, faults.pytest_plugin",
         "from faults.cli import main; main(['list'])",
     ],
 )
@@ -179,7 +179,7 @@ def test_an_error_of_kvfaults_own_is_one_line_and_its_exit_code(
     def command(args):
         raise error
 
-    monkeypatch.setitem(cli.COMMANDS, "list", command)
+    monkeypatch.setattr("faults.commands.listing.command", command)
     assert cli.main(["list"]) == code
     assert capsys.readouterr().err == line
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from faults.campaign import Case, regression_target
-from faults.report.artifacts import (
+from faults.campaign.artifacts import (
     ArtifactError,
     artifact_path,
     drop_artifact,
@@ -129,7 +129,7 @@ def test_stage_artifact_over_a_planted_link_to_dev_zero_neither_reads_nor_follow
         f"""
         from pathlib import Path
         from faults.campaign import Case, regression_target
-        from faults.report.artifacts import artifact_path, drop_artifact, stage_artifact
+        from faults.campaign.artifacts import artifact_path, drop_artifact, stage_artifact
         d = Path({str(tmp_path)!r})
         case = Case(regression_target("side_chain_seed"), 0)
         artifact_path(case, d).symlink_to("/dev/zero")
@@ -212,7 +212,7 @@ _WRITER = """
 import sys
 from pathlib import Path
 from faults.campaign import Case, regression_target
-from faults.report.artifacts import write_artifact
+from faults.campaign.artifacts import write_artifact
 d = Path(sys.argv[1])
 cases = [Case(regression_target("side_chain_seed"), s) for s in range(5)]
 for i in range(300):
@@ -241,7 +241,7 @@ _STAGER = """
 import sys
 from pathlib import Path
 from faults.campaign import Case, regression_target
-from faults.report.artifacts import drop_artifact, keep_artifact, stage_artifact
+from faults.campaign.artifacts import drop_artifact, keep_artifact, stage_artifact
 d, failing = Path(sys.argv[1]), int(sys.argv[2])
 for round in range(40):
     for s in range(4):

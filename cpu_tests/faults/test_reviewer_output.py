@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from faults import cli
+from faults.report.progress import Lines, show
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -29,9 +30,9 @@ def test_several_lists_get_headers_one_list_none(capsys):
 
 
 def test_progress_off_a_terminal_is_a_dozen_lines_not_one_per_case(capsys):
-    lines = cli._Lines(every_s=1e9)
+    lines = Lines(every_s=1e9)
     for i in range(77):
-        cli._progress(lines, i, 76 if i < 77 else 76, f"case{i}")
+        show(lines, i, 76 if i < 77 else 76, f"case{i}")
     err = capsys.readouterr().err.splitlines()
     assert err[0] == "kvfault: 0/76 cases done; running case0"
     assert err[-1] == "kvfault: 76/76 cases done; done"
@@ -39,13 +40,13 @@ def test_progress_off_a_terminal_is_a_dozen_lines_not_one_per_case(capsys):
 
 
 def test_progress_off_a_terminal_also_speaks_after_a_while(capsys):
-    lines = cli._Lines(every_s=30.0)
+    lines = Lines(every_s=30.0)
     now = [0.0]
     lines.clock = lambda: now[0]
-    cli._progress(lines, 0, 1000, "a")
-    cli._progress(lines, 1, 1000, "b")  # too soon, too few
+    show(lines, 0, 1000, "a")
+    show(lines, 1, 1000, "b")  # too soon, too few
     now[0] = 31.0
-    cli._progress(lines, 2, 1000, "c")
+    show(lines, 2, 1000, "c")
     err = capsys.readouterr().err.splitlines()
     assert [ln.rsplit(" ", 1)[1] for ln in err] == ["a", "c"]
 

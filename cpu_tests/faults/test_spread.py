@@ -1,4 +1,4 @@
-"""The campaign over xdist workers and gateways, and in a budget (faults/spread.py,
+"""The campaign over xdist workers and gateways, and in a budget (faults/campaign/xdist.py and session.py,
 ``kvfault run -n/--tx/--budget``), run for real."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from faults.campaign import fault_target, scenario_target
-from faults.spread import run_within_budget, seeds_ran
+from faults.campaign.session import run_campaign, seeds_ran
 
 SELECTION = [
     "--seeds", "2", "--regression", "hybrid_last_chunk", "--fault", "fence_failure",
@@ -97,7 +97,7 @@ def test_a_worker_that_dies_leaves_an_error_case_and_its_artifact(tmp_path):
 def test_a_budget_starts_no_seed_once_spent_and_finishes_the_running_one():
     ticks = count()  # every look at the clock is one second later
     targets = [scenario_target("two_servers"), fault_target("port_zero_ids")]
-    result = run_within_budget(targets, range(10, 20), 2.5, clock=lambda: float(next(ticks)))
+    result = run_campaign(targets, range(10, 20), budget_s=2.5, clock=lambda: float(next(ticks)))
     # clock 0 at the start; seed 10 runs unasked, 11 at 1 s, 12 at 2 s, none at 3 s
     assert seeds_ran(result) == [10, 11, 12]
     assert [t.seeds for t in result.targets] == [[10, 11, 12], [10, 11, 12]]

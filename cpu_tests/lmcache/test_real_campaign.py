@@ -123,7 +123,7 @@ def campaign() -> Campaign:
         result = run_campaign(
             lmcache_targets(),
             [0],
-            progress=lambda done, total, case: progress.append((done, total, case.id)),
+            progress=lambda done, total, label: progress.append((done, total, label)),
             keep_runs="all",  # the tests below read each case's runs
             executor=executor,
         )

@@ -70,9 +70,11 @@ def disarm_hang_guard() -> None:
 
 
 @contextlib.contextmanager
-def hang_guard(timeout_s: float | None) -> Iterator[None]:
+def hang_guard(
+    timeout_s: float | None, last_words: Callable[[], object] | None = None
+) -> Iterator[None]:
     """``arm_hang_guard`` for the duration of a block."""
-    arm_hang_guard(timeout_s)
+    arm_hang_guard(timeout_s, last_words)
     try:
         yield
     finally:

@@ -1,11 +1,11 @@
-"""The in-process campaign spread over this machine's cores (``kvfault run -j N``).
+"""The forked-pool backend of the campaign session (``kvfault run -j N``).
 
 The pool only distributes and gathers: each worker is a fork of this process that runs
 cases with the one ``CaseRunner`` (the same judge, properties and verdicts as a run in
-one process) and sends each ``CaseOutcome`` back. This process calls ``before`` and
-``after`` (replay artifacts), reports progress, and puts the outcomes back in
-in-process order, target by target, each over its seeds. The table, the verdicts, the
-reports, the artifacts and the exit status are those of a run in one process.
+one process) and sends each ``CaseOutcome`` back over a pipe. The session
+(``faults.campaign.session``) does the rest: the budget, artifacts, progress, the dead
+worker's ERROR and the campaign order. The table, the verdicts, the reports, the
+artifacts and the exit status are those of a run in one process.
 
 The unit of work is every target on one scenario, scale and seed: those share a
 workload and the fixed stack's run (a regression's fixed side is its scenario's plain
@@ -28,11 +28,11 @@ import os
 import pickle
 import signal
 import sys
-import time
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
-from faults.campaign.outcomes import CampaignResult, CaseOutcome, in_campaign_order
-from faults.campaign.runner import ERROR, AfterCase, BeforeCase, CaseRunner, Progress
+from faults.campaign.outcomes import CaseOutcome
+from faults.campaign.runner import ERROR, CaseRunner
+from faults.campaign.session import Session, guarded
 from faults.campaign.targets import Case, Target
 
 if TYPE_CHECKING:
@@ -153,8 +153,6 @@ def _work(
 ) -> None:
     """A worker's life: take a unit, run its cases one by one (announcing each), ask
     for more; exit when told to or when this process's parent has gone."""
-    from faults.campaign.hang_guard import arm_hang_guard, disarm_hang_guard
-
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # so is a hangup
     # The parent's SIGTERM (stop) unwinds the running case, so its finally blocks
@@ -170,9 +168,7 @@ def _work(
             runner = CaseRunner(keep_runs=keep_runs, digests=digests)  # shares fixed runs
             for i, case in unit:
                 conn.send(("start", i))
-                arm_hang_guard(timeout_s)
-                outcome = runner.run(case)
-                disarm_hang_guard()
+                outcome = guarded(runner, case, timeout_s)
                 conn.send_bytes(b"D" + i.to_bytes(8, "little") + _dumps(outcome))
             conn.send(("idle",))
     except (EOFError, OSError):  # the parent has gone (its end of the pipe is closed)
@@ -191,163 +187,121 @@ class _Worker:
         self.running: int | None = None  # the index of the case it runs now
 
 
-def run_pooled(
-    targets: Sequence[Target],
-    seeds: Sequence[int],
-    jobs: int,
-    before: BeforeCase | None = None,
-    after: AfterCase | None = None,
-    progress: Progress | None = None,
-    keep_runs: str = "failing",
-    timeout_s: float | None = None,
-    budget_s: float | None = None,
-    clock: Callable[[], float] = time.monotonic,
-    digests: bool = True,
-) -> CampaignResult:
-    """Run every target over every seed on the in-process tier, over ``jobs`` forked
-    worker processes (fewer when there are fewer units of work), and return what
-    ``run_campaign`` returns for the same arguments, in the same order.
+class ForkPool:
+    """The session's cases over ``jobs`` forked worker processes (fewer when there are
+    fewer units of work), on the in-process tier. Units go out seed by seed, larger
+    first; a worker runs each case under the hang guard (``session.timeout_s``).
+    A worker that dies leaves its running case to ``session.lost``; the rest of its
+    unit goes to a fresh worker. ``KeyboardInterrupt`` (Ctrl-C) stops every worker
+    before it goes on."""
 
-    ``before(case)`` runs here just before a case is handed to a worker, ``after(case,
-    outcome, token)`` when its outcome is back; ``progress(done, total, case)`` as each
-    case starts (``done``: the cases finished by then), and once at the end. A worker arms the hang guard (``timeout_s``)
-    around each case. With ``budget_s``, no seed starts once that many seconds (by
-    ``clock``) have passed; a seed that started runs whole, and the first always runs.
-    ``digests=False``: outcomes carry no trace digest.
-    ``KeyboardInterrupt`` (Ctrl-C) stops every worker before it goes on."""
-    import multiprocessing
-    from multiprocessing.connection import wait
+    def __init__(self, jobs: int):
+        self.jobs = jobs
 
-    t0, start = time.perf_counter(), clock()
-    ctx = multiprocessing.get_context("fork")
-    _warm()
-    queue: list[list[tuple[int, Case]]] = []
-    flat: list[Case] = []
-    for unit in units(targets, seeds):
-        queue.append([(len(flat) + k, c) for k, c in enumerate(unit)])
-        flat += unit
-    total = len(flat)
-    tokens: dict[int, Any] = {}
-    done: dict[int, CaseOutcome] = {}
-    started: set[int] = set()  # seeds handed out: a started seed runs whole
-    workers: list[_Worker] = []
-    count = 0
-    last: Case | None = None
+    def run(self, session: Session) -> None:
+        import multiprocessing
+        from multiprocessing.connection import wait
 
-    def spawn() -> None:
-        parent_end, child_end = ctx.Pipe(duplex=True)
-        others = [w.conn for w in workers] + [parent_end]
-        sys.stdout.flush()
-        sys.stderr.flush()
-        # A fork inherits faulthandler's watchdog state but not its thread: a worker
-        # whose parent had one armed (pytest's faulthandler_timeout) would wait forever
-        # for that thread when its hang guard cancels it. Cancel it here first.
-        faulthandler.cancel_dump_traceback_later()
-        proc = ctx.Process(
-            target=_work, args=(child_end, others, keep_runs, timeout_s, digests), daemon=True
-        )
-        proc.start()
-        child_end.close()
-        workers.append(_Worker(proc, parent_end))
+        jobs = self.jobs
+        ctx = multiprocessing.get_context("fork")
+        _warm()
+        queue: list[list[tuple[int, Case]]] = []
+        flat: list[Case] = []
+        for unit in units(session.targets, session.seeds):
+            queue.append([(len(flat) + k, c) for k, c in enumerate(unit)])
+            flat += unit
+        tokens: dict[int, Any] = {}
+        finished: set[int] = set()
+        workers: list[_Worker] = []
 
-    def hand_out(w: _Worker) -> bool:
-        while queue:
-            seed = queue[0][0][1].seed
-            if (
-                budget_s is not None
-                and seed not in started
-                and started
-                and clock() - start >= budget_s
-            ):
-                queue.clear()  # the budget is spent: no new seed
-                break
-            unit = queue.pop(0)
-            started.add(seed)
-            for i, case in unit:
-                if i not in tokens:
-                    tokens[i] = before(case) if before else None
-            w.unit = list(unit)
-            w.conn.send(unit)
-            return True
-        return False
+        def spawn() -> None:
+            parent_end, child_end = ctx.Pipe(duplex=True)
+            others = [w.conn for w in workers] + [parent_end]
+            sys.stdout.flush()
+            sys.stderr.flush()
+            # A fork inherits faulthandler's watchdog state but not its thread: a worker
+            # whose parent had one armed (pytest's faulthandler_timeout) would wait for
+            # ever for that thread when its hang guard cancels it. Cancel it here first.
+            faulthandler.cancel_dump_traceback_later()
+            args = (child_end, others, session.keep_runs, session.timeout_s, session.digests)
+            proc = ctx.Process(target=_work, args=args, daemon=True)
+            proc.start()
+            child_end.close()
+            workers.append(_Worker(proc, parent_end))
 
-    def finish(i: int, outcome: CaseOutcome) -> None:
-        done[i] = outcome
-        if after:
-            after(outcome.case, outcome, tokens.get(i))
+        def hand_out(w: _Worker) -> bool:
+            while queue:
+                if not session.may_start(queue[0][0][1].seed):
+                    queue.clear()  # the budget is spent: no new seed
+                    break
+                unit = queue.pop(0)
+                for i, case in unit:
+                    if i not in tokens:
+                        tokens[i] = session.stage(case)
+                w.unit = list(unit)
+                w.conn.send(unit)
+                return True
+            return False
 
-    def lost(w: _Worker) -> None:
-        # The worker died: its running case is an ERROR, the rest of its unit goes back.
-        # One that died before it started a case takes its unit's first case with it,
-        # so a unit that kills every worker cannot go round for ever.
-        w.process.join(5)
-        code = w.process.exitcode
-        failed = w.running if w.running is not None else (w.unit[0][0] if w.unit else None)
-        for i, case in w.unit:
-            if i == failed:
-                how = f"exited with {code}" if code is not None and code >= 0 else "was killed"
-                finish(
-                    i,
-                    CaseOutcome(
-                        case,
-                        ERROR,
-                        signature=f"the worker running it failed: it {how} (a --timeout "
-                        "hang guard or a crash; its stderr says which)",
-                    ),
-                )
-        rest = [(i, c) for i, c in w.unit if i not in done]
-        if rest:
-            queue.insert(0, rest)
-        w.conn.close()
-        workers.remove(w)
+        def lost(w: _Worker) -> None:
+            # The worker died: its running case is an ERROR, the rest of its unit goes
+            # back. One that died before it started a case takes its unit's first case
+            # with it, so a unit that kills every worker cannot go round for ever.
+            w.process.join(5)
+            code = w.process.exitcode
+            failed = w.running if w.running is not None else (w.unit[0][0] if w.unit else None)
+            for i, case in w.unit:
+                if i == failed:
+                    how = f"exited with {code}" if code is not None and code >= 0 else "was killed"
+                    cause = f"it {how} (a --timeout hang guard or a crash; its stderr says which)"
+                    session.lost(case, cause, token=tokens.get(i))
+                    finished.add(i)
+            rest = [(i, c) for i, c in w.unit if i not in finished]
+            if rest:
+                queue.insert(0, rest)
+            w.conn.close()
+            workers.remove(w)
 
-    try:
-        for _ in range(max(1, min(jobs, len(queue)))):
-            spawn()
-        for w in list(workers):
-            if not hand_out(w):
-                _retire(w)
-                workers.remove(w)
-        while workers:
-            ready = wait([w.conn for w in workers])
-            for w in [w for w in workers if w.conn in ready]:
-                try:
-                    msg = w.conn.recv_bytes()
-                except (EOFError, OSError):
-                    lost(w)
-                    if queue and len(workers) < jobs:
-                        spawn()
-                        if not hand_out(workers[-1]):
-                            _retire(workers.pop())
-                    continue
-                if msg[:1] == b"D":
-                    i = int.from_bytes(msg[1:9], "little")
-                    w.running = None
-                    w.unit = [(j, c) for j, c in w.unit if j != i]
-                    try:
-                        outcome = pickle.loads(msg[9:])
-                    except Exception as exc:  # noqa: BLE001 - an outcome that will not load
-                        outcome = unsendable(flat[i], exc)
-                    finish(i, outcome)
-                    continue
-                kind = pickle.loads(msg)
-                if kind[0] == "start":
-                    w.running = kind[1]
-                    last = flat[kind[1]]
-                    if progress:
-                        progress(len(done), total, last)  # cases done so far
-                    count += 1
-                elif not hand_out(w):  # idle, and nothing left to hand out
+        try:
+            for _ in range(max(1, min(jobs, len(queue)))):
+                spawn()
+            for w in list(workers):
+                if not hand_out(w):
                     _retire(w)
                     workers.remove(w)
-    finally:
-        for w in workers:  # Ctrl-C, or an error here: stop every worker
-            _stop(w)
-    if progress and last is not None:
-        progress(count, count, last)
-    by_case = {(o.case.target.id, o.case.seed): o for o in done.values()}
-    ran = [s for s in seeds if s in started]
-    return CampaignResult(in_campaign_order(targets, ran, by_case), time.perf_counter() - t0)
+            while workers:
+                ready = wait([w.conn for w in workers])
+                for w in [w for w in workers if w.conn in ready]:
+                    try:
+                        msg = w.conn.recv_bytes()
+                    except (EOFError, OSError):
+                        lost(w)
+                        if queue and len(workers) < jobs:
+                            spawn()
+                            if not hand_out(workers[-1]):
+                                _retire(workers.pop())
+                        continue
+                    if msg[:1] == b"D":
+                        i = int.from_bytes(msg[1:9], "little")
+                        w.running = None
+                        w.unit = [(j, c) for j, c in w.unit if j != i]
+                        try:
+                            outcome = pickle.loads(msg[9:])
+                        except Exception as exc:  # noqa: BLE001 - an outcome that will not load
+                            outcome = unsendable(flat[i], exc)
+                        finished.add(i)
+                        session.finished(flat[i], outcome, tokens.get(i))
+                        continue
+                    kind = pickle.loads(msg)
+                    if kind[0] == "start":
+                        w.running = kind[1]
+                        session.starting(flat[kind[1]])
+                    elif not hand_out(w):  # idle, and nothing left to hand out
+                        _retire(w)
+                        workers.remove(w)
+        finally:
+            for w in workers:  # Ctrl-C, or an error here: stop every worker
+                _stop(w)
 
 
 def _warm() -> None:

@@ -17,18 +17,17 @@ Whether stopping was right is the properties' call (``no_false_stop``, ``livenes
 in addition, every scenario and fault row meets the ending its catalog entry declares
 (``Expect``: run to the end, stop with a named error on a named operation within a
 bound, or refuse to start with a named error), and a regression's legacy run ends as
-its entry declares; any other ending fails the row and names what happened. This module does no I/O besides the optional
-callbacks: the CLI prints, ``faults.repro`` writes replay artifacts,
-``faults.spread`` runs cases over pytest-xdist workers.
+its entry declares; any other ending fails the row and names what happened. This module does no I/O: the session
+(``faults.campaign.session``) runs the cases, in this process or over workers.
 """
 
 from __future__ import annotations
 
 import time
 import traceback
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable
 
-from faults.campaign.outcomes import CampaignResult, CaseOutcome, TargetOutcome, signature
+from faults.campaign.outcomes import CaseOutcome, signature
 from faults.campaign.targets import Case, Target
 from faults.verdicts import Verdict
 
@@ -283,63 +282,3 @@ def _unmet_wire(target: Target, res: CaseResult) -> str | None:
     if what is None:
         return None
     return f"{target.injector} on {target.scenario}: the fixed stack must {what}; it {got}"
-
-
-# Called before a case runs (may return the path of its replay artifact) and after it.
-BeforeCase = Callable[[Case], Any]
-AfterCase = Callable[[Case, CaseOutcome, Any], None]
-Progress = Callable[[int, int, Case], None]
-
-
-def run_target(
-    target: Target,
-    seeds: Sequence[int],
-    runner: CaseRunner | None = None,
-    before: BeforeCase | None = None,
-    after: AfterCase | None = None,
-    starting: Callable[[Case], None] | None = None,
-) -> TargetOutcome:
-    """Run ``target`` once per seed. ``before(case)`` runs first (its return value is
-    handed to ``after``), so a replay artifact exists while the case runs."""
-    runner = runner or CaseRunner()
-    cases = []
-    for seed in seeds:
-        case = Case(target, seed)
-        if starting:
-            starting(case)
-        token = before(case) if before else None
-        outcome = runner.run(case)
-        if after:
-            after(case, outcome, token)
-        cases.append(outcome)
-    return TargetOutcome(target, cases)
-
-
-def run_campaign(
-    targets: Sequence[Target],
-    seeds: Sequence[int],
-    before: BeforeCase | None = None,
-    after: AfterCase | None = None,
-    progress: Progress | None = None,
-    keep_runs: str = "failing",
-    executor: Executor | None = None,
-    digests: bool = True,
-) -> CampaignResult:
-    """Run every target over every seed in this process, on ``executor``'s tier
-    (default: in-process); ``progress(done, total, case)`` is called before each case
-    and once at the end. ``digests=False``: outcomes carry no trace digest."""
-    t0 = time.perf_counter()
-    runner = CaseRunner(keep_runs=keep_runs, executor=executor, digests=digests)
-    total = len(targets) * len(seeds)
-    done = 0
-
-    def starting(case: Case) -> None:
-        nonlocal done
-        if progress:
-            progress(done, total, case)
-        done += 1
-
-    outcomes = [run_target(t, seeds, runner, before, after, starting) for t in targets]
-    if progress and targets and seeds:
-        progress(total, total, Case(targets[-1], seeds[-1]))
-    return CampaignResult(outcomes, time.perf_counter() - t0)

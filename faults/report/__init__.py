@@ -5,8 +5,8 @@ from faults._lazy import lazy_exports
 
 _EXPORTS = {
     "format_campaign": "faults.report.table",
-    "read_artifact": "faults.report.artifacts",
-    "write_artifact": "faults.report.artifacts",
+    "read_artifact": "faults.campaign.artifacts",
+    "write_artifact": "faults.campaign.artifacts",
     "junit_tree": "faults.report.summary",
     "panel_of": "faults.report.timeline",
     "summary_json": "faults.report.summary",

@@ -74,7 +74,7 @@ Both take the verdict from ``campaign`` (a ``faults.campaign.CampaignResult``) w
 given, the one the table's footer and the exit status read; without it, from the
 cases alone.
 
-Replay artifacts are ``faults.report.artifacts``; the hang guard is
+Replay artifacts are ``faults.campaign.artifacts``; the hang guard is
 ``faults.campaign.hang_guard``.
 """
 

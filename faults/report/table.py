@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from faults.report.artifacts import replay_command
+from faults.campaign.artifacts import replay_command
 
 if TYPE_CHECKING:
     from faults.campaign import CampaignResult

@@ -49,21 +49,20 @@ def targets() -> list[Any]:
 def outcome(backend: str) -> dict[str, Any]:
     """What ``backend`` gives for ``targets()`` on seed 0: rows, cases, the summary's
     verdicts and the exit status, as plain data."""
-    from faults.campaign import run_campaign
-    from faults.campaign.pool import run_pooled, usable_cpus
+    from faults.campaign.pool import ForkPool, usable_cpus
+    from faults.campaign.session import InProcess, run_session
+    from faults.campaign.xdist import Xdist
     from faults.report.summary import CaseReport, summary_json
     from faults.report.table import format_campaign
-    from faults.spread import run_spread
 
     ts, seeds = targets(), [0]
-    if backend == "-j 1":
-        result = run_campaign(ts, seeds)
-    elif backend == "-j auto":
-        result = run_pooled(ts, seeds, max(2, usable_cpus()))
-    elif backend == "-n 2":
-        result = run_spread(ts, seeds, workers="2")
-    else:
-        result = run_spread(ts, seeds, tx=["2*popen"])
+    backends = {
+        "-j 1": lambda: InProcess(),
+        "-j auto": lambda: ForkPool(max(2, usable_cpus())),
+        "-n 2": lambda: Xdist(workers="2"),
+        "--tx 2*popen": lambda: Xdist(tx=["2*popen"]),
+    }
+    result = run_session(ts, seeds, backends[backend]())
     reports = [CaseReport.of(c, tolerated=result.tolerated(c)) for c in result.cases]
     summary = summary_json(reports, campaign=result)
     table = re.sub(r"\d+\.\d+s wall", "", format_campaign(result))

@@ -18,8 +18,8 @@ import pytest
 
 from faults import cli
 from faults.campaign import fault_target, regression_target, scenario_target, select_targets
-from faults.campaign.pool import can_fork, run_pooled, units
-from faults.spread import seeds_ran
+from faults.campaign.pool import ForkPool, can_fork, units
+from faults.campaign.session import run_session, seeds_ran
 
 pytestmark = pytest.mark.skipif(not can_fork(), reason="workers are forked")
 
@@ -31,6 +31,11 @@ SELECTION = [
     "--fault", "fence_failure", "--scenario", "two_servers", "--scenario",
     "chunk_aligned_hybrid", "--no-progress",
 ]  # fmt: skip
+
+
+def run_pooled(targets, seeds, jobs, **settings):
+    """The campaign session over ``jobs`` forked workers."""
+    return run_session(targets, seeds, ForkPool(jobs), **settings)
 
 
 def kvfault(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -224,10 +229,19 @@ def test_progress_counts_the_cases_done_as_each_starts():
     events: list[tuple] = []
     targets = [scenario_target("two_servers"), scenario_target("two_images"),
                regression_target("media_keys")]  # fmt: skip
+
+    class Artifacts:
+        directory = None
+
+        def before(self, case):
+            return None
+
+        def after(self, case, outcome, token):
+            events.append(("done", case.id))
+
     run_pooled(
-        targets, [0, 1], 2,
-        after=lambda case, outcome, token: events.append(("done", case.id)),
-        progress=lambda i, n, case: events.append(("progress", i, n, case.id)),
+        targets, [0, 1], 2, artifacts=Artifacts(),
+        progress=lambda i, n, label: events.append(("progress", i, n, label)),
     )  # fmt: skip
     done = 0
     for ev in events:

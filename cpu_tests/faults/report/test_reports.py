@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from faults.campaign import Case, CaseOutcome, regression_target, run_case, swarm_target
+from faults.campaign.artifacts import ArtifactError, read_artifact, write_artifact
 from faults.regressions import REGRESSIONS
-from faults.report.artifacts import ArtifactError, read_artifact, write_artifact
 from faults.report.summary import (
     SUMMARY_SCHEMA,
     CaseReport,
@@ -249,7 +249,7 @@ def test_case_report_of_a_real_outcome_keeps_every_field_the_two_share():
     assert (rep["kind"], rep["name"], rep["scenario"]) == ("regression", "media_keys", "two_images")
 
 
-# -- replay artifacts (one format: faults.report.artifacts) ------------------------------
+# -- replay artifacts (one format: faults.campaign.artifacts) ------------------------------
 
 
 def test_artifact_round_trip(tmp_path: Path):

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from faults.argtypes import MAX_SEED
-from faults.campaign import CampaignError, Case, CaseOutcome, Target
+from faults.campaign.outcomes import CaseOutcome
+from faults.campaign.targets import CampaignError, Case, Target
 from faults.errors import KvfaultError
 from faults.safe_io import NotARegularFile, locked_dir, read_bounded, write_atomic
 
@@ -273,9 +274,15 @@ class CampaignArtifacts:
     def before(self, case: Case) -> tuple[Path, bytes | None]:
         return stage_artifact(case, self.directory)
 
-    def after(self, case: Case, outcome: CaseOutcome, staged: tuple[Path, bytes | None]) -> None:
+    def after(
+        self, case: Case, outcome: CaseOutcome, staged: tuple[Path, bytes | None] | None
+    ) -> None:
+        """Drop the staged artifact of a case that passed; keep (write again) that of
+        one that did not. ``staged`` None: the case ran where this process staged
+        nothing (a worker on another host), so only a failing case's is written."""
         if outcome.ok:
-            drop_artifact(*staged)  # an artifact `kvfault repro` wrote stays
+            if staged is not None:
+                drop_artifact(*staged)  # an artifact `kvfault repro` wrote stays
         else:
             self.kept[case.id] = keep_artifact(case, self.directory)
 

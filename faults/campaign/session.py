@@ -1,0 +1,308 @@
+"""The one campaign loop: every ``kvfault run`` goes through a ``Session``.
+
+A session owns every job around a case that does not depend on where the case runs,
+each written once here:
+
+- **budget**: no seed starts once ``budget_s`` seconds (by ``clock``) have passed; a
+  seed that started runs whole (every target), and the first seed always runs;
+- **artifacts**: a case's replay artifact is staged before it runs and kept or dropped
+  when its outcome is back (``faults.campaign.artifacts.CampaignArtifacts``);
+- **progress**: ``progress(done, total, label)`` as each case starts (``label`` its id)
+  and once at the end (``"done"``);
+- **the hang guard** around a case (``--timeout``): in this process it ends the run
+  after ``on_hang`` has seen what ran; in a worker it ends the worker;
+- **a dead worker**: the case it was running becomes an ERROR outcome (``lost``);
+- the garbage collector's settings, and the outcomes put back in campaign order
+  (target by target, each over its seeds), whatever order they arrived in.
+
+A *backend* only says where the cases run and calls the session's hooks
+(``may_start``, ``stage``, ``starting``, ``run_here`` or its workers' ``guarded``,
+``finished``, ``lost``):
+
+- ``InProcess`` (``-j 1``, ``--tier lmcache``): this process, on a tier's executor;
+- ``faults.campaign.pool.ForkPool`` (``-j N``): forked workers on this machine;
+- ``faults.campaign.xdist.Xdist`` (``-n N``, ``--tx``): pytest-xdist workers or
+  execnet gateways.
+
+Every backend gives the same table, verdicts, digests and exit status
+(``cpu_tests/faults/campaign/test_backends.py``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import time
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol, Sequence
+
+from faults.campaign.hang_guard import hang_guard
+from faults.campaign.outcomes import (
+    CampaignFailure,
+    CampaignResult,
+    CaseOutcome,
+    in_campaign_order,
+)
+from faults.campaign.runner import CaseRunner
+from faults.campaign.targets import Case, Target
+from faults.verdicts import Verdict
+
+if TYPE_CHECKING:
+    from faults.campaign.execute import Executor
+
+# (cases done, cases in all, the case starting, or "done" at the end)
+Progress = Callable[[int, int, str], None]
+
+
+class Artifacts(Protocol):
+    """Where replay artifacts go (``faults.campaign.artifacts.CampaignArtifacts``):
+    ``before`` stages a case's artifact and returns a token; ``after`` keeps or drops
+    it once the outcome is known (token None: the case ran where this process could
+    not stage it)."""
+
+    directory: Any
+
+    def before(self, case: Case) -> Any: ...
+
+    def after(self, case: Case, outcome: CaseOutcome, token: Any) -> None: ...
+
+
+class Backend(Protocol):
+    """Where a session's cases run: ``run`` runs them through the session's hooks."""
+
+    def run(self, session: Session) -> None: ...
+
+
+class Session:
+    """One campaign run: the targets over the seeds, and the hooks every backend calls.
+    ``on_hang(result)`` sees the run cut short by a case of this process that ran past
+    ``timeout_s`` (that case an ERROR, a ``timeout`` campaign failure) before the
+    process exits with 2."""
+
+    def __init__(
+        self,
+        targets: Sequence[Target],
+        seeds: Sequence[int],
+        *,
+        artifacts: Artifacts | None = None,
+        progress: Progress | None = None,
+        budget_s: float | None = None,
+        timeout_s: float | None = None,
+        keep_runs: str = "failing",
+        digests: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+        on_hang: Callable[[CampaignResult], object] | None = None,
+    ):
+        self.targets, self.seeds = list(targets), list(seeds)
+        self.total = len(self.targets) * len(self.seeds)
+        self.artifacts, self.progress, self.on_hang = artifacts, progress, on_hang
+        self.budget_s, self.timeout_s, self.clock = budget_s, timeout_s, clock
+        self.keep_runs, self.digests = keep_runs, digests
+        self.done: dict[tuple[str, int], CaseOutcome] = {}
+        self.started: set[int] = set()  # seeds started: a started seed runs whole
+        self._count = 0  # cases started
+        self._shown: tuple[int, int] | None = None
+        self._t0, self._start = time.perf_counter(), clock()
+
+    # -- the hooks ---------------------------------------------------------------------
+
+    def may_start(self, seed: int) -> bool:
+        """Whether a case of ``seed`` may start now (the budget), marking it started."""
+        if (
+            self.budget_s is not None
+            and seed not in self.started
+            and self.started
+            and self.clock() - self._start >= self.budget_s
+        ):
+            return False
+        self.started.add(seed)
+        return True
+
+    def runner(self, executor: Executor | None = None) -> CaseRunner:
+        """A case runner with this session's settings (on ``executor``'s tier)."""
+        return CaseRunner(keep_runs=self.keep_runs, executor=executor, digests=self.digests)
+
+    def stage(self, case: Case) -> Any:
+        """Stage ``case``'s replay artifact (before it runs); the token ``finished`` takes."""
+        return self.artifacts.before(case) if self.artifacts is not None else None
+
+    def starting(self, case: Case) -> None:
+        """``case`` starts: progress counts the cases done by now."""
+        self._count += 1
+        self.show(len(self.done), self.total, case.id)
+
+    def show(self, done: int, total: int, label: str) -> None:
+        if self.progress is not None and (done, total) != self._shown:
+            self._shown = (done, total) if done == total else None
+            self.progress(done, total, label)
+
+    def finished(self, case: Case, outcome: CaseOutcome, token: Any = None) -> None:
+        """``case``'s outcome is back: record it, keep or drop its artifact."""
+        self.started.add(case.seed)
+        self.done[(case.target.id, case.seed)] = outcome
+        if self.artifacts is not None:
+            self.artifacts.after(case, outcome, token)
+
+    def lost(self, case: Case, cause: str, error: str | None = None, token: Any = None) -> None:
+        """The worker running ``case`` died (its hang guard, a crash): an ERROR outcome."""
+        why = f"the worker running it failed: {cause}"
+        self.finished(case, CaseOutcome(case, Verdict.ERROR, signature=why, error=error), token)
+
+    def run_here(self, runner: CaseRunner, case: Case, token: Any = None) -> CaseOutcome:
+        """Run ``case`` in this process under the hang guard: past ``timeout_s``,
+        ``on_hang`` sees the run cut short and the process exits with 2."""
+        with hang_guard(self.timeout_s, lambda: self._hung(case, token)):
+            return runner.run(case)
+
+    def _hung(self, case: Case, token: Any) -> None:
+        timeout = self.timeout_s or 0.0
+        hung = CaseOutcome(
+            case, Verdict.ERROR, signature=f"ran past --timeout {timeout:g}s (stacks on stderr)"
+        )
+        ran = {**self.done, (case.target.id, case.seed): hung}
+        failure = CampaignFailure(
+            "timeout",
+            Verdict.ERROR,
+            f"{case.id} ran past --timeout {timeout:g}s and ended the run: "
+            f"{self.total - len(ran)} of {self.total} cases never ran",
+        )
+        rows = [t for t in in_campaign_order(self.targets, self.seeds, ran) if t.cases]
+        result = CampaignResult(rows, time.perf_counter() - self._t0, stopped=[failure])
+        if self.artifacts is not None:
+            self.artifacts.after(case, hung, token)
+        if self.on_hang is not None:
+            self.on_hang(result)
+
+    def result(self) -> CampaignResult:
+        """What ran, in campaign order over the seeds that started."""
+        if self._count or self.done:
+            n = max(self._count, len(self.done))
+            self.show(n, n, "done")
+        ran = [s for s in self.seeds if s in self.started]
+        rows = in_campaign_order(self.targets, ran, self.done)
+        return CampaignResult(rows, time.perf_counter() - self._t0)
+
+
+def guarded(runner: CaseRunner, case: Case, timeout_s: float | None) -> CaseOutcome:
+    """Run ``case`` in a worker under the hang guard: past ``timeout_s`` the worker
+    prints every stack and exits, and its session turns the case into an ERROR."""
+    with hang_guard(timeout_s):
+        return runner.run(case)
+
+
+class InProcess:
+    """Every case in this process, on ``executor``'s tier (default: in-process), target
+    by target; under a budget, seed by seed, each seed's fixed runs cached once (a
+    soak stays small)."""
+
+    def __init__(self, executor: Executor | None = None):
+        self.executor = executor
+
+    def run(self, session: Session) -> None:
+        if session.budget_s is None:
+            runner = session.runner(self.executor)
+            for t in session.targets:
+                for seed in session.seeds:
+                    session.may_start(seed)
+                    self._one(session, runner, Case(t, seed))
+            return
+        for seed in session.seeds:
+            if not session.may_start(seed):
+                break
+            runner = session.runner(self.executor)
+            for t in session.targets:
+                self._one(session, runner, Case(t, seed))
+
+    @staticmethod
+    def _one(session: Session, runner: CaseRunner, case: Case) -> None:
+        session.starting(case)
+        token = session.stage(case)
+        session.finished(case, session.run_here(runner, case, token), token)
+
+
+def run_session(
+    targets: Sequence[Target],
+    seeds: Sequence[int],
+    backend: Backend | None = None,
+    **settings: Any,
+) -> CampaignResult:
+    """Run every target over every seed on ``backend`` (default: ``InProcess()``);
+    ``settings`` are ``Session``'s (artifacts, progress, budget_s, timeout_s,
+    keep_runs, digests, clock, on_hang)."""
+    session = Session(targets, seeds, **settings)
+    with few_collections():
+        (backend or InProcess()).run(session)
+    return session.result()
+
+
+def run_campaign(
+    targets: Sequence[Target],
+    seeds: Sequence[int],
+    executor: Executor | None = None,
+    **settings: Any,
+) -> CampaignResult:
+    """``run_session`` in this process, on ``executor``'s tier (default: in-process)."""
+    return run_session(targets, seeds, InProcess(executor), **settings)
+
+
+def seeds_ran(result: CampaignResult) -> list[int]:
+    """The seeds the campaign ran, in order."""
+    return sorted({c.case.seed for c in result.cases})
+
+
+@contextlib.contextmanager
+def few_collections() -> Iterator[None]:
+    """A campaign allocates millions of small objects that hold no cycles (trace
+    events, requests): look for cycles every 50,000 allocations, not every 700, and
+    never in what was loaded before it started."""
+    old = gc.get_threshold()
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 20)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*old)
+        gc.unfreeze()
+
+
+@contextlib.contextmanager
+def open_backend(
+    tier: str,
+    targets: Sequence[Target],
+    seeds: Sequence[int],
+    *,
+    jobs: int | str | None = None,
+    workers: str | None = None,
+    tx: Sequence[str] = (),
+    rsyncdirs: Sequence[str] = (),
+) -> Iterator[Backend]:
+    """The backend ``kvfault run`` asks for: pytest-xdist with ``workers`` (``-n``,
+    not 0) or ``tx``; a forked pool when ``jobs`` (``-j``, default ``auto``) gives the
+    in-process tier more than one process (``jobs_here``); else this process, on
+    ``tier``'s executor, opened here and closed on exit (``open_executor``)."""
+    if tx or workers not in (None, "0"):
+        from faults.campaign.xdist import Xdist
+
+        yield Xdist(workers, tx, rsyncdirs)
+        return
+    n = jobs_here(jobs, targets, seeds) if tier == "memory" else 1
+    if n > 1:
+        from faults.campaign.pool import ForkPool
+
+        yield ForkPool(n)
+        return
+    from faults.campaign.tiers import open_executor
+
+    with open_executor(tier) as executor:
+        yield InProcess(executor)
+
+
+def jobs_here(jobs: int | str | None, targets: Sequence[Target], seeds: Sequence[int]) -> int:
+    """``-j``: processes for the in-process tier; ``auto`` (the default) is one per
+    usable CPU; never more than the campaign's units of work (one unit: this process
+    alone), and 1 where workers cannot be forked."""
+    from faults.campaign.pool import can_fork, units, usable_cpus
+
+    if not can_fork():
+        return 1
+    wanted = usable_cpus() if jobs in (None, "auto") else int(jobs)
+    return min(wanted, len(units(targets, seeds)))

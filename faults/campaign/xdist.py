@@ -1,0 +1,109 @@
+"""The pytest-xdist backend of the campaign session (``kvfault run -n N``, ``--tx``).
+
+The session's cases go out as work items of ``faults.fanout`` (local workers with
+``workers``, other hosts with execnet gateway specs in ``tx``): one item per case, or
+one per seed under a budget (the fan-out's deadline is the budget: workers start no
+seed after it, and each runs at least one). A worker runs each case exactly as the
+in-process campaign does (``cases_task``); the outcomes come back as JSON over xdist's
+channel and the session puts them in campaign order, so the table, the summary and
+the exit status are those of a run in one process.
+"""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import Any, Sequence
+
+from faults.campaign.outcomes import CaseOutcome
+from faults.campaign.runner import CaseRunner
+from faults.campaign.session import Session, guarded
+from faults.campaign.targets import Case, Target
+
+
+def cases_task(payload: dict[str, Any]) -> list[dict[str, Any]]:
+    """A work item on a fan-out worker: every target of the item on each of its seeds,
+    judged as in-process, under the hang guard; the outcomes as JSON. On the host that
+    started the campaign, each case's replay artifact is staged before it runs and
+    kept or dropped as in-process (``CampaignArtifacts``)."""
+    from faults.campaign.artifacts import CampaignArtifacts
+
+    targets = [Target.from_json(t) for t in payload["targets"]]
+    here = payload.get("host") == socket.gethostname()
+    where = payload.get("artifacts")
+    store = CampaignArtifacts(Path(where)) if here and where else None
+    out = []
+    for seed in payload["seeds"]:
+        runner = CaseRunner(digests=payload.get("digests", True))
+        for t in targets:
+            case = Case(t, seed)
+            staged = store.before(case) if store is not None else None
+            outcome = guarded(runner, case, payload.get("timeout_s"))
+            if store is not None:
+                store.after(case, outcome, staged)
+            out.append(outcome.as_json())
+    return out
+
+
+class Xdist:
+    """The session's cases over pytest-xdist workers (``workers``: a count or
+    ``auto``) or execnet gateways (``tx``; ``rsyncdirs`` sent to them first). Without
+    a budget one work item per case, with one one per seed. A case whose worker died
+    (a hang guard's exit, a crash) goes to ``session.lost``. Raises
+    ``faults.fanout.FanoutError`` when the workers could not start."""
+
+    def __init__(
+        self, workers: str | None = None, tx: Sequence[str] = (), rsyncdirs: Sequence[str] = ()
+    ):
+        self.workers, self.tx, self.rsyncdirs = workers, list(tx), list(rsyncdirs)
+
+    def run(self, session: Session) -> None:
+        from faults.fanout import ItemResult, WorkItem, fan_out
+
+        store = session.artifacts
+        common = {
+            "artifacts": str(Path(store.directory).resolve()) if store is not None else None,
+            "host": socket.gethostname(),
+            "timeout_s": session.timeout_s,
+            "digests": session.digests,
+        }
+        targets, seeds = session.targets, session.seeds
+        if session.budget_s is None:
+            groups = [([t], [s]) for t in targets for s in seeds]
+        else:
+            groups = [(list(targets), [s]) for s in seeds]
+        items = [
+            WorkItem(
+                f"{ts[0].id if len(ts) == 1 else 'seed'}@{ss[0]}",
+                {**common, "targets": [t.as_json() for t in ts], "seeds": ss},
+            )
+            for ts, ss in groups
+        ]
+        by_id = dict(zip((i.id for i in items), groups, strict=True))
+
+        def arrived(r: ItemResult) -> None:
+            if r.skipped:
+                return
+            ts, ss = by_id[r.id]
+            if r.value is not None:
+                for o in (CaseOutcome.from_json(o) for o in r.value):
+                    session.finished(o.case, o)
+            else:
+                why = (r.error or "").strip().splitlines()
+                for s in ss:
+                    for t in ts:
+                        session.lost(Case(t, s), why[-1] if why else "?", error=r.error)
+            session.show(len(session.done), session.total, r.id)
+
+        workers = self.workers
+        if workers is not None and workers.isdigit() and int(workers) > len(items):
+            workers = str(len(items))  # a worker with nothing to do only costs its start-up
+        fan_out(
+            f"{__name__}:cases_task",
+            items,
+            workers=None if self.tx else workers,
+            tx=self.tx,
+            rsyncdirs=self.rsyncdirs,
+            deadline_s=session.budget_s,
+            on_result=arrived,
+        )

@@ -1,0 +1,3 @@
+"""The ``kvfault`` subcommands behind ``faults.cli``: each module takes the parsed
+arguments of one command, runs it and renders what came back (``run``, ``listing``,
+``repro`` for repro and replay, ``sweep``); ``prove`` is ``faults.prove.run``."""

@@ -1,0 +1,65 @@
+"""``kvfault list``: every runnable name (scenarios, properties, faults, planted
+regressions), with the tiers it runs on; ``--tier atom`` hands over to that tier."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def command(args: argparse.Namespace) -> int:
+    """Print the lists the arguments ask for (all of them by default); exit 0."""
+    if args.tier == "atom":
+        from faults.atom.command import list_command
+
+        return list_command(args)
+    from faults.catalog import entries
+    from faults.properties.checks import PROPERTIES
+
+    def first_line(text: str | None) -> str:
+        # A docstring's first sentence, on one line.
+        flat = " ".join((text or "").split())
+        return flat.split(". ")[0].rstrip(".")
+
+    def where(e) -> str:  # type: ignore[no-untyped-def]
+        # Which tiers a name runs on (memory, the default, needs no flag), and where.
+        parts = []
+        for tier, scenario in e.scenarios.items():
+            on = "" if e.kind == "scenario" else f" {scenario}"
+            parts.append(f"on{on}" if tier == "memory" else f"--tier lmcache{on and ':'}{on}")
+        if e.kind == "scenario" and len(parts) == 1 and e.tiers == ("lmcache",):
+            parts = ["--tier lmcache only"]
+        elif e.kind == "scenario":
+            parts = ["also --tier lmcache"] if "lmcache" in e.tiers else []
+        return f" [{'; '.join(parts)}]" if parts else ""
+
+    from faults.regressions.legacy import REGRESSIONS
+    from faults.scenarios import SCENARIOS
+
+    def grows(e) -> str:  # type: ignore[no-untyped-def]
+        # What --scale K multiplies, for a scenario that has a size.
+        scenario = SCENARIOS.get(e.name)
+        return f" [--scale K: {scenario.scales}]" if scenario and scenario.scales else ""
+
+    def regression_line(e) -> str:  # type: ignore[no-untyped-def]
+        return f"{e.description}{where(e)[:-1]}; caught by {REGRESSIONS[e.name].signature}]"
+
+    sections = {
+        "scenarios": [
+            (e.name, f"{e.description}{where(e)}{grows(e)}") for e in entries("scenario").values()
+        ],
+        "properties": [(n, first_line(fn.__doc__)) for n, fn in PROPERTIES.items()]
+        + [("determinism", "the same seed gives the same trace digest")],
+        "faults": [(e.name, f"{e.description}{where(e)}") for e in entries("fault").values()],
+        "regressions": [(e.name, regression_line(e)) for e in entries("regression").values()],
+    }
+    chosen = [name for name in sections if getattr(args, name)] or list(sections)
+    headed = len(chosen) > 1  # one list alone is one name per line; several say which is which
+    for name in chosen:
+        rows = sections[name]
+        width = max(len(n) for n, _ in rows) + 2 if rows else 0
+        indent = "  " if headed else ""
+        if headed:
+            print(f"{name}:")
+        for n, desc in rows:
+            print(f"{indent}{n.ljust(width)}{desc}".rstrip())
+    return 0

@@ -1,0 +1,99 @@
+"""``kvfault repro NAME`` and ``kvfault replay ARTIFACT``: one case run again and
+judged, with its verdict, replay artifact and, on request, its timeline picture."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from faults.argtypes import dir_refused
+from faults.commands.run import bad
+
+
+def repro_command(args: argparse.Namespace) -> int:
+    """Run planted regression NAME legacy vs fixed on one seed and print the verdict."""
+    from faults.campaign import CampaignError, Case, regression_target
+    from faults.campaign.artifacts import artifact_dir
+    from faults.repro import format_reproduction, reproduce
+
+    try:
+        target = regression_target(args.name)
+    except CampaignError as exc:
+        return bad(f"{exc}; see `kvfault list --regressions`")
+    why = _timeline_refused(args.timeline) or dir_refused(
+        artifact_dir(args.artifacts), "--artifacts" if args.artifacts else "the artifact directory"
+    )
+    if why:
+        return bad(why)
+    rep = reproduce(Case(target, args.seed), artifact_dir(args.artifacts), args.timeout)
+    print(format_reproduction(rep))
+    return _timeline(args.timeline, rep.outcome, rep.exit_code)
+
+
+def replay_command(args: argparse.Namespace) -> int:
+    """Run the case a replay artifact names again, as it ran, and print the verdict."""
+    from faults.campaign.artifacts import hashseed, read_artifact
+    from faults.repro import format_reproduction, reproduce
+
+    case, obj = read_artifact(args.artifact)
+    why = _timeline_refused(args.timeline)
+    if why:
+        return bad(why)
+    recorded = obj.get("pythonhashseed")
+    if recorded is not None and str(recorded) != str(hashseed()):
+        print(
+            f"kvfault: note: recorded under PYTHONHASHSEED={recorded}, running under "
+            f"{hashseed() or 'a random one'}; for the same hash order run "
+            f"PYTHONHASHSEED={recorded} kvfault replay {args.artifact}",
+            file=sys.stderr,
+        )
+    # The artifact exists already: replay must not rewrite it.
+    rep = reproduce(case, None, args.timeout)
+    rep.artifact = args.artifact
+    print(format_reproduction(rep))
+    return _timeline(args.timeline, rep.outcome, rep.exit_code)
+
+
+def _timeline_refused(path: Path | None) -> str | None:
+    """Why ``--timeline PATH`` cannot be written, checked before the case runs: an
+    extension that names no picture format, no matplotlib, or a place that cannot
+    hold the file."""
+    if path is None:
+        return None
+    import importlib.util
+
+    from faults.report.timeline import PLOT_HINT, picture_format
+
+    try:
+        picture_format(path)
+    except ValueError as exc:
+        return f"--timeline: {exc}"
+    if importlib.util.find_spec("matplotlib") is None:
+        return f"--timeline needs matplotlib; {PLOT_HINT}"
+    if path.is_dir():
+        return f"--timeline: {path} is a directory"
+    parent = path.parent
+    if not parent.is_dir():  # a missing directory is a typo: never created
+        what = "is not a directory" if parent.exists() else "does not exist"
+        return f"--timeline {path}: directory {parent} {what}"
+    if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        return f"--timeline: {path} is not writable"
+    return None
+
+
+def _timeline(path: Path | None, outcome: Any, code: int) -> int:
+    """Draw the picture when asked; a picture that could not be written is an error
+    (one line on stderr, exit 2) after the verdict, which stands as printed."""
+    if path is None:
+        return code
+    from faults.repro import write_timeline
+
+    why = write_timeline(outcome, path)
+    if why is not None:
+        print(f"kvfault: error: --timeline {path}: {why}", file=sys.stderr)
+        return 2
+    print(f"timeline: {path}")
+    return code

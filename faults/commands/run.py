@@ -1,0 +1,195 @@
+"""``kvfault run``: the campaign, from parsed arguments to the table, the reports and
+the exit status. The loop itself is the session's (``faults.campaign.session``): this
+module picks the targets, the seeds and the backend, and renders what came back."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from faults.argtypes import dir_refused, hosts_refused, seeds_refused
+
+if TYPE_CHECKING:
+    from faults.campaign import CampaignResult, Target
+    from faults.campaign.artifacts import CampaignArtifacts
+
+# Seeds per target in a plain `kvfault run`: the whole default campaign aims at 10 s on
+# 2 cores; it takes about 7.5 CPU seconds, spread over the cores (-j; docs/scale.md,
+# benchmarks/bench_scale.py and bench_campaign.py).
+DEFAULT_SEEDS = 2
+
+
+def bad(message: str) -> int:
+    """One line on stderr; exit 2."""
+    print(f"kvfault: error: {message}", file=sys.stderr)
+    return 2
+
+
+def refused(args: argparse.Namespace) -> str | None:
+    """What the options given together cannot mean, in one line (each value alone is
+    checked by its argument type, ``faults.argtypes``)."""
+    bad_here = seeds_refused(args.first_seed, args.seeds, args.budget) or hosts_refused(
+        args.tx, args.rsyncdir
+    )
+    if bad_here or args.tier == "atom":
+        return bad_here
+    if args.tier == "lmcache" and (
+        args.numprocesses not in (None, "0") or args.tx or args.jobs not in (None, "auto", 1)
+    ):
+        return "--tier lmcache runs in one process (one real server): drop -n/--tx/-j"
+    if args.tier == "lmcache" and args.scale != 1:
+        return "--scale is for the simulated tier; --tier lmcache runs at scale 1"
+    return None
+
+
+def command(args: argparse.Namespace) -> int:
+    """Run the campaign the arguments name; print its table; write its reports."""
+    from faults.campaign import CampaignError, select_targets
+    from faults.campaign.artifacts import CampaignArtifacts, artifact_dir
+    from faults.campaign.session import open_backend, run_session
+    from faults.report.progress import progress_mode, show
+
+    if args.seeds is None:
+        args.seeds = 1 if args.tier == "atom" else DEFAULT_SEEDS
+    why = refused(args)
+    if why:
+        return bad(why)
+    if args.tier == "atom":
+        from faults.atom.command import run_command
+
+        return run_command(args)
+    try:
+        targets = select_targets(
+            args.regression, args.fault, args.scenario, args.swarm, args.pin, args.scale,
+            tier=args.tier, stack=args.legacy,
+        )  # fmt: skip
+    except CampaignError as exc:
+        return bad(f"{exc}; see `kvfault list`")
+    seeds = list(range(args.first_seed, args.first_seed + args.seeds))
+    if args.artifacts is None and args.report is not None:
+        args.artifacts = args.report / "artifacts"
+    if args.tx and args.numprocesses is not None:
+        return bad("give -n or --tx, not both")
+    if args.scale != 1:
+        targets, why = _scaled(targets, args.scale)
+        if why:
+            return bad(why)
+    if args.jobs is not None and (args.tx or args.numprocesses is not None):
+        return bad("give -j (processes here) or -n/--tx (pytest-xdist workers), not both")
+    for path, flag in ((args.report, "--report"), (artifact_dir(args.artifacts), "--artifacts")):
+        why = dir_refused(path, flag) if path is not None else None
+        if why:
+            return bad(why)
+    store = CampaignArtifacts(artifact_dir(args.artifacts))
+    mode = progress_mode(args.no_progress)
+    with open_backend(
+        args.tier, targets, seeds, jobs=args.jobs, workers=args.numprocesses, tx=args.tx,
+        rsyncdirs=args.rsyncdir,
+    ) as backend:  # fmt: skip
+        result = run_session(
+            targets, seeds, backend, artifacts=store, budget_s=args.budget,
+            timeout_s=args.timeout,
+            progress=lambda i, total, label: show(mode, i, total, label),
+            # Only summary.json shows a trace digest: without --report none is made.
+            digests=args.report is not None,
+            # A case that hangs in this process ends the run: before it goes, the
+            # table and the reports of what ran say so (a campaign failure, exit 2).
+            on_hang=lambda cut: finish(args, cut, seeds, store),
+        )  # fmt: skip
+    return finish(args, result, seeds, store)
+
+
+def finish(
+    args: argparse.Namespace, result: CampaignResult, seeds: list[int], store: CampaignArtifacts
+) -> int:
+    """Print the table, write the reports, and return the exit status: all from
+    ``result``'s one verdict."""
+    from faults.report.table import format_campaign
+
+    print(format_campaign(result, store.kept), flush=True)
+    if args.budget is not None:
+        print(_budget_line(args, result))
+    if args.report:
+        write_report(args, result, seeds, store.kept)
+        print(f"report: {args.report / 'summary.json'}, {args.report / 'junit.xml'}", flush=True)
+    store.tidy()
+    return result.exit_code
+
+
+def _scaled(targets: list[Target], k: int) -> tuple[list[Target], str | None]:
+    """``--scale K`` applied where it means something: a target whose scenario has a
+    fixed size runs (and is labelled) at scale 1; when no target's scenario grows, the
+    option is refused."""
+    from dataclasses import replace
+
+    from faults.scenarios import SCENARIOS
+
+    fixed = sorted({t.scenario for t in targets if not SCENARIOS[t.scenario].scales})
+    if len(fixed) == len({t.scenario for t in targets}):
+        growing = ", ".join(n for n, s in SCENARIOS.items() if s.scales)
+        return targets, (
+            f"--scale {k} changes nothing here: {', '.join(fixed)} "
+            f"{'has' if len(fixed) == 1 else 'have'} a fixed size; these grow: {growing}"
+        )
+    return [replace(t, scale=1) if t.scenario in fixed else t for t in targets], None
+
+
+def write_report(
+    args: argparse.Namespace, result: CampaignResult, seeds: list[int], kept: dict[str, Path]
+) -> None:
+    """summary.json and junit.xml (``faults.report.summary``), a timeline per failing case.
+
+    The summary's own ``ok`` is per case; ``meta.campaign`` carries the campaign's
+    verdict, which judges a regression by its target (caught on some seed)."""
+    from faults.campaign.artifacts import hashseed, replay_command
+    from faults.campaign.session import seeds_ran
+    from faults.report.summary import CaseReport, write_reports
+    from faults.repro import write_timeline
+
+    report: Path = args.report
+    report.mkdir(parents=True, exist_ok=True)
+    cases = []
+    for c in result.cases:
+        timeline = None
+        if not c.ok and (c.legacy_result is not None or c.fixed_result is not None):
+            path = report / "timelines" / (c.case.id.replace(":", "-").replace("@", "-") + ".svg")
+            path.parent.mkdir(exist_ok=True)
+            why = write_timeline(c, path)
+            timeline = str(path) if why is None else None
+        artifact = kept.get(c.case.id)
+        cases.append(
+            CaseReport.of(
+                c,
+                command=replay_command(c.case),
+                artifact=str(artifact) if artifact else None,
+                timeline=timeline,
+                tolerated=result.tolerated(c),
+            )
+        )
+    campaign = result.as_json()
+    for t in campaign["targets"]:
+        del t["cases"]  # they are the summary's cases
+    ran = seeds_ran(result)
+    meta: dict[str, Any] = {
+        "argv": ["kvfault", *sys.argv[1:]],
+        "seeds": seeds,
+        "seeds_ran": len(ran),
+        "pythonhashseed": hashseed(),
+        "campaign": campaign,
+    }
+    if getattr(args, "budget", None) is not None:
+        meta["budget_seconds"] = args.budget
+        meta["seeds"] = ran  # the seeds that fit; --seeds asked for seeds_requested
+        meta["seeds_requested"] = len(seeds)
+    write_reports(cases, report, result.wall_seconds, meta, campaign=result)
+
+
+def _budget_line(args: argparse.Namespace, result: CampaignResult) -> str:
+    """The footer of a budgeted run: how many of the seeds asked for fitted."""
+    from faults.campaign.session import seeds_ran
+    from faults.report.table import seed_span
+
+    ran = seeds_ran(result)
+    return f"budget {args.budget:g}s: {len(ran)} of {args.seeds} seeds ran ({seed_span(ran)})"
