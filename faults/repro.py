@@ -103,62 +103,14 @@ def wanted_hash_seed(command: str, artifact: Path | None = None) -> str | None:
     return None
 
 
-def _first(items: list[str]) -> str:
-    return items[0] + (f" (+{len(items) - 1} more)" if len(items) > 1 else "") if items else ""
-
-
 def format_reproduction(rep: Reproduction) -> str:
-    """The verdict, the failure signature and the replay command, for a terminal."""
+    """The verdict, the failure signature and the replay command, for a terminal (what
+    the case ran and how each side ended: its target's kind says)."""
     o, case = rep.outcome, rep.outcome.case
-    t = case.target
-    lines: list[str] = []
-    if t.kind == "regression":
-        from faults.regressions.legacy import REGRESSIONS
-
-        reg = REGRESSIONS[t.name]
-        lines.append(f"repro {t.name} (seed {case.seed}): {reg.description}")
-        lines.append(f"  scenario   {t.scenario}; signature property {reg.signature}")
-        if o.verdict == Verdict.ERROR:
-            lines.append(f"  error      {o.signature}")
-        else:
-            legacy = "FAIL" if o.legacy_violations else "PASS"
-            lines.append(
-                f"  legacy     {legacy:4s}  {_first(o.legacy_violations) or 'every property held'}"
-            )
-            if o.legacy_stop:
-                lines.append(f"             stop: {o.legacy_stop}")
-            fixed = "FAIL" if o.violations else "PASS"
-            lines.append(
-                f"  fixed      {fixed:4s}  {_first(o.violations) or 'every property held'}"
-            )
-            if o.stop:
-                lines.append(f"             stop: {o.stop}")
-        meaning = {
-            Verdict.FIXED: f"the legacy stack fails with {reg.signature}, the fixed stack passes",
-            Verdict.STILL_FAILING: "the fixed stack fails too",
-            Verdict.NOT_REPRODUCED: f"the legacy stack did not fail with {reg.signature}",
-            Verdict.ERROR: "the case could not run",
-        }[o.verdict]
-        lines.append(f"{o.verdict}: {meaning}")
-    else:
-        plan = case.plan()
-        faults = ", ".join(f.injector for f in plan.faults) if plan is not None else "no fault"
-        lines.append(f"replay {case.id}: {t.scenario} under {faults}")
-        lines.append(f"  fixed      {o.verdict}  {o.signature or _fired(o)}")
-        if o.stop and o.verdict == Verdict.PASS:
-            lines.append(f"             stopped correctly: {o.stop}")
-        lines.append(o.verdict)
+    lines = case.target.kind.reproduction(o)
     if o.signature:
         lines.append(f"signature: {o.signature}")
     lines.append(f"replay: {replay_command(case)}")
     if rep.artifact is not None:
         lines.append(f"artifact: {rep.artifact} (kvfault replay {rep.artifact})")
     return "\n".join(lines)
-
-
-def _fired(o: CaseOutcome) -> str:
-    if not o.fired:
-        return "every property held"
-    return "every property held; fired " + ", ".join(
-        f"{k} x{v}" for k, v in sorted(o.fired.items())
-    )

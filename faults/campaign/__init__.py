@@ -7,7 +7,9 @@ from faults._lazy import lazy_exports
 _EXPORTS = {
     "CampaignError": "faults.campaign.targets",
     "Case": "faults.campaign.targets",
-    "KINDS": "faults.campaign.targets",
+    "KINDS": "faults.campaign.kinds",
+    "TargetKind": "faults.campaign.kinds",
+    "kind_named": "faults.campaign.kinds",
     "Target": "faults.campaign.targets",
     "fault_target": "faults.campaign.targets",
     "regression_target": "faults.campaign.targets",

@@ -78,7 +78,7 @@ def artifact_path(case: Case, directory: Path) -> Path:
     t = case.target
     at = f"-x{t.scale}" if t.scale != 1 else ""
     at += f"-legacy-{t.stack}" if t.stack else ""  # not the fixed stack's case
-    stem = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{t.kind}-{t.name}{at}-seed{case.seed}")
+    stem = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{t.kind.name}-{t.name}{at}-seed{case.seed}")
     return directory / f"{stem}.json"
 
 
@@ -234,7 +234,7 @@ def read_artifact(path: Path) -> tuple[Case, dict[str, Any]]:
     try:
         target = Target.from_json(obj.get("target"))
         plan = None
-        if obj.get("plan") is not None and target.kind in ("fault", "swarm"):
+        if obj.get("plan") is not None and target.kind.replays_plan:
             plan = FaultPlan.from_json(obj["plan"])
     except (CampaignError, ValueError, TypeError, KeyError, RecursionError) as exc:
         raise ArtifactError(f"{path}: {exc}") from None

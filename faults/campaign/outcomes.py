@@ -14,7 +14,6 @@ if TYPE_CHECKING:
     from faults.campaign.execute import CaseResult
 
 FIXED = Verdict.FIXED
-NOT_REPRODUCED = Verdict.NOT_REPRODUCED
 NOT_EXERCISED = Verdict.NOT_EXERCISED
 PASS = Verdict.PASS
 
@@ -137,12 +136,7 @@ class TargetOutcome:
 
     @property
     def verdict(self) -> Verdict:
-        if self.target.kind == "regression":
-            # Hash-order regressions are caught under some hash seeds only: a target is
-            # FIXED when some seed catches it and no seed broke; the table shows k/N.
-            bad = worst(c.verdict for c in self.cases if c.verdict != NOT_REPRODUCED)
-            return bad or (FIXED if self.caught else NOT_REPRODUCED)
-        return worst(c.verdict for c in self.cases) or PASS
+        return self.target.kind.verdict(self.cases)
 
     @property
     def ok(self) -> bool:
@@ -161,32 +155,8 @@ class TargetOutcome:
         return out
 
     def detail(self) -> str:
-        """One short line for the results table."""
-        n = len(self.cases)
-        bad = [c for c in self.cases if not c.ok]
-        t = self.target
-        if t.kind == "regression":
-            from faults.regressions.legacy import REGRESSIONS
-
-            sig = REGRESSIONS[t.name].signature
-            text = f"{sig} caught on {self.caught}/{n} seeds"
-            if self.caught and self.caught < n:
-                text += " (missed: " + ",".join(str(c.case.seed) for c in bad) + ")"
-            return text
-        if bad:
-            return f"{len(bad)}/{n} seeds: {bad[0].signature}"
-        if t.kind in ("fault", "swarm"):
-            fired = self.fired
-            text = "fired " + (
-                ", ".join(f"{k} x{v}" for k, v in sorted(fired.items()) if v) or "nothing"
-            )
-            # A swarm row's injectors are drawn per run; one that did not fire in this
-            # row's runs is named as such (never as "fired x0"). One that fired in no
-            # run of the whole campaign is NOT EXERCISED, which fails the campaign.
-            idle = sorted(k for k, v in fired.items() if not v)
-            return text + (f"; not fired here: {', '.join(idle)}" if idle else "")
-        stops = sum(1 for c in self.cases if c.stop)
-        return f"stopped correctly on {stops}/{n} seeds" if stops else "no stop"
+        """One short line for the results table (the target's kind says what)."""
+        return self.target.kind.detail(self)
 
     @property
     def wall_seconds(self) -> float:
@@ -256,7 +226,7 @@ class CampaignResult:
         enabled: set[str] = set()
         fired: dict[str, int] = {}
         for t in self.targets:
-            if t.target.kind != "swarm":
+            if not t.target.kind.draws_faults:
                 continue
             for c in t.cases:
                 enabled.update(_plan_names(c.case))
@@ -276,7 +246,7 @@ class CampaignResult:
         """Injectors no swarm run enabled (more seeds draw more)."""
         from faults.injectors.plans import INJECTORS
 
-        if not any(t.target.kind == "swarm" for t in self.targets):
+        if not any(t.target.kind.draws_faults for t in self.targets):
             return []
         enabled, _ = self._swarm_counts()
         return sorted(n for n in INJECTORS if n not in enabled)

@@ -4,18 +4,16 @@ artifact records."""
 
 from __future__ import annotations
 
-import shlex
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Sequence
 
 from faults.argtypes import check_scale
+from faults.campaign.kinds import FAULT, REGRESSION, SCENARIO, SWARM, TargetKind, kind_named
 from faults.catalog import TIERS, UnknownName, close_matches, on_tier, resolve
 from faults.errors import KvfaultError
 
 if TYPE_CHECKING:
     from faults.injectors.plans import FaultPlan
-
-KINDS = ("regression", "fault", "scenario", "swarm")
 
 
 class CampaignError(KvfaultError, ValueError):
@@ -31,7 +29,7 @@ class Target:
     planted regression whose legacy rules stand in for it (``kvfault run --legacy
     NAME``): a stack with a known bug, to see what the campaign says about it."""
 
-    kind: str
+    kind: TargetKind  # its JSON, id and table name it by ``kind.name``
     name: str
     scenario: str
     regression: str | None = None
@@ -45,7 +43,7 @@ class Target:
     def id(self) -> str:
         at = f"-x{self.scale}" if self.scale != 1 else ""
         on = f"-legacy-{self.stack}" if self.stack else ""
-        base = f"{self.kind}:{self.name}{at}{on}"
+        base = f"{self.kind.name}:{self.name}{at}{on}"
         return base if self.tier == "memory" else f"{self.tier}:{base}"
 
     def rules(self) -> Any:
@@ -61,37 +59,15 @@ class Target:
     def plan(self, seed: int) -> FaultPlan | None:
         """The in-process fault plan of this target's run with ``seed`` (None: no plan;
         a wire fault is built by the real tier's catalog, not by a plan)."""
-        from faults.injectors.plans import INJECTORS, FaultPlan, FaultSpec
-
-        if self.kind == "fault" and self.tier == "memory":
-            assert self.injector is not None
-            spec = FaultSpec.of(self.injector, **INJECTORS[self.injector].defaults)
-            return FaultPlan((spec,), seed, self.scale)
-        if self.kind == "swarm":
-            return replace(swarm_plan(seed, self.scenario, self.pinned), scale=self.scale)
-        return None
+        return self.kind.plan(self, seed)
 
     def command(self, seed: int) -> str:
         """The one ``kvfault`` command that replays this target's run with ``seed``."""
-        scaled = ["--scale", str(self.scale)] if self.scale != 1 else []
-        if self.kind == "regression" and self.tier == "memory" and not scaled:
-            return f"kvfault repro {self.name} --seed {seed}"
-        tier = ["--tier", self.tier] if self.tier != "memory" else []
-        legacy = ["--legacy", self.stack] if self.stack else []
-        base = ["kvfault", "run", *tier, *legacy, "--first-seed", str(seed), "--seeds", "1",
-                *scaled]  # fmt: skip
-        if self.kind == "regression":
-            return shlex.join([*base, "--regression", self.name])
-        if self.kind == "fault":
-            return shlex.join([*base, "--fault", str(self.injector)])
-        if self.kind == "swarm":
-            pins = ["--pin", ",".join(self.pinned)] if self.pinned else []
-            return shlex.join([*base, "--swarm", "--scenario", self.scenario, *pins])
-        return shlex.join([*base, "--scenario", self.scenario])
+        return self.kind.command(self, seed)
 
     def as_json(self) -> dict[str, Any]:
         return {
-            "kind": self.kind,
+            "kind": self.kind.name,
             "name": self.name,
             "scenario": self.scenario,
             "regression": self.regression,
@@ -108,9 +84,10 @@ class Target:
         raises ``CampaignError`` with one clear line."""
         if not isinstance(obj, dict):
             raise CampaignError("a target is a JSON object")
-        kind = obj.get("kind")
-        if kind not in KINDS:
-            raise CampaignError(f"target kind must be one of {', '.join(KINDS)}, got {kind!r}")
+        try:
+            kind = kind_named(obj.get("kind"))
+        except ValueError as exc:
+            raise CampaignError(str(exc)) from None
         name = obj.get("name")
         if not isinstance(name, str):
             raise CampaignError("target 'name' must be a string")
@@ -127,21 +104,11 @@ class Target:
         stack = obj.get("stack")
         if stack is not None:
             _legacy_stack(stack, kind, tier)
-        if kind == "regression":
-            target = regression_target(name, tier)
-        elif kind == "fault":
-            target = fault_target(name, tier)
-        elif kind == "scenario":
-            target = scenario_target(name, tier)
-        else:
-            scenario = obj.get("scenario")
-            if not isinstance(scenario, str):
-                raise CampaignError("swarm target needs a 'scenario' name")
-            target = swarm_target(scenario, tuple(pinned))
+        target = kind.build(name, tier, {**obj, "pinned": pinned})
         return replace(target, scale=scale, stack=stack)
 
 
-def _legacy_stack(name: Any, kind: str | None = None, tier: str = "memory") -> str:
+def _legacy_stack(name: Any, kind: TargetKind | None = None, tier: str = "memory") -> str:
     """``name`` checked as a stack under test: a planted regression's legacy rules, for
     fault, scenario and swarm rows on the in-process tier; one-line ``CampaignError``."""
     from faults.regressions.legacy import REGRESSIONS
@@ -150,7 +117,7 @@ def _legacy_stack(name: Any, kind: str | None = None, tier: str = "memory") -> s
         raise CampaignError(
             f"unknown regression {name!r} for --legacy{close_matches(str(name), REGRESSIONS)}"
         )
-    if kind == "regression":
+    if kind is not None and not kind.takes_legacy_stack:
         raise CampaignError(
             "--legacy runs the fault, scenario and swarm rows against a legacy stack; a "
             "regression row already runs its legacy against the fixed stack: drop --regression"
@@ -160,37 +127,35 @@ def _legacy_stack(name: Any, kind: str | None = None, tier: str = "memory") -> s
     return name
 
 
-def _resolve(kind: str, name: str, tier: str) -> str:
+def _resolve(kind: TargetKind, name: str, tier: str) -> str:
     """The scenario ``name`` runs on with ``tier``; one-line ``CampaignError`` else."""
     try:
-        return resolve(kind, name, tier).scenarios[tier]
+        return resolve(kind.name, name, tier).scenarios[tier]
     except UnknownName as exc:
         raise CampaignError(str(exc)) from None
 
 
 def regression_target(name: str, tier: str = "memory") -> Target:
-    return Target(
-        "regression", name, _resolve("regression", name, tier), regression=name, tier=tier
-    )
+    return Target(REGRESSION, name, _resolve(REGRESSION, name, tier), regression=name, tier=tier)
 
 
 def fault_target(name: str, tier: str = "memory") -> Target:
-    return Target("fault", name, _resolve("fault", name, tier), injector=name, tier=tier)
+    return Target(FAULT, name, _resolve(FAULT, name, tier), injector=name, tier=tier)
 
 
 def scenario_target(name: str, tier: str = "memory") -> Target:
-    return Target("scenario", name, _resolve("scenario", name, tier), tier=tier)
+    return Target(SCENARIO, name, _resolve(SCENARIO, name, tier), tier=tier)
 
 
 def swarm_target(scenario: str, pinned: Sequence[str] = ()) -> Target:
     """A swarm: random subsets of the in-process injectors on ``scenario``."""
     from faults.injectors.plans import INJECTORS
 
-    _resolve("scenario", scenario, "memory")
+    _resolve(SCENARIO, scenario, "memory")
     for p in pinned:
         if p not in INJECTORS:
             raise CampaignError(f"unknown fault {p!r} in --pin{close_matches(p, INJECTORS)}")
-    return Target("swarm", f"{scenario}", scenario, pinned=tuple(pinned))
+    return Target(SWARM, scenario, scenario, pinned=tuple(pinned))
 
 
 def swarm_plan(seed: int, scenario: str, pinned: Sequence[str] = ()) -> FaultPlan:
@@ -226,35 +191,29 @@ def select_targets(
         raise CampaignError("--swarm draws in-process injectors: it runs on --tier memory")
     everything = regressions is None and faults is None and scenarios is None
     if stack is not None:
-        _legacy_stack(stack, "regression" if regressions else None, tier)
+        _legacy_stack(stack, REGRESSION if regressions else None, tier)
 
-    def names(chosen: Sequence[str] | None, kind: str) -> list[str]:
-        return on_tier(kind, tier) if everything else list(chosen or [])
+    def names(chosen: Sequence[str] | None, kind: TargetKind) -> list[str]:
+        return on_tier(kind.name, tier) if everything else list(chosen or [])
 
     # A regression row runs its own legacy against the fixed stack: none under --legacy.
-    out = [regression_target(n, tier) for n in names(regressions, "regression") if not stack]
+    out = [regression_target(n, tier) for n in names(regressions, REGRESSION) if not stack]
     if swarm:
         if faults:
             raise CampaignError("--swarm draws its faults; fix them with --pin, not --fault")
-        out += [swarm_target(s, pinned) for s in (scenarios or on_tier("scenario", tier))]
+        out += [swarm_target(s, pinned) for s in (scenarios or on_tier(SCENARIO.name, tier))]
     else:
         if pinned:
             raise CampaignError("--pin only makes sense with --swarm")
-        out += [fault_target(n, tier) for n in names(faults, "fault")]
-    out += [scenario_target(n, tier) for n in names(scenarios, "scenario")]
+        out += [fault_target(n, tier) for n in names(faults, FAULT)]
+    out += [scenario_target(n, tier) for n in names(scenarios, SCENARIO)]
     try:
         check_scale(scale)
     except ValueError as exc:
         raise CampaignError(str(exc)) from None
     unique = [replace(t, scale=scale, stack=stack) for t in {t.id: t for t in out}.values()]
     if tier == "lmcache":
-        from faults.lmcache.wire_faults import WIRE_FAULTS
-
-        def kills(t: Target) -> bool:
-            return t.kind == "fault" and WIRE_FAULTS[t.name].kills_server
-
-        order = {"scenario": 0, "regression": 1, "fault": 2}
-        unique.sort(key=lambda t: (order[t.kind], kills(t)))
+        unique.sort(key=lambda t: (t.kind.rank, t.kind.restarts_server(t)))
     return unique
 
 

@@ -56,7 +56,7 @@ def format_campaign(result: CampaignResult, artifacts: dict[str, Path] | None = 
 
     rows = [
         [
-            t.target.kind,
+            t.target.kind.name,
             t.target.name + (f" x{t.target.scale}" if t.target.scale != 1 else ""),
             t.target.scenario,
             seed_span(t.seeds),

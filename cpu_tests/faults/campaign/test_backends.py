@@ -188,9 +188,9 @@ def test_a_legacy_stack_runs_every_row_but_the_regressions():
     from faults.campaign import select_targets
 
     fixed, legacy = select_targets(), select_targets(stack="media_keys")
-    assert {t.kind for t in legacy} == {"fault", "scenario"}
+    assert {t.kind.name for t in legacy} == {"fault", "scenario"}
     assert [t.id for t in legacy] == [
-        f"{t.id}-legacy-media_keys" for t in fixed if t.kind != "regression"
+        f"{t.id}-legacy-media_keys" for t in fixed if t.kind.takes_legacy_stack
     ]
 
 

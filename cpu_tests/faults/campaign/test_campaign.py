@@ -76,7 +76,7 @@ def test_bad_selection_is_one_clear_error(kwargs, message):
 
 def test_swarm_targets_draw_their_plan_from_the_seed():
     (swarm,) = [
-        t for t in select_targets(scenarios=["restart_burst"], swarm=True) if t.kind == "swarm"
+        t for t in select_targets(scenarios=["restart_burst"], swarm=True) if t.kind.draws_faults
     ]
     assert swarm.plan(3) == swarm.plan(3)
     pinned = cm.swarm_target("restart_burst", ("lost_completion",))

@@ -97,14 +97,16 @@ def test_a_failing_row_fails_all_four(capsys, unexercised_fault):
 
 
 def test_an_error_row_is_an_error_in_all_four(capsys, monkeypatch):
-    real = campaign_runner.CaseRunner._judge
+    from faults.campaign.kinds import Scenario
 
-    def judge(self, case):
+    real = Scenario.judge
+
+    def judge(self, runner, case):
         if case.target.name == "two_servers":
             raise RuntimeError("planted: the runner broke")
-        return real(self, case)
+        return real(self, runner, case)
 
-    monkeypatch.setattr(campaign_runner.CaseRunner, "_judge", judge)
+    monkeypatch.setattr(Scenario, "judge", judge)
     code, out = run(capsys, "--seeds", "1", "--scenario", "two_servers", "--scenario",
                     "two_images", "-j", "1")  # fmt: skip
     got = four(code, out, Path("rep"))
