@@ -133,7 +133,7 @@ def campaign() -> Campaign:
 def test_every_target_runs_once_per_seed_in_order(campaign: Campaign) -> None:
     ids = [o.case.id for o in campaign.outcomes]
     assert ids == [f"{t.id}@seed0" for t in lmcache_targets()]
-    kinds = [o.case.target.kind for o in campaign.outcomes]
+    kinds = [o.case.target.kind.name for o in campaign.outcomes]
     assert kinds == sorted(kinds, key=["scenario", "regression", "fault"].index)
     assert ids[-1] == "lmcache:fault:wire_kill@seed0"  # the one that kills goes last
     total = len(ids)
