@@ -60,6 +60,11 @@ class MemoryExecutor:
 
 @dataclass
 class CaseResult:
+    """One run judged (``run_case``): the properties checked and the ``Violation``s
+    they returned, its stop and ending, what fired, and the run itself until it is let
+    go (``drop_run``). A case has one, or two for a regression (legacy and fixed); its
+    record, ``faults.campaign.outcomes.CaseOutcome``, keeps them for a timeline."""
+
     scenario: str
     seed: int
     checked: list[str]

@@ -220,8 +220,8 @@ class Regression(TargetKind):
         out = CaseOutcome(
             case,
             Verdict.FIXED,
-            violations=[str(v) for v in fixed.violations],
-            legacy_violations=[str(v) for v in legacy.violations],
+            violations=list(fixed.violations),
+            legacy_violations=list(legacy.violations),
             stop=fixed.stop,
             legacy_stop=legacy.stop,
             sim_seconds=legacy.sim_seconds + fixed.sim_seconds,

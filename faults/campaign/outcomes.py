@@ -1,6 +1,20 @@
-"""The verdicts of a campaign as plain data: one case's outcome with its evidence, a
-target's over its seeds, and the campaign's. Rendering (table, JSON, JUnit) is the
-report's job; these only say what happened."""
+"""The verdicts of a campaign as data: one case's record (``CaseOutcome``), a target's
+over its seeds (``TargetOutcome``), and the campaign's (``CampaignResult``).
+Rendering is the report's job (the table, ``summary.json``, JUnit, ``kvfault repro``):
+these only say what happened, and keep the evidence as data until then.
+
+A case passes through three records, each for its own reader:
+
+- ``faults.runs.RunResult``: what one run left (its trace, requests, engines' ends),
+  for the properties to read. A case has one or two (a regression: legacy and fixed).
+- ``faults.campaign.execute.CaseResult``: one run judged: the properties checked and
+  the ``Violation`` objects they returned, its stop, digest and ending. The judge
+  reads it; a cache of fixed runs keeps it after the run itself is let go.
+- ``CaseOutcome``: the case's one record: its verdict and the reason (``signature``),
+  the judged runs' violations (``Violation`` objects, not text) and stops, what fired,
+  times and digest. The summary, JUnit, the table, the artifacts and ``kvfault
+  repro`` all render from it; ``as_json`` is its plain form for other processes.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from faults.campaign.targets import CampaignError, Case, Target
+from faults.properties.violation import Violation
 from faults.verdicts import OK, Verdict, exit_code, worst
 
 if TYPE_CHECKING:
@@ -20,13 +35,15 @@ PASS = Verdict.PASS
 
 @dataclass
 class CaseOutcome:
-    """The verdict on one case, with the evidence a reviewer needs (plain data)."""
+    """The record of one case: its verdict, with the evidence a reviewer needs (module
+    doc). ``violations`` are the fixed (or only) run's, ``legacy_violations`` a
+    regression's legacy run's: ``Violation`` objects, formatted only by a renderer."""
 
     case: Case
     verdict: str
     signature: str = ""  # the failure: violated property with evidence, or error + op
-    violations: list[str] = field(default_factory=list)
-    legacy_violations: list[str] = field(default_factory=list)
+    violations: list[Violation] = field(default_factory=list)
+    legacy_violations: list[Violation] = field(default_factory=list)
     stop: str | None = None
     legacy_stop: str | None = None
     fired: dict[str, int] = field(default_factory=dict)
@@ -54,7 +71,7 @@ class CaseOutcome:
         return cls(
             case,
             PASS,
-            violations=[str(v) for v in res.violations],
+            violations=list(res.violations),
             stop=res.stop,
             fired=fired,
             sim_seconds=res.sim_seconds,
@@ -78,8 +95,8 @@ class CaseOutcome:
             "verdict": self.verdict,
             "ok": self.ok,
             "signature": self.signature,
-            "violations": self.violations,
-            "legacy_violations": self.legacy_violations,
+            "violations": [v.as_json() for v in self.violations],
+            "legacy_violations": [v.as_json() for v in self.legacy_violations],
             "stop": self.stop,
             "legacy_stop": self.legacy_stop,
             "fired": self.fired,
@@ -97,8 +114,8 @@ class CaseOutcome:
             case=Case(Target.from_json(obj["target"]), int(obj["seed"])),
             verdict=obj["verdict"],
             signature=obj.get("signature", ""),
-            violations=list(obj.get("violations", [])),
-            legacy_violations=list(obj.get("legacy_violations", [])),
+            violations=[Violation.from_json(v) for v in obj.get("violations", [])],
+            legacy_violations=[Violation.from_json(v) for v in obj.get("legacy_violations", [])],
             stop=obj.get("stop"),
             legacy_stop=obj.get("legacy_stop"),
             fired=dict(obj.get("fired", {})),

@@ -143,31 +143,20 @@ def write_report(
 
     The summary's own ``ok`` is per case; ``meta.campaign`` carries the campaign's
     verdict, which judges a regression by its target (caught on some seed)."""
-    from faults.campaign.artifacts import hashseed, replay_command
+    from faults.campaign.artifacts import hashseed
     from faults.campaign.session import seeds_ran
-    from faults.report.summary import CaseReport, write_reports
+    from faults.report.summary import write_reports
     from faults.repro import write_timeline
 
     report: Path = args.report
     report.mkdir(parents=True, exist_ok=True)
-    cases = []
+    timelines = {}
     for c in result.cases:
-        timeline = None
         if not c.ok and (c.legacy_result is not None or c.fixed_result is not None):
             path = report / "timelines" / (c.case.id.replace(":", "-").replace("@", "-") + ".svg")
             path.parent.mkdir(exist_ok=True)
-            why = write_timeline(c, path)
-            timeline = str(path) if why is None else None
-        artifact = kept.get(c.case.id)
-        cases.append(
-            CaseReport.of(
-                c,
-                command=replay_command(c.case),
-                artifact=str(artifact) if artifact else None,
-                timeline=timeline,
-                tolerated=result.tolerated(c),
-            )
-        )
+            if write_timeline(c, path) is None:
+                timelines[c.case.id] = path
     campaign = result.as_json()
     for t in campaign["targets"]:
         del t["cases"]  # they are the summary's cases
@@ -183,7 +172,9 @@ def write_report(
         meta["budget_seconds"] = args.budget
         meta["seeds"] = ran  # the seeds that fit; --seeds asked for seeds_requested
         meta["seeds_requested"] = len(seeds)
-    write_reports(cases, report, result.wall_seconds, meta, campaign=result)
+    write_reports(
+        result.cases, report, result.wall_seconds, meta, result, artifacts=kept, timelines=timelines
+    )
 
 
 def _budget_line(args: argparse.Namespace, result: CampaignResult) -> str:

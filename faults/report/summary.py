@@ -2,15 +2,15 @@
 
 Nothing here runs a case; the CLI and the campaign hand their results in.
 
-Case records
-    ``CaseReport`` is one judged case as plain data. ``CaseReport.of(x)`` accepts a
-    ``CaseReport``, a campaign ``CaseOutcome`` (anything with ``as_json()`` giving the
-    campaign's fields) or a runner ``CaseResult``.
+Each case is a campaign ``CaseOutcome`` (``faults.campaign.outcomes``), the one record
+of a case; these writers render it. Its violations are ``Violation`` objects until
+here: ``summary.json`` writes them as objects, JUnit as lines of text.
 
-JSON summary (``write_summary``), schema ``kvfault.summary/1``::
+JSON summary (``write_summary``), schema ``kvfault.summary/2`` (``/1`` wrote each
+violation as one line of text)::
 
     {
-      "schema": "kvfault.summary/1",
+      "schema": "kvfault.summary/2",
       "ok": bool,                 # the run's verdict is good: exactly when it exits 0
       "verdict": str,             # the run's one verdict: the worst of its rows' and
                                   # its campaign failures' (PASS when all are good)
@@ -30,7 +30,7 @@ JSON summary (``write_summary``), schema ``kvfault.summary/1``::
       "cases": [                  # in the order given
         {
           "id": str,              # unique case id, e.g. "regression:NAME@seed0"
-          "kind": str,            # regression | fault | scenario | swarm | plan
+          "kind": str,            # regression | fault | scenario | swarm
           "name": str,            # regression, injector or scenario name
           "scenario": str,        # the scenario the case ran
           "seed": int,
@@ -44,8 +44,12 @@ JSON summary (``write_summary``), schema ``kvfault.summary/1``::
                                   # the named error + op it stopped with; for a
                                   # regression, the legacy run's (expected) failure,
                                   # also when FIXED; "" for a plain case that passed
-          "violations": [str],    # the fixed (or only) run's violations, one line each
-          "legacy_violations": [str],  # a regression's legacy run (its expected failure)
+          "violations": [         # the fixed (or only) run's violations, as data
+            {"property": str, "message": str,
+             "evidence": {"op": str | null,  # the operation it names
+                          "t": float | null}}  # trace seconds it showed
+          ],
+          "legacy_violations": [...],  # a regression's legacy run (its expected failure)
           "stop": str | null,     # the named error the fixed (or only) run stopped with
           "legacy_stop": str | null,
           "fired": {injector: int},
@@ -71,8 +75,9 @@ one more ``<testcase classname="kvfault.campaign" name="campaign:KIND">`` with i
 when the run exits 0, as ``summary.json``'s ``ok`` is true.
 
 Both take the verdict from ``campaign`` (a ``faults.campaign.CampaignResult``) when
-given, the one the table's footer and the exit status read; without it, from the
-cases alone.
+given, the one the table's footer and the exit status read, and whether a case is
+tolerated; without it, from the cases alone. ``artifacts`` and ``timelines`` map a
+case id to the path of its replay artifact and timeline picture, where written.
 
 Replay artifacts are ``faults.campaign.artifacts``; the hang guard is
 ``faults.campaign.hang_guard``.
@@ -84,191 +89,149 @@ import json
 import re
 import xml.etree.ElementTree as ET
 from collections import Counter
-from dataclasses import asdict, dataclass, field, fields
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
-from faults.verdicts import OK, Verdict, exit_code, worst
+from faults.campaign.artifacts import replay_command
+from faults.verdicts import Verdict, exit_code, worst
+
+if TYPE_CHECKING:
+    from faults.campaign import CampaignResult, CaseOutcome
 
 __all__ = [
-    "ARTIFACT_KINDS",
     "SUMMARY_SCHEMA",
-    "CaseReport",
+    "junit_tree",
     "summary_json",
     "write_junit",
     "write_reports",
     "write_summary",
 ]
 
-SUMMARY_SCHEMA = "kvfault.summary/1"
-ARTIFACT_VERSION = 1
-ARTIFACT_KINDS = ("regression", "plan", "scenario")
+SUMMARY_SCHEMA = "kvfault.summary/2"
+
+Paths = Mapping[str, "str | Path"]
 
 
-# -- case records --------------------------------------------------------------------
+# -- a case, rendered ----------------------------------------------------------------
 
 
-@dataclass
-class CaseReport:
-    """One judged case, as the summary and JUnit writers see it (fields: module doc)."""
-
-    id: str
-    kind: str
-    name: str
-    scenario: str
-    seed: int
-    verdict: str
-    ok: bool
-    tolerated: bool = False
-    signature: str = ""
-    violations: list[str] = field(default_factory=list)
-    legacy_violations: list[str] = field(default_factory=list)
-    stop: str | None = None
-    legacy_stop: str | None = None
-    fired: dict[str, int] = field(default_factory=dict)
-    sim_seconds: float = 0.0
-    wall_seconds: float = 0.0
-    digest: str = ""
-    error: str | None = None
-    command: str = ""
-    plan: dict[str, Any] | None = None
-    artifact: str | None = None
-    timeline: str | None = None
-
-    def as_json(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["sim_seconds"] = round(self.sim_seconds, 4)
-        out["wall_seconds"] = round(self.wall_seconds, 4)
-        return out
-
-    @classmethod
-    def of(cls, item: Any, **overrides: Any) -> CaseReport:
-        """A report of ``item``: a ``CaseReport`` (copied), a campaign ``CaseOutcome``
-        or a runner ``CaseResult``. ``overrides`` set fields afterwards (e.g.
-        ``artifact=``, ``timeline=``, ``command=``)."""
-        if isinstance(item, CaseReport):
-            rep = cls(**{**asdict(item)})
-        elif hasattr(item, "as_json") and hasattr(item, "case"):
-            rep = cls._from_outcome(item.as_json())
-        elif hasattr(item, "checked") and hasattr(item, "violations"):
-            rep = cls._from_result(item)
-        else:
-            raise TypeError(
-                f"cannot report a {type(item).__name__}: want a CaseReport, CaseOutcome or CaseResult"
-            )
-        for key, value in overrides.items():
-            if not hasattr(rep, key):
-                raise TypeError(f"CaseReport has no field {key!r}")
-            setattr(rep, key, value)
-        return rep
-
-    @classmethod
-    def _from_outcome(cls, obj: dict[str, Any]) -> CaseReport:
-        # The outcome's record (``CaseOutcome.as_json``) names its fields as this class
-        # does: take those as they are, and kind, name and scenario from its target.
-        target = obj.get("target") or {}
-        shared = {f.name: obj[f.name] for f in fields(cls) if f.name in obj}
-        return cls(
-            **{
-                "kind": str(target.get("kind", "scenario")),
-                "name": str(target.get("name", "")),
-                "scenario": str(target.get("scenario", "")),
-                "ok": obj["verdict"] in OK,
-                **shared,
-            }
-        )
-
-    @classmethod
-    def _from_result(cls, res: Any) -> CaseReport:
-        violations = [str(v) for v in res.violations]
-        ok = not violations
-        return cls(
-            id=f"scenario:{res.scenario}@seed{res.seed}",
-            kind="scenario",
-            name=res.scenario,
-            scenario=res.scenario,
-            seed=int(res.seed),
-            verdict="PASS" if ok else "FAIL",
-            ok=ok,
-            signature=""
-            if ok
-            else violations[0] + (f" (+{len(violations) - 1} more)" if len(violations) > 1 else ""),
-            violations=violations,
-            stop=res.stop,
-            fired=dict(res.fired),
-            sim_seconds=float(res.sim_seconds),
-            wall_seconds=float(res.wall_seconds),
-            digest=str(res.digest),
-            command=f"kvfault run --scenario {res.scenario} --first-seed {res.seed} --seeds 1",
-        )
+def case_json(
+    case: CaseOutcome, tolerated: bool = False, artifact: Any = None, timeline: Any = None
+) -> dict[str, Any]:
+    """One case of ``summary.json`` (fields: module doc), rendered from its record."""
+    target = case.case.target
+    plan = case.as_json()["plan"]
+    return {
+        "id": case.case.id,
+        "kind": target.kind.name,
+        "name": target.name,
+        "scenario": target.scenario,
+        "seed": case.case.seed,
+        "verdict": str(case.verdict),
+        "ok": case.ok,
+        "tolerated": tolerated,
+        "signature": case.signature,
+        "violations": [v.as_json() for v in case.violations],
+        "legacy_violations": [v.as_json() for v in case.legacy_violations],
+        "stop": case.stop,
+        "legacy_stop": case.legacy_stop,
+        "fired": dict(case.fired),
+        "sim_seconds": round(case.sim_seconds, 4),
+        "wall_seconds": round(case.wall_seconds, 4),
+        "digest": case.digest,
+        "error": case.error,
+        "command": replay_command(case.case),
+        "plan": plan,
+        "artifact": None if artifact is None else str(artifact),
+        "timeline": None if timeline is None else str(timeline),
+    }
 
 
-def _reports(cases: Sequence[Any]) -> list[CaseReport]:
-    reps = [CaseReport.of(c) for c in cases]
+def _rendered(
+    cases: Sequence[CaseOutcome],
+    campaign: CampaignResult | None,
+    artifacts: Paths | None,
+    timelines: Paths | None,
+) -> list[tuple[CaseOutcome, dict[str, Any]]]:
+    out = []
     seen: set[str] = set()
-    for r in reps:
+    for c in cases:
+        cid = c.case.id
         # JUnit consumers key results by (classname, name): a duplicate id hides a case.
-        if r.id in seen:
-            raise ValueError(f"duplicate case id {r.id!r} in one report")
-        seen.add(r.id)
-    return reps
+        if cid in seen:
+            raise ValueError(f"duplicate case id {cid!r} in one report")
+        seen.add(cid)
+        tolerated = campaign.tolerated(c) if campaign is not None else False
+        row = case_json(c, tolerated, (artifacts or {}).get(cid), (timelines or {}).get(cid))
+        out.append((c, row))
+    return out
 
 
 # -- JSON summary --------------------------------------------------------------------
 
 
-def _verdict(reps: Sequence[CaseReport], campaign: Any) -> tuple[str, int, list[dict[str, str]]]:
+def _verdict(
+    rows: Sequence[dict[str, Any]], campaign: CampaignResult | None
+) -> tuple[str, int, list[dict[str, str]]]:
     """The run's verdict, exit status and campaign failures: the campaign's own when
     given (``faults.campaign.CampaignResult``), else the cases' that are not tolerated."""
     if campaign is not None:
         failures = [f.as_json() for f in campaign.failures]
         return str(campaign.verdict), campaign.exit_code, failures
-    counted = [r.verdict for r in reps if not r.tolerated]
+    counted = [r["verdict"] for r in rows if not r["tolerated"]]
     return str(worst(counted) or Verdict.PASS), exit_code(counted), []
 
 
 def summary_json(
-    cases: Sequence[Any],
+    cases: Sequence[CaseOutcome],
     wall_seconds: float | None = None,
     meta: dict[str, Any] | None = None,
-    campaign: Any = None,
+    campaign: CampaignResult | None = None,
+    *,
+    artifacts: Paths | None = None,
+    timelines: Paths | None = None,
 ) -> dict[str, Any]:
     """The summary object (schema in the module doc) for ``cases``; the verdict is
     ``campaign``'s when given."""
-    reps = _reports(cases)
-    errors = sum(1 for r in reps if r.verdict == "ERROR")
-    passed = sum(1 for r in reps if r.ok)
-    tolerated = sum(1 for r in reps if r.tolerated and not r.ok)
-    verdict, code, failures = _verdict(reps, campaign)
+    rows = [row for _, row in _rendered(cases, campaign, artifacts, timelines)]
+    errors = sum(1 for r in rows if r["verdict"] == "ERROR")
+    passed = sum(1 for r in rows if r["ok"])
+    tolerated = sum(1 for r in rows if r["tolerated"] and not r["ok"])
+    verdict, code, failures = _verdict(rows, campaign)
+    wall = wall_seconds if wall_seconds is not None else sum(r["wall_seconds"] for r in rows)
     return {
         "schema": SUMMARY_SCHEMA,
         "ok": code == 0,
         "verdict": verdict,
         "exit_code": code,
         "campaign_failures": failures,
-        "total": len(reps),
+        "total": len(rows),
         "passed": passed,
         "tolerated": tolerated,
-        "failed": len(reps) - passed - tolerated - errors,
+        "failed": len(rows) - passed - tolerated - errors,
         "errors": errors,
-        "verdicts": dict(sorted(Counter(r.verdict for r in reps).items())),
-        "wall_seconds": round(
-            wall_seconds if wall_seconds is not None else sum(r.wall_seconds for r in reps), 4
-        ),
+        "verdicts": dict(sorted(Counter(r["verdict"] for r in rows).items())),
+        "wall_seconds": round(wall, 4),
         "meta": dict(meta or {}),
-        "cases": [r.as_json() for r in reps],
+        "cases": rows,
     }
 
 
 def write_summary(
-    cases: Sequence[Any],
+    cases: Sequence[CaseOutcome],
     path: str | Path,
     wall_seconds: float | None = None,
     meta: dict[str, Any] | None = None,
-    campaign: Any = None,
+    campaign: CampaignResult | None = None,
+    *,
+    artifacts: Paths | None = None,
+    timelines: Paths | None = None,
 ) -> Path:
     """Write the JSON summary of ``cases`` to ``path``; returns the path."""
-    obj = summary_json(cases, wall_seconds, meta, campaign)
+    obj = summary_json(
+        cases, wall_seconds, meta, campaign, artifacts=artifacts, timelines=timelines
+    )
     return _write_atomic(Path(path), json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
 
 
@@ -283,50 +246,56 @@ def _xml_text(text: str) -> str:
 
 
 def junit_tree(
-    cases: Sequence[Any], wall_seconds: float | None = None, campaign: Any = None
+    cases: Sequence[CaseOutcome],
+    wall_seconds: float | None = None,
+    campaign: CampaignResult | None = None,
+    *,
+    artifacts: Paths | None = None,
+    timelines: Paths | None = None,
 ) -> ET.ElementTree:
     """The JUnit document for ``cases`` and ``campaign``'s failures (see the module doc)."""
-    reps = _reports(cases)
-    _, _, failures = _verdict(reps, campaign)
-    bad = [r for r in reps if not r.ok and not r.tolerated]
-    errors = sum(1 for r in bad if r.verdict == "ERROR") + sum(
+    rendered = _rendered(cases, campaign, artifacts, timelines)
+    _, _, failures = _verdict([r for _, r in rendered], campaign)
+    bad = [r for _, r in rendered if not r["ok"] and not r["tolerated"]]
+    errors = sum(1 for r in bad if r["verdict"] == "ERROR") + sum(
         1 for f in failures if Verdict(f["verdict"]).exit_code == 2
     )
-    total_time = wall_seconds if wall_seconds is not None else sum(r.wall_seconds for r in reps)
+    walls = [r["wall_seconds"] for _, r in rendered]
+    wall = wall_seconds if wall_seconds is not None else sum(walls)
     counts = {
-        "tests": str(len(reps) + len(failures)),
+        "tests": str(len(rendered) + len(failures)),
         "failures": str(len(bad) + len(failures) - errors),
         "errors": str(errors),
-        "skipped": str(sum(1 for r in reps if r.tolerated and not r.ok)),
-        "time": f"{total_time:.3f}",
+        "skipped": str(sum(1 for _, r in rendered if r["tolerated"] and not r["ok"])),
+        "time": f"{wall:.3f}",
     }
     root = ET.Element("testsuites", {"name": "kvfault", **counts})
     suite = ET.SubElement(root, "testsuite", {"name": "kvfault", **counts})
-    for r in reps:
+    for c, r in rendered:
         case = ET.SubElement(
             suite,
             "testcase",
             {
-                "classname": _xml_text(r.scenario or r.kind),
-                "name": _xml_text(r.id),
-                "time": f"{r.wall_seconds:.3f}",
+                "classname": _xml_text(r["scenario"] or r["kind"]),
+                "name": _xml_text(r["id"]),
+                "time": f"{r['wall_seconds']:.3f}",
             },
         )
-        if not r.ok:
-            tag = "error" if r.verdict == "ERROR" else "failure"
-            tag = "skipped" if r.tolerated else tag
-            message = r.signature or (r.violations[0] if r.violations else r.verdict)
+        if not r["ok"]:
+            tag = "error" if r["verdict"] == "ERROR" else "failure"
+            tag = "skipped" if r["tolerated"] else tag
+            message = c.signature or (str(c.violations[0]) if c.violations else r["verdict"])
             el = ET.SubElement(
-                case, tag, {"type": _xml_text(r.verdict), "message": _xml_text(message)}
+                case, tag, {"type": _xml_text(r["verdict"]), "message": _xml_text(message)}
             )
-            el.text = _xml_text(_failure_text(r))
-        out = [f"replay: {r.command}"] if r.command else []
-        if r.artifact:
-            out.append(f"artifact: {r.artifact}")
-        if r.timeline:
-            out.append(f"timeline: {r.timeline}")
-        if r.fired:
-            out.append("fired: " + ", ".join(f"{k} x{v}" for k, v in sorted(r.fired.items())))
+            el.text = _xml_text(_failure_text(c, r["command"]))
+        out = [f"replay: {r['command']}"] if r["command"] else []
+        if r["artifact"]:
+            out.append(f"artifact: {r['artifact']}")
+        if r["timeline"]:
+            out.append(f"timeline: {r['timeline']}")
+        if c.fired:
+            out.append("fired: " + ", ".join(f"{k} x{v}" for k, v in sorted(c.fired.items())))
         ET.SubElement(case, "system-out").text = _xml_text("\n".join(out))
     for f in failures:
         case = ET.SubElement(
@@ -343,51 +312,58 @@ def junit_tree(
     return ET.ElementTree(root)
 
 
-def _failure_text(r: CaseReport) -> str:
-    lines = [f"{r.verdict}: {r.signature}" if r.signature else r.verdict]
-    if r.violations:
+def _failure_text(c: CaseOutcome, command: str) -> str:
+    lines = [f"{c.verdict}: {c.signature}" if c.signature else str(c.verdict)]
+    if c.violations:
         lines.append("violations:")
-        lines += [f"  {v}" for v in r.violations]
-    if r.stop:
-        lines.append(f"stop: {r.stop}")
-    if r.legacy_violations or r.legacy_stop:
+        lines += [f"  {v}" for v in c.violations]
+    if c.stop:
+        lines.append(f"stop: {c.stop}")
+    if c.legacy_violations or c.legacy_stop:
         lines.append("legacy run:")
-        lines += [f"  {v}" for v in r.legacy_violations]
-        if r.legacy_stop:
-            lines.append(f"  stop: {r.legacy_stop}")
-    if r.error:
-        lines.append(r.error.rstrip())
-    lines.append(f"replay: {r.command}")
+        lines += [f"  {v}" for v in c.legacy_violations]
+        if c.legacy_stop:
+            lines.append(f"  stop: {c.legacy_stop}")
+    if c.error:
+        lines.append(c.error.rstrip())
+    lines.append(f"replay: {command}")
     return "\n".join(lines)
 
 
 def write_junit(
-    cases: Sequence[Any],
+    cases: Sequence[CaseOutcome],
     path: str | Path,
     wall_seconds: float | None = None,
-    campaign: Any = None,
+    campaign: CampaignResult | None = None,
+    *,
+    artifacts: Paths | None = None,
+    timelines: Paths | None = None,
 ) -> Path:
     """Write JUnit XML for ``cases`` (and ``campaign``'s failures) to ``path``; returns
     the path."""
-    tree = junit_tree(cases, wall_seconds, campaign)
+    tree = junit_tree(cases, wall_seconds, campaign, artifacts=artifacts, timelines=timelines)
     body = ET.tostring(tree.getroot(), encoding="unicode")
     return _write_atomic(Path(path), '<?xml version="1.0" encoding="utf-8"?>\n' + body + "\n")
 
 
 def write_reports(
-    cases: Sequence[Any],
+    cases: Sequence[CaseOutcome],
     directory: str | Path,
     wall_seconds: float | None = None,
     meta: dict[str, Any] | None = None,
-    campaign: Any = None,
+    campaign: CampaignResult | None = None,
+    *,
+    artifacts: Paths | None = None,
+    timelines: Paths | None = None,
 ) -> dict[str, Path]:
     """Write ``summary.json`` and ``junit.xml`` into ``directory`` (created if needed),
     both with ``campaign``'s verdict when given; returns ``{"summary": path, "junit":
     path}``."""
     d = Path(directory)
+    paths = {"artifacts": artifacts, "timelines": timelines}
     return {
-        "summary": write_summary(cases, d / "summary.json", wall_seconds, meta, campaign),
-        "junit": write_junit(cases, d / "junit.xml", wall_seconds, campaign),
+        "summary": write_summary(cases, d / "summary.json", wall_seconds, meta, campaign, **paths),
+        "junit": write_junit(cases, d / "junit.xml", wall_seconds, campaign, **paths),
     }
 
 

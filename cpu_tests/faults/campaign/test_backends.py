@@ -52,7 +52,7 @@ def outcome(backend: str) -> dict[str, Any]:
     from faults.campaign.pool import ForkPool, usable_cpus
     from faults.campaign.session import InProcess, run_session
     from faults.campaign.xdist import Xdist
-    from faults.report.summary import CaseReport, summary_json
+    from faults.report.summary import summary_json
     from faults.report.table import format_campaign
 
     ts, seeds = targets(), [0]
@@ -63,14 +63,21 @@ def outcome(backend: str) -> dict[str, Any]:
         "--tx 2*popen": lambda: Xdist(tx=["2*popen"]),
     }
     result = run_session(ts, seeds, backends[backend]())
-    reports = [CaseReport.of(c, tolerated=result.tolerated(c)) for c in result.cases]
-    summary = summary_json(reports, campaign=result)
+    summary = summary_json(result.cases, campaign=result)
     table = re.sub(r"\d+\.\d+s wall", "", format_campaign(result))
     return {
         "table": [re.split(r"\s{2,}", line)[:7] for line in table.splitlines()[2:]],
         "footer": table.splitlines()[-1],
         "cases": [
-            [c.case.id, str(c.verdict), c.signature, c.violations, c.stop, c.fired, c.digest]
+            [
+                c.case.id,
+                str(c.verdict),
+                c.signature,
+                [v.as_json() for v in c.violations],
+                c.stop,
+                c.fired,
+                c.digest,
+            ]  # fmt: skip
             for c in result.cases
         ],
         "summary": {k: summary[k] for k in ("ok", "verdict", "exit_code", "campaign_failures")},

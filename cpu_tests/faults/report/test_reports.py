@@ -7,20 +7,23 @@ import subprocess
 import sys
 import textwrap
 import xml.etree.ElementTree as ET
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from faults.campaign import Case, CaseOutcome, regression_target, run_case, swarm_target
-from faults.campaign.artifacts import ArtifactError, read_artifact, write_artifact
-from faults.regressions import REGRESSIONS
-from faults.report.summary import (
-    SUMMARY_SCHEMA,
-    CaseReport,
-    summary_json,
-    write_junit,
-    write_reports,
+from faults.campaign import (
+    Case,
+    CaseOutcome,
+    CaseRunner,
+    fault_target,
+    regression_target,
+    scenario_target,
+    swarm_target,
 )
+from faults.campaign.artifacts import ArtifactError, read_artifact, write_artifact
+from faults.properties import Violation
+from faults.report.summary import SUMMARY_SCHEMA, summary_json, write_junit, write_reports
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -66,53 +69,35 @@ TOP_FIELDS = {
 }
 
 
-def _cases() -> list[CaseReport]:
+def _cases() -> list[CaseOutcome]:
     """A FIXED regression, a STILL FAILING one, a passing scenario and an ERROR."""
-    reg = REGRESSIONS["load_bound_without_restart"]
-    fixed = CaseReport(
-        id="regression:load_bound_without_restart@seed0",
-        kind="regression",
-        name="load_bound_without_restart",
-        scenario="restart_burst",
-        seed=0,
-        verdict="FIXED",
-        ok=True,
+    fixed = CaseOutcome(
+        Case(regression_target("load_bound_without_restart"), 0),
+        "FIXED",
         legacy_violations=[
-            "no_false_stop: engine stopped (LoadNotTerminal) [load:r#3] at t=100.823s"
+            Violation("no_false_stop", "engine stopped (LoadNotTerminal)", "load:r#3", 100.823)
         ],
         legacy_stop="LoadNotTerminal: load:r#3 is still not terminal after 50.000s (load bound 40s)",
-        command=f"kvfault repro {reg.name} --seed 0",
         wall_seconds=0.21,
     )
-    still = CaseReport(
-        id="regression:restart_all_over_fix@seed1",
-        kind="regression",
-        name="restart_all_over_fix",
-        scenario="lost_completion_burst",
-        seed=1,
-        verdict="STILL FAILING",
-        ok=False,
+    still = CaseOutcome(
+        Case(regression_target("restart_all_over_fix"), 1),
+        "STILL FAILING",
         signature="liveness: stopped 189.7s after ... [load:x#32] at t=191.787s",
         violations=[
-            "liveness: stopped 189.7s after ... [load:x#32] at t=191.787s",
-            "bad \x00 char <&>",
+            Violation("liveness", "stopped 189.7s after ...", "load:x#32", 191.787),
+            Violation("correctness", "bad \x00 char <&>"),
         ],
         stop="LoadNotTerminal: load:x#32",
-        command="kvfault repro restart_all_over_fix --seed 1",
     )
-    error = CaseReport(
-        id="fault:lost_completion@seed0",
-        kind="fault",
-        name="lost_completion",
-        scenario="lost_completion_burst",
-        seed=0,
-        verdict="ERROR",
-        ok=False,
+    error = CaseOutcome(
+        Case(fault_target("lost_completion"), 0),
+        "ERROR",
         signature="RuntimeError: boom",
         error="Traceback ...\nRuntimeError: boom",
-        command="kvfault run --first-seed 0 --seeds 1 --fault lost_completion",
     )
-    return [fixed, still, CaseReport.of(run_case("two_images", 0)), error]
+    plain = CaseRunner().run(Case(scenario_target("two_images"), 0))
+    return [fixed, still, plain, error]
 
 
 def test_summary_has_the_documented_fields(tmp_path: Path):
@@ -188,51 +173,15 @@ def test_duplicate_case_ids_are_refused():
         summary_json([c, c])
 
 
-def test_case_report_of_a_campaign_outcome_shape():
-    class Outcome:  # what faults.campaign.CaseOutcome.as_json() gives
-        case = object()
-
-        def as_json(self):
-            return {
-                "id": "regression:media_keys@seed0",
-                "target": {"kind": "regression", "name": "media_keys", "scenario": "two_images"},
-                "seed": 0,
-                "plan": None,
-                "verdict": "FIXED",
-                "ok": True,
-                "signature": "",
-                "violations": [],
-                "legacy_violations": ["correctness: ..."],
-                "stop": None,
-                "legacy_stop": None,
-                "fired": {},
-                "wall_seconds": 0.1,
-                "sim_seconds": 2.0,
-                "digest": "ab",
-                "error": None,
-                "command": "kvfault repro media_keys --seed 0",
-            }
-
-    rep = CaseReport.of(Outcome(), timeline="t.png", artifact="a.json")
-    assert (rep.kind, rep.name, rep.scenario, rep.verdict, rep.ok) == (
-        "regression",
-        "media_keys",
-        "two_images",
-        "FIXED",
-        True,
-    )
-    assert rep.timeline == "t.png" and rep.legacy_violations == ["correctness: ..."]
-    with pytest.raises(TypeError):
-        CaseReport.of(42)
-
-
-def test_case_report_of_a_real_outcome_keeps_every_field_the_two_share():
+def test_a_case_is_rendered_from_its_one_record():
+    """The summary's case is its ``CaseOutcome`` rendered: every field they share says
+    the same, and the case's kind, name and scenario are its target's."""
     out = CaseOutcome(
         Case(regression_target("media_keys"), 1),
         "FIXED",
         signature="correctness: ...",
-        violations=["v"],
-        legacy_violations=["correctness: ..."],
+        violations=[Violation("correctness", "v", "load:a#1", 2.5)],
+        legacy_violations=[Violation("correctness", "differs", None, 0.25)],
         stop="s",
         legacy_stop="ls",
         fired={"slow_forward": 2},
@@ -242,11 +191,35 @@ def test_case_report_of_a_real_outcome_keeps_every_field_the_two_share():
         error="e",
         checked=["correctness"],
     )
-    rep, obj = CaseReport.of(out).as_json(), out.as_json()
+    (rep,) = summary_json([out])["cases"]
+    obj = out.as_json()
     shared = set(rep) & set(obj)
     assert shared == CASE_FIELDS - {"kind", "name", "scenario", "artifact", "timeline", "tolerated"}
     assert {k: rep[k] for k in shared} == {k: obj[k] for k in shared}
     assert (rep["kind"], rep["name"], rep["scenario"]) == ("regression", "media_keys", "two_images")
+    # The record crosses a process boundary as JSON (-n/--tx) and comes back whole.
+    back = CaseOutcome.from_json(obj)
+    assert back.violations == out.violations and back.legacy_violations == out.legacy_violations
+
+
+def test_a_case_s_violations_reach_summary_json_as_data_with_evidence(tmp_path: Path):
+    """A real failing case (the fixed scenario on a legacy stack): its violations stay
+    ``Violation`` objects in its record and reach summary.json as objects with their
+    evidence (the operation and the time); JUnit prints each as its one line."""
+    case = Case(replace(scenario_target("restart_burst"), stack="load_bound_without_restart"), 0)
+    out = CaseRunner().run(case)
+    assert out.verdict == "FAIL" and out.violations
+    assert all(isinstance(v, Violation) for v in out.violations)
+    paths = write_reports([out], tmp_path)
+    (row,) = json.loads(paths["summary"].read_text())["cases"]
+    assert row["violations"] == [v.as_json() for v in out.violations]
+    first = row["violations"][0]
+    assert set(first) == {"property", "message", "evidence"}
+    assert first["property"] == "no_false_stop" and "LoadNotTerminal" in first["message"]
+    assert first["evidence"]["op"].startswith("load:") and first["evidence"]["t"] > 0
+    assert [Violation.from_json(v) for v in row["violations"]] == out.violations
+    failure = ET.parse(paths["junit"]).getroot().find("testsuite/testcase/failure")
+    assert all(f"  {v}" in failure.text for v in out.violations)
 
 
 # -- replay artifacts (one format: faults.campaign.artifacts) ------------------------------
