@@ -80,18 +80,22 @@ class CaseOutcome:
             fixed_result=res,
         )
 
-    def as_json(self) -> dict[str, Any]:
-        plan = None
+    def plan_json(self) -> dict[str, Any] | None:
+        """The case's fault plan as JSON (None: it runs none, or it names one this
+        version no longer knows)."""
         try:
-            p = self.case.plan()
-            plan = p.as_json() if p is not None else None
+            plan = self.case.plan()
         except CampaignError:
-            pass
+            return None
+        return plan.as_json() if plan is not None else None
+
+    def as_json(self) -> dict[str, Any]:
+        """The record as plain JSON, for another process (``from_json`` reads it)."""
         return {
             "id": self.case.id,
             "target": self.case.target.as_json(),
             "seed": self.case.seed,
-            "plan": plan,
+            "plan": self.plan_json(),
             "verdict": self.verdict,
             "ok": self.ok,
             "signature": self.signature,

@@ -121,7 +121,6 @@ def case_json(
 ) -> dict[str, Any]:
     """One case of ``summary.json`` (fields: module doc), rendered from its record."""
     target = case.case.target
-    plan = case.as_json()["plan"]
     return {
         "id": case.case.id,
         "kind": target.kind.name,
@@ -142,7 +141,7 @@ def case_json(
         "digest": case.digest,
         "error": case.error,
         "command": replay_command(case.case),
-        "plan": plan,
+        "plan": case.plan_json(),
         "artifact": None if artifact is None else str(artifact),
         "timeline": None if timeline is None else str(timeline),
     }
