@@ -274,7 +274,7 @@ class Regression(TargetKind):
             Verdict.STILL_FAILING: "the fixed stack fails too",
             Verdict.NOT_REPRODUCED: f"the legacy stack did not fail with {reg.signature}",
             Verdict.ERROR: "the case could not run",
-        }[out.verdict]
+        }[Verdict(out.verdict)]
         lines.append(f"{out.verdict}: {meaning}")
         return lines
 

@@ -253,6 +253,16 @@ def junit_tree(
     timelines: Paths | None = None,
 ) -> ET.ElementTree:
     """The JUnit document for ``cases`` and ``campaign``'s failures (see the module doc)."""
+    return ET.ElementTree(_junit_root(cases, wall_seconds, campaign, artifacts, timelines))
+
+
+def _junit_root(
+    cases: Sequence[CaseOutcome],
+    wall_seconds: float | None,
+    campaign: CampaignResult | None,
+    artifacts: Paths | None,
+    timelines: Paths | None,
+) -> ET.Element:
     rendered = _rendered(cases, campaign, artifacts, timelines)
     _, _, failures = _verdict([r for _, r in rendered], campaign)
     bad = [r for _, r in rendered if not r["ok"] and not r["tolerated"]]
@@ -308,7 +318,7 @@ def junit_tree(
         )
         el.text = _xml_text(f"{f['verdict']}: {f['message']}")
     ET.indent(root)
-    return ET.ElementTree(root)
+    return root
 
 
 def _failure_text(c: CaseOutcome, command: str) -> str:
@@ -340,8 +350,8 @@ def write_junit(
 ) -> Path:
     """Write JUnit XML for ``cases`` (and ``campaign``'s failures) to ``path``; returns
     the path."""
-    tree = junit_tree(cases, wall_seconds, campaign, artifacts=artifacts, timelines=timelines)
-    body = ET.tostring(tree.getroot(), encoding="unicode")
+    root = _junit_root(cases, wall_seconds, campaign, artifacts, timelines)
+    body = ET.tostring(root, encoding="unicode")
     return _write_atomic(Path(path), '<?xml version="1.0" encoding="utf-8"?>\n' + body + "\n")
 
 
