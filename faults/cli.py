@@ -162,6 +162,10 @@ def build_parser() -> argparse.ArgumentParser:
                           "constraints/ci.txt '.[lmcache]'); atom: ATOM's real scheduler and "
                           "offload connector from --atom-src, with a real lmcache engine "
                           "(needs the lmcache and atom extras)")  # fmt: skip
+    run.add_argument("--property", action="append", default=None, metavar="NAME",
+                     help="with --tier atom: judge only this property (repeatable): a proof "
+                          "of one fix at a commit that carries other bugs (kvfault list "
+                          "--properties)")  # fmt: skip
     run.add_argument("--atom-src", default=None, metavar="PATH",
                      help="with --tier atom: the ATOM checkout under test (default: "
                           "$KVFAULT_ATOM_SRC)")  # fmt: skip

@@ -22,6 +22,7 @@ FINDINGS = {
     "port_zero_ids": "identity",
     "lost_completion": "liveness",
     "store_failure": "efficiency",
+    "reload_twice": "resources",
 }
 BUNDLED_HEAD = "ffdf3bb5d"
 

@@ -3,7 +3,7 @@ reproductions, each a ``kvfault prove`` of one ATOM fix, parsed from its
 "Reproductions" section. Every command must name a row of the atom tier and, in a
 checkout with ATOM's history, commits that exist; a sample is run every time and must
 say FIXED: the two fixes checked by hand first (4d0b15f, #1882, identity; 9acb084,
-#1725, efficiency). ``KVFAULT_ATOM_HISTORY=all`` runs every reproduction."""
+#1725, efficiency) and the lookup-pin leak (7427e05, #1807, resources). ``KVFAULT_ATOM_HISTORY=all`` runs every reproduction."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import pytest
 from faults.atom.catalog import ROWS
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "atom" / "history.md"
-SAMPLE = ("4d0b15f", "9acb084")  # proved on every run (CI)
+SAMPLE = ("4d0b15f", "9acb084", "7427e05")  # proved on every run (CI)
 
 
 def reproductions() -> dict[str, list[str]]:
@@ -71,6 +71,9 @@ def test_each_reproduction_names_a_row_and_pins_how_the_old_side_fails(line):
     expect = argv[argv.index("--expect") + 1]  # how the old side must fail
     prop = re.match(r"(\w+):", expect)
     assert prop and all(prop.group(1) in ROWS[n].properties for n in named), expect
+    # Judged by that property alone: other bugs of the same commit must not decide it.
+    judged = [inner[i + 1] for i, a in enumerate(inner) if a == "--property"]
+    assert judged == [prop.group(1)], judged
 
 
 def _selected() -> list[str]:

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import replace
 from typing import Any
 
-from faults.atom.catalog import NOT_HERE, ROWS, rows
+from faults.atom.catalog import NOT_HERE, ROWS, AtomRow, rows
 from faults.atom.source import AtomSource, AtomSourceMissing
 
 
@@ -33,9 +34,25 @@ def _refused(args: Any) -> str | None:
     return None
 
 
+def judged_by(chosen: list[AtomRow], names: list[str]) -> list[AtomRow]:
+    """The rows judged by ``names`` only (in the rows' own order of properties).
+    ``KeyError`` with one line for a name that is no property, or that some row is
+    not judged by."""
+    from faults.properties.checks import PROPERTIES
+
+    for name in names:
+        if name not in PROPERTIES:
+            raise KeyError(f"--property {name!r} is no property; known: {', '.join(PROPERTIES)}")
+        for row in chosen:
+            if name not in row.properties:
+                raise KeyError(f"--property {name!r}: {row.name} is not judged by it")
+    return [replace(r, properties=tuple(p for p in r.properties if p in names)) for r in chosen]
+
+
 def run_command(args: Any) -> int:
     """The atom campaign over ``--first-seed``/``--seeds``, rows from ``--scenario`` and
-    ``--fault`` (all when neither is given). Prints the table; exit 0 when every row
+    ``--fault`` (all when neither is given), judged by ``--property`` (all when not
+    given). Prints the table; exit 0 when every row
     passed, 1 when one failed, 2 when one proved nothing."""
     refused = _refused(args)
     if refused:
@@ -49,6 +66,12 @@ def run_command(args: Any) -> int:
         chosen = rows(names)
     except KeyError as e:
         return _bad(f"{e.args[0]}; see `kvfault list --tier atom`")
+    judged = getattr(args, "property", None)
+    if judged:
+        try:
+            chosen = judged_by(chosen, judged)
+        except KeyError as e:
+            return _bad(e.args[0])
     from faults.atom.campaign import atom_campaign, campaign_exit, table
     from faults.atom.zygote import ZygoteError
 

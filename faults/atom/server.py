@@ -220,6 +220,15 @@ class WorkerProcess:
         self.forwards += 1
         return tokens
 
+    def lookup_pins(self) -> int | None:
+        """Lookups whose chunks the lmcache engine still pins (a lookup pins what it
+        found until the connector unpins it), or None when this engine keeps no such
+        record (then the quiescent record leaves the field out rather than say 0)."""
+        pins = getattr(self.engine, "lookup_pins", None)
+        if not isinstance(pins, dict):
+            return None
+        return sum(1 for held in pins.values() if held)
+
     def resident_prefix(self, req: Any, blocks: list[int]) -> int:
         """Tokens of ``req``'s prompt, in whole blocks from its start, whose pages (as a
         cold run computes them) some block of ``blocks`` holds: the prefix HBM still has
@@ -739,15 +748,19 @@ class SchedulerProcess:
         bm = self.scheduler.block_manager
         pool = getattr(bm, "kv", None)
         stats = getattr(self.connector, "get_statistics", lambda: {})() or {}
-        self.log.record(
-            "quiescent",
-            engine=self.spec.name,
+        held = dict(
             hbm_blocks=int(getattr(pool, "num_used", 0) or 0) if pool is not None else 0,
             loads=int(stats.get("loads_pending", 0)),
             saves=int(stats.get("saves_pending", 0)),
             deferred=len(getattr(self.scheduler, "deferred_free_blocks", {}) or {}),
             unfinished=int(self.scheduler.get_num_unfinished_requests()),
         )
+        # The tier's pins live in the worker's lmcache engine: a pin nobody releases
+        # keeps its chunks from eviction for the process's life.
+        pins = self.link.call("lookup_pins")
+        if pins is not None:
+            held["lookup_pins"] = int(pins)
+        self.log.record("quiescent", engine=self.spec.name, **held)
 
 
 def _applied(inner: Any, kind: str, method: str, log: EventLog, names: dict[Any, str]) -> Any:

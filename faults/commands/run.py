@@ -35,6 +35,8 @@ def refused(args: argparse.Namespace) -> str | None:
     )
     if bad_here or args.tier == "atom":
         return bad_here
+    if args.property:
+        return "--property is for --tier atom; the other tiers judge every property"
     if args.tier == "lmcache" and (
         args.numprocesses not in (None, "0") or args.tx or args.jobs not in (None, "auto", 1)
     ):

@@ -51,6 +51,8 @@ def test_run_without_checkout_is_one_line_exit_2(monkeypatch, capsys):
         (["-j", "2"], "-j"),
         (["--scale", "2"], "--scale"),
         (["--scenario", "no_such_row"], "unknown atom row"),
+        (["--property", "speed"], "--property 'speed' is no property"),
+        (["--scenario", "restart", "--property", "efficiency"], "restart is not judged by it"),
     ],
 )
 def test_run_refuses_what_the_tier_does_not_take(flags, words, tmp_path, capsys):
@@ -123,3 +125,33 @@ def test_the_table_has_one_line_per_row():
     outs = [RowOutcome(catalog.ROWS["two_servers"], [SeedOutcome(0, Verdict.FAIL, "identity: x")])]
     text = table(outs, [0])
     assert "two_servers" in text and "FAIL" in text and "identity: x" in text
+
+
+def test_property_narrows_each_row_to_the_named_properties():
+    from faults.atom.command import judged_by
+
+    rows = catalog.rows(["reload_twice", "two_servers"])
+    narrowed = judged_by(rows, ["resources", "correctness"])
+    assert [r.properties for r in narrowed] == [("correctness", "resources")] * 2
+    assert [r.name for r in narrowed] == ["reload_twice", "two_servers"]
+
+
+def test_property_is_refused_on_the_other_tiers_in_one_line(capsys):
+    assert main(["run", "--property", "resources"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "kvfault: error: --property is for --tier atom; the other tiers judge every property"
+    ]
+
+
+def test_a_lookup_pin_left_at_quiescence_fails_resources():
+    from faults.properties.ledger import resources
+
+    def run(pins):
+        held = {"hbm_blocks": 0, "loads": 0, "lookup_pins": pins}
+        events = [RawEvent(1.0, 1, "quiescent", None, None, {"engine": "A", **held})]
+        return result_of("reload_twice", 0, events, 0.0, [], GEO, False, None)
+
+    assert resources(run(0)) == []
+    (v,) = resources(run(1))
+    assert v.message == "A quiescent but still holds lookup_pins=1"
