@@ -113,6 +113,9 @@ def guard_streams() -> Iterator[None]:
     closed = [_reopen_closed(fd) for fd in (0, 1, 2)]
     if closed[2] or sys.stderr is None:
         sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the process
+    if sys.__stderr__ is None:
+        # Started with fd 2 closed: pytest (the -n/--tx backends, sweep) asserts on it.
+        sys.__stderr__ = sys.stderr
     out, err = sys.stdout, sys.stderr
     if closed[1] or out is None:
         raise StreamClosed(9, "stdout is closed: what kvfault prints could not be read")

@@ -53,6 +53,11 @@ def test_a_closed_stdout_is_one_line_and_exit_2(tmp_path):
 def test_a_closed_stderr_keeps_the_exit_code_and_the_output(tmp_path):
     code, out, err = _run(f"kvfault {CASE} 2>&-", tmp_path)
     assert code == 0 and "FIXED" in out and err == ""
+    # The pytest-xdist backend too (pytest asserts sys.__stderr__ is set).
+    code, out, err = _run(
+        "kvfault run --regression media_keys --seeds 1 -n 2 --no-progress 2>&-", tmp_path
+    )
+    assert code == 0 and "FIXED" in out and err == "", out
     # An error with nowhere to say it still exits 2.
     code, out, err = _run("kvfault replay absent.json 2>&-", tmp_path)
     assert (code, out, err) == (2, "", "")
