@@ -200,3 +200,19 @@ def dir_refused(path: Path, flag: str) -> str | None:
     if not os.access(existing, os.W_OK | os.X_OK):
         return f"{flag} {path}: {existing} is not writable"
     return None
+
+
+class Once(argparse.Action):
+    """An option that takes one value: given twice, argparse's one-line usage error
+    (exit 2) rather than the last value silently winning."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        if getattr(namespace, self.dest, None) is not None:
+            parser.error(f"{option_string} takes one value; given twice")
+        setattr(namespace, self.dest, values)

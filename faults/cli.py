@@ -24,6 +24,7 @@ from typing import Any, Sequence
 
 from faults.argtypes import (
     MAX_SCALE,
+    Once,
     duration,
     gateway,
     jobs,
@@ -126,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="run the fixed stack under this injector (repeatable)")  # fmt: skip
     run.add_argument("--scenario", action="append", default=None, metavar="NAME",
                      help="run this scenario plain (with --swarm: swarm on it) (repeatable)")  # fmt: skip
-    run.add_argument("--legacy", default=None, metavar="NAME",
+    run.add_argument("--legacy", default=None, metavar="NAME", action=Once,
                      help="run the fault, scenario and swarm rows against planted regression "
                           "NAME's legacy rules instead of the fixed stack: what the campaign "
                           "says about a stack with a known bug")  # fmt: skip

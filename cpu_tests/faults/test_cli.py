@@ -132,6 +132,14 @@ def test_list_shows_every_section(capsys):
         ),
         (["sweep", "--tx", "popen", "-j", "2", "--", "x"], "give -j or --tx, not both"),
         (["run", "--bogus"], "unrecognized arguments: --bogus"),
+        (
+            ["run", "--legacy", "media_keys", "--legacy", "side_chain_seed"],
+            "--legacy takes one value; given twice",
+        ),
+        (
+            ["run", "--atom-src", "/tmp"],
+            "--atom-src names the ATOM checkout of --tier atom; add --tier atom",
+        ),
         (["repro"], "the following arguments are required: NAME"),
         (
             ["repro", "hash_order"],

@@ -171,7 +171,9 @@ class TargetKind:
         plan = case.plan()
         faults = ", ".join(f.injector for f in plan.faults) if plan is not None else "no fault"
         lines = [f"replay {case.id}: {case.target.scenario} under {faults}"]
-        lines.append(f"  fixed      {out.verdict}  {out.signature or _held_text(out.fired)}")
+        # The stack the case ran: the fixed one, or a regression's legacy rules (--legacy).
+        side = f"legacy {case.target.stack}" if case.target.stack else "fixed"
+        lines.append(f"  {side:<9}  {out.verdict}  {out.signature or _held_text(out.fired)}")
         if out.stop and out.verdict == Verdict.PASS:
             lines.append(f"             stopped correctly: {out.stop}")
         lines.append(out.verdict)

@@ -35,6 +35,8 @@ def refused(args: argparse.Namespace) -> str | None:
     )
     if bad_here or args.tier == "atom":
         return bad_here
+    if args.atom_src is not None:
+        return "--atom-src names the ATOM checkout of --tier atom; add --tier atom"
     if args.property:
         return "--property is for --tier atom; the other tiers judge every property"
     if args.tier == "lmcache" and (

@@ -219,7 +219,7 @@ def test_a_legacy_case_replays_as_it_failed(tmp_path, capsys, monkeypatch):
     artifact = Path("a", "scenario-two_images-legacy-media_keys-seed0.json")
     assert json.loads(artifact.read_text())["target"]["stack"] == "media_keys"
     assert cli.main(["replay", str(artifact)]) == 1
-    assert "  fixed      FAIL  correctness:" in capsys.readouterr().out
+    assert "  legacy media_keys  FAIL  correctness:" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
