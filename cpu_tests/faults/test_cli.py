@@ -377,6 +377,17 @@ def test_replay_of_a_fault_case(tmp_path, capsys):
             ' "plan": {"seed": 0, "faults": [{"injector": "slow_forward", "params": {"forwards": 3}}]}}',
             "slow_forward: parameter 'forwards' must be",
         ),
+        (  # a --legacy case whose stack was removed: it would replay on the fixed stack
+            '{"kvfault_artifact": 1, "seed": 0, "case": "scenario:two_images-legacy-media_keys@seed0",'
+            ' "target": {"kind": "scenario", "name": "two_images"}}',
+            "'case' is 'scenario:two_images-legacy-media_keys@seed0' but its target and seed "
+            "make 'scenario:two_images@seed0'",
+        ),
+        (
+            '{"kvfault_artifact": 1, "seed": 0, "target": {"kind": "swarm", "name": "two_images",'
+            ' "pinned": ["nope"]}}',
+            "target 'pinned' names no injector: nope",
+        ),
     ],
 )
 def test_a_malformed_artifact_is_one_clear_error(tmp_path, capsys, content, message):

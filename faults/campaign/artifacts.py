@@ -250,7 +250,14 @@ def read_artifact(path: Path) -> tuple[Case, dict[str, Any]]:
             f"{path}: 'scenario' is {scenario!r} but its target runs {target.scenario!r}; "
             "an artifact is replayed as written or not at all"
         )
-    return Case(target, seed, recorded=plan), obj
+    case = Case(target, seed, recorded=plan)
+    named = obj.get("case")
+    if named is not None and named != case.id:
+        raise ArtifactError(
+            f"{path}: 'case' is {named!r} but its target and seed make {case.id!r}; "
+            "an artifact is replayed as written or not at all"
+        )
+    return case, obj
 
 
 class CampaignArtifacts:

@@ -97,6 +97,11 @@ class Target:
         pinned = obj.get("pinned") or []
         if not isinstance(pinned, list) or not all(isinstance(p, str) for p in pinned):
             raise CampaignError("target 'pinned' must be a list of injector names")
+        from faults.injectors.plans import INJECTORS
+
+        unknown = [p for p in pinned if p not in INJECTORS]
+        if unknown:
+            raise CampaignError(f"target 'pinned' names no injector: {', '.join(unknown)}")
         try:
             scale = check_scale(obj.get("scale", 1))
         except ValueError as exc:
