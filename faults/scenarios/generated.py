@@ -116,8 +116,18 @@ def draw_workload(seed: int, model_kind: ModelKind | None = None) -> Workload:
     uses it for one example)."""
     from hypothesis.control import BuildContext
     from hypothesis.internal.conjecture.data import ConjectureData
+    from hypothesis.internal.conjecture.providers import HypothesisProvider
+    from hypothesis.internal.constants_ast import Constants
 
-    data = ConjectureData(random=random.Random(f"generated/{model_kind}/{seed}"))
+    class NoLocalConstants(HypothesisProvider):
+        # hypothesis mixes constants read from the source of every local module loaded
+        # into its draws (so a draw would depend on what this process imported) and
+        # caches them under ./.hypothesis in the user's directory: neither, here.
+        _local_constants = Constants()
+
+    data = ConjectureData(
+        random=random.Random(f"generated/{model_kind}/{seed}"), provider=NoLocalConstants
+    )
     with BuildContext(data, is_final=True, wrapped_test=draw_workload):
         return data.draw(workloads(model_kind))
 

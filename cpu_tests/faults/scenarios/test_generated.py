@@ -56,3 +56,18 @@ def test_every_generated_workload_holds_every_property(w):
     violations = check(run, props)
     assert not violations, [str(v) for v in violations]
     assert not run.stop and not run.hung
+
+
+def test_a_draw_writes_nothing_into_the_working_directory(tmp_path):
+    # hypothesis caches the constants of local modules under ./.hypothesis when its
+    # draws use them; a kvfault run must leave the user's directory as it was.
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    code = "from faults.scenarios.generated import draw_workload as d; [d(s) for s in range(20)]"
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, check=True, timeout=120)
+    assert list(tmp_path.iterdir()) == []
