@@ -1,10 +1,10 @@
 """Every name kvfault knows, assembled here and nowhere else.
 
 The registries themselves are plain dicts built where their entries are defined
-(``SCENARIOS``, ``INJECTORS``, ``WIRE_FAULTS``, ``REGRESSIONS``, ``PROPERTIES``); no
-module adds to another's registry. This module answers the questions that span them:
-which names exist, and on which tier each runs (``memory``: the in-process tier in
-virtual time; ``lmcache``: a real lmcache server in real time).
+(``SCENARIOS``, ``INJECTORS``, ``REGRESSIONS``, ``PROPERTIES``, and each tier's own);
+no module adds to another's registry. Which names run on which tier, each tier says
+itself (``faults.tiers.Tier.rows``); this module answers the questions that span the
+registered tiers: which names exist, and on which tier each runs.
 """
 
 from __future__ import annotations
@@ -14,9 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from faults.errors import KvfaultError
-
-TIERS = ("memory", "lmcache")
-KINDS = ("scenario", "fault", "regression")
+from faults.tiers import KINDS, Tiers
 
 
 class UnknownName(KvfaultError, ValueError):
@@ -48,48 +46,31 @@ def close_matches(name: str, known: Iterable[str]) -> str:
     return f" (did you mean: {', '.join(hits)}?)" if hits else ""
 
 
-def entries(kind: str) -> dict[str, Entry]:
-    """Every entry of ``kind`` (scenario, fault or regression), in catalog order."""
-    from faults.injectors.plans import INJECTORS
-    from faults.lmcache.wire_faults import WIRE_FAULTS
-    from faults.regressions.legacy import REGRESSIONS
-    from faults.scenarios.catalog import SCENARIOS
-
-    if kind == "scenario":
-        out = [
-            Entry(kind, s.name, s.description, {t: s.name for t in s.tiers})
-            for s in SCENARIOS.values()
-        ]
-    elif kind == "fault":
-        out = [
-            Entry(kind, i.name, i.description, {"memory": i.scenario}) for i in INJECTORS.values()
-        ]
-        out += [
-            Entry(kind, w.name, w.description, {"lmcache": w.scenario})
-            for w in WIRE_FAULTS.values()
-        ]
-    elif kind == "regression":
-        out = []
-        for r in REGRESSIONS.values():
-            on = {"memory": r.scenario}
-            if r.lmcache_scenario is not None:
-                on["lmcache"] = r.lmcache_scenario
-            out.append(Entry(kind, r.name, r.description, on))
-    else:
+def entries(kind: str, tiers: Tiers | None = None) -> dict[str, Entry]:
+    """Every entry of ``kind`` (scenario, fault or regression) over ``tiers`` (default:
+    the installed ones), in catalog order: tier by tier in rank order, each tier's
+    rows in its own order, a name a later tier also runs extended with it."""
+    if kind not in KINDS:
         raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
-    return {e.name: e for e in out}
+    out: dict[str, Entry] = {}
+    for tier in tiers or Tiers.installed():
+        for row in tier.rows(kind):
+            if row.name not in out:
+                out[row.name] = Entry(kind, row.name, row.description, {})
+            out[row.name].scenarios[tier.name] = row.scenario
+    return out
 
 
-def on_tier(kind: str, tier: str) -> list[str]:
+def on_tier(kind: str, tier: str, tiers: Tiers | None = None) -> list[str]:
     """The names of ``kind`` that run on ``tier``, in catalog order."""
-    return [n for n, e in entries(kind).items() if tier in e.scenarios]
+    return [n for n, e in entries(kind, tiers).items() if tier in e.scenarios]
 
 
-def resolve(kind: str, name: str, tier: str) -> Entry:
+def resolve(kind: str, name: str, tier: str, tiers: Tiers | None = None) -> Entry:
     """The entry ``name`` of ``kind`` when it runs on ``tier``; otherwise
     ``UnknownName`` with one line that says what is wrong (misspelt, or which
     ``--tier`` it needs)."""
-    known = entries(kind)
+    known = entries(kind, tiers)
     entry = known.get(name)
     if entry is None:
         raise UnknownName(f"unknown {kind} {name!r}{close_matches(name, known)}")

@@ -36,6 +36,7 @@ from faults.argtypes import (
     workers,
 )
 from faults.commands.run import DEFAULT_SEEDS
+from faults.tiers.tier import DEFAULT_TIER
 
 DEFAULT_CASE_TIMEOUT_S = 600.0
 
@@ -99,6 +100,17 @@ def _add_hosts(parser: argparse.ArgumentParser, what: str) -> None:
                              "--rsyncdir); repeatable")  # fmt: skip
 
 
+def tier_name(text: str) -> str:
+    """A ``type=`` for ``--tier``: a registered tier's name (``faults.tiers``)."""
+    from faults.tiers import TierError, Tiers
+
+    try:
+        Tiers.installed()[text]
+    except TierError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="kvfault",
@@ -117,8 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--seed-count", "--seeds", dest="seeds", type=seed_count,
                      default=None, metavar="N",
-                     help=f"how many seeds per target, a count (default {DEFAULT_SEEDS}; "
-                          "1 with --tier atom, whose runs take seconds each); "
+                     help=f"how many seeds per target, a count (default {DEFAULT_SEEDS}, or "
+                          "the tier's own: 1 with --tier atom, whose runs take seconds each); "
                           "--seeds is the old name")  # fmt: skip
     run.add_argument("--first-seed", type=seed, default=0, help="first seed (default 0)")
     run.add_argument("--regression", action="append", default=None, metavar="NAME",
@@ -156,13 +168,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="run as many of the --seeds as fit in DURATION (30s, 5m, 2h): no seed "
                           "starts after it; the report says how many ran")  # fmt: skip
     run.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
-    run.add_argument("--tier", choices=("memory", "lmcache", "atom"), default="memory",
-                     help="memory: the embedded in-process tier in virtual time (default); "
-                          "lmcache: a real lmcache server on 127.0.0.1, in real time, with "
-                          "wire faults (needs the lmcache extra: pip install -c "
-                          "constraints/ci.txt '.[lmcache]'); atom: ATOM's real scheduler and "
-                          "offload connector from --atom-src, with a real lmcache engine "
-                          "(needs the lmcache and atom extras)")  # fmt: skip
+    run.add_argument("--tier", type=tier_name, default=None, metavar="TIER",
+                     help=f"the tier to run on: a registered tier (default {DEFAULT_TIER}); "
+                          "`kvfault list --tiers` names each and what it needs")  # fmt: skip
     run.add_argument("--property", action="append", default=None, metavar="NAME",
                      help="with --tier atom: judge only this property (repeatable): a proof "
                           "of one fix at a commit that carries other bugs (kvfault list "
@@ -176,8 +184,10 @@ def build_parser() -> argparse.ArgumentParser:
     lst.add_argument("--properties", action="store_true", help="only properties")
     lst.add_argument("--faults", action="store_true", help="only fault injectors")
     lst.add_argument("--regressions", action="store_true", help="only planted regressions")
-    lst.add_argument("--tier", choices=("memory", "lmcache", "atom"), default=None,
-                     help="atom: what runs on the ATOM tier and why the rest does not")  # fmt: skip
+    lst.add_argument("--tiers", action="store_true", help="only the registered tiers")
+    lst.add_argument("--tier", type=tier_name, default=None, metavar="TIER",
+                     help="a tier with its own catalog (atom): what runs there and why the "
+                          "rest does not")  # fmt: skip
 
     repro = sub.add_parser(
         "repro", help="run a planted regression legacy vs fixed and give the verdict"

@@ -4,7 +4,7 @@ rewrite a context; properties read a result."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable
 
 from fakes.clock import VirtualClock
@@ -130,30 +130,48 @@ class Ending:
 class Expect:
     """How the fixed stack must end a run, declared on every catalog entry: run to the
     end (``finish``); stop with ``error`` naming an operation of kind ``op`` no later
-    than ``within_s`` scenario seconds on the error's own clock (``stop``); or refuse to
-    start with ``error`` (``refuse``). Any other ending fails the row."""
+    than ``within_s`` scenario seconds on the error's own clock (``stop``; without
+    ``op`` and ``within_s``, a stop with ``error`` on any operation, its timing left to
+    the properties); or refuse to start with ``error`` (``refuse``). ``alternatives``
+    are other endings as good as this one (``finishes().otherwise(stops(...))``). Any
+    other ending fails the row."""
 
     kind: str
     error: str | None = None
     op: str | None = None
     within_s: float | None = None
+    alternatives: tuple[Expect, ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in (FINISH, STOP, REFUSE):
             raise ValueError(f"an expected ending is finish, stop or refuse, got {self.kind!r}")
         if self.kind != FINISH and not self.error:
             raise ValueError(f"an expected {self.kind} names its error")
-        if self.kind == STOP and (self.op is None or self.within_s is None):
-            raise ValueError("an expected stop names its operation kind and its bound")
+        if self.kind == STOP and (self.op is None) != (self.within_s is None):
+            raise ValueError("an expected stop names its operation kind and its bound, or neither")
+
+    def otherwise(self, *others: Expect) -> Expect:
+        """This ending, or any of ``others``."""
+        return replace(self, alternatives=(*self.alternatives, *others))
 
     def unmet(self, got: Ending) -> str | None:
         """What is wrong with ``got`` (one line), or None when it is as expected."""
+        return None if any(e._met(got) for e in self._each()) else f"expected to {self}; it {got}"
+
+    def _each(self) -> tuple[Expect, ...]:
+        return (replace(self, alternatives=()), *self.alternatives)
+
+    def _met(self, got: Ending) -> bool:
         ok = got.kind == self.kind and (self.kind == FINISH or got.error == self.error)
-        if ok and self.kind == STOP:
+        if ok and self.kind == STOP and self.op is not None and self.within_s is not None:
             ok = got.op == self.op and (got.elapsed is not None and got.elapsed <= self.within_s)
-        return None if ok else f"expected to {self}; it {got}"
+        return ok
 
     def __str__(self) -> str:
+        if self.alternatives:
+            return " or ".join(str(e) for e in self._each())
+        if self.kind == STOP and self.op is None:
+            return f"stop with {self.error}"
         if self.kind == STOP:
             return f"stop with {self.error} on a {self.op} within {self.within_s:g}s"
         if self.kind == REFUSE:
@@ -166,8 +184,9 @@ def finishes() -> Expect:
     return Expect(FINISH)
 
 
-def stops(error: str, op: str, within_s: float) -> Expect:
-    """Stops with ``error`` naming a ``op`` operation within ``within_s`` seconds."""
+def stops(error: str, op: str | None = None, within_s: float | None = None) -> Expect:
+    """Stops with ``error`` naming a ``op`` operation within ``within_s`` seconds
+    (neither given: naming any operation, at any time)."""
     return Expect(STOP, error, op, within_s)
 
 

@@ -7,8 +7,8 @@ A row's seed is PASS when every property holds, the run ended as the row declare
 detail names the first violation); NOT EXERCISED when a fault never fired; ERROR when
 the run itself broke (a server that would not start when the row expects it to, say).
 
-This module is the tier's whole campaign loop: when tiers become plugins (issue 21) it
-is the ``atom`` tier's executor and catalog behind that interface.
+This module is the tier's whole campaign loop, which its ``Tier`` declaration
+(``faults.atom.tier``) hands ``kvfault run --tier atom`` to.
 """
 
 from __future__ import annotations

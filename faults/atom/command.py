@@ -127,3 +127,10 @@ def list_command(args: Any) -> int:
         for what, why in NOT_HERE.items():
             print(f"  {what}: {why}")
     return 0
+
+
+class Commands:
+    """The tier's own commands, as its ``Tier.commands`` names them."""
+
+    run = staticmethod(run_command)
+    list = staticmethod(list_command)

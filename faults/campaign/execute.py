@@ -11,7 +11,9 @@ its scenario twice with fresh injectors and compares trace digests.
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Callable, Protocol, Sequence
 
@@ -20,6 +22,7 @@ from faults.injectors.plans import fired_report
 from faults.properties.checks import PROPERTIES, Violation
 from faults.runs import Ending, RunContext, RunResult
 from faults.scenarios import SCENARIOS
+from faults.tiers import DEFAULT_TIER
 from reference.rules import Rules
 from reference.types import Request
 
@@ -28,7 +31,7 @@ RequestMap = Callable[[Request], Request]
 
 
 class Executor(Protocol):
-    """Runs scenarios on one tier. ``tier`` names it (``memory``, ``lmcache``);
+    """Runs scenarios on one tier. ``tier`` names it (``faults.tiers.Tier.name``);
     ``deterministic`` says whether the same seed must give the same trace there."""
 
     tier: str
@@ -48,7 +51,7 @@ class Executor(Protocol):
 class MemoryExecutor:
     """The in-process tier (``fakes.memory_tier``) in virtual time: deterministic."""
 
-    tier = "memory"
+    tier = DEFAULT_TIER
     deterministic = True
 
     def execute(self, scenario: str, ctx: RunContext) -> tuple[RunResult, dict[str, object]]:
@@ -56,6 +59,12 @@ class MemoryExecutor:
 
     def case_done(self) -> None:
         pass
+
+
+@contextlib.contextmanager
+def memory_executor() -> Iterator[MemoryExecutor]:
+    """The in-process tier's opener (``faults.tiers.memory``): nothing to start."""
+    yield MemoryExecutor()
 
 
 @dataclass
@@ -97,16 +106,6 @@ class CaseResult:
         if keep_digest:
             self._digest = self.digest
         self.run = None
-
-    @property
-    def stop_error(self) -> str | None:
-        """The name of the error the run stopped with (engine stop or startup refusal)."""
-        if self.run is None:
-            return None
-        from reference.trace import Ev
-
-        stop = next(iter(self.run.trace.of(Ev.STOP)), None)
-        return stop.data.get("error") if stop is not None else None
 
 
 def _known(name: str) -> None:

@@ -18,7 +18,7 @@ back from a worker process has the same kind as the one sent out.
   signature property and ends as its entry declares, and the fixed run holds every
   property and ends as its scenario declares. The row is FIXED when some seed caught it
   and none broke (hash-order regressions show under some hash seeds only).
-- ``fault``: the fixed stack under one injector (a wire fault on the lmcache tier). A
+- ``fault``: the fixed stack under one injector (or one fault of a tier's own catalog). A
   seed passes when every property holds, the injector fired (else NOT EXERCISED) and
   the run ends as the injector's entry declares.
 - ``scenario``: the stack on a plain scenario; every property holds and the run ends as
@@ -34,6 +34,7 @@ import shlex
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Sequence
 
+from faults.tiers import DEFAULT_TIER, Tiers
 from faults.verdicts import Verdict, worst
 
 if TYPE_CHECKING:
@@ -191,7 +192,7 @@ class Regression(TargetKind):
         return regression_target(name, tier)
 
     def command(self, target: Target, seed: int) -> str:
-        if target.tier == "memory" and target.scale == 1:
+        if target.tier == DEFAULT_TIER and target.scale == 1:
             return f"kvfault repro {target.name} --seed {seed}"
         return super().command(target, seed)
 
@@ -309,8 +310,8 @@ class Fault(TargetKind):
         return fault_target(name, tier)
 
     def plan(self, target: Target, seed: int) -> FaultPlan | None:
-        if target.tier != "memory":
-            return None  # a wire fault is built by the real tier's catalog, not a plan
+        if not Tiers.installed()[target.tier].plans:
+            return None  # built by its tier's fault catalog, not a plan
         from faults.injectors.plans import INJECTORS, FaultPlan, FaultSpec
 
         assert target.injector is not None
@@ -321,20 +322,17 @@ class Fault(TargetKind):
         return ["--fault", str(target.injector)]
 
     def restarts_server(self, target: Target) -> bool:
-        if target.tier != "lmcache":
-            return False
-        from faults.lmcache.wire_faults import WIRE_FAULTS
-
-        return WIRE_FAULTS[target.name].kills_server
+        tier = Tiers.installed()[target.tier]
+        return not tier.plans and tier.fault(target.name).kills_server
 
     def run(self, runner: CaseRunner, case: Case) -> tuple[CaseResult, dict[str, int]]:
         t = case.target
-        if t.tier != "lmcache":
+        if case.plan() is not None:
             return super().run(runner, case)
         from faults.campaign.execute import run_case
-        from faults.lmcache.wire_faults import WIRE_FAULTS
 
-        info = WIRE_FAULTS[str(t.injector)]
+        # A fault of a tier whose faults are not plans: its own catalog builds it.
+        info = Tiers.installed()[t.tier].fault(str(t.injector))
         rec = _Recording(lambda: [info.factory(case.seed)])
         res = run_case(t.scenario, case.seed, injectors=rec, executor=runner.executor)
         return res, rec.fired()
@@ -349,13 +347,8 @@ class Fault(TargetKind):
         return Verdict.NOT_EXERCISED, why
 
     def unmet_ending(self, target: Target, res: CaseResult) -> tuple[Verdict, str] | None:
-        if target.tier == "lmcache":
-            unmet = _unmet_wire(target, res)
-        else:
-            from faults.injectors.plans import INJECTORS
-
-            who = f"{target.injector} on {target.scenario}"
-            unmet = _unmet_expect(INJECTORS[str(target.injector)].expect, who, res)
+        who = f"{target.injector} on {target.scenario}"
+        unmet = _unmet_expect(_fault_expect(target), who, res)
         return (Verdict.FAIL, unmet) if unmet else None
 
     def held(self, row: TargetOutcome) -> str:
@@ -420,7 +413,7 @@ def kind_named(name: object) -> TargetKind:
 
 def _run_command(target: Target, seed: int) -> list[str]:
     """``kvfault run`` with the options every selection shares: tier, stack, seed, scale."""
-    tier = ["--tier", target.tier] if target.tier != "memory" else []
+    tier = ["--tier", target.tier] if target.tier != DEFAULT_TIER else []
     legacy = ["--legacy", target.stack] if target.stack else []
     scaled = ["--scale", str(target.scale)] if target.scale != 1 else []
     return ["kvfault", "run", *tier, *legacy, "--first-seed", str(seed), "--seeds", "1",
@@ -500,21 +493,12 @@ def _unmet_legacy(reg: Any, res: CaseResult) -> str | None:
     return None
 
 
-def _unmet_wire(target: Target, res: CaseResult) -> str | None:
-    """A wire fault's ending on the real tier (``WireFaultInfo.expect``)."""
-    from faults.lmcache.wire_faults import WIRE_FAULTS
+def _fault_expect(target: Target) -> Expect | None:
+    """How the fixed stack must end under ``target``'s fault: the in-process injector
+    catalog's entry for a planned fault, else its tier's fault catalog's."""
+    tier = Tiers.installed()[target.tier]
+    if not tier.plans:
+        return tier.fault(str(target.injector)).expect
+    from faults.injectors.plans import INJECTORS
 
-    ends = WIRE_FAULTS[str(target.injector)].expect
-    error = "TransferUnprovable"
-    stopped = res.stop_error
-    got = f"stopped with {stopped}" if stopped else "did not stop"
-    what = None
-    if ends == "stop" and stopped != error:
-        what = f"stop with {error}"
-    elif ends == "finish" and stopped:
-        what, got = "finish", f"stopped: {res.stop}"
-    elif ends == "either" and stopped not in (None, error):
-        what = f"finish or stop with {error}"
-    if what is None:
-        return None
-    return f"{target.injector} on {target.scenario}: the fixed stack must {what}; it {got}"
+    return INJECTORS[str(target.injector)].expect

@@ -284,7 +284,9 @@ def open_backend(
 
         yield Xdist(workers, tx, rsyncdirs)
         return
-    n = jobs_here(jobs, targets, seeds) if tier == "memory" else 1
+    from faults.tiers import Tiers
+
+    n = jobs_here(jobs, targets, seeds) if Tiers.installed()[tier].parallel else 1
     if n > 1:
         from faults.campaign.pool import ForkPool
 

@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from faults.argtypes import check_scale
 from faults.campaign.kinds import FAULT, REGRESSION, SCENARIO, SWARM, TargetKind, kind_named
-from faults.catalog import TIERS, UnknownName, close_matches, on_tier, resolve
+from faults.catalog import UnknownName, close_matches, on_tier, resolve
 from faults.errors import KvfaultError
+from faults.tiers import DEFAULT_TIER, TierError, Tiers
 
 if TYPE_CHECKING:
     from faults.injectors.plans import FaultPlan
@@ -23,7 +24,7 @@ class CampaignError(KvfaultError, ValueError):
 @dataclass(frozen=True)
 class Target:
     """One line of the campaign: a regression, a fault, a scenario or a swarm, on one
-    tier (``memory``: in-process, virtual time; ``lmcache``: a real server).
+    tier (a registered ``faults.tiers.Tier``; by default the in-process one).
 
     ``stack`` names the stack under test: None for the fixed (reference) stack, or a
     planted regression whose legacy rules stand in for it (``kvfault run --legacy
@@ -35,7 +36,7 @@ class Target:
     regression: str | None = None
     injector: str | None = None
     pinned: tuple[str, ...] = ()  # swarm only: injectors every run enables
-    tier: str = "memory"
+    tier: str = DEFAULT_TIER
     scale: int = 1  # the scenario's size (``faults.runs.RunContext.scale``)
     stack: str | None = None  # None: the fixed stack; else a regression's legacy rules
 
@@ -44,7 +45,7 @@ class Target:
         at = f"-x{self.scale}" if self.scale != 1 else ""
         on = f"-legacy-{self.stack}" if self.stack else ""
         base = f"{self.kind.name}:{self.name}{at}{on}"
-        return base if self.tier == "memory" else f"{self.tier}:{base}"
+        return base if self.tier == DEFAULT_TIER else f"{self.tier}:{base}"
 
     def rules(self) -> Any:
         """The rules of the stack under test (``reference.rules.Rules``)."""
@@ -58,7 +59,7 @@ class Target:
 
     def plan(self, seed: int) -> FaultPlan | None:
         """The in-process fault plan of this target's run with ``seed`` (None: no plan;
-        a wire fault is built by the real tier's catalog, not by a plan)."""
+        a fault of a tier whose faults are not plans is built by that tier's catalog)."""
         return self.kind.plan(self, seed)
 
     def command(self, seed: int) -> str:
@@ -91,9 +92,10 @@ class Target:
         name = obj.get("name")
         if not isinstance(name, str):
             raise CampaignError("target 'name' must be a string")
-        tier = obj.get("tier", "memory")
-        if tier not in TIERS:
-            raise CampaignError(f"target tier must be one of {', '.join(TIERS)}, got {tier!r}")
+        tier = obj.get("tier", DEFAULT_TIER)
+        names = Tiers.installed().names
+        if tier not in names:
+            raise CampaignError(f"target tier must be one of {', '.join(names)}, got {tier!r}")
         pinned = obj.get("pinned") or []
         if not isinstance(pinned, list) or not all(isinstance(p, str) for p in pinned):
             raise CampaignError("target 'pinned' must be a list of injector names")
@@ -113,9 +115,10 @@ class Target:
         return replace(target, scale=scale, stack=stack)
 
 
-def _legacy_stack(name: Any, kind: TargetKind | None = None, tier: str = "memory") -> str:
+def _legacy_stack(name: Any, kind: TargetKind | None = None, tier: str = DEFAULT_TIER) -> str:
     """``name`` checked as a stack under test: a planted regression's legacy rules, for
-    fault, scenario and swarm rows on the in-process tier; one-line ``CampaignError``."""
+    fault, scenario and swarm rows on a tier that runs fault plans (the in-process
+    one); one-line ``CampaignError``."""
     from faults.regressions.legacy import REGRESSIONS
 
     if not isinstance(name, str) or name not in REGRESSIONS:
@@ -127,9 +130,23 @@ def _legacy_stack(name: Any, kind: TargetKind | None = None, tier: str = "memory
             "--legacy runs the fault, scenario and swarm rows against a legacy stack; a "
             "regression row already runs its legacy against the fixed stack: drop --regression"
         )
-    if tier != "memory":
-        raise CampaignError("--legacy runs on --tier memory")
+    if not _tier(tier).plans:
+        raise CampaignError(f"--legacy runs on --tier {_planning()}")
     return name
+
+
+def _tier(name: str) -> Any:
+    """The registered tier ``name`` (``faults.tiers.Tier``); one-line ``CampaignError``."""
+    try:
+        return Tiers.installed()[name]
+    except TierError as exc:
+        raise CampaignError(str(exc)) from None
+
+
+def _planning() -> str:
+    """The tiers that run in-process fault plans (``--swarm``, ``--legacy``), as
+    ``--tier`` names them."""
+    return " or --tier ".join(t.name for t in Tiers.installed() if t.plans)
 
 
 def _resolve(kind: TargetKind, name: str, tier: str) -> str:
@@ -140,15 +157,15 @@ def _resolve(kind: TargetKind, name: str, tier: str) -> str:
         raise CampaignError(str(exc)) from None
 
 
-def regression_target(name: str, tier: str = "memory") -> Target:
+def regression_target(name: str, tier: str = DEFAULT_TIER) -> Target:
     return Target(REGRESSION, name, _resolve(REGRESSION, name, tier), regression=name, tier=tier)
 
 
-def fault_target(name: str, tier: str = "memory") -> Target:
+def fault_target(name: str, tier: str = DEFAULT_TIER) -> Target:
     return Target(FAULT, name, _resolve(FAULT, name, tier), injector=name, tier=tier)
 
 
-def scenario_target(name: str, tier: str = "memory") -> Target:
+def scenario_target(name: str, tier: str = DEFAULT_TIER) -> Target:
     return Target(SCENARIO, name, _resolve(SCENARIO, name, tier), tier=tier)
 
 
@@ -156,7 +173,7 @@ def swarm_target(scenario: str, pinned: Sequence[str] = ()) -> Target:
     """A swarm: random subsets of the in-process injectors on ``scenario``."""
     from faults.injectors.plans import INJECTORS
 
-    _resolve(SCENARIO, scenario, "memory")
+    _resolve(SCENARIO, scenario, DEFAULT_TIER)
     for p in pinned:
         if p not in INJECTORS:
             raise CampaignError(f"unknown fault {p!r} in --pin{close_matches(p, INJECTORS)}")
@@ -179,7 +196,7 @@ def select_targets(
     swarm: bool = False,
     pinned: Sequence[str] = (),
     scale: int = 1,
-    tier: str = "memory",
+    tier: str = DEFAULT_TIER,
     stack: str | None = None,
 ) -> list[Target]:
     """The campaign's targets on ``tier``. With no selection at all: every regression,
@@ -189,11 +206,14 @@ def select_targets(
     their plain one. Every target runs its scenario at ``scale``. Unknown names, or
     names of another tier, raise ``CampaignError``. ``stack``: every row runs against
     that regression's legacy rules instead of the fixed stack (no regression rows).
-    On the lmcache tier, faults that kill the server run last, so it restarts rarely."""
-    if tier not in TIERS:
-        raise CampaignError(f"--tier must be one of {', '.join(TIERS)}, got {tier!r}")
-    if swarm and tier != "memory":
-        raise CampaignError("--swarm draws in-process injectors: it runs on --tier memory")
+    On a tier whose faults are not plans, faults that kill its server run last, so it
+    restarts rarely."""
+    known = Tiers.installed().names
+    if tier not in known:
+        raise CampaignError(f"--tier must be one of {', '.join(known)}, got {tier!r}")
+    on = _tier(tier)
+    if swarm and not on.plans:
+        raise CampaignError(f"--swarm draws in-process injectors: it runs on --tier {_planning()}")
     everything = regressions is None and faults is None and scenarios is None
     if stack is not None:
         _legacy_stack(stack, REGRESSION if regressions else None, tier)
@@ -217,7 +237,7 @@ def select_targets(
     except ValueError as exc:
         raise CampaignError(str(exc)) from None
     unique = [replace(t, scale=scale, stack=stack) for t in {t.id: t for t in out}.values()]
-    if tier == "lmcache":
+    if not on.plans:
         unique.sort(key=lambda t: (t.kind.rank, t.kind.restarts_server(t)))
     return unique
 

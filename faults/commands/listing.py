@@ -1,5 +1,6 @@
 """``kvfault list``: every runnable name (scenarios, properties, faults, planted
-regressions), with the tiers it runs on; ``--tier atom`` hands over to that tier."""
+regressions) and the registered tiers, with the tiers each name runs on; ``--tier
+NAME`` of a tier with its own commands (atom) hands over to that tier."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ import argparse
 
 def command(args: argparse.Namespace) -> int:
     """Print the lists the arguments ask for (all of them by default); exit 0."""
-    if args.tier == "atom":
-        from faults.atom.command import list_command
+    from faults.tiers import DEFAULT_TIER, Tiers
 
-        return list_command(args)
+    tiers = Tiers.installed()
+    own = tiers[args.tier].own_commands() if args.tier else None
+    if own is not None:
+        return int(own.list(args))
     from faults.catalog import entries
     from faults.properties.checks import PROPERTIES
 
@@ -25,11 +28,12 @@ def command(args: argparse.Namespace) -> int:
         parts = []
         for tier, scenario in e.scenarios.items():
             on = "" if e.kind == "scenario" else f" {scenario}"
-            parts.append(f"on{on}" if tier == "memory" else f"--tier lmcache{on and ':'}{on}")
-        if e.kind == "scenario" and len(parts) == 1 and e.tiers == ("lmcache",):
-            parts = ["--tier lmcache only"]
+            parts.append(f"on{on}" if tier == DEFAULT_TIER else f"--tier {tier}{on and ':'}{on}")
+        others = [t for t in e.tiers if t != DEFAULT_TIER]
+        if e.kind == "scenario" and len(parts) == 1 and others:
+            parts = [f"--tier {others[0]} only"]
         elif e.kind == "scenario":
-            parts = ["also --tier lmcache"] if "lmcache" in e.tiers else []
+            parts = [f"also --tier {t}" for t in others]
         return f" [{'; '.join(parts)}]" if parts else ""
 
     from faults.regressions.legacy import REGRESSIONS
@@ -51,6 +55,7 @@ def command(args: argparse.Namespace) -> int:
         + [("determinism", "the same seed gives the same trace digest")],
         "faults": [(e.name, f"{e.description}{where(e)}") for e in entries("fault").values()],
         "regressions": [(e.name, regression_line(e)) for e in entries("regression").values()],
+        "tiers": [(t.name, t.description) for t in tiers],
     }
     chosen = [name for name in sections if getattr(args, name)] or list(sections)
     headed = len(chosen) > 1  # one list alone is one name per line; several say which is which

@@ -30,21 +30,24 @@ def bad(message: str) -> int:
 def refused(args: argparse.Namespace) -> str | None:
     """What the options given together cannot mean, in one line (each value alone is
     checked by its argument type, ``faults.argtypes``)."""
+    from faults.tiers import Tiers
+
     bad_here = seeds_refused(args.first_seed, args.seeds, args.budget) or hosts_refused(
         args.tx, args.rsyncdir
     )
-    if bad_here or args.tier == "atom":
+    on = Tiers.installed()[args.tier]
+    if bad_here or on.own_commands() is not None:  # a tier with its own loop checks its own
         return bad_here
     if args.atom_src is not None:
         return "--atom-src names the ATOM checkout of --tier atom; add --tier atom"
     if args.property:
         return "--property is for --tier atom; the other tiers judge every property"
-    if args.tier == "lmcache" and (
+    if not on.parallel and (
         args.numprocesses not in (None, "0") or args.tx or args.jobs not in (None, "auto", 1)
     ):
-        return "--tier lmcache runs in one process (one real server): drop -n/--tx/-j"
-    if args.tier == "lmcache" and args.scale != 1:
-        return "--scale is for the simulated tier; --tier lmcache runs at scale 1"
+        return f"--tier {on.name} runs in one process: drop -n/--tx/-j"
+    if not on.scales and args.scale != 1:
+        return f"--scale is for the simulated tier; --tier {on.name} runs at scale 1"
     return None
 
 
@@ -54,16 +57,19 @@ def command(args: argparse.Namespace) -> int:
     from faults.campaign.artifacts import CampaignArtifacts, artifact_dir
     from faults.campaign.session import open_backend, run_session
     from faults.report.progress import progress_mode, show
+    from faults.tiers import DEFAULT_TIER, Tiers
 
+    if args.tier is None:
+        args.tier = DEFAULT_TIER
+    on = Tiers.installed()[args.tier]
     if args.seeds is None:
-        args.seeds = 1 if args.tier == "atom" else DEFAULT_SEEDS
+        args.seeds = on.seeds or DEFAULT_SEEDS
     why = refused(args)
     if why:
         return bad(why)
-    if args.tier == "atom":
-        from faults.atom.command import run_command
-
-        return run_command(args)
+    own = on.own_commands()
+    if own is not None:  # a tier with its own campaign loop
+        return int(own.run(args))
     try:
         targets = select_targets(
             args.regression, args.fault, args.scenario, args.swarm, args.pin, args.scale,

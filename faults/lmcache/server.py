@@ -39,6 +39,7 @@ from typing import Callable, Sequence
 
 from faults.errors import KvfaultError
 from faults.processes import running, stop_group
+from faults.tiers import TierUnavailable
 from reference.errors import RebuiltWhenUnpickled
 
 SHM_DIR = Path("/dev/shm")
@@ -56,7 +57,7 @@ _LIVE: weakref.WeakSet[LMCacheServer] = weakref.WeakSet()
 _LIVE_LOCK = threading.Lock()
 
 
-class LMCacheNotInstalled(RebuiltWhenUnpickled, KvfaultError, RuntimeError):
+class LMCacheNotInstalled(RebuiltWhenUnpickled, TierUnavailable):
     """lmcache is not importable in this interpreter."""
 
     def __init__(self, python: str):

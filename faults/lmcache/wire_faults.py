@@ -14,6 +14,7 @@ from typing import Any, Callable
 from faults.injectors.base import Injector
 from faults.lmcache.server import LMCacheServer
 from faults.lmcache.wire_proxy import FiredFault, WireFault, WireProxy
+from faults.runs import Expect, finishes, stops
 from reference.stack.engine import EngineConfig
 
 
@@ -164,10 +165,12 @@ class WireServerFault(WireInjector):
         return f"{self.name}({self.action} at {self.op}#{self.index}{extra})"
 
 
-# Expected outcomes of a wire fault on the fixed stack.
-STOP = "stop"  # a named stop: TransferUnprovable naming a load
-FINISH = "finish"  # no stop; every request answered
-EITHER = "either"  # finish, or a named stop
+# Expected endings of a wire fault on the fixed stack (``faults.runs.Expect``). A stop
+# is TransferUnprovable naming any operation; when it comes is the properties' call
+# (no_false_stop, liveness): a real tier's timing is judged by them, not by a bound.
+STOP = stops("TransferUnprovable")
+FINISH = finishes()  # no stop; every request answered
+EITHER = finishes().otherwise(STOP)  # finish, or the named stop
 
 
 @dataclass(frozen=True)
@@ -175,13 +178,13 @@ class WireFaultInfo:
     """Catalog entry of one wire fault: how to build it, the scenario it runs on, and
     how the fixed stack must end (``expect``: STOP, FINISH or EITHER; a STOP is
     ``TransferUnprovable``). Every outcome also holds every property (less
-    determinism): no wrong hit, no hang, no false stop."""
+    determinism): no wrong hit, no hang, no false stop. A ``faults.tiers.TierFault``."""
 
     name: str
     factory: Callable[[int], WireInjector]
     description: str
     scenario: str
-    expect: str
+    expect: Expect
     kills_server: bool = False
 
 

@@ -30,8 +30,13 @@ def test_every_catalog_entry_declares_its_ending():
 def test_an_expectation_is_complete():
     with pytest.raises(ValueError, match="names its error"):
         Expect("refuse")
-    with pytest.raises(ValueError, match="operation kind and its bound"):
-        Expect("stop", "LoadNotTerminal")
+    with pytest.raises(ValueError, match="operation kind and its bound, or neither"):
+        Expect("stop", "LoadNotTerminal", "load")
+    with pytest.raises(ValueError, match="operation kind and its bound, or neither"):
+        Expect("stop", "LoadNotTerminal", within_s=40.0)
+    # Neither: a stop with the error on any operation, its timing the properties' call
+    # (the real tier's wire faults).
+    assert str(Expect("stop", "LoadNotTerminal")) == "stop with LoadNotTerminal"
     with pytest.raises(ValueError, match="finish, stop or refuse"):
         Expect("anything")
 

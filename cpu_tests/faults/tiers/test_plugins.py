@@ -1,0 +1,206 @@
+"""Tiers are plugins: a tier installed by an outside package (a ``*.dist-info`` with a
+``kvfault.tiers`` entry point on ``PYTHONPATH``) runs a campaign through ``kvfault run
+--tier``; a broken or duplicate plugin is one line and exit 2."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+
+# What docs/architecture.md ("A tier") tells a contributor to write, for a tier that
+# runs the reference stack's scenarios through its own executor, with one fault of its
+# own catalog (built from a seed, with the ending the fixed stack must reach).
+TOY_TIER = '''
+"""A toy tier from outside kvfault: the in-process stack behind its own executor."""
+
+import contextlib
+from dataclasses import dataclass
+
+from faults.runs import Expect
+from faults.tiers import Row, Tier
+
+
+class ToyExecutor:
+    tier = "toy"
+    deterministic = True
+
+    def execute(self, scenario, ctx):
+        from faults.scenarios import SCENARIOS
+
+        return SCENARIOS[scenario].run(ctx), {"toy_executor": True}
+
+    def case_done(self):
+        pass
+
+
+@contextlib.contextmanager
+def open_toy():
+    yield ToyExecutor()
+
+
+@dataclass(frozen=True)
+class ToyFault:
+    name: str
+    description: str
+    scenario: str
+    expect: Expect
+    wraps: str
+    kills_server: bool = False
+
+    def factory(self, seed):
+        from faults.injectors.plans import INJECTORS, FaultSpec
+
+        injector = FaultSpec.of(self.wraps, **INJECTORS[self.wraps].defaults).build(seed)
+        injector.name = self.name  # it fires under this tier's name for it
+        return injector
+
+
+def _faults():
+    from faults.injectors.plans import INJECTORS
+
+    lost = INJECTORS["lost_completion"]
+    return {
+        "toy_lost_completion": ToyFault(
+            "toy_lost_completion", "a lost completion, the toy way", lost.scenario,
+            lost.expect, "lost_completion",
+        )
+    }
+
+
+class _Faults(dict):
+    def __missing__(self, name):
+        self.update(_faults())
+        return self[name]
+
+
+FAULTS = _Faults()
+
+
+def rows():
+    return [
+        Row("scenario", "small_restart_burst", "a small restart burst", "small_restart_burst"),
+        Row("fault", "toy_lost_completion", "a lost completion, the toy way",
+            "lost_completion_burst"),
+    ]
+
+
+TIER = Tier(
+    name="toy",
+    description="a toy tier: the in-process stack behind its own executor",
+    opener="toy_tier:open_toy",
+    catalog="toy_tier:rows",
+    faults="toy_tier:FAULTS",
+    rank=90,
+)
+'''
+
+
+def _dist(where: Path, name: str, entry_points: str, module: str | None = None) -> None:
+    """An installed distribution as pip leaves it: ``NAME-0.1.dist-info`` with its
+    metadata and entry points, and its module beside it."""
+    info = where / f"{name}-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(textwrap.dedent(entry_points))
+    if module is not None:
+        (where / f"{name}.py").write_text(module)
+
+
+def _kvfault(site: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)])}
+    return subprocess.run(
+        [sys.executable, "-m", "faults.cli", *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=site,
+        timeout=300,
+    )
+
+
+def test_a_tier_from_an_outside_package_runs_a_campaign(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    _dist(site, "toy_tier", "[kvfault.tiers]\ntoy = toy_tier:TIER\n", TOY_TIER)
+    report = tmp_path / "report"
+    run = _kvfault(site, "run", "--tier", "toy", "--seeds", "1", "--no-progress",
+                   "--report", str(report))  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "2 targets, 2 runs: 2 ok, 0 failed" in run.stdout, run.stdout
+    summary = json.loads((report / "summary.json").read_text())
+    cases = {c["id"]: c for c in summary["cases"]}
+    assert set(cases) == {
+        "toy:scenario:small_restart_burst@seed0",
+        "toy:fault:toy_lost_completion@seed0",
+    }, sorted(cases)
+    assert {c["verdict"] for c in cases.values()} == {"PASS"}
+    # The toy's own fault fired, under its name, and the ending was the one it declared.
+    assert cases["toy:fault:toy_lost_completion@seed0"]["fired"]["toy_lost_completion"] >= 1
+    # `kvfault list` names the tier and where its rows run; --tier toy is a choice.
+    listed = _kvfault(site, "list")
+    assert listed.returncode == 0, listed.stderr
+    lines = [" ".join(line.split()) for line in listed.stdout.splitlines()]
+    assert "toy a toy tier: the in-process stack behind its own executor" in lines
+    assert (
+        "toy_lost_completion a lost completion, the toy way [--tier toy: lost_completion_burst]"
+        in lines
+    ), listed.stdout
+    assert any(
+        line.startswith("small_restart_burst ") and "[also --tier toy]" in line for line in lines
+    ), listed.stdout
+
+
+def test_the_toy_tier_cannot_run_what_it_does_not_declare(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    _dist(site, "toy_tier", "[kvfault.tiers]\ntoy = toy_tier:TIER\n", TOY_TIER)
+    run = _kvfault(site, "run", "--tier", "toy", "--swarm", "--no-progress")
+    assert run.returncode == 2
+    assert run.stderr.strip().splitlines() == [
+        "kvfault: error: --swarm draws in-process injectors: it runs on --tier memory; "
+        "see `kvfault list`"
+    ], run.stderr
+    run = _kvfault(site, "run", "--tier", "toy", "--fault", "lost_completion", "--no-progress")
+    assert run.returncode == 2
+    assert "runs with --tier memory, not --tier toy" in run.stderr, run.stderr
+
+
+@pytest.mark.parametrize(
+    "plugin, says",
+    [
+        (
+            (
+                "broken_tier",
+                "[kvfault.tiers]\nbroken = broken_tier:TIER\n",
+                "import toy_dependency_that_is_not_installed\n",
+            ),
+            "tier plugin broken = broken_tier:TIER does not load: ModuleNotFoundError",
+        ),
+        (
+            ("odd_tier", "[kvfault.tiers]\nodd = odd_tier:TIER\n", "TIER = 'a string'\n"),
+            "tier plugin odd = odd_tier:TIER is a str, not a faults.tiers.Tier",
+        ),
+        (
+            ("twin_tier", "[kvfault.tiers]\nmemory = faults.tiers.memory:TIER\n", None),
+            "tier 'memory' is registered twice",
+        ),
+    ],
+    ids=["broken", "not-a-tier", "duplicate"],
+)
+def test_a_bad_plugin_is_one_line_and_exit_2(
+    tmp_path: Path, plugin: tuple[str, str, str | None], says: str
+) -> None:
+    site = tmp_path / "site"
+    _dist(site, *plugin)
+    for argv in (["run", "--no-progress", "--scenario", "small_restart_burst"], ["list"]):
+        out = _kvfault(site, *argv)
+        assert out.returncode == 2, (argv, out.stdout, out.stderr)
+        lines = out.stderr.strip().splitlines()
+        assert len(lines) == 1 and says in lines[0], (argv, out.stderr)
+        assert "Traceback" not in out.stderr

@@ -1,0 +1,159 @@
+"""The registry of tiers (``faults.tiers.Tiers``): read from entry points when asked,
+kvfault's own tiers registered there, declarations that import no tier library."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from faults.campaign import select_targets
+from faults.catalog import entries
+from faults.runs import Ending, finishes, stops
+from faults.tiers import DEFAULT_TIER, GROUP, Tier, TierError, Tiers
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+@dataclass
+class _EntryPoint:
+    name: str
+    value: str
+    loaded: object = None
+
+    def load(self) -> object:
+        if isinstance(self.loaded, Exception):
+            raise self.loaded
+        return self.loaded
+
+
+def _tiers(*eps: _EntryPoint) -> Tiers:
+    def entry_points(group: str) -> list[_EntryPoint]:
+        assert group == GROUP
+        return list(eps)
+
+    return Tiers.load(entry_points)
+
+
+def test_kvfault_registers_its_own_tiers_as_entry_points() -> None:
+    from importlib.metadata import entry_points
+
+    mine = {ep.name: ep.value for ep in entry_points(group=GROUP)}
+    assert mine == {
+        "memory": "faults.tiers.memory:TIER",
+        "lmcache": "faults.lmcache.tier:TIER",
+        "atom": "faults.atom.tier:TIER",
+    }
+    tiers = Tiers.installed()
+    assert tiers.names == ("memory", "lmcache", "atom")  # by rank
+    assert tiers.default.name == DEFAULT_TIER
+    assert tiers["lmcache"].fault("wire_kill").kills_server
+    assert tiers["atom"].own_commands() is not None and not tiers["atom"].rows("scenario")
+
+
+def test_reading_the_declarations_imports_no_tier_library() -> None:
+    # The registry is read by `kvfault list` and every run: it must stay cheap.
+    code = (
+        "import sys\n"
+        "from faults.tiers import Tiers\n"
+        "t = Tiers.load()\n"
+        "assert t.names == ('memory', 'lmcache', 'atom'), t.names\n"
+        "declared = {'faults', 'faults._lazy', 'faults.errors', 'faults.lmcache', 'faults.lmcache.tier', "
+        "'faults.atom', 'faults.atom.tier'}\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('lmcache', 'torch', 'atom', 'zmq', 'faults', 'reference', 'fakes') "
+        "and not m.startswith('faults.tiers') and m not in declared))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_tiers_are_ranked_and_unknown_names_answer_in_one_line() -> None:
+    a = Tier("a", "first", "m:f", rank=5)
+    b = Tier("b", "second", "m:f", rank=1)
+    tiers = _tiers(_EntryPoint("a", "x:A", a), _EntryPoint("b", "x:B", b))
+    assert tiers.names == ("b", "a") and "a" in tiers and "c" not in tiers
+    with pytest.raises(TierError, match=r"^unknown tier 'c'; known: b, a$"):
+        tiers["c"]
+
+
+@pytest.mark.parametrize(
+    "eps, says",
+    [
+        ((), "no tiers are registered (entry-point group kvfault.tiers)"),
+        (
+            (_EntryPoint("x", "x_tier:TIER", ImportError("no module named lmcache")),),
+            "tier plugin x = x_tier:TIER does not load: ImportError: no module named lmcache",
+        ),
+        ((_EntryPoint("x", "x_tier:TIER", 42),), "is a int, not a faults.tiers.Tier"),
+        (
+            (_EntryPoint("x", "x_tier:TIER", Tier("y", "d", "m:f")),),
+            "tier plugin x = x_tier:TIER declares the name 'y'",
+        ),
+        (
+            (
+                _EntryPoint("x", "one:TIER", Tier("x", "d", "m:f")),
+                _EntryPoint("x", "two:TIER", Tier("x", "d", "m:f")),
+            ),
+            "tier 'x' is registered twice (x = one:TIER; x = two:TIER)",
+        ),
+    ],
+    ids=["none", "broken", "not-a-tier", "misnamed", "twice"],
+)
+def test_a_bad_registry_is_one_line(eps: tuple[_EntryPoint, ...], says: str) -> None:
+    with pytest.raises(TierError) as err:
+        _tiers(*eps)
+    assert says in str(err.value) and len(str(err.value).splitlines()) == 1
+
+
+def test_a_declaration_that_points_at_nothing_is_one_line() -> None:
+    tier = Tier("x", "d", opener="faults.no_such_module:open", catalog="faults.tiers:nothing")
+    with pytest.raises(TierError, match=r"tier 'x': cannot load faults.tiers:nothing"):
+        tier.rows("scenario")
+    with pytest.raises(TierError, match=r"cannot load faults.no_such_module:open"):
+        with tier.open():
+            pass
+    with pytest.raises(TierError, match="runs its own campaign"):
+        with Tier("y", "d").open():
+            pass
+
+
+def test_the_catalog_is_what_the_tiers_declare() -> None:
+    # A tier left out of the registry takes its rows with it.
+    only_memory = Tiers([Tiers.installed()["memory"]])
+    assert "wire_kill" in entries("fault") and "wire_kill" not in entries("fault", only_memory)
+    assert entries("scenario")["two_images"].tiers == ("memory", "lmcache")
+    assert entries("scenario", only_memory)["two_images"].tiers == ("memory",)
+
+
+def test_wire_fault_endings_are_expects() -> None:
+    # The wire faults' ending vocabulary is Expect's: a stop with TransferUnprovable on
+    # any operation at any time, a finish, or either.
+    from faults.lmcache.wire_faults import EITHER, FINISH, STOP
+
+    unprovable = Ending("stop", "TransferUnprovable", "load", 31.0)
+    other = Ending("stop", "LoadNotTerminal", "load", 41.0)
+    done, hung = Ending("finish"), Ending("hang")
+    assert STOP == stops("TransferUnprovable") and FINISH == finishes()
+    assert [STOP.unmet(e) is None for e in (unprovable, other, done, hung)] == [1, 0, 0, 0]
+    assert [FINISH.unmet(e) is None for e in (unprovable, other, done, hung)] == [0, 0, 1, 0]
+    assert [EITHER.unmet(e) is None for e in (unprovable, other, done, hung)] == [1, 0, 1, 0]
+    assert str(EITHER) == "run to the end or stop with TransferUnprovable"
+    assert EITHER.unmet(other) == (
+        "expected to run to the end or stop with TransferUnprovable; "
+        "it stopped with LoadNotTerminal on a load after 41.0s"
+    )
+
+
+def test_a_target_on_a_tier_without_plans_is_built_by_its_catalog() -> None:
+    targets = select_targets(faults=["wire_drop_retrieve"], tier="lmcache")
+    assert [t.id for t in targets] == ["lmcache:fault:wire_drop_retrieve"]
+    assert targets[0].plan(0) is None  # its tier's catalog builds it, not a plan
+    (memory,) = select_targets(faults=["lost_completion"])
+    assert memory.plan(0) is not None

@@ -1,0 +1,26 @@
+"""Tiers as plugins: what a tier declares (``Tier``), and the tiers installed here
+(``Tiers``, read from the ``kvfault.tiers`` entry-point group when first needed).
+Importing this package imports no tier."""
+
+from faults.tiers.registry import GROUP, Tiers
+from faults.tiers.tier import (
+    DEFAULT_TIER,
+    KINDS,
+    Row,
+    Tier,
+    TierError,
+    TierFault,
+    TierUnavailable,
+)
+
+__all__ = [
+    "DEFAULT_TIER",
+    "GROUP",
+    "KINDS",
+    "Row",
+    "Tier",
+    "TierError",
+    "TierFault",
+    "TierUnavailable",
+    "Tiers",
+]

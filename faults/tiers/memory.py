@@ -1,0 +1,38 @@
+"""The ``memory`` tier's declaration (entry point ``kvfault.tiers: memory``): the
+reference stack on the in-process tier in virtual time. It registers like any outside
+tier; it is the default only because ``faults.tiers.DEFAULT_TIER`` names it."""
+
+from __future__ import annotations
+
+from faults.tiers.tier import Row, Tier
+
+NAME = "memory"
+
+
+def rows() -> list[Row]:
+    """Every scenario that names this tier, every in-process injector on its
+    scenario, every planted regression on its scenario."""
+    from faults.injectors.plans import INJECTORS
+    from faults.regressions.legacy import REGRESSIONS
+    from faults.scenarios import SCENARIOS
+
+    out = [
+        Row("scenario", s.name, s.description, s.name)
+        for s in SCENARIOS.values()
+        if NAME in s.tiers
+    ]
+    out += [Row("fault", i.name, i.description, i.scenario) for i in INJECTORS.values()]
+    out += [Row("regression", r.name, r.description, r.scenario) for r in REGRESSIONS.values()]
+    return out
+
+
+TIER = Tier(
+    name=NAME,
+    description="the embedded in-process tier in virtual time (the default)",
+    opener="faults.campaign.execute:memory_executor",
+    catalog="faults.tiers.memory:rows",
+    rank=0,
+    plans=True,
+    parallel=True,
+    scales=True,
+)

@@ -1,0 +1,97 @@
+"""The tiers installed here: read from the ``kvfault.tiers`` entry-point group when first
+asked for, never at import. kvfault's own tiers register the way an outside package
+does (``[project.entry-points."kvfault.tiers"]`` in its ``pyproject.toml``)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from faults.tiers.tier import DEFAULT_TIER, Tier, TierError
+
+GROUP = "kvfault.tiers"
+
+
+class Tiers:
+    """The registered tiers by name, in ``rank`` order (then name). Built from
+    ``Tier`` declarations; two with one name are a ``TierError``."""
+
+    def __init__(self, tiers: Iterable[Tier]):
+        by_name: dict[str, Tier] = {}
+        for t in tiers:
+            if t.name in by_name:
+                raise TierError(f"tier {t.name!r} is registered twice")
+            by_name[t.name] = t
+        self._tiers = {t.name: t for t in sorted(by_name.values(), key=lambda t: (t.rank, t.name))}
+
+    @classmethod
+    def load(cls, entry_points: Callable[..., Iterable[Any]] | None = None) -> Tiers:
+        """Every tier of the ``kvfault.tiers`` entry points (``entry_points``: a
+        stand-in for ``importlib.metadata.entry_points``). An entry point names a
+        ``Tier`` (``"module:attribute"``) whose ``name`` is the entry point's.
+        ``TierError`` in one line for a plugin that does not load, is not a
+        ``Tier``, or registers a name twice, and when there is none at all."""
+        if entry_points is None:
+            from importlib.metadata import entry_points as installed
+
+            entry_points = installed
+        found = list(entry_points(group=GROUP))
+        if not found:
+            raise TierError(
+                f"no tiers are registered (entry-point group {GROUP}): kvfault registers "
+                "its own when installed (pip install -e .)"
+            )
+        seen: dict[str, str] = {}
+        tiers = []
+        for ep in found:
+            where = f"{ep.name} = {ep.value}"
+            if ep.name in seen:
+                raise TierError(f"tier {ep.name!r} is registered twice ({seen[ep.name]}; {where})")
+            seen[ep.name] = where
+            try:
+                tier = ep.load()
+            except Exception as exc:  # noqa: BLE001  any plugin failure: one line, named
+                first = str(exc).splitlines()[0] if str(exc) else ""
+                raise TierError(
+                    f"tier plugin {where} does not load: {type(exc).__name__}: {first}"
+                ) from None
+            if not isinstance(tier, Tier):
+                raise TierError(
+                    f"tier plugin {where} is a {type(tier).__name__}, not a faults.tiers.Tier"
+                )
+            if tier.name != ep.name:
+                raise TierError(f"tier plugin {where} declares the name {tier.name!r}")
+            tiers.append(tier)
+        return cls(tiers)
+
+    @staticmethod
+    def installed() -> Tiers:
+        """The tiers this interpreter has installed, loaded once per process (the
+        installed entry points do not change while it runs)."""
+        return _installed()
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self._tiers)
+
+    @property
+    def default(self) -> Tier:
+        return self[DEFAULT_TIER]
+
+    def __getitem__(self, name: str) -> Tier:
+        tier = self._tiers.get(name)
+        if tier is None:
+            raise TierError(f"unknown tier {name!r}; known: {', '.join(self._tiers)}")
+        return tier
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tiers
+
+    def __iter__(self) -> Iterator[Tier]:
+        return iter(self._tiers.values())
+
+
+@functools.lru_cache(maxsize=1)
+def _installed() -> Tiers:
+    return Tiers.load()

@@ -1,0 +1,130 @@
+"""What a tier is, as plain declarations: ``Tier`` says what a tier package offers the
+campaign, by name and by lazily imported ``"module:attribute"`` references, so reading
+a declaration imports nothing of the tier's harness or client library."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from faults.errors import KvfaultError
+
+if TYPE_CHECKING:
+    from faults.injectors.base import Injector
+    from faults.runs import Expect
+
+# The tier a run uses when none is named: the in-process one. It registers like any
+# other (``faults.tiers.memory``); only its name is the core's default.
+DEFAULT_TIER = "memory"
+
+KINDS = ("scenario", "fault", "regression")
+
+
+class TierError(KvfaultError, ValueError):
+    """A tier plugin that cannot be used (broken, duplicate, unknown, none at all): one
+    line that names it."""
+
+
+class TierUnavailable(KvfaultError, RuntimeError):
+    """A tier that cannot open on this machine (its library is not installed, its
+    source is missing): one line that says what to install or give."""
+
+
+@dataclass(frozen=True)
+class Row:
+    """One name a tier runs: a scenario, fault or regression, and the scenario it runs
+    on there."""
+
+    kind: str
+    name: str
+    description: str
+    scenario: str
+
+
+class TierFault(Protocol):
+    """A fault of a tier whose faults are not in-process plans (``Tier.plans`` False):
+    built from a seed, and how the fixed stack must end under it."""
+
+    name: str
+    description: str
+    scenario: str
+    expect: Expect
+    kills_server: bool  # it restarts what the tier opened: the campaign runs it last
+
+    def factory(self, seed: int) -> Injector: ...
+
+
+@dataclass(frozen=True)
+class Tier:
+    """One tier the campaign can run on, as its package declares it.
+
+    ``opener``: ``"module:function"`` of a context manager that yields the tier's
+    executor (``faults.campaign.execute.Executor``) with whatever it needs started,
+    and stops it on exit; it raises ``TierUnavailable`` in one line when it cannot.
+    ``catalog``: ``"module:function"`` returning the ``Row``s it runs (its scenarios,
+    faults and regressions, each with the scenario it runs on there). ``faults``:
+    ``"module:attribute"`` of its fault catalog, a mapping of name to ``TierFault``
+    (empty when its faults are in-process plans, ``plans``). ``commands``: for a tier
+    with its own campaign loop, ``"module:attribute"`` of an object with
+    ``run(args) -> int`` and ``list(args) -> int`` that ``kvfault run/list --tier``
+    hand over to. ``rank`` orders tiers in lists and ``--tier`` choices.
+
+    Capabilities: ``plans`` (its faults are in-process fault plans: ``--swarm``,
+    ``--pin`` and ``--legacy`` run here), ``parallel`` (its cases may run in many
+    processes: ``-j``, ``-n``, ``--tx``), ``scales`` (``--scale``). ``seeds``: its
+    default seeds per target (None: the campaign's)."""
+
+    name: str
+    description: str
+    opener: str = ""
+    catalog: str = ""
+    faults: str = ""
+    commands: str = ""
+    rank: int = 50
+    plans: bool = False
+    parallel: bool = False
+    scales: bool = False
+    seeds: int | None = None
+
+    def rows(self, kind: str) -> list[Row]:
+        """The ``Row``s of ``kind`` this tier runs, in its catalog's order."""
+        if not self.catalog:
+            return []
+        return [r for r in _load(self, self.catalog)() if r.kind == kind]
+
+    def fault(self, name: str) -> TierFault:
+        """Fault ``name`` of this tier's catalog (``KeyError`` when it has none)."""
+        if not self.faults:
+            raise KeyError(f"tier {self.name!r} declares no fault catalog")
+        return _load(self, self.faults)[name]
+
+    def fault_catalog(self) -> Mapping[str, TierFault]:
+        return _load(self, self.faults) if self.faults else {}
+
+    @contextlib.contextmanager
+    def open(self, **options: Any) -> Iterator[Any]:
+        """The tier's executor, opened by its ``opener`` and closed on exit."""
+        if not self.opener:
+            raise TierError(f"tier {self.name!r} runs its own campaign: it opens no executor")
+        opener: Callable[..., Any] = _load(self, self.opener)
+        with opener(**options) as executor:
+            yield executor
+
+    def own_commands(self) -> Any | None:
+        """The tier's own ``run``/``list`` commands, or None (it runs on the campaign)."""
+        return _load(self, self.commands) if self.commands else None
+
+
+def _load(tier: Tier, ref: str) -> Any:
+    """The object ``ref`` (``"module:attribute"``) names; ``TierError`` in one line when
+    the declaration points at nothing."""
+    module, _, attr = ref.partition(":")
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        raise TierError(
+            f"tier {tier.name!r}: cannot load {ref}: {type(exc).__name__}: {exc}"
+        ) from None
