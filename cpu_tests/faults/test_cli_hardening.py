@@ -269,6 +269,10 @@ def test_ctrl_c_during_repro_and_replay(tmp_path):
     # A replay of the same case at 16x its size runs for minutes: interrupt it too.
     obj = json.loads(artifact.read_text())
     obj["target"]["scale"] = 16
+    # An artifact is replayed as written: the case it names is the 16x one.
+    from faults.campaign.targets import Case, Target
+
+    obj["case"] = Case(Target.from_json(obj["target"]), obj["seed"]).id
     big = tmp_path / "big.json"
     big.write_text(json.dumps(obj))
     t0 = time.monotonic()
