@@ -131,6 +131,8 @@ class Session:
         self.show(len(self.done), self.total, case.id)
 
     def show(self, done: int, total: int, label: str) -> None:
+        """Report progress (a backend that learns only of finished work calls it as
+        outcomes arrive); the closing ``done, done`` is reported once."""
         if self.progress is not None and (done, total) != self._shown:
             self._shown = (done, total) if done == total else None
             self.progress(done, total, label)
