@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 from reference.interfaces import (
     Clock,
@@ -50,7 +50,7 @@ class _Pending:
     op: OperationId
     ready_at: float
     reply: TierReply | None  # None: never answered
-    on_ready: object = None  # callable run once when the reply is first seen
+    on_ready: Callable[[], TierReply] | None = None  # run once when the reply is first seen
 
 
 class MemoryTier:
@@ -253,9 +253,9 @@ class MemoryTier:
                 error=f"store not kept: the tier had no room for {refused} chunks of "
                 f"[{start}, {end}) (full)",
             )
-        for position, key, state in states:
+        for position, state_key, state in states:
             if self.on_state_grid(position):
-                self._states[key] = (visible_at, state)
+                self._states[state_key] = (visible_at, state)
         self._evict()
         return TierReply(ok=True)
 
@@ -300,7 +300,7 @@ class MemoryTier:
         if ticket.reply is None and ticket.on_ready is not None:
             if self.clock.now() < ticket.ready_at:
                 return None
-            ticket.reply = ticket.on_ready()  # type: ignore[operator]
+            ticket.reply = ticket.on_ready()
             ticket.on_ready = None
         return ticket.reply
 

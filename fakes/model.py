@@ -79,7 +79,7 @@ class DeterministicModel:
             if state is None or start == 0:
                 state = self.initial_state(req)
         full = end // bs  # blocks [first, full) are whole; one partial block may follow
-        pages = []
+        pages: list[int] = []  # a simulated page is the hash of its chain
         append = pages.append
         # The whole blocks as tuples, cut in C: one iterator repeated bs times.
         whole = zip(*[iter(ids[first * bs : full * bs])] * bs, strict=True)

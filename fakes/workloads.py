@@ -125,7 +125,7 @@ def _redrawn(method: _Gen) -> _Gen:
                 _DRAWN.popitem(last=False)
         return replace(out, requests=list(out.requests))
 
-    return draw  # type: ignore[return-value]
+    return draw  # type: ignore[return-value]  # functools.wraps: method's own signature
 
 
 class Workloads:

@@ -6,7 +6,7 @@ that result to its parent process: every error here survives a pickle round trip
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from reference.types import OperationId
 
@@ -28,7 +28,7 @@ class RebuiltWhenUnpickled:
     one pickles as its class, ``args`` and attributes, and comes back equal to them."""
 
     def __reduce__(self) -> tuple[Any, ...]:
-        exc: BaseException = self  # type: ignore[assignment]
+        exc = cast(BaseException, self)  # a mixin of error classes only
         return (rebuilt, (type(exc), exc.args, dict(vars(exc))))
 
 

@@ -111,10 +111,10 @@ class OperationId:
         return (OperationId, (self.req_id, self.generation, self.kind))
 
     def __str__(self) -> str:
-        return self._str  # type: ignore[attr-defined]
+        return self._str  # type: ignore[attr-defined]  # set in __post_init__, not a field
 
     def __hash__(self) -> int:
-        return self._hash  # type: ignore[attr-defined]
+        return self._hash  # type: ignore[attr-defined]  # set in __post_init__, not a field
 
 
 @dataclass(frozen=True)

@@ -389,8 +389,10 @@ class TorchCopyEngine:
             staging = torch.empty((n, self._kv_rows.shape[1]), dtype=self.word, pin_memory=True)
             torch.stack(foreign, out=staging)
         elif n and self.method == "staged":
+            pool = self.pool
+            assert pool is not None  # pool pages come only with a pool (_put_sources)
             staging = torch.empty((n, self._kv_rows.shape[1]), dtype=self.word, pin_memory=True)
-            torch.index_select(self.pool.rows(self.word), 0, buf.host[0, :n], out=staging)
+            torch.index_select(pool.rows(self.word), 0, buf.host[0, :n], out=staging)
         if self.device.index != torch.cuda.current_device():
             with torch.cuda.device(self.device):
                 return self._queue(op, buf, n, staging, host_state, req_id)
@@ -453,6 +455,8 @@ class TorchCopyEngine:
     def _move_dma(self, out: torch.Tensor, buf: _IndexBuffer, n: int) -> None:
         """Batched DMA; runs where both slots and blocks are consecutive go as one copy.
         Rows 2-4 of ``buf`` take the source addresses, destination addresses, sizes."""
+        pool, dma = self.pool, self._dma
+        assert pool is not None and dma is not None  # set before _move_dma is chosen
         a = buf.np
         idx = a[:2, :n]  # source slots, destination blocks
         rb = self.kv.row_bytes
@@ -472,13 +476,13 @@ class TorchCopyEngine:
             np.multiply(idx[:, starts], rb, out=addr)
             np.subtract(np.append(starts[1:], n), starts, out=a[4, :count])
             a[4, :count] *= rb
-        addr += np.array([[self.pool.buffer.data_ptr()], [out.data_ptr()]], dtype=np.int64)
+        addr += np.array([[pool.buffer.data_ptr()], [out.data_ptr()]], dtype=np.int64)
         srcs, dsts, sizes = buf.row_ptr(2), buf.row_ptr(3), buf.row_ptr(4)
         first, step = 0, (self.dma_chunk if self.dma_chunk > 0 else count)
         while first < count:
             k = min(step, count - first)
             try:
-                self._dma.copy(
+                dma.copy(
                     dsts + 8 * first, srcs + 8 * first, sizes + 8 * first, k, self._stream_handle
                 )
             except RuntimeError:
@@ -491,7 +495,9 @@ class TorchCopyEngine:
     def _move_triton(self, out: torch.Tensor, buf: _IndexBuffer, n: int) -> None:
         """One gather kernel through Triton's compiled launcher (no argument binding per
         call), indices read in place from the pinned buffer."""
-        self._tg(self._stream_handle, self._mapped_ptr, out.data_ptr(), buf.ptr, buf.row_ptr(1), n)
+        tg = self._tg
+        assert tg is not None  # compiled before _move_triton is chosen (_pick_gather)
+        tg(self._stream_handle, self._mapped_ptr, out.data_ptr(), buf.ptr, buf.row_ptr(1), n)
 
     def _move_triton_jit(self, out: torch.Tensor, buf: _IndexBuffer, n: int) -> None:
         """The same kernel through ``kernel[grid](...)`` (where the direct launch is not
@@ -535,8 +541,10 @@ class TorchCopyEngine:
                 continue
             self.gather = name
             if name == "triton":
-                self._mapped_ptr = self._mapped.data_ptr()
-                self._tg = _TritonGather.compile(self._mapped, self._kv_rows, self._buffer(1))
+                mapped = self._mapped
+                assert mapped is not None  # a gather is picked only for mapped rows
+                self._mapped_ptr = mapped.data_ptr()
+                self._tg = _TritonGather.compile(mapped, self._kv_rows, self._buffer(1))
                 if self._tg is not None and self._probe(self._move_triton):
                     self._move = self._move_triton
                     return name
@@ -553,8 +561,10 @@ class TorchCopyEngine:
     def _probe(self, move) -> bool:
         """Move two random rows of the pool with ``move`` into a scratch buffer and
         compare bytes. Restores the pool rows it borrowed; synchronous (construction)."""
-        host = self.pool.rows(self.word)
-        probe = [0, self.pool.num_slots - 1]
+        pool = self.pool
+        assert pool is not None  # a way to move pool pages is probed only with a pool
+        host = pool.rows(self.word)
+        probe = [0, pool.num_slots - 1]
         saved = host[probe].clone()
         try:
             host[probe] = _random_rows(len(probe), host.shape[1], self.word)

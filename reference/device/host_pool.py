@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import overload
 
 import numpy as np
 import torch
@@ -107,7 +108,13 @@ class HostPageBatch(Sequence[HostPage]):
     def __len__(self) -> int:
         return self.slots_np.size
 
-    def __getitem__(self, i):  # type: ignore[override]
+    @overload
+    def __getitem__(self, i: int) -> HostPage: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> HostPageBatch: ...
+
+    def __getitem__(self, i: int | slice) -> HostPage | HostPageBatch:
         if isinstance(i, slice):
             return HostPageBatch(self.pool, self.slots[i], self.generations[i], self.epoch)
         return HostPage(self.pool, int(self.slots_np[i]), int(self.generations_np[i]))

@@ -19,7 +19,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
@@ -35,6 +35,10 @@ class _StreamOrder:
     record and one stream wait, through the CUDA runtime torch loaded (a raw stream
     handle, a reused event: a few microseconds less than torch's stream objects on
     every restore), or through torch where that runtime is not at hand (HIP)."""
+
+    lib: Any | None  # the CUDA runtime (ctypes); None: torch's stream objects
+    raw: Any  # torch's raw current-stream getter, with the runtime
+    event: Any  # a cudaEvent_t handle with the runtime, else a torch.cuda.Event
 
     def __init__(self, device: torch.device, side: Any, runtime: str = "auto"):
         self.index = device.index if device.index is not None else torch.cuda.current_device()
@@ -114,7 +118,8 @@ class _BatchDma:
         """The runtime's batched copy, or None (HIP, an older runtime, no library)."""
         if cls._loaded is False:
             cls._loaded = cls._load()
-        return cls._loaded or None
+        loaded = cls._loaded
+        return loaded if isinstance(loaded, _BatchDma) else None
 
     @classmethod
     def _load(cls) -> _BatchDma | None:
@@ -184,6 +189,10 @@ except Exception:  # noqa: BLE001 - a missing or broken triton only loses this p
 GATHER_BLOCK_WORDS = 4096
 GATHER_WARPS = 8
 
+# The gather through ``kernel[grid](...)``; None without Triton.
+_triton_gather: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], None] | None
+_triton_gather = None
+
 if triton is not None:
 
     @triton.jit
@@ -198,7 +207,7 @@ if triton is not None:
     def _gather_block(words: int) -> int:
         return min(GATHER_BLOCK_WORDS, triton.next_power_of_2(words))
 
-    def _triton_gather(
+    def _gather_by_grid(
         src: torch.Tensor, dst: torch.Tensor, src_idx: torch.Tensor, dst_idx: torch.Tensor
     ) -> None:
         """One kernel: ``dst[dst_idx[i]] = src[src_idx[i]]``, every row at once, reading
@@ -208,8 +217,7 @@ if triton is not None:
         grid = (dst_idx.numel(), triton.cdiv(words, block))
         _gather_kernel[grid](src, dst, src_idx, dst_idx, words, BLOCK=block, num_warps=GATHER_WARPS)
 
-else:
-    _triton_gather = None
+    _triton_gather = _gather_by_grid
 
 
 class _TritonGather:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 import hashlib
 from array import array
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from reference.types import TEXT_CACHE_SEED, Request
 
@@ -160,6 +160,7 @@ def _block_hash_chain(
     chain: list[int] = []
     append = chain.append
     prev = hash((_CHAIN_TAG, seed))
+    blocks: Iterator[tuple[int, ...]]
     if end > len(token_ids):  # ``upto`` past the prompt: short (or empty) blocks too
         blocks = (tuple(token_ids[off : off + block_size]) for off in range(0, end, block_size))
     else:  # the full blocks as tuples, cut in C: one iterator repeated block_size times

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Callable
+from typing import Callable, Protocol
 
 from reference.errors import EngineStopped
 from reference.interfaces import (
@@ -32,7 +32,7 @@ from reference.trace import Ev, Trace
 from reference.types import Geometry, ModelKind, Request, StateGrid
 
 
-class ModelRunner:
+class ModelRunner(Protocol):
     """What the engine needs of a model (``fakes.model.DeterministicModel`` is one)."""
 
     def compute(

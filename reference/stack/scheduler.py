@@ -13,6 +13,7 @@ import heapq
 import operator
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 from reference.errors import LoadNotTerminal
 from reference.interfaces import Clock, LookupClient, LookupQuery
@@ -86,6 +87,14 @@ def _first_key_hex(keys: list) -> str | None:
         return None
     k = keys[0]
     return k.hex() if isinstance(k, bytes) else format(k & 0xFFFFFFFFFFFFFFFF, "016x")
+
+
+class Holdings(TypedDict):
+    """What the scheduler still holds (``Scheduler.holdings``)."""
+
+    hbm_blocks: int
+    loading: int
+    unfinished: int
 
 
 class Scheduler:
@@ -166,7 +175,7 @@ class Scheduler:
         """The last operation generation handed out."""
         return self._generation
 
-    def holdings(self) -> dict[str, int]:
+    def holdings(self) -> Holdings:
         """What the scheduler still holds: HBM blocks, loads awaiting completion and
         unfinished requests."""
         return {
@@ -279,7 +288,7 @@ class Scheduler:
             self._waiting_needs.update(s.n_blocks for s in arrived)
         meta = StepMeta(step=step)
         waiting = self._waiting
-        kept = []  # visited and not admitted
+        kept: list[SeqState] = []  # visited and not admitted
         # The smallest need only grows as requests are admitted: this one never stops
         # the scan too early.
         smallest = min(self._waiting_needs, default=0)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Sequence, TypedDict
 
 from reference.errors import RestoreFenceError, TransferUnprovable
 from reference.interfaces import (
@@ -34,6 +34,14 @@ def page_digest(pages: list) -> int | None:
     if not pages or isinstance(pages[0], int):
         return hash(tuple(pages))
     return None
+
+
+class Pending(TypedDict):
+    """What the worker still tracks (``RestoreWorker.pending``)."""
+
+    loads: int
+    saves: int
+    tier_tickets: int
 
 
 @dataclass
@@ -83,7 +91,7 @@ class RestoreWorker:
     def has_pending(self) -> bool:
         return bool(self._loads or self._saves)
 
-    def pending(self) -> dict[str, int]:
+    def pending(self) -> Pending:
         """What the worker still tracks: loads and saves not reported terminal, and of
         those the tier tickets whose reply it has not seen."""
         return {
@@ -252,7 +260,7 @@ class RestoreWorker:
             return
         # Some load is past its deadline: name the first in load order, as a scan would.
         for op, entry in self._loads.items():
-            start = self.deadline.clock_start(entry.clock)
-            if start is not None and now - start > self.deadline.deadline_s:
+            began = self.deadline.clock_start(entry.clock)
+            if began is not None and now - began > self.deadline.deadline_s:
                 phase = "retrieve" if entry.clock.retrieved_at is None else "restore copy"
-                raise TransferUnprovable(op, now - start, phase, self.deadline.deadline_s)
+                raise TransferUnprovable(op, now - began, phase, self.deadline.deadline_s)

@@ -673,7 +673,7 @@ class LMCacheTier(_PageCodec):
         client = getattr(self, "client", None)
         for iid in getattr(self, "_instances", []):
             try:
-                client.unregister_kv_cache_engine_driven_context(iid)  # type: ignore[union-attr]
+                client.unregister_kv_cache_engine_driven_context(iid)  # type: ignore[union-attr]  # None raises: caught below
             except Exception:
                 pass
         for ctx in getattr(self, "_contexts", []):
