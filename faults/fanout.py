@@ -34,7 +34,10 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+if TYPE_CHECKING:
+    import pytest  # imported where used: a fan-out's caller may never need it
 
 from faults.errors import KvfaultError
 
@@ -331,10 +334,10 @@ def pytest_pycollect_makemodule(module_path: Path, parent: Any) -> Any:
     return None
 
 
-_CLASSES: dict[str, type] = {}
+_CLASSES: dict[str, type[pytest.File]] = {}
 
 
-def _collector() -> type:
+def _collector() -> type[pytest.File]:
     """The collector and item classes, made on first use (pytest is imported lazily)."""
     if not _CLASSES:
         import pytest

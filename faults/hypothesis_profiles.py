@@ -14,6 +14,8 @@ geometry, so no profile has a per-example deadline; virtual time is asserted ins
 
 from __future__ import annotations
 
+from typing import Any
+
 PROFILES = ("dev", "ci", "nightly", "mutation")
 ENV = "HYPOTHESIS_PROFILE"
 
@@ -22,7 +24,7 @@ def register() -> None:
     """Register the profiles with hypothesis (loads none)."""
     from hypothesis import HealthCheck, Phase, settings
 
-    common = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    common: dict[str, Any] = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow])
     # The explain phase re-runs a shrunk failure many times to point at the lines that
     # matter; with whole simulated runs per example that takes minutes. dev and ci skip
     # it, so a failure reports in seconds; nightly keeps it.

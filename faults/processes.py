@@ -11,12 +11,17 @@ import signal
 import subprocess
 import threading
 from collections.abc import Iterator
-from typing import Any
+from types import FrameType
+from typing import Any, Callable, TypeAlias
 
 # The signals that end a command with one line and 128 + signum (130, 143, 129).
 STOP_SIGNALS = tuple(
     getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
 )
+
+# What signal.signal takes and returns: a function, SIG_DFL or SIG_IGN, or None (a
+# handler not installed from Python).
+Handler: TypeAlias = Callable[[int, FrameType | None], Any] | int | None
 
 
 class Interrupted(KeyboardInterrupt):
@@ -41,7 +46,7 @@ class Signals:
     """
 
     def __init__(self) -> None:
-        self._previous: dict[int, object] = {}
+        self._previous: dict[int, Handler] = {}
         self._deferring = False
         self._pending: int | None = None
 
@@ -53,7 +58,7 @@ class Signals:
 
     def restore(self) -> None:
         for signum, handler in self._previous.items():
-            signal.signal(signum, handler)  # type: ignore[arg-type]
+            signal.signal(signum, handler)
         self._previous.clear()
 
     def _handle(self, signum: int, _frame: object) -> None:

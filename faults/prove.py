@@ -39,7 +39,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import NoReturn, TextIO
 
 from faults.errors import KvfaultError
 from faults.processes import (
@@ -472,7 +472,7 @@ def run(args: argparse.Namespace) -> int:
 class _OneLineParser(argparse.ArgumentParser):
     """argparse prints usage plus the error; we promise one line, exit 2."""
 
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 

@@ -92,11 +92,11 @@ class _Guarded(io.TextIOBase):
         return True
 
     @property
-    def encoding(self) -> str:  # type: ignore[override]
+    def encoding(self) -> str:  # type: ignore[override]  # a plain attribute in TextIOBase
         return getattr(self.inner, "encoding", "utf-8")
 
     @property
-    def errors(self) -> str | None:  # type: ignore[override]
+    def errors(self) -> str | None:  # type: ignore[override]  # a plain attribute in TextIOBase
         return getattr(self.inner, "errors", None)
 
     def __getattr__(self, name: str) -> Any:
@@ -119,8 +119,8 @@ def guard_streams() -> Iterator[None]:
     out, err = sys.stdout, sys.stderr
     if closed[1] or out is None:
         raise StreamClosed(9, "stdout is closed: what kvfault prints could not be read")
-    sys.stdout = _Guarded(sys.stdout, "stdout", swallow=False)  # type: ignore[assignment]
-    sys.stderr = _Guarded(sys.stderr, "stderr", swallow=True)  # type: ignore[assignment]
+    sys.stdout = _Guarded(sys.stdout, "stdout", swallow=False)
+    sys.stderr = _Guarded(sys.stderr, "stderr", swallow=True)
     try:
         yield
     finally:

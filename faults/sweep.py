@@ -288,11 +288,11 @@ def format_result(result: SweepResult, tail: bool = True, per_seed: bool = True)
             lines.append(f"--- PYTHONHASHSEED={s.seed} (last lines) ---")
             lines.append(s.tail)
     n = len(result.seeds)
-    per_seed = result.wall_seconds / n if n else 0.0
+    each = result.wall_seconds / n if n else 0.0
     lines.append(
         f"{n} hash seeds: {n - len(bad)} passed, {len(bad)} failed"
         + (f" (seeds {_ranges([s.seed for s in bad])})" if bad else "")
-        + f"; {result.wall_seconds:.2f}s wall, {per_seed:.2f}s per seed"
+        + f"; {result.wall_seconds:.2f}s wall, {each:.2f}s per seed"
     )
     if bad:
         cmd = shlex.join(child_command(result.pytest_args, "python"))
@@ -308,15 +308,10 @@ def format_seed(s: SeedOutcome) -> str:
 
 
 def _ranges(seeds: Sequence[int]) -> str:
-    out, start, prev = [], None, None
+    runs: list[list[int]] = []  # [first, last] of each run of consecutive seeds
     for s in sorted(seeds):
-        if start is None:
-            start = prev = s
-        elif s == prev + 1:  # type: ignore[operator]
-            prev = s
+        if runs and s == runs[-1][1] + 1:
+            runs[-1][1] = s
         else:
-            out.append(f"{start}-{prev}" if start != prev else str(start))
-            start = prev = s
-    if start is not None:
-        out.append(f"{start}-{prev}" if start != prev else str(start))
-    return ",".join(out)
+            runs.append([s, s])
+    return ",".join(f"{first}-{last}" if first != last else str(first) for first, last in runs)

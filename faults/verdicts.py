@@ -27,7 +27,9 @@ class Verdict(str, enum.Enum):
 
     # Print the value, not ``Verdict.PASS`` (str mixins format by name on some Pythons).
     __str__ = str.__str__
-    __format__ = str.__format__
+
+    def __format__(self, format_spec: str) -> str:
+        return str.__format__(self, format_spec)
 
     @property
     def ok(self) -> bool:

@@ -21,7 +21,7 @@ import enum
 import os
 import sys
 import types
-from typing import Any
+from typing import Any, Literal
 
 TP_FIELDS = ("rank_in_group", "world_size", "rank", "local_rank")
 
@@ -31,7 +31,7 @@ class HostDevice(str):
     host (the string is ``"cpu"``)."""
 
     type = "cuda"
-    index = 0
+    index = 0  # type: ignore[assignment]  # torch.device's index: shadows str.index on purpose
 
     def __new__(cls) -> HostDevice:
         return super().__new__(cls, "cpu")
@@ -86,13 +86,13 @@ def install_aiter() -> None:
     dist = _module("aiter.dist", parallel_state=parallel_state, shm_broadcast=shm, __path__=[])
     # ATOM before 7672123 (#1768) imports these two at module level (atom.config,
     # atom.quant_spec): the quantisation kinds by name, the dtype table by its old path.
-    quant = enum.Enum("QuantType", "No per_Tensor per_Token per_1x32 per_1x128")
+    QuantType = enum.Enum("QuantType", "No per_Tensor per_Token per_1x32 per_1x128")
     utility = _module(
         "aiter.utility",
         dtypes=_module("aiter.utility.dtypes", d_dtypes=d_dtypes),
         __path__=[],
     )
-    _module("aiter", dtypes=dtypes, dist=dist, utility=utility, QuantType=quant, __path__=[])
+    _module("aiter", dtypes=dtypes, dist=dist, utility=utility, QuantType=QuantType, __path__=[])
 
 
 class _Stream:
@@ -136,7 +136,7 @@ class _NullContext:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, *exc: Any) -> bool:
+    def __exit__(self, *exc: Any) -> Literal[False]:
         return False
 
 
@@ -146,12 +146,12 @@ def install_cuda_streams() -> None:
     import torch
 
     cuda = torch.cuda
-    cuda.Stream = _Stream  # type: ignore[assignment]
-    cuda.Event = _Event  # type: ignore[assignment]
-    cuda.stream = _NullContext  # type: ignore[assignment]
-    cuda.device = _NullContext  # type: ignore[assignment]
-    cuda.current_stream = lambda *a, **k: _Stream()  # type: ignore[assignment]
-    cuda.synchronize = lambda *a, **k: None  # type: ignore[assignment]
+    cuda.Stream = _Stream
+    cuda.Event = _Event
+    cuda.stream = _NullContext
+    cuda.device = _NullContext
+    cuda.current_stream = lambda *a, **k: _Stream()
+    cuda.synchronize = lambda *a, **k: None
 
 
 def _segments_bytes(segments: list[Any]) -> list[Any]:
@@ -232,7 +232,7 @@ def install_socket_dir(path: str | None) -> None:
         os.makedirs(path, exist_ok=True)
     envs = sys.modules.get("vllm.envs")
     if envs is not None and getattr(envs, "__kvfault_shim__", False):
-        envs.VLLM_RPC_BASE_PATH = path  # a forked server process: this host's directory
+        vars(envs)["VLLM_RPC_BASE_PATH"] = path  # a forked server process: this host's directory
         return
     if "vllm" in sys.modules:
         return

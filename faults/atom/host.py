@@ -97,7 +97,8 @@ class AtomHost:
         self.listener = Listener(
             os.path.join(self.dir, "host.sock"), family="AF_UNIX", authkey=self.authkey
         )
-        self.listener._listener._socket.settimeout(180.0)
+        # Listener.accept takes no timeout; its socket does
+        self.listener._listener._socket.settimeout(180.0)  # type: ignore[attr-defined]  # private
         self.t0 = time.monotonic()
         self.events: list[RawEvent] = []
         self.servers: list[Server] = []

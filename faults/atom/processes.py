@@ -78,7 +78,8 @@ def scheduler_main(
     log = EventLog()
     listener = Listener(listen, family="AF_UNIX", authkey=authkey)
     conn.send(("listening", spec.name, os.getpid()))
-    listener._listener._socket.settimeout(180.0)  # bounded wait for the worker
+    # bounded wait for the worker: Listener.accept takes no timeout, its socket does
+    listener._listener._socket.settimeout(180.0)  # type: ignore[attr-defined]  # private
     try:
         wconn = listener.accept()
         if not wconn.poll(180.0):

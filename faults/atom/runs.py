@@ -52,7 +52,9 @@ def result_of(
         name = ev.data.get("injector")
         if name in fired:
             fired[name].fired += 1
-    outputs = {e.req_id: tuple(e.data["tokens"]) for e in trace.of(Ev.OUTPUT)}
+    outputs = {
+        e.req_id: tuple(e.data["tokens"]) for e in trace.of(Ev.OUTPUT) if e.req_id is not None
+    }
     last = trace.events[-1].t if trace.events else 0.0
     return RunResult(
         scenario=scenario,
@@ -64,7 +66,7 @@ def result_of(
             for r in requests
         },
         outcomes=[RunOutcome(None, last, 0, outputs, hung=hung)],
-        injectors=list(fired.values()),  # type: ignore[arg-type]
+        injectors=list(fired.values()),  # type: ignore[arg-type]  # counts only, no injector
         notes={"tier": "atom"},
         startup_error=startup_error,
     )

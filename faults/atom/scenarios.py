@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field, replace
-from typing import Callable
+from typing import Any, Callable
 
 from faults.atom.host import AtomHost, Server
 from faults.atom.spec import AtomRequest, FaultSpec, ServerSpec
@@ -40,8 +40,8 @@ class AtomRun:
     def prompt(self, n: int) -> tuple[int, ...]:
         return tuple(self.rng.randrange(3, 30000) for _ in range(n))
 
-    def server(self, name: str, **spec: object) -> Server:
-        s = ServerSpec(name, **spec)  # type: ignore[arg-type]
+    def server(self, name: str, **spec: Any) -> Server:
+        s = ServerSpec(name, **spec)
         if not self.faulted or name in self.faulted:
             s = replace(s, faults=self.faults, **self.spec_changes)
             if self.spec_changes and self.injector:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import time
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Callable
 
 from faults.atom.spec import AtomRequest, FaultSpec, RawEvent, ServerSpec
 from reference.stack.worker import page_digest
@@ -122,6 +122,7 @@ class HostKv:
         import torch
 
         self._views = [s.view(s.shape[0], -1).view(torch.int64) for s in segments]
+        self.num_blocks = int(segments[0].shape[0]) if segments else 0
 
     def read(self, block: int) -> int | None:
         values = {int(v[block, 0]) for v in self._views}
@@ -136,8 +137,8 @@ class HostKv:
     def read_state(self, req_id: str) -> int | None:
         return None
 
-    def write_state(self, req_id: str, value: int) -> None:
-        pass
+    def write_state(self, req_id: str, state: Any | None) -> None:
+        pass  # dense models only: no state slot
 
 
 class WorkerProcess:
@@ -487,6 +488,9 @@ class SchedulerProcess:
     calls to record the trace; changes none of them."""
 
     label = "kvfault atom EngineCore"
+    # ATOM's EngineCore step methods, set on the class at construction (_bind_engine_core)
+    _process_engine_step_inner: Callable[[], None]
+    _advance_idle_kv_transfer: Callable[[], None]
 
     def __init__(self, spec: ServerSpec, log: EventLog, link: WorkerLink, socket_dir: str):
         from faults.atom import boundary
@@ -747,7 +751,7 @@ class SchedulerProcess:
         """What this engine still holds now that its run has nothing left."""
         bm = self.scheduler.block_manager
         pool = getattr(bm, "kv", None)
-        stats = getattr(self.connector, "get_statistics", lambda: {})() or {}
+        stats: dict[str, Any] = getattr(self.connector, "get_statistics", lambda: {})() or {}
         held = dict(
             hbm_blocks=int(getattr(pool, "num_used", 0) or 0) if pool is not None else 0,
             loads=int(stats.get("loads_pending", 0)),

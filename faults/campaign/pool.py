@@ -88,7 +88,7 @@ def _dumps(outcome: CaseOutcome) -> bytes:
 
     buf = io.BytesIO()
     pickler = pickle.Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL)
-    pickler.dispatch_table = {  # type: ignore[misc]
+    pickler.dispatch_table = {
         **copyreg.dispatch_table,
         Trace: lambda tr: (_trace_of, (tr.events,)),
     }

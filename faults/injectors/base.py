@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from reference.trace import Ev, Trace
 from reference.types import OperationId, Request
@@ -62,7 +62,7 @@ class Injector:
     none), so a report can tell planned faults from the workload's.
     """
 
-    name: ClassVar[str] = "injector"
+    name: str = "injector"  # per class; an instance may carry a catalog alias
 
     def __init__(self, seed: int = 0) -> None:
         self.fired = 0

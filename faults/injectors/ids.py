@@ -48,6 +48,7 @@ class SaltedId(str):
     of the salt, not of PYTHONHASHSEED."""
 
     salted: bool = True
+    _hash: int  # the salted hash, set once by __new__
 
     def __new__(cls, text: str, salt: int) -> SaltedId:
         obj = super().__new__(cls, text)

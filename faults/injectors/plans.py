@@ -491,15 +491,17 @@ def _thaw(value: Any) -> Any:
     return value
 
 
-def _compose(maps: Sequence[Callable[[Request], Request] | None]):
-    maps = [m for m in maps if m is not None]
-    if not maps:
+def _compose(
+    maps: Sequence[Callable[[Request], Request] | None],
+) -> Callable[[Request], Request] | None:
+    given = [m for m in maps if m is not None]
+    if not given:
         return None
-    if len(maps) == 1:
-        return maps[0]
+    if len(given) == 1:
+        return given[0]
 
     def composed(req: Request) -> Request:
-        for m in maps:
+        for m in given:
             req = m(req)
         return req
 

@@ -35,7 +35,7 @@ import time
 import uuid
 import weakref
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import IO, Callable, Sequence
 
 from faults.errors import KvfaultError
 from faults.processes import running, stop_group
@@ -309,7 +309,7 @@ class LMCacheServer:
         if not lmcache_available(self.python):
             raise LMCacheNotInstalled(self.python)
         sweep_stale_segments()
-        last_error: Exception | None = None
+        last_error: LMCacheServerError | None = None
         for _attempt in range(3):  # a free port can be taken between probe and bind
             try:
                 self._launch_once()
@@ -319,7 +319,8 @@ class LMCacheServer:
                 self.stop()
                 self._stopped.clear()
                 self.proc = None
-        raise last_error  # type: ignore[misc]
+        assert last_error is not None  # every attempt failed
+        raise last_error
 
     def _launch_once(self) -> None:
         self.port = free_loopback_port()
@@ -355,12 +356,7 @@ class LMCacheServer:
                     f"{self.log_tail()}"
                 )
             if (
-                READY_LINE
-                in (
-                    self.log_path.read_text(errors="replace")  # type: ignore[union-attr]
-                    if self.log_path
-                    else ""
-                )
+                READY_LINE in (self.log_path.read_text(errors="replace") if self.log_path else "")
                 and self._port_open()
             ):
                 self.start_seconds = time.monotonic() - t0
@@ -440,7 +436,7 @@ class LMCacheServer:
 
 
 def _stop_server(
-    proc: subprocess.Popen[bytes], segment: str, tmpdir: Path | None, log: object
+    proc: subprocess.Popen[bytes], segment: str, tmpdir: Path | None, log: IO[bytes]
 ) -> None:
     """Stop a server's process group and remove its leftovers (finalizer body: every
     wait bounded, nothing raised for what is already gone)."""
@@ -448,7 +444,7 @@ def _stop_server(
     with contextlib.suppress(FileNotFoundError):
         (SHM_DIR / segment).unlink()
     with contextlib.suppress(Exception):
-        log.close()  # type: ignore[attr-defined]
+        log.close()
     if tmpdir is not None:
         shutil.rmtree(tmpdir, ignore_errors=True)
 

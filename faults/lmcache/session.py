@@ -55,12 +55,13 @@ from faults.lmcache.server import LMCacheServer, LMCacheServerWedged
 from faults.lmcache.wire_faults import WireInjector
 from faults.runs import RunContext
 from reference.clock import RealClock
+from reference.interfaces import LookupQuery, LookupResult, Page, State, TierReply
 from reference.rules import Rules
 from reference.stack.engine import EngineConfig
-from reference.tiers.lmcache import LMCacheTier
+from reference.tiers.lmcache import LMCacheTicket, LMCacheTier
 from reference.tiers.lmcache_client import ClientContext, loop_healthy, server_answers
 from reference.tiers.lmcache_pages import KVLayout
-from reference.types import Request
+from reference.types import OperationId, Request
 
 if TYPE_CHECKING:
     from fakes.sim import SimWorld
@@ -146,27 +147,42 @@ class PumpedTier:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
-    def lookup(self, query):  # type: ignore[no-untyped-def]
+    def lookup(self, query: LookupQuery) -> LookupResult:
         with self._lock:
             return self._inner.lookup(query)
 
-    def submit_retrieve(self, op, tier_ids, start, end, state_key):  # type: ignore[no-untyped-def]
+    def submit_retrieve(
+        self,
+        op: OperationId,
+        tier_ids: Sequence[int],
+        start: int,
+        end: int,
+        state_key: int | None,
+    ) -> LMCacheTicket:
         with self._lock:
             ticket = self._inner.submit_retrieve(op, tier_ids, start, end, state_key)
             self._track(op, ticket)
         return ticket
 
-    def submit_store(self, op, tier_ids, start, end, pages, states):  # type: ignore[no-untyped-def]
+    def submit_store(
+        self,
+        op: OperationId,
+        tier_ids: Sequence[int],
+        start: int,
+        end: int,
+        pages: Sequence[Page],
+        states: Sequence[tuple[int, int, State]],
+    ) -> LMCacheTicket:
         with self._lock:
             ticket = self._inner.submit_store(op, tier_ids, start, end, pages, states)
             self._track(op, ticket)
         return ticket
 
-    def poll(self, ticket: object):  # type: ignore[no-untyped-def]
+    def poll(self, ticket: object) -> TierReply | None:
         with self._lock:
             return self._inner.poll(ticket)
 
-    def wait(self, ticket: object, timeout: float):  # type: ignore[no-untyped-def]
+    def wait(self, ticket: object, timeout: float) -> TierReply | None:
         """``LMCacheTier.wait``, but the pump advances the ticket: look once per pump
         interval (sleeping, not holding the lock)."""
         deadline = time.monotonic() + timeout

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from faults.injectors.base import Injector
 from faults.lmcache.server import LMCacheServer
-from faults.lmcache.wire_proxy import FiredFault, WireFault, WireProxy
+from faults.lmcache.wire_proxy import Action, FiredFault, WireFault, WireProxy
 from faults.runs import Expect, finishes, stops
 from reference.stack.engine import EngineConfig
 
@@ -72,19 +72,19 @@ class _Draining:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
-    def lookup(self, query):  # type: ignore[no-untyped-def]
+    def lookup(self, query: Any) -> Any:
         self._injector.drain()
         return self._inner.lookup(query)
 
-    def submit_retrieve(self, *args):  # type: ignore[no-untyped-def]
+    def submit_retrieve(self, *args: Any) -> Any:
         self._injector.drain()
         return self._inner.submit_retrieve(*args)
 
-    def submit_store(self, *args):  # type: ignore[no-untyped-def]
+    def submit_store(self, *args: Any) -> Any:
         self._injector.drain()
         return self._inner.submit_store(*args)
 
-    def poll(self, ticket: object):  # type: ignore[no-untyped-def]
+    def poll(self, ticket: object) -> Any:
         self._injector.drain()
         return self._inner.poll(ticket)
 
@@ -97,7 +97,7 @@ class WireReplyFault(WireInjector):
 
     def __init__(
         self,
-        action: str,
+        action: Action,
         *,
         op: str | None = "prepare_retrieve",
         index: int | None = 2,
@@ -118,7 +118,7 @@ class WireReplyFault(WireInjector):
     def faults(self, config: EngineConfig) -> list[WireFault]:
         return [
             WireFault(
-                self.action,  # type: ignore[arg-type]
+                self.action,
                 op=self.op,
                 index=self.index,
                 probability=self.p,
@@ -138,7 +138,7 @@ class WireServerFault(WireInjector):
 
     def __init__(
         self,
-        action: str,
+        action: Action,
         *,
         op: str = "prepare_retrieve",
         index: int = 2,
@@ -158,7 +158,7 @@ class WireServerFault(WireInjector):
 
     def faults(self, config: EngineConfig) -> list[WireFault]:
         delay = self.pause_deadlines * config.transfer_deadline_s if self.action == "pause" else 0
-        return [WireFault(self.action, op=self.op, index=self.index, delay_s=delay)]  # type: ignore[arg-type]
+        return [WireFault(self.action, op=self.op, index=self.index, delay_s=delay)]
 
     def describe(self) -> str:
         extra = f" for {self.pause_deadlines:g}xD" if self.action == "pause" else ""
@@ -188,11 +188,11 @@ class WireFaultInfo:
     kills_server: bool = False
 
 
-def _reply(name: str, action: str, **kw: Any) -> Callable[[int], WireInjector]:
+def _reply(name: str, action: Action, **kw: Any) -> Callable[[int], WireInjector]:
     return lambda seed: WireReplyFault(action, name=name, seed=seed, **kw)
 
 
-def _server(name: str, action: str, **kw: Any) -> Callable[[int], WireInjector]:
+def _server(name: str, action: Action, **kw: Any) -> Callable[[int], WireInjector]:
     return lambda seed: WireServerFault(action, name=name, seed=seed, **kw)
 
 

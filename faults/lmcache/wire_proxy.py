@@ -35,7 +35,8 @@ SERVER_ACTIONS = ("kill", "pause")
 
 
 class ControllableServer(Protocol):
-    url: str
+    @property
+    def url(self) -> str: ...
 
     def kill(self) -> None: ...
 

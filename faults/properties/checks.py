@@ -51,6 +51,7 @@ def correctness(run: RunResult) -> list[Violation]:
     bs = run.config.geometry.block_size
     out: list[Violation] = []
     for ev in run.trace.of(Ev.OUTPUT):
+        assert ev.req_id is not None  # an output names its request
         req = run.requests[ev.req_id]
         cold = outputs.get(req)
         if cold is None:
@@ -68,6 +69,7 @@ def correctness(run: RunResult) -> list[Violation]:
         d = dispatch.get(str(ev.op))
         if d is None or ev.data.get("digest") is None:
             continue
+        assert ev.req_id is not None  # a copy names its load, and the load its request
         req = run.requests[ev.req_id]
         expected = page_digest(
             model.cold_pages(req)[d.data["start"] // bs : d.data["kv_end"] // bs]
@@ -209,6 +211,7 @@ def hybrid(run: RunResult) -> list[Violation]:
     for ev in run.trace.of(*kinds):
         kind = ev.kind
         if kind is Ev.STATE_SAVE:
+            assert ev.req_id is not None  # a state save names its request
             p, n = ev.data["position"], run.requests[ev.req_id].prompt_len
             asked.setdefault(ev.op, []).append(p)
             if p % grid or not 0 < p <= min(n - 1, geo.floor_chunk(n)):
@@ -258,6 +261,7 @@ def hybrid(run: RunResult) -> list[Violation]:
         else:
             if kind is Ev.FINISHED_REPORTED and ev.op in asked:
                 if ev.data.get("outcome") == "finished":
+                    assert ev.req_id is not None  # a report names its save's request
                     # The tier keeps an image on its grid and stamps each write anew.
                     chain = blocks.of(ev.req_id)
                     step = kept_grid.get(ev.op, grid)
@@ -381,7 +385,7 @@ def liveness(run: RunResult) -> list[Violation]:
         )
     order = list(lives)
     first = stuck[0]
-    before = [lives[o].applied for o in order[: order.index(first)] if lives[o].applied is not None]
+    before = [a for o in order[: order.index(first)] if (a := lives[o].applied) is not None]
     ref = max([lives[first].dispatched, *before])
     slack = _longest_gap(run) + run.config.idle_tick_s
     limit = ref + run.config.bound_s + slack

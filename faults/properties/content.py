@@ -55,18 +55,20 @@ class TierAccount:
     def feed(self, ev: TraceEvent) -> None:
         kind = ev.kind
         if kind is Ev.SAVE:
+            assert ev.op is not None  # a save names its operation
             self._save_range[ev.op] = (ev.data["start"], ev.data["end"])
         elif kind is Ev.FAULT and ev.op is not None:
             if "delay_s" in ev.data:
                 self._late[ev.op] = ev.t + ev.data["delay_s"]
-            elif "chunk" in ev.data and ev.req_id in self.run.requests:
+            elif "chunk" in ev.data and ev.req_id is not None and ev.req_id in self.run.requests:
                 chain = self.chains.of(ev.req_id)
                 if ev.data["chunk"] < len(chain):
                     self.held.pop(chain[ev.data["chunk"]], None)
-        elif kind is Ev.FINISHED_REPORTED:
+        elif kind is Ev.FINISHED_REPORTED and ev.op is not None:
             rng = self._save_range.get(ev.op)
             if rng is None or ev.data.get("outcome") != "finished":
                 return
+            assert ev.req_id is not None  # an event that names an op names its request
             visible = self.visible_at(ev)
             chain = self.chains.of(ev.req_id)
             for i in range(rng[0] // self.chunk, min(rng[1] // self.chunk, len(chain))):
@@ -74,7 +76,8 @@ class TierAccount:
 
     def visible_at(self, report: TraceEvent) -> float:
         """When what the save reported finished by ``report`` wrote becomes visible."""
-        return self._late.get(report.op, report.t)
+        late = self._late.get(report.op) if report.op is not None else None
+        return report.t if late is None else late
 
     def visible_prefix(self, req_id: str, t: float) -> int:
         """Tokens of the request's prefix held and visible at ``t`` (whole chunks)."""

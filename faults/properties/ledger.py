@@ -49,8 +49,10 @@ def efficiency(run: RunResult) -> list[Violation]:
     for ev in run.trace.of(Ev.DISPATCH, Ev.LOOKUP, *TierAccount.KINDS):
         kind = ev.kind
         if kind is Ev.DISPATCH:
+            assert ev.req_id is not None  # a dispatch names its load and its request
             awaiting_load.pop(ev.req_id, None)
         elif kind is Ev.LOOKUP:
+            assert ev.req_id is not None  # a lookup names its request
             out.extend(_claim_bounds(ev, chunk))
             d = ev.data
             if d["claim"] > d["hbm_hit"]:
@@ -108,8 +110,10 @@ def load_failures(run: RunResult) -> list[Violation]:
     for ev in run.trace.of(*kinds):
         kind = ev.kind
         if kind is Ev.DISPATCH:
+            assert ev.op is not None  # a dispatch names its load
             flying[ev.op] = ((ev.data["start"], ev.data["kv_end"]), False)
         elif kind is Ev.RETRIEVE_TERMINAL:
+            assert ev.op is not None  # a retrieve's end names its load
             (start, end), excused = flying.pop(ev.op, ((0, 0), True))
             # The tier reads when it answers: what it holds then is what counts.
             held = ev.req_id in run.requests and account.holds(ev.req_id, start, end)
@@ -191,6 +195,7 @@ def exactly_once(run: RunResult) -> list[Violation]:
     for ev in run.trace.events:
         kind, op = ev.kind, ev.op
         if kind is Ev.DISPATCH or kind is Ev.SAVE:
+            assert op is not None  # every kind but RESTART and STOP here names its op
             if op in first:
                 out.append(
                     Violation(
@@ -204,10 +209,13 @@ def exactly_once(run: RunResult) -> list[Violation]:
                 first[op] = ev.t
             live[op] = ev.t
         elif kind is Ev.FINISHED_REPORTED:
+            assert op is not None
             once(reports, op, "reported terminal", ev.t)
         elif kind is Ev.DELIVERED:
+            assert op is not None
             delivered.add(op)
         elif (kind is Ev.COMPLETION_APPLIED and not ev.data.get("stale")) or kind is Ev.SAVE_DONE:
+            assert op is not None
             once(applied, op, "completion applied", ev.t)
             live.pop(op, None)
         elif kind is Ev.RESTART or kind is Ev.STOP:
@@ -279,6 +287,7 @@ def hbm_owners(run: RunResult) -> list[Violation]:
         if pool is None:
             pool = engines[engine] = _BlockHolders()
         req, t = ev.req_id, ev.t
+        assert req is not None  # blocks taken or freed name their request
         if "took" in ev.data:
             took, shared = ev.data["took"], ev.data["shared"]
             refs, owner = pool.refs, pool.owner

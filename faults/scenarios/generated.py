@@ -21,7 +21,7 @@ from faults.runs import RunContext, RunResult, finishes
 from faults.scenarios.simulated import _ONE_TIER, Scenario, _Run
 from reference.rules.keys import media_cache_seed
 from reference.stack.engine import EngineConfig
-from reference.types import Geometry, ModelKind, Request
+from reference.types import Geometry, ModelKind, Request, StateGrid
 
 if TYPE_CHECKING:
     from hypothesis.strategies import SearchStrategy
@@ -42,7 +42,7 @@ class Workload:
 
     model_kind: ModelKind
     geometry: Geometry
-    state_grid: str
+    state_grid: StateGrid
     servers: int
     pressure: bool  # dense only: an HBM pool of about two prompts
     prompts: tuple[Prompt, ...]
@@ -77,7 +77,7 @@ def workloads(model_kind: ModelKind | None = None) -> SearchStrategy[Workload]:
         interval = chunk * d(st.integers(1, 3))
         budget = max(d(st.sampled_from([chunk, 2 * chunk, 2048])), block)
         geometry = Geometry(block, chunk, budget, interval)
-        grid = d(st.sampled_from(["block", "chunk"])) if kind == "hybrid" else "block"
+        grid: StateGrid = d(st.sampled_from(["block", "chunk"])) if kind == "hybrid" else "block"
         near = st.tuples(st.integers(1, 4), st.sampled_from([0, 0, -1, 1, -block, block])).map(
             lambda ke: max(1, ke[0] * chunk + ke[1])
         )
@@ -139,7 +139,7 @@ def run_workload(ctx: RunContext, name: str, w: Workload) -> RunResult:
     config = EngineConfig(
         geometry=w.geometry,
         model_kind=w.model_kind,
-        state_grid=w.state_grid,  # type: ignore[arg-type]
+        state_grid=w.state_grid,
         # Under pressure: room for one and a half of the longest prompts (never less
         # than one): admission waits, freed blocks are recycled, cached prefixes evicted.
         num_blocks=(3 * (-(-longest // bs))) // 2 + 1 if w.pressure else 16384,

@@ -372,8 +372,8 @@ def _draw_panel(ax, lay: _Layout, xlim: tuple[float, float], overview: bool) -> 
 
     if panel.stop is not None:
         _draw_stop(ax, lay, xlim, overview)
-    elif overview and _other_note(lay) is not None:
-        text, xy = _other_note(lay)  # type: ignore[misc]
+    elif overview and (other := _other_note(lay)) is not None:
+        text, xy = other
         _callout(ax, text, xy, xlim, _C["other"], bold=False, y_text=lay.bottom + 0.3)
     if overview and not panel.rows:
         ax.text(
@@ -406,6 +406,7 @@ def _draw_panel(ax, lay: _Layout, xlim: tuple[float, float], overview: bool) -> 
 def _y_labels(ax, lay: _Layout) -> None:
     ticks: list[tuple[float, str, str]] = [(0.0, "forwards", "black")]
     if lay.earlier:
+        assert lay.y_earlier is not None  # placed with the rows folded into it (layout)
         ticks.append((lay.y_earlier, f"+{len(lay.earlier)} earlier loads", _C["muted"]))
     focus_i = next((i for i, r in enumerate(lay.shown) if r.op == lay.focus), None)
     for i, row in enumerate(lay.shown):
@@ -429,6 +430,7 @@ def _y_labels(ax, lay: _Layout) -> None:
         else:  # every row is labelled (legibility.problems checks none overprints)
             ticks.append((lay.ypos[row.op], f"load {row.rank}", _C["muted"]))
     if lay.later:
+        assert lay.y_later is not None  # placed with the rows folded into it (layout)
         ticks.append((lay.y_later, f"+{len(lay.later)} later loads", _C["muted"]))
     ax.set_yticks([t for t, _, _ in ticks])
     ax.set_yticklabels([label for _, label, _ in ticks], fontsize=6.5)

@@ -111,10 +111,10 @@ def load_rows(run: RunResult) -> list[LoadRow]:
                     current[restarted].restarts.append(ev.t)
                     current[restarted].restarted_by.append(str(ev.op))
             continue
-        row = current.get(key) if key is not None else None
-        if row is None:
+        load = current.get(key) if key is not None else None
+        if load is None:
             continue
-        _fold(row, ev)
+        _fold(load, ev)
     return rows
 
 
