@@ -23,7 +23,7 @@ def number_at_least(
     ``maximum`` with a line naming ``what`` (and ``why`` the maximum)."""
     noun = "a whole number" if kind is int else "a number"
 
-    def parse(text: str):
+    def parse(text: str) -> float:
         try:
             value = kind(text)
         except (ValueError, OverflowError):

@@ -33,17 +33,19 @@ from __future__ import annotations
 import os
 import shlex
 import sys
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Generator, Sequence
 
 import pytest
 
 from faults.argtypes import MAX_SCALE, scale, seed, seed_count
 
 if TYPE_CHECKING:
+    from fakes.clock import VirtualClock
+    from fakes.sim import SimWorld
     from faults.campaign.execute import CaseResult
     from faults.injectors.plans import FaultPlan
     from reference.rules import Rules
-    from reference.stack.engine import Engine
+    from reference.stack.engine import Engine, EngineConfig
 
 MARKERS = (
     "gpu: needs a CUDA or HIP device (gpu_tests/)",
@@ -205,7 +207,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 @pytest.fixture
-def kv_clock():
+def kv_clock() -> VirtualClock:
     """A fresh virtual clock: simulated seconds that pass only when someone sleeps."""
     from fakes.clock import VirtualClock
 
@@ -213,7 +215,7 @@ def kv_clock():
 
 
 @pytest.fixture
-def kv_world():
+def kv_world() -> SimWorld:
     """A fresh simulated host (``fakes.sim.SimWorld``): one clock, one trace."""
     from fakes.sim import SimWorld
 
@@ -251,14 +253,21 @@ def fault_plan(request: pytest.FixtureRequest, kv_seed: int) -> FaultPlan:
 
 
 @pytest.fixture
-def kv_engine(kv_world, kv_rules: Rules, fault_plan: FaultPlan) -> Callable[..., Engine]:
+def kv_engine(kv_world: SimWorld, kv_rules: Rules, fault_plan: FaultPlan) -> Callable[..., Engine]:
     """``kv_engine(config=None, *, rules=None, plan=None, name="engine", **kw)``: an
     engine on ``kv_world`` with ``kv_rules`` and a fresh set of ``fault_plan``'s
     injectors wrapped around its collaborators (``engine.injectors`` lists them)."""
     from faults.injectors.base import wrap_all
     from reference.stack.engine import EngineConfig
 
-    def make(config=None, *, rules=None, plan=None, name: str = "engine", **kw: Any) -> Engine:
+    def make(
+        config: EngineConfig | None = None,
+        *,
+        rules: Rules | None = None,
+        plan: FaultPlan | None = None,
+        name: str = "engine",
+        **kw: Any,
+    ) -> Engine:
         injectors = (plan if plan is not None else fault_plan).injectors()
         for inj in injectors:
             inj.bind(kv_world.trace)
@@ -269,7 +278,7 @@ def kv_engine(kv_world, kv_rules: Rules, fault_plan: FaultPlan) -> Callable[...,
             wrap=wrap_all(injectors),
             **kw,
         )
-        engine.injectors = injectors
+        engine.injectors = injectors  # type: ignore[attr-defined]  # the plugin's note for tests
         return engine
 
     return make
@@ -287,7 +296,14 @@ def kv_scenario(
 
     calls = request.node.stash.setdefault(_CALLS, [])
 
-    def run(name: str, seed: int | None = None, *, rules=None, plan=None, properties=None):
+    def run(
+        name: str,
+        seed: int | None = None,
+        *,
+        rules: Rules | None = None,
+        plan: FaultPlan | None = None,
+        properties: Sequence[str] | None = None,
+    ) -> CaseResult:
         s = kv_seed if seed is None else seed
         p = fault_plan if plan is None else plan
         calls.append((name, s, [f.injector for f in p.faults], p.scale))
@@ -307,7 +323,9 @@ def kv_scenario(
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo
+) -> Generator[None, Any, None]:
     outcome = yield
     rep = outcome.get_result()
     if rep.failed and KV_FIXTURES & set(getattr(item, "fixturenames", ())):

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Callable
 from fakes.clock import VirtualClock
 from fakes.model import DeterministicModel
 from fakes.sim import SimWorld
+from reference.errors import EngineStopped
 from reference.interfaces import Clock, Tier
 from reference.rules import Rules
 from reference.stack.engine import EngineConfig, RunOutcome
@@ -70,7 +71,7 @@ class RunResult:
         return DeterministicModel(self.config.model_kind, self.config.geometry)
 
     @property
-    def stop(self):
+    def stop(self) -> EngineStopped | None:
         return next((o.stopped for o in self.outcomes if o.stopped), None)
 
     @property

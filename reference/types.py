@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 ModelKind = Literal["dense", "hybrid"]
 StateGrid = Literal["block", "chunk"]
@@ -107,7 +107,7 @@ class OperationId:
         )
         object.__setattr__(self, "_str", f"{self.kind._value_}:{self.req_id}#{self.generation}")
 
-    def __reduce__(self):  # the cached hash is per process: rebuild it on unpickling
+    def __reduce__(self) -> tuple[Any, ...]:  # the hash is per process: rebuilt on unpickling
         return (OperationId, (self.req_id, self.generation, self.kind))
 
     def __str__(self) -> str:

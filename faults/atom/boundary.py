@@ -21,7 +21,7 @@ import enum
 import os
 import sys
 import types
-from typing import Any, Literal
+from typing import Any, Iterator, Literal, Sequence
 
 TP_FIELDS = ("rank_in_group", "world_size", "rank", "local_rank")
 
@@ -160,7 +160,12 @@ def _segments_bytes(segments: list[Any]) -> list[Any]:
     return [s.contiguous().view(-1).view(torch.uint8) for s in segments]
 
 
-def _chunk_major_runs(segment_tensors, segment_block_bytes, chunk_block_counts, block_ids):
+def _chunk_major_runs(
+    segment_tensors: list[Any],
+    segment_block_bytes: Sequence[Any],
+    chunk_block_counts: Sequence[Any],
+    block_ids: Sequence[int],
+) -> Iterator[tuple[Any, slice, slice]]:
     """The byte layout both Triton kernels share, as ``(flat, block slice, buffer
     slice)`` runs: chunk by chunk, within a chunk segment by segment, within a segment
     the chunk's blocks in order."""
@@ -183,7 +188,11 @@ def _chunk_major_runs(segment_tensors, segment_block_bytes, chunk_block_counts, 
 
 
 def fused_pack_chunk_major(
-    segment_tensors, segment_block_bytes, chunk_block_counts, block_ids, device_buf
+    segment_tensors: list[Any],
+    segment_block_bytes: Sequence[Any],
+    chunk_block_counts: Sequence[Any],
+    block_ids: Sequence[int],
+    device_buf: Any,
 ) -> None:
     """CPU stand-in for ATOM's Triton pack kernel, same byte layout
     (``_chunk_major_runs``): the blocks' bytes into ``device_buf``."""
@@ -194,7 +203,11 @@ def fused_pack_chunk_major(
 
 
 def fused_unpack_chunk_major(
-    device_buf, segment_tensors, segment_block_bytes, chunk_block_counts, block_ids
+    device_buf: Any,
+    segment_tensors: list[Any],
+    segment_block_bytes: Sequence[Any],
+    chunk_block_counts: Sequence[Any],
+    block_ids: Sequence[int],
 ) -> None:
     """CPU stand-in for ATOM's Triton unpack kernel (the inverse of the pack)."""
     for flat, block, buf in _chunk_major_runs(

@@ -31,7 +31,7 @@ class EventLog:
         self.events: list[RawEvent] = []
         self.step = -1
 
-    def record(self, kind: str, op=None, req_id: str | None = None, **data: Any) -> None:
+    def record(self, kind: str, op: Any = None, req_id: str | None = None, **data: Any) -> None:
         if req_id is None and op is not None:
             req_id = op[0]
         self.events.append(RawEvent(time.monotonic(), self.step, kind, op, req_id, data))
@@ -328,7 +328,7 @@ class WorkerFaults:
         log = self.log
         name = f"{method}_failure"
 
-        def wrapped(*args, **kwargs):
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
             count[0] += 1
             if count[0] == n:
                 log.record("fault", injector=name, call=n)
@@ -344,7 +344,7 @@ class WorkerFaults:
         count = [0]
         log = self.log
 
-        def wrapped(*args, **kwargs):
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
             ret = inner(*args, **kwargs)
             count[0] += 1
             mask, blocks = kwargs.get("mask"), kwargs.get("block_ids")
@@ -362,7 +362,7 @@ class WorkerFaults:
         inner = engine.lookup
         count = [0]
 
-        def wrapped(*args, **kwargs):
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
             hit = inner(*args, **kwargs)
             if hit:
                 count[0] += 1
@@ -386,7 +386,7 @@ class WorkerFaults:
         count = [0]
         log = self.log
 
-        def wrapped(*args, **kwargs):
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
             count[0] += 1
             if count[0] == n:
                 log.record("fault", injector="lost_lookup_reply", reply=n)
@@ -531,7 +531,7 @@ class SchedulerProcess:
         if client is not None:
             lookup = client.lookup
 
-            def observed_lookup(token_ids, *args, **kwargs):
+            def observed_lookup(token_ids: Any, *args: Any, **kwargs: Any) -> Any:
                 hit = lookup(token_ids, *args, **kwargs)
                 sid = kwargs.get("lookup_id", args[0] if args else None)
                 raw[str(sid)] = int(hit or 0)
@@ -541,7 +541,7 @@ class SchedulerProcess:
 
         match = impl.get_num_new_matched_tokens
 
-        def observed_match(seq):
+        def observed_match(seq: Any) -> Any:
             raw.pop(str(seq.id), None)
             self._note_resident(seq)
             need, park = match(seq)
@@ -557,7 +557,7 @@ class SchedulerProcess:
         inner_save = getattr(impl, "save_finished", None)
         if inner_save is not None:
 
-            def observed_save(value, _inner=inner_save):
+            def observed_save(value: Any, _inner: Callable[[Any], Any] = inner_save) -> None:
                 # In flight: a dict of exact save generations at ATOM's main, a set of
                 # request ids in older commits.
                 inflight = getattr(impl, "_save_inflight", None)
@@ -768,7 +768,7 @@ class SchedulerProcess:
 
 
 def _applied(inner: Any, kind: str, method: str, log: EventLog, names: dict[Any, str]) -> Any:
-    def observed(value):
+    def observed(value: Any) -> Any:
         accepted = inner(value)
         if accepted is not False:
             log.record(

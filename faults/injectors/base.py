@@ -108,7 +108,7 @@ class Injector:
         return self.name
 
 
-def wrap_all(injectors: Sequence[Injector]):
+def wrap_all(injectors: Sequence[Injector]) -> Callable[[str, Any], Any]:
     """A ``wrap`` for ``SimWorld.engine`` applying every injector in order."""
 
     def wrap(role: str, part: Any) -> Any:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from reference.interfaces import (
     CompletionChannel,
@@ -67,7 +67,7 @@ class SaltedId(str):
     def __ne__(self, other: object) -> bool:
         return str.__ne__(self, other)
 
-    def __reduce__(self):  # plain text on the wire: the salt is a per-process concern
+    def __reduce__(self) -> tuple[Any, ...]:  # plain text on the wire: the salt is per process
         return (str, (str(self),))
 
 

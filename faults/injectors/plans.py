@@ -169,7 +169,12 @@ def _build(cls: Callable[..., Injector], **fixed: Any) -> Callable[..., Injector
     return factory
 
 
-def _slow_forward(seed: int = 0, forwards=((0, 29.0),), p: float = 0.0, seconds: float = 21.0):
+def _slow_forward(
+    seed: int = 0,
+    forwards: Sequence[tuple[int, float]] = ((0, 29.0),),
+    p: float = 0.0,
+    seconds: float = 21.0,
+) -> SlowForward:
     return SlowForward(dict(forwards), p=p, seconds=seconds, seed=seed)
 
 

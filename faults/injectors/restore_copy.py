@@ -8,6 +8,8 @@ from faults.injectors.base import Injector, Trigger
 from reference.errors import RestoreFenceError
 from reference.interfaces import (
     CopyEngine,
+    Page,
+    State,
 )
 from reference.types import OperationId
 
@@ -45,7 +47,14 @@ class FenceFailure(Injector):
         chosen: set[OperationId] = set()
 
         class _Copy:
-            def enqueue(self, op, pages, blocks, state, req_id) -> object:
+            def enqueue(
+                self,
+                op: OperationId,
+                pages: Sequence[Page],
+                blocks: Sequence[int],
+                state: State | None,
+                req_id: str,
+            ) -> object:
                 if op not in attempts:
                     injector._count += 1
                     if injector.trigger.hits(injector._count, injector.rng):

@@ -10,6 +10,8 @@ from faults.injectors.base import Injector, Trigger
 from reference.interfaces import (
     LookupQuery,
     LookupResult,
+    Page,
+    State,
     Tier,
     TierReply,
 )
@@ -30,10 +32,25 @@ class _TierProxy:
     def lookup(self, query: LookupQuery) -> LookupResult:
         return self._inner.lookup(query)
 
-    def submit_retrieve(self, op, tier_ids, start, end, state_key) -> object:
+    def submit_retrieve(
+        self,
+        op: OperationId,
+        tier_ids: Sequence[int],
+        start: int,
+        end: int,
+        state_key: int | None,
+    ) -> object:
         return self._inner.submit_retrieve(op, tier_ids, start, end, state_key)
 
-    def submit_store(self, op, tier_ids, start, end, pages, states) -> object:
+    def submit_store(
+        self,
+        op: OperationId,
+        tier_ids: Sequence[int],
+        start: int,
+        end: int,
+        pages: Sequence[Page],
+        states: Sequence[tuple[int, int, State]],
+    ) -> object:
         return self._inner.submit_store(op, tier_ids, start, end, pages, states)
 
     def poll(self, ticket: object) -> TierReply | None:
@@ -76,7 +93,14 @@ class _RetrieveFault(Injector):
         injector = self
 
         class _Proxy(_TierProxy):
-            def submit_retrieve(self, op, tier_ids, start, end, state_key) -> object:
+            def submit_retrieve(
+                self,
+                op: OperationId,
+                tier_ids: Sequence[int],
+                start: int,
+                end: int,
+                state_key: int | None,
+            ) -> object:
                 ticket = self._inner.submit_retrieve(op, tier_ids, start, end, state_key)
                 return _Marked(ticket, op, self) if injector.choose() else ticket
 
@@ -140,7 +164,14 @@ class EvictAfterLookup(Injector):
         injector = self
 
         class _Proxy(_TierProxy):
-            def submit_retrieve(self, op, tier_ids, start, end, state_key) -> object:
+            def submit_retrieve(
+                self,
+                op: OperationId,
+                tier_ids: Sequence[int],
+                start: int,
+                end: int,
+                state_key: int | None,
+            ) -> object:
                 injector._count += 1
                 if injector.trigger.hits(injector._count, injector.rng):
                     injector._evict(self, op, tier_ids, start, end)
@@ -148,7 +179,9 @@ class EvictAfterLookup(Injector):
 
         return _Proxy(tier)
 
-    def _evict(self, proxy: _TierProxy, op, tier_ids, start: int, end: int) -> None:
+    def _evict(
+        self, proxy: _TierProxy, op: OperationId, tier_ids: Sequence[int], start: int, end: int
+    ) -> None:
         size = proxy.chunk_size
         first, last = start // size, -(-end // size)  # chunks the retrieve reads
         chunks = list(range(first, last))
@@ -190,7 +223,15 @@ class LateVisibility(Injector):
         injector = self
 
         class _Proxy(_TierProxy):
-            def submit_store(self, op, tier_ids, start, end, pages, states) -> object:
+            def submit_store(
+                self,
+                op: OperationId,
+                tier_ids: Sequence[int],
+                start: int,
+                end: int,
+                pages: Sequence[Page],
+                states: Sequence[tuple[int, int, State]],
+            ) -> object:
                 ticket = self._inner.submit_store(op, tier_ids, start, end, pages, states)
                 injector._count += 1
                 if injector.trigger.hits(injector._count, injector.rng):

@@ -26,7 +26,7 @@ from itertools import count, repeat
 from faults.properties.content import TierAccount
 from faults.properties.violation import Violation
 from faults.runs import RunResult
-from reference.trace import Ev
+from reference.trace import Ev, TraceEvent
 from reference.types import OperationId, OpKind
 
 
@@ -139,7 +139,7 @@ def load_failures(run: RunResult) -> list[Violation]:
     return out
 
 
-def _hbm_reload(ev) -> list[Violation]:
+def _hbm_reload(ev: TraceEvent) -> list[Violation]:
     """A claim from the tier over a prefix HBM still holds in blocks no live request
     owns (``hbm_resident``: the tier reads the pages themselves, where the stack keeps
     an HBM prefix cache) is a load the stack's own cache should have served. Capped at
@@ -161,7 +161,7 @@ def _hbm_reload(ev) -> list[Violation]:
     ]
 
 
-def _claim_bounds(ev, chunk: int) -> list[Violation]:
+def _claim_bounds(ev: TraceEvent, chunk: int) -> list[Violation]:
     d = ev.data
     n, hit, end, claim = d["prompt_len"], d["kv_hit"], d["kv_end"], d["claim"]
     problems = []

@@ -8,6 +8,7 @@ that must catch it. The properties know nothing of these names.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Sequence
 
 from faults.runs import Expect, finishes, stops
 from reference.rules import Rules
@@ -102,7 +103,13 @@ class GiveBackHybridHits(HitPolicy):
     """Legacy hybrid hit: the generic give-back and chunk floor first, then the joint
     boundary under that, so a chunk-aligned prompt loses its whole last chunk."""
 
-    def hybrid(self, kv_hit, prompt_len, state_positions, geometry) -> LoadPlan:
+    def hybrid(
+        self,
+        kv_hit: int,
+        prompt_len: int,
+        state_positions: Sequence[int],
+        geometry: Geometry,
+    ) -> LoadPlan:
         hit = self.dense(kv_hit, prompt_len, geometry).claim
         joint = joint_boundary(hit, prompt_len, state_positions)
         if joint == 0:

@@ -70,8 +70,10 @@ def workloads(model_kind: ModelKind | None = None) -> SearchStrategy[Workload]:
     from hypothesis import strategies as st
 
     @st.composite
-    def draw(d) -> Workload:
-        kind = model_kind or d(st.sampled_from(["dense", "hybrid"]))
+    def draw(d: st.DrawFn) -> Workload:
+        kind: ModelKind = (
+            model_kind if model_kind is not None else d(st.sampled_from(["dense", "hybrid"]))
+        )
         block = d(st.sampled_from([16, 32, 64, 128]))
         chunk = block * d(st.sampled_from([1, 2, 4]))
         interval = chunk * d(st.integers(1, 3))

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, replace
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from fakes.sim import SimWorld
 from fakes.workloads import Workloads, resend
@@ -68,7 +68,7 @@ class _Run:
             return self.ctx.tier_factory(self.world, self.config)
         return self.world.memory_tier(self.config)
 
-    def engine(self, name: str = "engine", **kwargs) -> Engine:
+    def engine(self, name: str = "engine", **kwargs: Any) -> Engine:
         if "tier" not in kwargs:
             # One tier per run: it outlives engine restarts.
             if self._tier is None:
@@ -87,7 +87,7 @@ class _Run:
             out.append(r)
         return out
 
-    def run(self, engine: Engine, **kwargs) -> RunOutcome:
+    def run(self, engine: Engine, **kwargs: Any) -> RunOutcome:
         outcome = engine.run(**kwargs)
         self.outcomes.append(outcome)
         return outcome

@@ -38,7 +38,7 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 import numpy as np
 import torch
@@ -558,7 +558,7 @@ class TorchCopyEngine:
         self.gather = None
         return None
 
-    def _probe(self, move) -> bool:
+    def _probe(self, move: Callable[[torch.Tensor, _IndexBuffer, int], None]) -> bool:
         """Move two random rows of the pool with ``move`` into a scratch buffer and
         compare bytes. Restores the pool rows it borrowed; synchronous (construction)."""
         pool = self.pool

@@ -196,7 +196,7 @@ _triton_gather = None
 if triton is not None:
 
     @triton.jit
-    def _gather_kernel(src, dst, src_idx, dst_idx, words, BLOCK: tl.constexpr):
+    def _gather_kernel(src, dst, src_idx, dst_idx, words, BLOCK: tl.constexpr):  # type: ignore[no-untyped-def]  # Triton reads a kernel's annotations
         row = tl.program_id(0)
         col = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
         s = tl.load(src_idx + row).to(tl.int64)
@@ -264,7 +264,7 @@ class _TritonGather:
         except Exception:  # noqa: BLE001 - another Triton: the engine uses kernel[grid]
             return None
 
-    def __call__(self, stream: int, src: int, dst: int, src_idx: int, dst_idx: int, n: int):
+    def __call__(self, stream: int, src: int, dst: int, src_idx: int, dst_idx: int, n: int) -> None:
         self.run(
             n,
             self.cols,

@@ -29,7 +29,7 @@ from reference.stack.hbm import BlockPool, UncachedBlockPool
 from reference.stack.scheduler import Scheduler, SchedulerConfig
 from reference.stack.worker import RestoreWorker
 from reference.trace import Ev, Trace
-from reference.types import Geometry, ModelKind, Request, StateGrid
+from reference.types import Geometry, ModelKind, Request, StateGrid, StepMeta
 
 
 class ModelRunner(Protocol):
@@ -183,7 +183,7 @@ class Engine:
         worker.start_save(meta.saves)
         worker.get_finished()
 
-    def _forward(self, meta) -> None:
+    def _forward(self, meta: StepMeta) -> None:
         num_tokens = sum(e - s for _, s, e in meta.compute) + len(meta.decode)
         duration = self.parts.timer.duration(self._forwards, num_tokens)
         self.trace.record(

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from faults.report.timeline.layout import _detail_window, _Layout, _layout
 from faults.report.timeline.model import (
@@ -19,8 +19,11 @@ from faults.report.timeline.model import (
 )
 from faults.report.timeline.notes import _C, _diagnosis, _row_facts, clock_style
 
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes  # typed as Any: matplotlib is not followed
 
-def _import_pyplot():
+
+def _import_pyplot() -> Any:  # matplotlib.pyplot
     try:
         import matplotlib
     except ImportError:
@@ -160,7 +163,7 @@ _MAX_TOKEN_ROWS = 8
 
 
 def _figure(
-    plt, layouts: list[_Layout], detail: bool, title: bool, token_rows: int = 0
+    plt: Any, layouts: list[_Layout], detail: bool, title: bool, token_rows: int = 0
 ) -> tuple[list[list[Any]], Any]:
     """The figure and its axes, ``axes[panel][column]``, and the token axes below them
     when ``token_rows`` (else None); panel height follows its rows, so a 4-load run
@@ -209,7 +212,7 @@ def _figure(
     return axes, token_ax
 
 
-def _draw_claims(ax, claims: list[HybridClaim]) -> None:
+def _draw_claims(ax: Axes, claims: list[HybridClaim]) -> None:
     """Hybrid hits on a token axis: the prompt, the KV hit, the state images, the joint
     boundary and the claim, one row per hit; a claim short of the boundary shows the
     tokens it loses."""
@@ -328,7 +331,7 @@ def _legend_handles() -> list[Any]:
     ]
 
 
-def _draw_panel(ax, lay: _Layout, xlim: tuple[float, float], overview: bool) -> None:
+def _draw_panel(ax: Axes, lay: _Layout, xlim: tuple[float, float], overview: bool) -> None:
     panel = lay.panel
     _draw_forwards(ax, panel, xlim)
     width_pt = ax.get_position().width * ax.figure.get_figwidth() * 72
@@ -403,7 +406,7 @@ def _draw_panel(ax, lay: _Layout, xlim: tuple[float, float], overview: bool) -> 
     ax.set_title(head, loc="left", fontsize=10, color=color, fontweight="bold")
 
 
-def _y_labels(ax, lay: _Layout) -> None:
+def _y_labels(ax: Axes, lay: _Layout) -> None:
     ticks: list[tuple[float, str, str]] = [(0.0, "forwards", "black")]
     if lay.earlier:
         assert lay.y_earlier is not None  # placed with the rows folded into it (layout)
@@ -440,7 +443,7 @@ def _y_labels(ax, lay: _Layout) -> None:
             lab.set_fontweight("bold")
 
 
-def _draw_forwards(ax, panel: Panel, xlim: tuple[float, float]) -> None:
+def _draw_forwards(ax: Axes, panel: Panel, xlim: tuple[float, float]) -> None:
     span = xlim[1] - xlim[0]
     plain = [
         (a, max(b - a, span * 0.0008))
@@ -490,7 +493,7 @@ def _seconds(d: float) -> str:
 
 
 def _draw_rows(
-    ax, lay: _Layout, end_of_run: float, lw_thin: float, lw_bar: float, ms: float
+    ax: Axes, lay: _Layout, end_of_run: float, lw_thin: float, lw_bar: float, ms: float
 ) -> None:
     """All rows at once: one line collection per kind of span, one call per marker
     (a 64-load burst is thousands of artists otherwise)."""
@@ -570,7 +573,7 @@ def _draw_rows(
             ax.plot(xs, ys, ls="", gid=f"kv:{kind}", **marker_style[kind])
 
 
-def _summary_row(ax, rows: list[LoadRow], y: float | None, overview: bool) -> None:
+def _summary_row(ax: Axes, rows: list[LoadRow], y: float | None, overview: bool) -> None:
     """Folded loads: their dispatches and applied completions as ticks on one line."""
     lo = min(r.dispatched for r in rows)
     hi = max((r.applied if r.applied is not None else r.dispatched) for r in rows)
@@ -658,7 +661,7 @@ def _note_rows(lay: _Layout) -> float:
     return (text.count("\n") + 1) * _NOTE_LINE_ROWS + 1.6
 
 
-def _draw_stop(ax, lay: _Layout, xlim: tuple[float, float], overview: bool) -> None:
+def _draw_stop(ax: Axes, lay: _Layout, xlim: tuple[float, float], overview: bool) -> None:
     stop = lay.panel.stop
     assert stop is not None
     # Below the row markers: the bound restarts at the stop's instant must stay visible.
@@ -716,7 +719,7 @@ def _draw_stop(ax, lay: _Layout, xlim: tuple[float, float], overview: bool) -> N
 
 
 def _callout(
-    ax,
+    ax: Axes,
     text: str,
     xy: tuple[float, float],
     xlim: tuple[float, float],
