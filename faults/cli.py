@@ -287,6 +287,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return 141
     except KvfaultError as exc:  # every error of kvfault's own: one line, its exit code
+        _disarm_guards()  # one raised mid-campaign leaves no hang guard armed
         _say(f"kvfault: error: {exc.line()}")
         return exc.exit_code
     except OSError as exc:  # a place that cannot be written, a full disk, a full stdout

@@ -192,6 +192,22 @@ def test_an_error_of_kvfaults_own_is_one_line_and_its_exit_code(
     assert capsys.readouterr().err == line
 
 
+def test_an_error_raised_mid_campaign_leaves_no_hang_guard_armed(capsys, monkeypatch):
+    from faults.campaign import hang_guard
+
+    def command(args):
+        hang_guard.arm_hang_guard(300.0)  # as the in-process campaign does before a case
+        raise UsageError("the tier went away")
+
+    monkeypatch.setattr("faults.commands.listing.command", command)
+    try:
+        assert cli.main(["list"]) == 2
+        assert hang_guard._guard is None
+    finally:
+        hang_guard.disarm_hang_guard()
+    assert capsys.readouterr().err == "kvfault: error: the tier went away\n"
+
+
 def test_prove_is_wired_in(capsys):
     assert cli.main(["prove"]) == 2
     assert capsys.readouterr().err.startswith("kvfault prove: error: both --old REV and --new REV")
