@@ -16,6 +16,7 @@ _EXPORTS = {
     "FaultPlan": "faults.injectors.plans",
     "FaultSpec": "faults.injectors.plans",
     "INJECTORS": "faults.injectors.plans",
+    "KvfaultError": "faults.errors",
     "PROPERTIES": "faults.properties.checks",
     "REGRESSIONS": "faults.regressions.legacy",
     "SCENARIOS": "faults.scenarios.catalog",
