@@ -13,6 +13,7 @@ import importlib
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -40,7 +41,7 @@ def _curated() -> list[str]:
         ".".join(init.parent.relative_to(REPO).parts)
         for root in ROOTS
         for init in (REPO / root).rglob("__init__.py")
-        if "__all__" in init.read_text()
+        if re.search(r"^__all__\b", init.read_text(), re.MULTILINE)
     )
 
 
