@@ -20,7 +20,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, NoReturn, Sequence
 
 from faults.argtypes import (
     MAX_SCALE,
@@ -42,7 +42,7 @@ DEFAULT_CASE_TIMEOUT_S = 600.0
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one clear line, exit 2, no usage dump
+    def error(self, message: str) -> NoReturn:  # one clear line, exit 2, no usage dump
         print(f"kvfault: error: {message}", file=sys.stderr)
         raise SystemExit(2)
 

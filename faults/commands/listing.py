@@ -5,6 +5,10 @@ NAME`` of a tier with its own commands (atom) hands over to that tier."""
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from faults.catalog import Entry
 
 
 def command(args: argparse.Namespace) -> int:
@@ -23,7 +27,7 @@ def command(args: argparse.Namespace) -> int:
         flat = " ".join((text or "").split())
         return flat.split(". ")[0].rstrip(".")
 
-    def where(e) -> str:  # type: ignore[no-untyped-def]
+    def where(e: Entry) -> str:
         # Which tiers a name runs on (memory, the default, needs no flag), and where.
         parts = []
         for tier, scenario in e.scenarios.items():
@@ -39,12 +43,12 @@ def command(args: argparse.Namespace) -> int:
     from faults.regressions.legacy import REGRESSIONS
     from faults.scenarios import SCENARIOS
 
-    def grows(e) -> str:  # type: ignore[no-untyped-def]
+    def grows(e: Entry) -> str:
         # What --scale K multiplies, for a scenario that has a size.
         scenario = SCENARIOS.get(e.name)
         return f" [--scale K: {scenario.scales}]" if scenario and scenario.scales else ""
 
-    def regression_line(e) -> str:  # type: ignore[no-untyped-def]
+    def regression_line(e: Entry) -> str:
         return f"{e.description}{where(e)[:-1]}; caught by {REGRESSIONS[e.name].signature}]"
 
     sections = {
