@@ -16,9 +16,8 @@ class SimKvPages:
         self._states: dict[str, State] = {}
         # ``read`` and ``write`` are the page list's own item access: the same calls,
         # without a Python frame per page (a restore or a save touches dozens).
-        # (the list's item access is overloaded for slices too: only ints come here)
-        self.read = self._pages.__getitem__  # type: ignore[method-assign,assignment]
-        self.write = self._pages.__setitem__  # type: ignore[method-assign,assignment]
+        self.read = self._pages.__getitem__  # type: ignore[method-assign,assignment]  # ints only
+        self.write = self._pages.__setitem__  # type: ignore[method-assign,assignment]  # ints only
 
     def read(self, block: int) -> Page:
         return self._pages[block]
