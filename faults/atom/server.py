@@ -752,7 +752,7 @@ class SchedulerProcess:
         bm = self.scheduler.block_manager
         pool = getattr(bm, "kv", None)
         stats: dict[str, Any] = getattr(self.connector, "get_statistics", lambda: {})() or {}
-        held = dict(
+        held: dict[str, Any] = dict(  # data of the record: never its op or req_id
             hbm_blocks=int(getattr(pool, "num_used", 0) or 0) if pool is not None else 0,
             loads=int(stats.get("loads_pending", 0)),
             saves=int(stats.get("saves_pending", 0)),
