@@ -115,7 +115,7 @@ def guard_streams() -> Iterator[None]:
         sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the process
     if sys.__stderr__ is None:
         # Started with fd 2 closed: pytest (the -n/--tx backends, sweep) asserts on it.
-        sys.__stderr__ = sys.stderr
+        sys.__stderr__ = sys.stderr  # type: ignore[misc,assignment]  # Final in typeshed: None here
     out, err = sys.stdout, sys.stderr
     if closed[1] or out is None:
         raise StreamClosed(9, "stdout is closed: what kvfault prints could not be read")
