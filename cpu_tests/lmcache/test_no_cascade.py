@@ -85,27 +85,27 @@ def test_the_cases_after_a_paused_then_killed_server_pass(session: LMCacheSessio
 
 
 def test_a_wedged_client_context_is_replaced_before_the_next_run(
-    session: LMCacheSession, fresh_server: LMCacheServer
+    session: LMCacheSession,
 ) -> None:
-    # Something closes a client in the session's context the way lmcache's own close
-    # does, on a server that then dies: that context's I/O thread is blocked for good.
-    from reference.tiers.lmcache_client import open_client
+    # What lmcache's own close order leaves: a socket of the session's context whose
+    # monitor reader is gone. Its next events block the context's I/O thread for good.
+    # A peer that keeps refusing (nothing listens; retries every millisecond) makes
+    # those events at once, where a dying server makes them when the kernel says so.
+    import socket
+
+    import zmq
 
     ctx = session.client_context
     assert ctx is not None and ctx.io_alive(2.0)
     resets, retired = len(session.client_resets), len(session.retired)
-    fresh_server.pause()
-    client = open_client(fresh_server.url, ctx)
-    assert not client.get_chunk_size().wait(timeout=0.5)
-    # lmcache's default context lingers forever; this context's 500 ms linger would let
-    # the socket go before a loaded machine got the kill in, and then nothing wedges.
-    import zmq
-
-    client._message_queue_client.socket.setsockopt(zmq.LINGER, -1)
-    client.close()  # lmcache's order: monitor reader first
-    fresh_server.kill()
-    # The disconnect event that blocks the I/O thread comes asynchronously after the
-    # kill: wait (bounded) for the wedge the check must catch.
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    sock = ctx.zmq.socket(zmq.DEALER)
+    sock.setsockopt(zmq.RECONNECT_IVL, 1)
+    sock.get_monitor_socket().close(linger=0)  # lmcache's order: monitor reader first
+    sock.connect(f"tcp://127.0.0.1:{port}")
     deadline = time.monotonic() + 15
     while ctx.io_alive(0.5) and time.monotonic() < deadline:
         pass
