@@ -3,13 +3,22 @@ from the run's seed, in the default campaign, and searched (with shrinking) here
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, note, settings
 
 from faults.campaign import run_case, select_targets
 from faults.campaign.execute import check
 from faults.runs import RunContext
 from faults.scenarios import SCENARIOS
-from faults.scenarios.generated import GENERATED, draw_workload, run_workload, workloads
+from faults.scenarios.generated import (
+    GENERATED,
+    Prompt,
+    Workload,
+    draw_workload,
+    run_workload,
+    workloads,
+)
+from reference.types import Geometry
 
 
 def test_the_seed_is_the_workload():
@@ -71,3 +80,24 @@ def test_a_draw_writes_nothing_into_the_working_directory(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(root)}
     subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, check=True, timeout=120)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open bug, not yet triaged: a 16-token prompt (one block, one chunk) sent again "
+    "after its block was freed takes that block as an HBM prefix hit while its lookup "
+    "reports hbm_hit 0, and its output differs from its cold run (found by a random "
+    "search of this module's property test; the CI profile's derandomized examples miss it)",
+)
+def test_a_whole_block_prompt_resent_after_its_block_was_freed_keeps_its_output():
+    g = Geometry(block_size=16, chunk_size=16, prefill_budget=16, state_checkpoint_interval=16)
+    prompts = (
+        Prompt(16, True, False, 1, 4),
+        Prompt(1, False, False, 0, 4),
+        Prompt(1, False, False, 0, 4),
+        Prompt(16, True, False, 0, 4),
+    )
+    w = Workload("dense", g, "block", 1, False, prompts, (((0, 0, 0, 0), ()),) * 2)
+    run = run_workload(RunContext(seed=0), "generated_dense", w)
+    props = [p for p in SCENARIOS["generated_dense"].properties if p != "determinism"]
+    assert not check(run, props)
