@@ -12,6 +12,7 @@ the exit status are those of a run in one process.
 from __future__ import annotations
 
 import socket
+import time
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -43,6 +44,10 @@ def cases_task(payload: dict[str, Any]) -> list[dict[str, Any]]:
                 store.after(case, outcome, staged)
             out.append(outcome.as_json())
     return out
+
+
+# Seeds in the first wave of a budgeted campaign (then 2x, 4x, ...).
+FIRST_WAVE = 64
 
 
 class Xdist:
@@ -95,15 +100,29 @@ class Xdist:
                         session.lost(Case(t, s), why[-1] if why else "?", error=r.error)
             session.show(len(session.done), session.total, r.id)
 
-        workers = self.workers
-        if workers is not None and workers.isdigit() and int(workers) > len(items):
-            workers = str(len(items))  # a worker with nothing to do only costs its start-up
-        fan_out(
-            f"{__name__}:cases_task",
-            items,
-            workers=None if self.tx else workers,
-            tx=self.tx,
-            rsyncdirs=self.rsyncdirs,
-            deadline_s=session.budget_s,
-            on_result=arrived,
-        )
+        def wave(part: list[WorkItem], deadline_s: float | None) -> None:
+            workers = self.workers
+            if workers is not None and workers.isdigit() and int(workers) > len(part):
+                workers = str(len(part))  # a worker with nothing to do only costs its start-up
+            fan_out(
+                f"{__name__}:cases_task",
+                part,
+                workers=None if self.tx else workers,
+                tx=self.tx,
+                rsyncdirs=self.rsyncdirs,
+                deadline_s=deadline_s,
+                on_result=arrived,
+            )
+
+        if session.budget_s is None:
+            wave(items, None)
+            return
+        # In a budget, seeds go out in waves that double: a worker skips an item once
+        # the budget is spent, but collecting and skipping 100,000 items is itself
+        # minutes; no wave starts once the budget is spent.
+        end = time.monotonic() + session.budget_s
+        size = FIRST_WAVE
+        while items and time.monotonic() < end:
+            part, items = items[:size], items[size:]
+            wave(part, end - time.monotonic())
+            size *= 2

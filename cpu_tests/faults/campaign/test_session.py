@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from itertools import count
 
+import pytest
+
 from faults.campaign import CaseOutcome, scenario_target
 from faults.campaign.session import Session, run_session
 from faults.campaign.targets import Case
@@ -70,3 +72,29 @@ def test_a_budget_lets_the_first_seed_run_and_starts_none_once_spent():
     assert not session.may_start(7)  # 2 s: spent
     assert session.may_start(6)
     assert session.started == {5, 6}
+
+
+def test_xdist_in_a_budget_sends_seeds_in_waves_and_none_once_spent(monkeypatch):
+    # A budget under -n/--tx: the fan-out gets a first wave of seeds, then doubling ones,
+    # and none once the budget is spent (each wave here takes 0.2 s of a 0.3 s budget on
+    # a clock of the test's own): 100,000 seeds are not all handed to pytest to be
+    # collected and skipped.
+    from types import SimpleNamespace
+
+    import faults.campaign.xdist as xdist
+    import faults.fanout
+
+    now = [0.0]
+    waves = []
+
+    def fan_out(task, items, *, deadline_s=None, on_result=None, **kw):  # type: ignore[no-untyped-def]
+        waves.append((len(items), deadline_s))
+        now[0] += 0.2
+
+    monkeypatch.setattr(faults.fanout, "fan_out", fan_out)
+    monkeypatch.setattr(xdist, "time", SimpleNamespace(monotonic=lambda: now[0]))
+    xdist.Xdist(workers="2").run(Session(TARGETS, range(100_000), budget_s=0.3))
+    assert waves == [(xdist.FIRST_WAVE, 0.3), (2 * xdist.FIRST_WAVE, pytest.approx(0.1))]
+    waves.clear()
+    xdist.Xdist(workers="2").run(Session(TARGETS, range(100_000)))  # no budget: one fan-out
+    assert waves == [(100_000 * len(TARGETS), None)]
