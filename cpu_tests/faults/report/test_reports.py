@@ -69,6 +69,13 @@ TOP_FIELDS = {
 }
 
 
+@pytest.fixture(autouse=True)
+def _no_hash_seed(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A replay line names PYTHONHASHSEED when it is set (tox sets it): these tests pin
+    # the lines without it; test_repro_hashseed covers it.
+    monkeypatch.delenv("PYTHONHASHSEED", raising=False)
+
+
 def _cases() -> list[CaseOutcome]:
     """A FIXED regression, a STILL FAILING one, a passing scenario and an ERROR."""
     fixed = CaseOutcome(
