@@ -293,6 +293,11 @@ class CampaignArtifacts:
         else:
             self.kept[case.id] = keep_artifact(case, self.directory)
 
+    def abandon(self, staged: tuple[Path, bytes | None]) -> None:
+        """Undo the staging of a case that will have no outcome (the campaign was
+        interrupted): as a pass's, the last campaign run of the case removes it."""
+        drop_artifact(*staged)
+
     def tidy(self) -> None:
         """Remove the directories this run created when they stayed empty."""
         for d in self._created:

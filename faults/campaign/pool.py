@@ -302,6 +302,9 @@ class ForkPool:
         finally:
             for w in workers:  # Ctrl-C, or an error here: stop every worker
                 _stop(w)
+            for i, token in tokens.items():  # staged cases that never came back
+                if i not in finished:
+                    session.unstage(token)
 
 
 def _warm() -> None:

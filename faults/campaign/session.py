@@ -57,13 +57,15 @@ class Artifacts(Protocol):
     """Where replay artifacts go (``faults.campaign.artifacts.CampaignArtifacts``):
     ``before`` stages a case's artifact and returns a token; ``after`` keeps or drops
     it once the outcome is known (token None: the case ran where this process could
-    not stage it)."""
+    not stage it); ``abandon`` undoes a staging whose case will have no outcome."""
 
     directory: Any
 
     def before(self, case: Case) -> Any: ...
 
     def after(self, case: Case, outcome: CaseOutcome, token: Any) -> None: ...
+
+    def abandon(self, token: Any) -> None: ...
 
 
 class Backend(Protocol):
@@ -136,6 +138,13 @@ class Session:
         if self.progress is not None and (done, total) != self._shown:
             self._shown = (done, total) if done == total else None
             self.progress(done, total, label)
+
+    def unstage(self, token: Any) -> None:
+        """A staged case that will not finish (the campaign was interrupted or failed
+        around it): its artifact goes as a pass's would. A case that hangs or whose
+        worker dies is not this: it ends as an ERROR and keeps its artifact."""
+        if self.artifacts is not None and token is not None:
+            self.artifacts.abandon(token)
 
     def finished(self, case: Case, outcome: CaseOutcome, token: Any = None) -> None:
         """``case``'s outcome is back: record it, keep or drop its artifact."""
@@ -218,7 +227,12 @@ class InProcess:
     def _one(session: Session, runner: CaseRunner, case: Case) -> None:
         session.starting(case)
         token = session.stage(case)
-        session.finished(case, session.run_here(runner, case, token), token)
+        try:
+            outcome = session.run_here(runner, case, token)
+        except BaseException:
+            session.unstage(token)  # interrupted: the case has no verdict to keep
+            raise
+        session.finished(case, outcome, token)
 
 
 def run_session(

@@ -39,7 +39,12 @@ def cases_task(payload: dict[str, Any]) -> list[dict[str, Any]]:
         for t in targets:
             case = Case(t, seed)
             staged = store.before(case) if store is not None else None
-            outcome = guarded(runner, case, payload.get("timeout_s"))
+            try:
+                outcome = guarded(runner, case, payload.get("timeout_s"))
+            except BaseException:
+                if store is not None and staged is not None:
+                    store.abandon(staged)  # interrupted: the case has no verdict to keep
+                raise
             if store is not None:
                 store.after(case, outcome, staged)
             out.append(outcome.as_json())

@@ -239,6 +239,9 @@ def test_progress_counts_the_cases_done_as_each_starts():
         def after(self, case, outcome, token):
             events.append(("done", case.id))
 
+        def abandon(self, token):
+            events.append(("abandoned", token))
+
     run_pooled(
         targets, [0, 1], 2, artifacts=Artifacts(),
         progress=lambda i, n, label: events.append(("progress", i, n, label)),

@@ -30,6 +30,9 @@ class Recorder:
     def after(self, case: Case, outcome: CaseOutcome, token: object) -> None:
         self.calls.append(("after", case.id, str(outcome.verdict), token))
 
+    def abandon(self, token: object) -> None:
+        self.calls.append(("abandon", token))
+
 
 class Backwards:
     """Runs nothing: hands the cases back newest first, the last one as a dead worker's."""
