@@ -295,6 +295,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         _say(f"kvfault: error: {where}{exc.strerror or exc}")
         return 2
     finally:
+        try:
+            _remove_orphans()
+        except KeyboardInterrupt:  # a signal in these milliseconds: the end above stands
+            pass
         signals.restore()
 
 
@@ -325,6 +329,15 @@ def _say(line: str) -> None:
     """One line on stderr, if stderr can take it (it may be closed or full)."""
     with contextlib.suppress(OSError, ValueError, AttributeError):
         print(line, file=sys.stderr, flush=True)
+
+
+def _remove_orphans() -> None:
+    # A worker killed mid-case (the stop's SIGKILL after its grace, a hang guard's exit)
+    # could not remove its private ipc directory; every process it ran under is gone
+    # by now, so its directory is removed here, whichever way the command ended.
+    from reference.stack.lookup_channel import remove_orphan_rpc_dirs
+
+    remove_orphan_rpc_dirs()
 
 
 def _disarm_guards() -> None:

@@ -127,3 +127,34 @@ def test_a_signal_ends_every_mode_in_one_line_leaving_nothing(
     # staging, so -n/--tx may leave the cases their workers were running.)
     if mode in ("j1", "j2"):
         assert list(work.glob(".kvfault/artifacts/*.json")) == []
+
+
+def test_a_run_removes_the_ipc_directory_of_a_worker_killed_before_it_could(short_tmpdir):
+    # The stop's SIGKILL after its grace, or a hang guard's exit, ends a worker between
+    # making its private ipc directory and removing it; the command removes it at its end.
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(short_tmpdir)}
+    made = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import os; from reference.stack.lookup_channel import private_rpc_dir;"
+            "print(private_rpc_dir()); os._exit(9)",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    orphan = Path(made.stdout.strip())
+    assert made.returncode == 9 and orphan.is_dir() and orphan.parent == short_tmpdir
+    run = subprocess.run(
+        [sys.executable, "-m", "faults.cli", "run", "--scenario", "two_servers", "--seeds", "1"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=short_tmpdir,
+    )
+    assert run.returncode == 0, run.stderr
+    assert not orphan.exists()
+    assert [n for n in os.listdir(short_tmpdir) if n.startswith("kvfault-rpc-")] == []

@@ -33,6 +33,7 @@ IPC_PATH_MAX = 103 if sys.platform == "darwin" else 107
 # multi-digit ranks.
 SOCKET_NAME_ROOM = 64
 _FALLBACK_BASES = ("/tmp", "/var/tmp", "/dev/shm")
+OWNER_FILE = ".owner"  # in each private directory: the pid that made it
 
 
 def rpc_base_budget(prefix: str = "kvfault-rpc-") -> int:
@@ -61,11 +62,55 @@ def private_rpc_dir(prefix: str = "kvfault-rpc-") -> str:
     candidate is short and writable)."""
     path = tempfile.mkdtemp(prefix=prefix, dir=_rpc_base(prefix))
     os.chmod(path, stat.S_IRWXU)
+    # Who made it, so that a directory whose maker was killed before it could remove
+    # it (SIGKILL, a hang guard's exit) can be told from one still in use.
+    with open(os.path.join(path, OWNER_FILE), "w") as f:
+        f.write(str(os.getpid()))
     return path
 
 
 def remove_rpc_dir(path: str) -> None:
     shutil.rmtree(path, ignore_errors=True)
+
+
+def remove_orphan_rpc_dirs(prefix: str = "kvfault-rpc-") -> list[str]:
+    """Remove every ``private_rpc_dir(prefix)`` of this user, under the temp dir or a
+    fallback, whose maker has ended without removing it; returns the paths removed.
+    One still being made, or whose maker still runs, is kept."""
+    removed = []
+    for base in dict.fromkeys((tempfile.gettempdir(), *_FALLBACK_BASES)):
+        try:
+            names = [n for n in os.listdir(base) if n.startswith(prefix)]
+        except OSError:
+            continue
+        for name in names:
+            path = os.path.join(base, name)
+            try:
+                if os.lstat(path).st_uid != os.getuid():
+                    continue
+                with open(os.path.join(path, OWNER_FILE)) as f:
+                    pid = int(f.read())
+            except (OSError, ValueError):
+                continue
+            if not _alive(pid):
+                shutil.rmtree(path, ignore_errors=True)
+                removed.append(path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, ended but not yet reaped, does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return not os.path.isdir("/proc/self")  # no /proc (macOS): kill's answer stands
 
 
 def _encode_query(query: LookupQuery) -> bytes:

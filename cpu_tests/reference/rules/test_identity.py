@@ -9,7 +9,11 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
+import sys
+import tempfile
 import threading
+from pathlib import Path
 
 import pytest
 import zmq
@@ -20,13 +24,16 @@ from reference.interfaces import LookupQuery, LookupResult
 from reference.rules import chunk_keys
 from reference.rules.identity import DEFAULT_PREFIX, EngineIdentity, lookup_socket_path
 from reference.stack.lookup_channel import (
+    OWNER_FILE,
     LookupServer,
     ZmqLookupClient,
     path_is_live,
     private_rpc_dir,
+    remove_orphan_rpc_dirs,
     remove_rpc_dir,
 )
 
+ROOT = Path(__file__).resolve().parents[3]
 GEO = Geometry(16, 32, 64, 64)
 
 
@@ -164,7 +171,7 @@ def test_one_server_per_engine_answers_from_its_own_tier(rpc_dir, tier):
     finally:
         for x in (c1, c2, s1, s2):
             x.close()
-    assert os.listdir(rpc_dir) == []
+    assert os.listdir(rpc_dir) == [OWNER_FILE]  # every socket gone
 
 
 def test_rebinding_a_live_path_is_a_clear_conflict(rpc_dir, tier, zctx):
@@ -318,7 +325,7 @@ def test_nothing_is_left_behind_after_close(short_tmp, tier):
     client.close()
     server.close()
     assert not os.path.exists(path)
-    assert os.listdir(d) == []
+    assert os.listdir(d) == [OWNER_FILE]
     assert not server._thread.is_alive()
     assert server._ctx.closed
     remove_rpc_dir(d)
@@ -390,3 +397,31 @@ def test_a_server_names_its_engine_and_its_thread(rpc_dir, tier):
     finally:
         server.close()
     assert "lookup-kv-r35849-dp0" not in {t.name for t in threading.enumerate()}
+
+
+def test_an_orphan_rpc_dir_is_removed_and_a_live_or_unowned_one_kept(short_tmp):
+    # A process that made its directory and was killed before it could remove it.
+    child = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import os, tempfile; tempfile.tempdir = os.environ['T'];"
+            "from reference.stack.lookup_channel import private_rpc_dir;"
+            "print(private_rpc_dir()); os._exit(9)",
+        ],
+        env={**os.environ, "T": str(short_tmp), "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    orphan = child.stdout.strip()
+    assert child.returncode == 9 and os.path.isdir(orphan), child.stderr
+    live = private_rpc_dir()  # ours: this process still runs
+    unowned = tempfile.mkdtemp(prefix="kvfault-rpc-", dir=short_tmp)  # being made
+    try:
+        assert remove_orphan_rpc_dirs() == [orphan]
+        assert not os.path.exists(orphan)
+        assert os.path.isdir(live) and os.path.isdir(unowned)
+    finally:
+        remove_rpc_dir(live)
+        remove_rpc_dir(unowned)
