@@ -270,7 +270,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser = build_parser()
             args = parser.parse_args(argv)
             if args.command is None:
-                parser.print_help()
+                commands = ", ".join(_subcommands(parser))
+                _say(f"kvfault: error: give a command: {commands} (kvfault --help)")
                 return 2
             if argv is None:  # the command itself, not a caller in Python: its process is ours
                 _run_under_known_hash_seed(args)
@@ -329,6 +330,15 @@ def _say(line: str) -> None:
     """One line on stderr, if stderr can take it (it may be closed or full)."""
     with contextlib.suppress(OSError, ValueError, AttributeError):
         print(line, file=sys.stderr, flush=True)
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> list[str]:
+    return [
+        name
+        for action in parser._actions
+        if isinstance(action, argparse._SubParsersAction)
+        for name in action.choices
+    ]
 
 
 def _remove_orphans() -> None:

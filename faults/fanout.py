@@ -54,7 +54,9 @@ __all__ = [
 # Options of the pytest sessions kvfault runs for itself (never a user's own test run):
 # their items need neither hypothesis's plugin nor assertion rewriting, which every
 # worker would pay for again.
-LEAN_SESSION = ("-p", "no:hypothesispytest", "--assert=plain")
+# No tmpdir plugin: the work items need no tmp_path, and with it every session would
+# leave a pytest-of-USER/pytest-N base directory behind in the temp dir.
+LEAN_SESSION = ("-p", "no:hypothesispytest", "-p", "no:tmpdir", "--assert=plain")
 _KEY = "kvfault_fanout"  # the workerinput entry: task, items, seconds left
 _PROP = "kvfault_fanout"  # the user_properties entry carrying an item's result
 _NODE = "kvfault-fanout"  # the collector's node id on every worker

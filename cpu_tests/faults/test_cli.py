@@ -472,3 +472,23 @@ def test_every_listed_name_runs_by_name_or_names_its_tier(capsys):
                 err = capsys.readouterr().err.strip()
                 assert len(err.splitlines()) == 1 and f"--tier {entry.tiers[0]}" in err, err
     assert seen <= listed and {"real_restart_burst", "wire_kill"} <= seen
+
+
+def test_list_with_a_tier_lists_only_what_runs_on_it(capsys):
+    from faults.catalog import entries
+
+    assert cli.main(["list", "--tier", "lmcache"]) == 0
+    out = capsys.readouterr().out
+    listed = {line.split()[0] for line in out.splitlines() if line.startswith("  ")}
+    for kind in ("scenario", "fault", "regression"):
+        for name, entry in entries(kind).items():
+            assert (name in listed) == ("lmcache" in entry.tiers), name
+    assert "real_restart_burst" in listed and "generated_dense" not in listed
+
+
+def test_kvfault_without_a_command_says_so_in_one_line(capsys):
+    assert cli.main([]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    (line,) = captured.err.splitlines()
+    assert line.startswith("kvfault: error: give a command:") and "run" in line

@@ -1,6 +1,7 @@
 """``kvfault list``: every runnable name (scenarios, properties, faults, planted
 regressions) and the registered tiers, with the tiers each name runs on; ``--tier
-NAME`` of a tier with its own commands (atom) hands over to that tier."""
+NAME`` lists only what runs on that tier (one with its own commands, atom, hands over
+to it)."""
 
 from __future__ import annotations
 
@@ -51,14 +52,18 @@ def command(args: argparse.Namespace) -> int:
     def regression_line(e: Entry) -> str:
         return f"{e.description}{where(e)[:-1]}; caught by {REGRESSIONS[e.name].signature}]"
 
+    def on_tier(kind: str) -> list[Entry]:
+        # With --tier NAME, only what runs on that tier.
+        return [e for e in entries(kind).values() if args.tier is None or args.tier in e.tiers]
+
     sections = {
         "scenarios": [
-            (e.name, f"{e.description}{where(e)}{grows(e)}") for e in entries("scenario").values()
+            (e.name, f"{e.description}{where(e)}{grows(e)}") for e in on_tier("scenario")
         ],
         "properties": [(n, first_line(fn.__doc__)) for n, fn in PROPERTIES.items()]
         + [("determinism", "the same seed gives the same trace digest")],
-        "faults": [(e.name, f"{e.description}{where(e)}") for e in entries("fault").values()],
-        "regressions": [(e.name, regression_line(e)) for e in entries("regression").values()],
+        "faults": [(e.name, f"{e.description}{where(e)}") for e in on_tier("fault")],
+        "regressions": [(e.name, regression_line(e)) for e in on_tier("regression")],
         "tiers": [(t.name, t.description) for t in tiers],
     }
     chosen = [name for name in sections if getattr(args, name)] or list(sections)
