@@ -152,12 +152,15 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--pin", type=names, default=[], metavar="A,B",
                      help="with --swarm: enable exactly these injectors in every run")  # fmt: skip
     run.add_argument("--report", type=Path, default=None, metavar="DIR",
-                     help="write summary.json, failing cases' artifacts and timelines into DIR")  # fmt: skip
+                     help="write summary.json, junit.xml and the failing cases' artifacts and "
+                          "timelines into DIR")  # fmt: skip
     run.add_argument("--artifacts", type=Path, default=None, metavar="DIR",
                      help="replay artifacts of failing cases (default: DIR/artifacts with "
                           "--report, else .kvfault/artifacts)")  # fmt: skip
     run.add_argument("--timeout", type=timeout_seconds, default=DEFAULT_CASE_TIMEOUT_S, metavar="S",
-                     help="a case running longer dumps all stacks and exits (0: never)")  # fmt: skip
+                     help="a case still running after S seconds is an ERROR: every stack is "
+                          "printed and its process ends (a worker: the run goes on; -j 1: "
+                          "the run ends, exit 2); default %(default)g, 0: never")  # fmt: skip
     run.add_argument("-j", "--jobs", type=jobs, default=None, metavar="N",
                      help="run the cases in N processes on this machine (default 'auto': one "
                           "per usable CPU; 1: this process alone)")  # fmt: skip
@@ -270,7 +273,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser = build_parser()
             args = parser.parse_args(argv)
             if args.command is None:
-                commands = ", ".join(_subcommands(parser))
+                sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+                commands = ", ".join(sub.choices)
                 _say(f"kvfault: error: give a command: {commands} (kvfault --help)")
                 return 2
             if argv is None:  # the command itself, not a caller in Python: its process is ours
@@ -296,10 +300,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         _say(f"kvfault: error: {where}{exc.strerror or exc}")
         return 2
     finally:
-        try:
-            _remove_orphans()
-        except KeyboardInterrupt:  # a signal in these milliseconds: the end above stands
-            pass
+        # A worker killed mid-case could not remove its private ipc directory: remove it
+        # now, however the command ended (a signal in these milliseconds: the end stands).
+        from reference.stack.lookup_channel import remove_orphan_rpc_dirs
+
+        with contextlib.suppress(KeyboardInterrupt):
+            remove_orphan_rpc_dirs()
         signals.restore()
 
 
@@ -330,24 +336,6 @@ def _say(line: str) -> None:
     """One line on stderr, if stderr can take it (it may be closed or full)."""
     with contextlib.suppress(OSError, ValueError, AttributeError):
         print(line, file=sys.stderr, flush=True)
-
-
-def _subcommands(parser: argparse.ArgumentParser) -> list[str]:
-    return [
-        name
-        for action in parser._actions
-        if isinstance(action, argparse._SubParsersAction)
-        for name in action.choices
-    ]
-
-
-def _remove_orphans() -> None:
-    # A worker killed mid-case (the stop's SIGKILL after its grace, a hang guard's exit)
-    # could not remove its private ipc directory; every process it ran under is gone
-    # by now, so its directory is removed here, whichever way the command ended.
-    from reference.stack.lookup_channel import remove_orphan_rpc_dirs
-
-    remove_orphan_rpc_dirs()
 
 
 def _disarm_guards() -> None:
