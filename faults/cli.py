@@ -6,7 +6,6 @@ The command line. Commands: ``run`` (the campaign), ``list``, ``repro NAME``, ``
 Exit codes: 0 everything holds; 1 a property failed, a regression went uncaught or is
 still failing, or a fault was not exercised; 2 bad arguments, an error, or nothing
 reproduced. Bad arguments give one clear line on stderr and no traceback.
-
 Importing this module imports nothing of the stack: each command imports what it
 runs, so ``kvfault list`` and a sweep's child stay cheap (no torch, zmq or faker).
 """
