@@ -7,8 +7,9 @@ One job per module:
   ``map_pinned`` (pinned host memory viewed by the device in place);
 - ``device_pages``: ``DeviceKvPages`` (a ``reference.interfaces.KvPages`` in device
   memory), ``device_available``, ``device_backend``;
-- ``copy_engine``: ``TorchCopyEngine`` (a ``reference.interfaces.CopyEngine``), its
-  ``RestoreTicket``, and how a restore picks ``dma``, ``mapped`` or ``staged``;
+- ``copy_engine``: ``TorchCopyEngine`` (a ``reference.interfaces.CopyEngine``) and how a
+  restore picks ``dma``, ``mapped`` or ``staged``;
+- ``ticket``: a restore in flight: its ``RestoreTicket`` and its pinned index buffer;
 - ``launch``: what the engine queues its work through (batched DMA through the CUDA
   runtime, the Triton gather kernel, stream ordering), each with its fallback.
 
@@ -27,12 +28,12 @@ if TYPE_CHECKING:
         DMA_MIN_BLOCK_BYTES,
         Gather,
         Method,
-        RestoreTicket,
         TorchCopyEngine,
         word_dtype,
     )
     from reference.device.device_pages import DeviceKvPages, device_available, device_backend
     from reference.device.host_pool import HostPage, HostPageBatch, PinnedHostPool, map_pinned
+    from reference.device.ticket import RestoreTicket
 
 # public name -> the module (under reference.device) that defines it
 _EXPORTS = {
@@ -44,7 +45,7 @@ _EXPORTS = {
     "device_available": "device_pages",
     "device_backend": "device_pages",
     "TorchCopyEngine": "copy_engine",
-    "RestoreTicket": "copy_engine",
+    "RestoreTicket": "ticket",
     "Method": "copy_engine",
     "Gather": "copy_engine",
     "DMA_MIN_BLOCK_BYTES": "copy_engine",

@@ -29,14 +29,14 @@ The host side of ``enqueue`` works on a reused pinned index buffer with numpy (s
 moves plus the transfer, so that time is kept to a few vectorised operations.
 
 The launch helpers (batched DMA, the Triton gather, stream ordering) live in
-``reference.device.launch``.
+``reference.device.launch``; a restore's ticket and its pinned index buffer in
+``reference.device.ticket``.
 """
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any, Callable, Literal
 
@@ -46,6 +46,7 @@ import torch
 from reference.device.device_pages import DeviceKvPages, device_backend
 from reference.device.host_pool import HostPage, HostPageBatch, PinnedHostPool, map_pinned
 from reference.device.launch import _BatchDma, _StreamOrder, _triton_gather, _TritonGather
+from reference.device.ticket import RestoreTicket, _IndexBuffer
 from reference.errors import RestoreFenceError
 from reference.types import OperationId
 
@@ -77,54 +78,6 @@ def word_dtype(row_bytes: int, widest: torch.dtype = torch.int64) -> torch.dtype
 
 def _itemsize(dt: torch.dtype) -> int:
     return torch.empty((), dtype=dt).element_size()
-
-
-class _IndexBuffer:
-    """Pinned int64 rows ``[5, cap]`` that one restore's enqueue fills and its copy
-    reads: 0 source slots, 1 destination blocks, 2-4 scratch (the generations of a page
-    list; for ``dma`` the destination and source addresses and the sizes). The gather
-    kernel reads rows 0 and 1 in place across the bus (pinned memory is mapped), so no
-    index upload is queued. Reused once the restore that last read it is complete."""
-
-    __slots__ = ("cap", "host", "np", "ptr", "mapped", "event")
-
-    ROWS = 5
-
-    def __init__(self, cap: int):
-        self.cap = cap
-        self.host = torch.empty((self.ROWS, cap), dtype=torch.int64, pin_memory=True)
-        self.np = self.host.numpy()  # the same pinned memory
-        self.ptr = self.host.data_ptr()
-        self.mapped: torch.Tensor | None = None  # device view, made on first need
-        self.event: Any = None  # the fence of the restore that reads it; None: free
-
-    def is_free(self) -> bool:
-        if self.event is None:
-            return True
-        if self.event.query():
-            self.event = None
-            return True
-        return False
-
-    def row_ptr(self, row: int) -> int:
-        return self.ptr + row * self.cap * 8
-
-
-@dataclass(eq=False)
-class RestoreTicket:
-    """One enqueued restore. ``event`` is its fence; ``keep`` holds what the copy still
-    reads (staging buffers, the pinned state) and ``index`` its index buffer, until the
-    fence is observed."""
-
-    op: OperationId
-    req_id: str
-    num_blocks: int
-    nbytes: int
-    event: Any
-    state: torch.Tensor | None = None
-    keep: list[Any] = field(default_factory=list)
-    index: _IndexBuffer | None = None
-    done: bool = False
 
 
 class TorchCopyEngine:

@@ -27,7 +27,7 @@ from reference.device.device_pages import device_backend
 from reference.device.host_pool import map_pinned
 
 if TYPE_CHECKING:
-    from reference.device.copy_engine import _IndexBuffer
+    from reference.device.ticket import _IndexBuffer
 
 
 class _StreamOrder:
