@@ -15,7 +15,7 @@ from faults._lazy import lazy_exports
 _EXPORTS = {
     "FaultPlan": "faults.injectors.plans",
     "FaultSpec": "faults.injectors.plans",
-    "INJECTORS": "faults.injectors.plans",
+    "INJECTORS": "faults.injectors.catalog",
     "KvfaultError": "faults.errors",
     "PROPERTIES": "faults.properties.checks",
     "REGRESSIONS": "faults.regressions.legacy",

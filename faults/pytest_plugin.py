@@ -63,7 +63,7 @@ _CALLS = pytest.StashKey[list]()
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("kvfault", "kvfault fault injection")
     group.addoption("--kv-fault", action="append", default=[], metavar="NAME",
-                    help="add this injector (defaults from faults.injectors.plans.INJECTORS) to the "
+                    help="add this injector (defaults from faults.injectors.catalog.INJECTORS) to the "
                          "fault_plan fixture; repeatable")  # fmt: skip
     group.addoption("--kv-seed", type=seed, default=0, metavar="N",
                     help="seed of kv_seed, fault_plan and kv_scenario (default 0)")  # fmt: skip
@@ -245,7 +245,8 @@ def kv_rules(request: pytest.FixtureRequest) -> Rules:
 def fault_plan(request: pytest.FixtureRequest, kv_seed: int) -> FaultPlan:
     """The ``--kv-fault`` injectors with their catalog defaults, seeded by ``kv_seed``,
     at ``--kv-scale`` (an empty plan when no fault was named)."""
-    from faults.injectors.plans import INJECTORS, FaultPlan, FaultSpec
+    from faults.injectors.catalog import INJECTORS
+    from faults.injectors.plans import FaultPlan, FaultSpec
 
     names = request.config.getoption("kv_fault") or []
     specs = tuple(FaultSpec.of(n, **INJECTORS[n].defaults) for n in names)

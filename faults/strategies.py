@@ -1,7 +1,7 @@
 """Hypothesis strategies for fault plans and workloads (docs/design.md#faults, docs/design.md#interfaces).
 
 Everything drawn here is plain data (``FaultSpec``, ``FaultPlan``, ``WorkloadParams``)
-whose parameters come from the injector catalog's schema (``faults.injectors.plans.INJECTORS``),
+whose parameters come from the injector catalog's schema (``faults.injectors.catalog.INJECTORS``),
 so a new injector is drawable as soon as it is registered. Draws shrink toward the
 simplest case: no faults, seed 0, the first scenario, each injector's catalog defaults
 (the parameters known to make it fire in its own scenario).
@@ -14,7 +14,8 @@ from typing import Any, Sequence
 
 from hypothesis import strategies as st
 
-from faults.injectors.plans import INJECTORS, FaultPlan, FaultSpec, Param
+from faults.injectors.catalog import INJECTORS, Param
+from faults.injectors.plans import FaultPlan, FaultSpec
 
 SEEDS = st.integers(min_value=0, max_value=2**16 - 1)
 

@@ -312,7 +312,8 @@ class Fault(TargetKind):
     def plan(self, target: Target, seed: int) -> FaultPlan | None:
         if not Tiers.installed()[target.tier].plans:
             return None  # built by its tier's fault catalog, not a plan
-        from faults.injectors.plans import INJECTORS, FaultPlan, FaultSpec
+        from faults.injectors.catalog import INJECTORS
+        from faults.injectors.plans import FaultPlan, FaultSpec
 
         assert target.injector is not None
         spec = FaultSpec.of(target.injector, **INJECTORS[target.injector].defaults)
@@ -499,6 +500,6 @@ def _fault_expect(target: Target) -> Expect | None:
     tier = Tiers.installed()[target.tier]
     if not tier.plans:
         return tier.fault(str(target.injector)).expect
-    from faults.injectors.plans import INJECTORS
+    from faults.injectors.catalog import INJECTORS
 
     return INJECTORS[str(target.injector)].expect

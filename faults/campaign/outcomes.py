@@ -265,7 +265,7 @@ class CampaignResult:
     @property
     def never_drawn(self) -> list[str]:
         """Injectors no swarm run enabled (more seeds draw more)."""
-        from faults.injectors.plans import INJECTORS
+        from faults.injectors.catalog import INJECTORS
 
         if not any(t.target.kind.draws_faults for t in self.targets):
             return []

@@ -99,7 +99,7 @@ class Target:
         pinned = obj.get("pinned") or []
         if not isinstance(pinned, list) or not all(isinstance(p, str) for p in pinned):
             raise CampaignError("target 'pinned' must be a list of injector names")
-        from faults.injectors.plans import INJECTORS
+        from faults.injectors.catalog import INJECTORS
 
         unknown = [p for p in pinned if p not in INJECTORS]
         if unknown:
@@ -171,7 +171,7 @@ def scenario_target(name: str, tier: str = DEFAULT_TIER) -> Target:
 
 def swarm_target(scenario: str, pinned: Sequence[str] = ()) -> Target:
     """A swarm: random subsets of the in-process injectors on ``scenario``."""
-    from faults.injectors.plans import INJECTORS
+    from faults.injectors.catalog import INJECTORS
 
     _resolve(SCENARIO, scenario, DEFAULT_TIER)
     for p in pinned:

@@ -12,7 +12,7 @@ NAME = "memory"
 def rows() -> list[Row]:
     """Every scenario that names this tier, every in-process injector on its
     scenario, every planted regression on its scenario."""
-    from faults.injectors.plans import INJECTORS
+    from faults.injectors.catalog import INJECTORS
     from faults.regressions.legacy import REGRESSIONS
     from faults.scenarios import SCENARIOS
 

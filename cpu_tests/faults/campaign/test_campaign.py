@@ -324,7 +324,7 @@ def test_a_default_swarm_fires_every_injector_and_passes(capsys, tmp_path):
     """Issue 19: ``kvfault run --swarm`` with its defaults was red on the healthy stack
     (7 of 14 injectors never drawn). Now every injector fires in some run and it exits 0."""
     from faults import cli
-    from faults.injectors.plans import INJECTORS
+    from faults.injectors.catalog import INJECTORS
 
     code = cli.main(["run", "--swarm", "--no-progress", "--report", str(tmp_path)])
     out = capsys.readouterr().out

@@ -21,14 +21,8 @@ from faults.injectors import (
     Trigger,
     salted_ids,
 )
-from faults.injectors.plans import (
-    INJECTORS,
-    FaultPlan,
-    FaultSpec,
-    fired_report,
-    not_exercised,
-    planned,
-)
+from faults.injectors.catalog import INJECTORS
+from faults.injectors.plans import FaultPlan, FaultSpec, fired_report, not_exercised, planned
 from faults.regressions import REGRESSIONS
 from reference import Ev
 

@@ -13,14 +13,8 @@ from hypothesis import strategies as st
 
 from faults import SCENARIOS
 from faults.campaign import run_case
-from faults.injectors.plans import (
-    INJECTORS,
-    FaultPlan,
-    FaultSpec,
-    fired_report,
-    not_exercised,
-    swarm_plan,
-)
+from faults.injectors.catalog import INJECTORS
+from faults.injectors.plans import FaultPlan, FaultSpec, fired_report, not_exercised, swarm_plan
 from faults.regressions import REGRESSIONS
 from faults.strategies import WorkloadParams, fault_plans, fault_specs, workload_params
 from reference import Ev

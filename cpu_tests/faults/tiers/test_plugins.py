@@ -56,7 +56,8 @@ class ToyFault:
     kills_server: bool = False
 
     def factory(self, seed):
-        from faults.injectors.plans import INJECTORS, FaultSpec
+        from faults.injectors.catalog import INJECTORS
+        from faults.injectors.plans import FaultSpec
 
         injector = FaultSpec.of(self.wraps, **INJECTORS[self.wraps].defaults).build(seed)
         injector.name = self.name  # it fires under this tier's name for it
@@ -64,7 +65,7 @@ class ToyFault:
 
 
 def _faults():
-    from faults.injectors.plans import INJECTORS
+    from faults.injectors.catalog import INJECTORS
 
     lost = INJECTORS["lost_completion"]
     return {
