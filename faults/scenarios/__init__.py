@@ -5,7 +5,7 @@ from faults._lazy import lazy_exports
 
 _EXPORTS = {
     "SCENARIOS": "faults.scenarios.catalog",
-    "Scenario": "faults.scenarios.simulated",
+    "Scenario": "faults.scenarios.scenario",
 }
 __all__ = sorted(_EXPORTS)
 __getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from faults.runs import RunContext, RunResult, finishes
-from faults.scenarios.simulated import _ONE_TIER, Scenario, _Run
+from faults.scenarios.harness import _Run
+from faults.scenarios.scenario import _ONE_TIER, Scenario
 from reference.rules.keys import media_cache_seed
 from reference.stack.engine import EngineConfig
 from reference.types import Geometry, ModelKind, Request, StateGrid

@@ -5,12 +5,11 @@ in real time on two cores. They run on the ``lmcache`` tier."""
 from __future__ import annotations
 
 from faults.runs import RunContext, RunResult, finishes, stops
+from faults.scenarios.harness import _renamed, _Run
+from faults.scenarios.scenario import Scenario
 from faults.scenarios.simulated import (
     _BURST_CONFIG,
-    Scenario,
     _compile_and_load,
-    _renamed,
-    _Run,
     _store_then_restart,
     lost_completion_in_traffic,
     two_passes,

@@ -8,116 +8,28 @@ asserts anything itself: ``faults.properties.checks`` judges the trace.
 A run's ``scale`` multiplies the size of the scenarios that have one (restore bursts,
 cold prompts, traffic length, prompt counts; ``Scenario.scales`` says what grows); the
 properties hold at every scale, and the run's cost grows linearly with it.
+
+The plumbing a story runs on (``_Run``: one world, injectors bound to its trace, request
+bookkeeping) is in ``faults.scenarios.harness``; what a scenario declares
+(``Scenario``) is in ``faults.scenarios.scenario``.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
-from fakes.sim import SimWorld
-from fakes.workloads import Workloads, resend
-from faults.argtypes import check_scale
-from faults.injectors.base import Injector, wrap_all
+from fakes.workloads import resend
 from faults.injectors.completions import LostCompletion
 from faults.injectors.engine import SlowForward
-from faults.runs import Expect, RunContext, RunResult, finishes, stops
+from faults.runs import RunContext, RunResult, finishes, stops
+from faults.scenarios.harness import _renamed, _Run
+from faults.scenarios.scenario import _ALL, _ONE_TIER, BOTH_TIERS, Scenario
 from reference.errors import EngineIdentityConflict
-from reference.interfaces import Tier
 from reference.rules.identity import lookup_socket_path
 from reference.stack.engine import Engine, EngineConfig, RunOutcome
 from reference.trace import Ev
 from reference.types import Geometry, Request
-
-
-class _Run:
-    """Shared plumbing: one world, injectors bound to its trace, request bookkeeping."""
-
-    def __init__(
-        self,
-        name: str,
-        ctx: RunContext,
-        config: EngineConfig,
-        own_injectors: Sequence[Injector] = (),
-    ):
-        if ctx.time_scale <= 0:
-            raise ValueError(f"time_scale must be positive, got {ctx.time_scale}")
-        check_scale(ctx.scale)
-        self.name = name
-        self.ctx = ctx
-        self.config = replace(
-            config,
-            transfer_deadline_s=ctx.seconds(config.transfer_deadline_s),
-            bound_slack_s=ctx.seconds(config.bound_slack_s),
-        )
-        self.world = SimWorld(ctx.clock_factory())
-        # The scenario's own faults (part of its workload) come before the plan's.
-        self.injectors = [*own_injectors, *ctx.injectors]
-        self.wrap = wrap_all(self.injectors)
-        for inj in self.injectors:
-            inj.bind(self.world.trace)
-        self._tier = None
-        self.requests: dict[str, Request] = {}
-        self.outcomes: list[RunOutcome] = []
-        self.notes: dict[str, object] = {}
-        self.workloads = Workloads(ctx.seed)
-
-    def new_tier(self) -> Tier:
-        if self.ctx.tier_factory is not None:
-            return self.ctx.tier_factory(self.world, self.config)
-        return self.world.memory_tier(self.config)
-
-    def engine(self, name: str = "engine", **kwargs: Any) -> Engine:
-        if "tier" not in kwargs:
-            # One tier per run: it outlives engine restarts.
-            if self._tier is None:
-                self._tier = self.wrap("tier", self.new_tier())
-            kwargs["tier"] = self._tier
-        return self.world.engine(
-            self.config, rules=self.ctx.rules, name=name, wrap=self.wrap, **kwargs
-        )
-
-    def submit(self, engine: Engine, reqs: Sequence[Request]) -> list[Request]:
-        out = []
-        for r in reqs:
-            r = self.ctx.request_map(r)
-            self.requests[r.req_id] = r
-            engine.add_request(r)
-            out.append(r)
-        return out
-
-    def run(self, engine: Engine, **kwargs: Any) -> RunOutcome:
-        outcome = engine.run(**kwargs)
-        self.outcomes.append(outcome)
-        return outcome
-
-    def stopped(self) -> bool:
-        return any(o.stopped or o.hung for o in self.outcomes)
-
-    def result(self, startup_error: str | None = None) -> RunResult:
-        return RunResult(
-            self.name,
-            self.ctx.seed,
-            self.world.trace,
-            self.config,
-            self.requests,
-            self.outcomes,
-            self.injectors,
-            self.notes,
-            startup_error,
-            self.ctx.time_scale,
-        )
-
-    def hit_rate(self, reqs: Sequence[Request]) -> float:
-        claims = {e.req_id: e.data["claim"] for e in self.world.trace.of(Ev.LOOKUP)}
-        total = sum(r.prompt_len for r in reqs)
-        return sum(claims.get(r.req_id, 0) for r in reqs) / total if total else 0.0
-
-
-def _renamed(run: _Run, reqs: Sequence[Request], tag: str, at: float = 0.0) -> list[Request]:
-    return [resend(r, f"{r.req_id}-{tag}", at) for r in reqs]
-
 
 # -- the scenarios ------------------------------------------------------------------
 
@@ -376,42 +288,6 @@ def lost_completion_in_traffic(
     run.run(engine, max_sim_seconds=ctx.seconds(max(600.0, 4.0 * stream)))
     return run.result()
 
-
-@dataclass(frozen=True)
-class Scenario:
-    """A named workload: ``run`` builds and runs it from a context; ``properties`` are
-    checked over its trace; ``tiers`` are the tiers it runs on (``memory``: the
-    in-process tier in virtual time; ``lmcache``: a real server in real time)."""
-
-    name: str
-    description: str
-    run: Callable[[RunContext], RunResult]
-    properties: tuple[str, ...]
-    # What grows with ``RunContext.scale`` (K); empty: the scenario has a fixed size.
-    scales: str = ""
-    tiers: tuple[str, ...] = ("memory",)
-    # How the fixed stack must end a run of it (run to the end, stop with a named
-    # error on a named operation within a bound, or refuse to start); every entry
-    # declares one, and the campaign fails any other ending.
-    expect: Expect | None = None
-
-
-BOTH_TIERS = ("memory", "lmcache")
-
-
-_TRACE = (
-    "correctness",
-    "keys",
-    "no_false_stop",
-    "liveness",
-    "exactly_once",
-    "resources",
-    "hbm_owners",
-)
-_ALL = (*_TRACE, "determinism")
-# Runs whose engines share one tier also judge what they loaded (two servers each
-# have their own tier: a prompt stored on one is rightly a miss on the other).
-_ONE_TIER = (*_TRACE, "efficiency", "load_failures", "determinism")
 
 SCENARIOS: dict[str, Scenario] = {
     s.name: s

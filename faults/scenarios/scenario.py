@@ -1,0 +1,47 @@
+"""What a scenario declares: its name, how to run it, the properties judged over its
+trace, what grows with the run's scale, the tiers it runs on and how the fixed stack
+must end it; and the property sets the scenarios share."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from faults.runs import Expect, RunContext, RunResult
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A named workload: ``run`` builds and runs it from a context; ``properties`` are
+    checked over its trace; ``tiers`` are the tiers it runs on (``memory``: the
+    in-process tier in virtual time; ``lmcache``: a real server in real time)."""
+
+    name: str
+    description: str
+    run: Callable[[RunContext], RunResult]
+    properties: tuple[str, ...]
+    # What grows with ``RunContext.scale`` (K); empty: the scenario has a fixed size.
+    scales: str = ""
+    tiers: tuple[str, ...] = ("memory",)
+    # How the fixed stack must end a run of it (run to the end, stop with a named
+    # error on a named operation within a bound, or refuse to start); every entry
+    # declares one, and the campaign fails any other ending.
+    expect: Expect | None = None
+
+
+BOTH_TIERS = ("memory", "lmcache")
+
+
+_TRACE = (
+    "correctness",
+    "keys",
+    "no_false_stop",
+    "liveness",
+    "exactly_once",
+    "resources",
+    "hbm_owners",
+)
+_ALL = (*_TRACE, "determinism")
+# Runs whose engines share one tier also judge what they loaded (two servers each
+# have their own tier: a prompt stored on one is rightly a miss on the other).
+_ONE_TIER = (*_TRACE, "efficiency", "load_failures", "determinism")
