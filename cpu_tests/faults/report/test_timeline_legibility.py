@@ -44,7 +44,9 @@ def test_the_check_sees_text_over_text_and_over_bars():
 
 
 def test_the_check_sees_an_unlabelled_row(monkeypatch):
-    real = draw._y_labels
+    from faults.report.timeline import panel
+
+    real = panel._y_labels
 
     def fewer(ax, lay):  # type: ignore[no-untyped-def]
         real(ax, lay)
@@ -52,7 +54,7 @@ def test_the_check_sees_an_unlabelled_row(monkeypatch):
         ax.set_yticks(list(ax.get_yticks())[:-1])  # drop the last row's label
         ax.set_yticklabels(labels[:-1])
 
-    monkeypatch.setattr(draw, "_y_labels", fewer)
+    monkeypatch.setattr(panel, "_y_labels", fewer)
     plt, fig = _figure("media_keys")
     try:
         assert any("has no label" in p for p in problems(fig))

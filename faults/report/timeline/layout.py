@@ -8,6 +8,10 @@ from typing import Any
 
 from faults.report.timeline.model import LoadRow, Panel
 
+# One row's height in the picture, in inches: a panel's height is its rows times this,
+# and a boxed note's lines are counted in rows of it.
+_ROW_IN = 0.115
+
 
 @dataclass
 class _Layout:
