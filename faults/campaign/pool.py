@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from faults.campaign.outcomes import CaseOutcome
 from faults.campaign.runner import ERROR, CaseRunner
-from faults.campaign.session import Session, guarded
+from faults.campaign.session import INTERRUPTS, Session, guarded
 from faults.campaign.targets import Case, Target
 
 if TYPE_CHECKING:
@@ -213,6 +213,7 @@ class ForkPool:
         tokens: dict[int, Any] = {}
         finished: set[int] = set()
         workers: list[_Worker] = []
+        interrupted = False
 
         def spawn() -> None:
             parent_end, child_end = ctx.Pipe(duplex=True)
@@ -299,10 +300,15 @@ class ForkPool:
                     elif not hand_out(w):  # idle, and nothing left to hand out
                         _retire(w)
                         workers.remove(w)
+        except INTERRUPTS:
+            interrupted = True
+            raise
         finally:
             for w in workers:  # Ctrl-C, or an error here: stop every worker
                 _stop(w)
-            for i, token in tokens.items():  # staged cases that never came back
+            # Staged cases that never came back: undone when interrupted (no verdict to
+            # keep); after a crash of kvfault they keep their artifacts, for a replay.
+            for i, token in tokens.items() if interrupted else ():
                 if i not in finished:
                     session.unstage(token)
 

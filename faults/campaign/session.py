@@ -52,6 +52,13 @@ if TYPE_CHECKING:
 # (cases done, cases in all, the case starting, or "done" at the end)
 Progress = Callable[[int, int, str], None]
 
+# What ends a case with no verdict to keep, so its staged artifact is undone: Ctrl-C and
+# the stop signals (``faults.processes.Interrupted`` is a ``KeyboardInterrupt``) and a
+# ``SystemExit`` (a forked worker's SIGTERM unwinds as one: ``pool._unwind``). Any other
+# exception out of a case is a crash of kvfault itself: the case keeps its staged
+# artifact, so the crash can be replayed.
+INTERRUPTS = (KeyboardInterrupt, SystemExit)
+
 
 class Artifacts(Protocol):
     """Where replay artifacts go (``faults.campaign.artifacts.CampaignArtifacts``):
@@ -140,9 +147,9 @@ class Session:
             self.progress(done, total, label)
 
     def unstage(self, token: Any) -> None:
-        """A staged case that will not finish (the campaign was interrupted or failed
-        around it): its artifact goes as a pass's would. A case that hangs or whose
-        worker dies is not this: it ends as an ERROR and keeps its artifact."""
+        """A staged case that will not finish because the campaign was interrupted
+        (``INTERRUPTS``): its artifact goes as a pass's would. A case that hangs, whose
+        worker dies, or that crashes kvfault is not this: it keeps its artifact."""
         if self.artifacts is not None and token is not None:
             self.artifacts.abandon(token)
 
@@ -229,7 +236,7 @@ class InProcess:
         token = session.stage(case)
         try:
             outcome = session.run_here(runner, case, token)
-        except BaseException:
+        except INTERRUPTS:
             session.unstage(token)  # interrupted: the case has no verdict to keep
             raise
         session.finished(case, outcome, token)

@@ -18,7 +18,7 @@ from typing import Any, Sequence
 
 from faults.campaign.outcomes import CaseOutcome
 from faults.campaign.runner import CaseRunner
-from faults.campaign.session import Session, guarded
+from faults.campaign.session import INTERRUPTS, Session, guarded
 from faults.campaign.targets import Case, Target
 
 
@@ -41,7 +41,7 @@ def cases_task(payload: dict[str, Any]) -> list[dict[str, Any]]:
             staged = store.before(case) if store is not None else None
             try:
                 outcome = guarded(runner, case, payload.get("timeout_s"))
-            except BaseException:
+            except INTERRUPTS:  # a crash keeps its staged artifact, for its replay
                 if store is not None and staged is not None:
                     store.abandon(staged)  # interrupted: the case has no verdict to keep
                 raise

@@ -3,13 +3,19 @@ backend gets from the session without writing it itself."""
 
 from __future__ import annotations
 
+import socket
 from itertools import count
+from pathlib import Path
 
 import pytest
 
 from faults.campaign import CaseOutcome, scenario_target
-from faults.campaign.session import Session, run_session
+from faults.campaign.artifacts import CampaignArtifacts, artifact_path, read_artifact
+from faults.campaign.pool import ForkPool, can_fork
+from faults.campaign.runner import CaseRunner
+from faults.campaign.session import InProcess, Session, run_session
 from faults.campaign.targets import Case
+from faults.processes import Interrupted
 from faults.verdicts import Verdict
 
 TARGETS = [scenario_target("two_servers"), scenario_target("two_images")]
@@ -101,3 +107,79 @@ def test_xdist_in_a_budget_sends_seeds_in_waves_and_none_once_spent(monkeypatch)
     waves.clear()
     xdist.Xdist(workers="2").run(Session(TARGETS, range(100_000)))  # no budget: one fan-out
     assert waves == [(100_000 * len(TARGETS), None)]
+
+
+# -- a crash of kvfault keeps the case's staged artifact; only an interrupt undoes it ----
+
+# (what escapes the case, whether its artifact stays): an ordinary exception is a bug in
+# kvfault, whose artifact the user needs to replay it; Ctrl-C, a stop signal
+# (faults.processes.Interrupted is a KeyboardInterrupt) and a SystemExit (a pool
+# worker's SIGTERM unwinding) leave a case with no verdict to keep.
+ENDINGS = [
+    pytest.param(RuntimeError("a bug in kvfault"), True, id="crash"),
+    pytest.param(KeyboardInterrupt(), False, id="ctrl-c"),
+    pytest.param(Interrupted(15), False, id="sigterm"),
+    pytest.param(SystemExit(143), False, id="system-exit"),
+]
+CASE = Case(TARGETS[0], 0)
+
+
+def _left(directory: Path, kept: bool) -> None:
+    left = sorted(directory.glob("*.json"))
+    if not kept:
+        assert left == []
+        return
+    assert [p.name for p in left] == [artifact_path(CASE, directory).name]
+    case, _ = read_artifact(left[0])  # whole, and it replays the case that crashed
+    assert case.id == CASE.id
+
+
+@pytest.mark.parametrize("escape, kept", ENDINGS)
+def test_in_process_a_crash_keeps_the_staged_artifact_and_an_interrupt_undoes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, escape: BaseException, kept: bool
+) -> None:
+    def run(self: CaseRunner, case: Case) -> CaseOutcome:
+        raise escape
+
+    monkeypatch.setattr(CaseRunner, "run", run)
+    store = CampaignArtifacts(tmp_path / "artifacts")
+    with pytest.raises(type(escape)):
+        run_session([CASE.target], [CASE.seed], InProcess(), artifacts=store)
+    _left(tmp_path / "artifacts", kept)
+
+
+@pytest.mark.parametrize("escape, kept", ENDINGS)
+def test_on_an_xdist_worker_a_crash_keeps_the_staged_artifact_and_an_interrupt_undoes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, escape: BaseException, kept: bool
+) -> None:
+    from faults.campaign import xdist
+
+    def guarded(runner: CaseRunner, case: Case, timeout_s: float | None) -> CaseOutcome:
+        raise escape
+
+    monkeypatch.setattr(xdist, "guarded", guarded)
+    payload = {
+        "targets": [CASE.target.as_json()],
+        "seeds": [CASE.seed],
+        "host": socket.gethostname(),  # the host that stages artifacts
+        "artifacts": str(tmp_path / "artifacts"),
+    }
+    with pytest.raises(type(escape)):
+        xdist.cases_task(payload)
+    _left(tmp_path / "artifacts", kept)
+
+
+@pytest.mark.skipif(not can_fork(), reason="the pool forks its workers")
+@pytest.mark.parametrize("escape, kept", ENDINGS)
+def test_in_the_pool_a_crash_keeps_the_running_cases_artifact_and_an_interrupt_undoes_it(
+    tmp_path: Path, escape: BaseException, kept: bool
+) -> None:
+    # The parent fails while its worker runs the case: through the progress hook, the
+    # first thing the parent calls once the case has started.
+    def progress(done: int, total: int, label: str) -> None:
+        raise escape
+
+    store = CampaignArtifacts(tmp_path / "artifacts")
+    with pytest.raises(type(escape)):
+        run_session([CASE.target], [CASE.seed], ForkPool(1), artifacts=store, progress=progress)
+    _left(tmp_path / "artifacts", kept)
