@@ -153,10 +153,11 @@ def descendants(root: int) -> list[int]:
     return out
 
 
-def stop_descendants(grace_s: float = 2.0) -> None:
+def stop_descendants(grace_s: float = 5.0, reap_s: float = 10.0) -> None:
     """After Ctrl-C: stop whatever this process started that is still running (pytest-xdist
-    workers of ``-n``/``-j``/``--tx`` and what they run), SIGTERM then SIGKILL, so no
-    process outlives the command (children in their own group were stopped already)."""
+    workers of ``-n``/``-j``/``--tx`` and what they run), SIGTERM then, after ``grace_s``,
+    SIGKILL, and wait up to ``reap_s`` for the killed to end, so no process outlives the
+    command (children in their own group were stopped already)."""
     import signal
     import time
 
@@ -167,10 +168,15 @@ def stop_descendants(grace_s: float = 2.0) -> None:
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline and any(running(p) for p in procs):
         time.sleep(0.05)
-    for pid in descendants(os.getpid()) + procs:
-        if running(pid):
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
+    killed = [pid for pid in descendants(os.getpid()) + procs if running(pid)]
+    for pid in killed:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    # SIGKILL lands asynchronously: wait (bounded) until each has ended, so that what
+    # runs next (removing the ipc directories of workers that could not) sees them gone.
+    deadline = time.monotonic() + reap_s
+    while time.monotonic() < deadline and any(running(p) for p in killed):
+        time.sleep(0.01)
     for pid in procs:  # reap our own children, so none is left a zombie
         with contextlib.suppress(OSError):
             os.waitpid(pid, os.WNOHANG)

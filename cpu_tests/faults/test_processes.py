@@ -67,3 +67,28 @@ def test_running_is_false_for_a_zombie_and_for_a_reaped_pid():
             proc.kill()
             proc.wait(timeout=10)
     assert not running(proc.pid)
+
+
+def test_stop_descendants_returns_once_the_killed_have_ended():
+    # A child that ignores SIGTERM and holds 1 GiB: after its SIGKILL it takes a while to
+    # end. What runs next (removing a killed worker's ipc directory, which needs its
+    # maker gone) must see it gone; before, the call returned with the child still there.
+    from faults.processes import stop_descendants
+
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN);"
+            "b = bytearray(1 << 30); print('ready', flush=True); time.sleep(600)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "ready\n"
+        stop_descendants(grace_s=0.2)
+        assert not running(child.pid)
+    finally:
+        child.kill()
+        child.wait(timeout=60)
