@@ -15,9 +15,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from faults.atom.campaign import atom_campaign  # noqa: E402
-from faults.atom.catalog import rows  # noqa: E402
+from faults.atom.executor import atom_executor  # noqa: E402
 from faults.atom.source import AtomSource  # noqa: E402
+from faults.campaign import select_targets  # noqa: E402
+from faults.campaign.session import run_campaign  # noqa: E402
 
 
 def main() -> int:
@@ -34,12 +35,12 @@ def main() -> int:
     for i in range(args.repeat):
         load = os.getloadavg()[0]
         t0 = time.perf_counter()
-        with atom_campaign(source) as campaign:
-            outcomes = campaign.run(rows(), [0])
+        with atom_executor(str(source.path)) as executor:
+            outcomes = run_campaign(select_targets(tier="atom"), [0], executor).targets
         wall = time.perf_counter() - t0
         for o in outcomes:
-            verdicts.setdefault(o.row.name, []).append(str(o.verdict))
-        bad = sum(1 for o in outcomes if not o.verdict.ok)
+            verdicts.setdefault(o.target.name, []).append(str(o.verdict))
+        bad = sum(1 for o in outcomes if not o.ok)
         print(f"run {i + 1}: {wall:6.1f} s wall (zygote start included), load average "
               f"{load:.2f} at start; {len(outcomes) - bad} PASS, {bad} not")  # fmt: skip
     for name, seen in verdicts.items():

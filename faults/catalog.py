@@ -73,7 +73,10 @@ def resolve(kind: str, name: str, tier: str, tiers: Tiers | None = None) -> Entr
     known = entries(kind, tiers)
     entry = known.get(name)
     if entry is None:
-        raise UnknownName(f"unknown {kind} {name!r}{close_matches(name, known)}")
+        # Suggest the names of the tier asked for; any tier's when none of them is close.
+        here = [n for n, e in known.items() if tier in e.scenarios]
+        hint = close_matches(name, here) or close_matches(name, known)
+        raise UnknownName(f"unknown {kind} {name!r}{hint}")
     if tier not in entry.scenarios:
         needs = " or ".join(f"--tier {t}" for t in entry.tiers)
         raise UnknownName(f"{kind} {name!r} runs with {needs}, not --tier {tier}")

@@ -19,7 +19,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Any, NoReturn, Sequence
+from typing import Any, Callable, NoReturn, Sequence
 
 from faults.argtypes import (
     MAX_SCALE,
@@ -34,13 +34,16 @@ from faults.argtypes import (
     timeout_seconds,
     workers,
 )
-from faults.commands.run import DEFAULT_SEEDS
+from faults.commands.run import DEFAULT_SEEDS, add_tier_options
 from faults.tiers.tier import DEFAULT_TIER
 
 DEFAULT_CASE_TIMEOUT_S = 600.0
 
 
 class _Parser(argparse.ArgumentParser):
+    # Added when it first parses (run's tier options): only run reads the tier registry.
+    late_options: Callable[[argparse.ArgumentParser], None] | None = None
+
     def error(self, message: str) -> NoReturn:  # one clear line, exit 2, no usage dump
         print(f"kvfault: error: {message}", file=sys.stderr)
         raise SystemExit(2)
@@ -49,6 +52,9 @@ class _Parser(argparse.ArgumentParser):
         # argparse takes `--budget -5s` for two options ("expected one argument") but
         # `--budget=-5s` for a value: give every value that starts like a negative
         # number to its option, so the option's own type says what is wrong with it.
+        if self.late_options is not None:
+            add, self.late_options = self.late_options, None
+            add(self)
         words = list(sys.argv[1:] if args is None else args)
         takes_one = {s for a in self._actions if a.nargs is None for s in a.option_strings}
         out: list[str] = []
@@ -170,16 +176,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="run as many of the --seeds as fit in DURATION (30s, 5m, 2h): no seed "
                           "starts after it; the report says how many ran")  # fmt: skip
     run.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    run.late_options = add_tier_options  # each registered tier's own options
     run.add_argument("--tier", type=tier_name, default=None, metavar="TIER",
                      help=f"the tier to run on: a registered tier (default {DEFAULT_TIER}); "
                           "`kvfault list --tiers` names each and what it needs")  # fmt: skip
-    run.add_argument("--property", action="append", default=None, metavar="NAME",
-                     help="with --tier atom: judge only this property (repeatable): a proof "
-                          "of one fix at a commit that carries other bugs (kvfault list "
-                          "--properties)")  # fmt: skip
-    run.add_argument("--atom-src", default=None, metavar="PATH",
-                     help="with --tier atom: the ATOM checkout under test (default: "
-                          "$KVFAULT_ATOM_SRC)")  # fmt: skip
 
     lst = sub.add_parser("list", help="list scenarios, properties, faults and regressions")
     lst.add_argument("--scenarios", action="store_true", help="only scenarios")

@@ -7,6 +7,7 @@ otherwise; healthy rows must PASS everywhere."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -58,12 +59,26 @@ def table(atom_src: str, pytestconfig: pytest.Config) -> dict[str, tuple[str, st
         reporter.write_line("")
         for line in (proc.stdout + proc.stderr[-2000:]).splitlines():
             reporter.write_line(line)
-    rows: dict[str, tuple[str, str]] = {}
-    for line in proc.stdout.splitlines():
-        parts = line.split(None, 6)
-        if len(parts) == 7 and parts[1] in ROWS:
-            rows[parts[1]] = (parts[4], parts[6])
     assert proc.returncode in (0, 1), proc.stderr[-2000:]
+    return _rows(proc.stdout)
+
+
+def _rows(text: str) -> dict[str, tuple[str, str]]:
+    """Each row of the campaign table: its verdict and the detail of its first failing
+    seed. Columns are read where the header's rule puts them (a verdict may hold a
+    space: NOT EXERCISED); the detail drops its "k/n seeds: " count."""
+    lines = text.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("kind "))
+    starts = [m.start() for m in re.finditer(r"-+", lines[head + 1])]
+    names = lines[head].split()
+    col = {n: i for i, n in enumerate(n for n in names if n not in ("s",))}
+    rows: dict[str, tuple[str, str]] = {}
+    for line in lines[head + 2 :]:
+        if not line.strip() or line.startswith("props:"):
+            break
+        cells = [line[a:b].strip() for a, b in zip(starts, [*starts[1:], None], strict=True)]
+        detail = re.sub(r"^\d+/\d+ seeds: ", "", cells[col["detail"]])
+        rows[cells[col["name"]]] = (cells[col["verdict"]], detail)
     return rows
 
 

@@ -1,11 +1,13 @@
-"""Single rows through the campaign API: a wrong restore through ATOM's real load path
-is caught; the host leaves no process, socket or directory behind; the two-servers
-finding is ATOM's engine id (a one-line patch that gives it the port makes the row
-pass; ``kvfault prove`` shows both heads)."""
+"""Single rows through the campaign API on the tier's executor: a wrong restore through
+ATOM's real load path is caught; the host leaves no process, socket or directory
+behind; ``kvfault run --tier atom`` writes its report and keeps to a budget; the
+two-servers finding is ATOM's engine id (a one-line patch that gives it the port makes
+the row pass; ``kvfault prove`` shows both heads)."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import subprocess
 import sys
@@ -13,45 +15,48 @@ import sys
 import pytest
 
 from faults.atom import catalog
-from faults.atom.campaign import atom_campaign
-from faults.atom.source import AtomSource
+from faults.atom.executor import atom_executor
 from faults.atom.spec import FaultSpec
+from faults.campaign import Case, CaseRunner
+from faults.campaign.execute import run_case
+from faults.campaign.targets import scenario_target
 from faults.verdicts import Verdict
 
 
 @pytest.fixture(scope="module")
-def campaign(atom_src):
-    with atom_campaign(AtomSource.find(atom_src)) as c:
-        yield c
+def executor(atom_src):
+    with atom_executor(atom_src) as e:
+        yield e
 
 
-def test_a_corrupted_restore_fails_correctness(campaign):
+def test_a_corrupted_restore_fails_correctness(executor):
     row = dataclasses.replace(
         catalog.ROWS["retrieve_failure"],
         name="corrupt_load",
         faults=FaultSpec(corrupt_load=1),
         fires=("corrupt_load",),
     )
-    out = campaign.run_row(row, 0)
-    assert out.verdict is Verdict.FAIL
+    res = run_case(row.scenario, 0, injectors=lambda: [row.factory(0)], executor=executor)
+    assert res.fired == {"corrupt_load": 1}
     assert any(
-        v.prop == "correctness" and "restored pages differ" in v.message for v in out.violations
-    ), out.detail
+        v.prop == "correctness" and "restored pages differ" in v.message for v in res.violations
+    ), res.violations
 
 
-def test_a_healthy_reuse_loads_and_passes(campaign):
-    out = campaign.run_row(catalog.ROWS["prefix_reuse"], 1)
-    assert out.verdict is Verdict.PASS, out.detail
-    kinds = [e.kind.value for e in out.run.trace.events]
+def test_a_healthy_reuse_loads_and_passes(executor):
+    runner = CaseRunner(keep_runs="all", executor=executor)
+    out = runner.run(Case(scenario_target("prefix_reuse", "atom"), 1))
+    assert out.verdict == Verdict.PASS, out.signature
+    kinds = [e.kind.value for e in out.fixed_result.run.trace.events]
     assert kinds.count("dispatch") == 2 and kinds.count("copy_complete") == 2
 
 
-def test_a_host_leaves_nothing_behind(campaign):
+def test_a_host_leaves_nothing_behind(executor):
     from faults.atom.host import AtomHost
     from faults.atom.spec import ServerSpec
     from faults.processes import running
 
-    host = AtomHost(campaign.pool)
+    host = AtomHost(executor.pool)
     server = host.start(ServerSpec("A"))
     sockets = os.listdir(host.socket_dir)
     assert sockets, "the worker's lookup socket is under the host's directory"
@@ -61,7 +66,7 @@ def test_a_host_leaves_nothing_behind(campaign):
     assert not any(running(pid) for pid in server.pids)
 
 
-def test_a_broken_story_is_an_error_and_still_cleans_up(campaign, tmp_path, monkeypatch):
+def test_a_broken_story_is_an_error_and_still_cleans_up(executor, tmp_path, monkeypatch):
     import tempfile
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
@@ -70,10 +75,31 @@ def test_a_broken_story_is_an_error_and_still_cleans_up(campaign, tmp_path, monk
         run.server("A")
         raise RuntimeError("the story broke")
 
-    row = dataclasses.replace(catalog.ROWS["prefix_reuse"], story=broken)
-    out = campaign.run_row(row, 0)
-    assert out.verdict is Verdict.ERROR and "the story broke" in out.detail
+    story = dataclasses.replace(catalog.SCENARIOS["prefix_reuse"], story=broken)
+    monkeypatch.setitem(catalog.SCENARIOS, "prefix_reuse", story)
+    out = CaseRunner(executor=executor).run(Case(scenario_target("prefix_reuse", "atom"), 0))
+    assert out.verdict == Verdict.ERROR and "the story broke" in out.signature
     assert list(tmp_path.iterdir()) == []
+
+
+def test_run_writes_its_report_and_keeps_to_a_budget(atom_src, tmp_path):
+    # The one campaign loop's --report and --budget on the real tier: one seed of three
+    # fits in a budget of one second (a run takes seconds), and summary.json, junit.xml
+    # hold its row.
+    report = tmp_path / "report"
+    proc = subprocess.run(
+        [sys.executable, "-m", "faults.cli", "run", "--tier", "atom", "--atom-src", atom_src,
+         "--scenario", "prefix_reuse", "--seeds", "3", "--budget", "1s",
+         "--report", str(report), "--no-progress"],
+        capture_output=True, text=True, timeout=600, env=dict(os.environ),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "budget 1s: 1 of 3 seeds ran (0)" in proc.stdout
+    summary = json.loads((report / "summary.json").read_text())
+    (case,) = summary["cases"]
+    assert (case["id"], case["verdict"]) == ("atom:scenario:prefix_reuse@seed0", "PASS")
+    assert summary["meta"]["seeds_ran"] == 1
+    assert "prefix_reuse" in (report / "junit.xml").read_text()
 
 
 def test_two_servers_pass_when_the_engine_id_carries_the_port(atom_src, tmp_path, pytestconfig):

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from faults import SCENARIOS, cli
+from faults.atom.catalog import FAULTS as ATOM_FAULTS
+from faults.atom.catalog import ROWS as ATOM_ROWS
 from faults.errors import KvfaultError, UsageError
 from faults.injectors import INJECTORS
 from faults.lmcache.wire_faults import WIRE_FAULTS
@@ -69,8 +71,12 @@ def test_the_cli_imports_no_torch_zmq_or_faker(code):
     "flag, catalog",
     [
         ("--regressions", REGRESSIONS),
-        ("--faults", {**INJECTORS, **WIRE_FAULTS}),
-        ("--scenarios", SCENARIOS),  # the real-tier scenarios register on import
+        ("--faults", {**INJECTORS, **WIRE_FAULTS, **ATOM_FAULTS}),
+        # the real-tier scenarios register on import; the atom tier's rows are its own
+        (
+            "--scenarios",
+            {**SCENARIOS, **{n: r for n, r in ATOM_ROWS.items() if r.kind == "scenario"}},
+        ),
     ],
 )
 def test_list_one_section_prints_one_name_per_line_then_its_description(capsys, flag, catalog):
@@ -450,7 +456,7 @@ def test_every_listed_name_runs_by_name_or_names_its_tier(capsys):
     from faults.tiers import Tiers
 
     # The tiers the one campaign runs (a tier with its own loop has its own list).
-    on_campaign = [t.name for t in Tiers.installed() if t.own_commands() is None]
+    on_campaign = list(Tiers.installed().names)  # every tier runs on the one campaign
 
     assert cli.main(["list"]) == 0
     listed = {

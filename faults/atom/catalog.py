@@ -3,7 +3,11 @@ judged by, how each must end, and why the rest of kvfault's catalog does not app
 
 Plain data built here and nowhere else. A row names its story
 (``faults.atom.scenarios``), the faults its servers carry (``FaultSpec``) and the
-injector names that must fire.
+injector names that must fire. The tier's declaration reads three views of it: its
+``Row``s (``faults.atom.tier.rows``), its scenario catalog (``SCENARIOS``: each story
+with the properties that judge it and how it must end) and its fault catalog
+(``FAULTS``: each fault row, whose ``factory`` builds the ``ServerFault`` a run carries
+to its servers).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from dataclasses import dataclass, field
 
 from faults.atom import scenarios as s
 from faults.atom.spec import FaultSpec
+from faults.injectors.base import Injector
 from faults.runs import Expect, finishes
 
 # In the order a row's detail names the first violation: what the story is about first.
@@ -49,10 +54,39 @@ class AtomRow:
     fires: tuple[str, ...] = ()  # injector names that must fire (faults)
     faulted: tuple[str, ...] = ()  # servers that carry the faults (empty: all)
     spec_changes: tuple[tuple[str, object], ...] = ()
+    kills_server: bool = False  # no atom fault restarts what the tier opened
 
     @property
     def scenario(self) -> str:
         return self.story.__name__
+
+    def factory(self, seed: int) -> ServerFault:
+        """The fault as a run carries it (``faults.tiers.TierFault``)."""
+        return ServerFault(self, seed)
+
+
+class ServerFault(Injector):
+    """A fault row in a run's ``RunContext.injectors``: it wraps nothing in the
+    campaign process; the executor hands its row's faults to the server processes and
+    sets ``fired`` to how often they recorded it firing."""
+
+    def __init__(self, row: AtomRow, seed: int):
+        self.name = row.name
+        super().__init__(seed)
+        self.row = row
+
+
+@dataclass(frozen=True)
+class AtomScenario:
+    """A story as the campaign names it (``faults.tiers.Tier.scenarios``): the
+    properties that judge it, how it must end; it runs at one size."""
+
+    name: str
+    description: str
+    story: s.Story
+    properties: tuple[str, ...]
+    expect: Expect = field(default_factory=finishes)
+    scales: str = ""
 
 
 def _scenario(name: str, story: s.Story, props: tuple[str, ...], description: str) -> AtomRow:
@@ -218,6 +252,24 @@ NOT_HERE: dict[str, str] = {
     "fence_failure, late_visibility, lost_save_completion, late_completion": "they wrap the "
     "reference stack's copy engine and completion channel, which ATOM does not have",
 }
+
+
+def _scenarios() -> dict[str, AtomScenario]:
+    """Each story the rows tell, judged as its rows are (rows that tell one story
+    agree on its properties and ending)."""
+    out: dict[str, AtomScenario] = {}
+    for row in ROWS.values():
+        doc = " ".join((row.story.__doc__ or "").split()).split(". ")[0]
+        known = out.setdefault(
+            row.scenario, AtomScenario(row.scenario, doc, row.story, row.properties, row.expect)
+        )
+        if (known.properties, known.expect) != (row.properties, row.expect):
+            raise ValueError(f"atom rows on {row.scenario} disagree on how it is judged")
+    return out
+
+
+SCENARIOS: dict[str, AtomScenario] = _scenarios()
+FAULTS: dict[str, AtomRow] = {n: r for n, r in ROWS.items() if r.kind == "fault"}
 
 
 def rows(names: list[str] | None = None) -> list[AtomRow]:

@@ -1,18 +1,46 @@
 """The ``atom`` tier's declaration (entry point ``kvfault.tiers: atom``): ATOM's real
 scheduler and offload connector from an ATOM checkout, with a real lmcache engine
-(docs/atom/tier.md). It keeps its own rows and campaign loop (``faults.atom.command``)
-until the one campaign loop runs it. Reading it imports nothing of ATOM, lmcache or
-torch."""
+(docs/atom/tier.md), run through the one campaign loop like every tier. Reading it
+imports nothing of ATOM, lmcache or torch."""
 
 from __future__ import annotations
 
-from faults.tiers.tier import Tier
+from faults.tiers.tier import Row, Tier, TierOption
+
+
+def rows() -> list[Row]:
+    """Every row of the tier's catalog (``faults.atom.catalog.ROWS``), each on its story."""
+    from faults.atom.catalog import ROWS
+
+    return [Row(r.kind, r.name, r.description, r.scenario) for r in ROWS.values()]
+
 
 TIER = Tier(
     name="atom",
     description="ATOM's real scheduler and offload connector from --atom-src, with a real "
     "lmcache engine (needs the lmcache and atom extras)",
-    commands="faults.atom.command:Commands",
+    opener="faults.atom.executor:atom_executor",
+    catalog="faults.atom.tier:rows",
+    faults="faults.atom.catalog:FAULTS",
+    scenarios="faults.atom.catalog:SCENARIOS",
+    options=(
+        TierOption(
+            "--atom-src",
+            "the ATOM checkout under test (default: $KVFAULT_ATOM_SRC)",
+            metavar="PATH",
+            elsewhere="--atom-src names the ATOM checkout of --tier atom; add --tier atom",
+        ),
+        TierOption(
+            "--property",
+            "judge only this property (repeatable): a proof of one fix at a commit that "
+            "carries other bugs (kvfault list --properties)",
+            metavar="NAME",
+            repeat=True,
+            elsewhere="--property is for --tier atom; the other tiers judge every property",
+        ),
+    ),
+    refuses="faults.atom.command:refused",
+    listing="faults.atom.command:list_command",
     rank=20,
     seeds=1,
 )

@@ -15,14 +15,14 @@ import contextlib
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Callable, Protocol, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from faults.injectors.base import Injector
 from faults.injectors.plans import fired_report
 from faults.properties.checks import PROPERTIES, Violation
 from faults.runs import Ending, RunContext, RunResult
 from faults.scenarios import SCENARIOS
-from faults.tiers import DEFAULT_TIER
+from faults.tiers import DEFAULT_TIER, Tiers
 from reference.rules import Rules
 from reference.types import Request
 
@@ -32,7 +32,9 @@ RequestMap = Callable[[Request], Request]
 
 class Executor(Protocol):
     """Runs scenarios on one tier. ``tier`` names it (``faults.tiers.Tier.name``);
-    ``deterministic`` says whether the same seed must give the same trace there."""
+    ``deterministic`` says whether the same seed must give the same trace there. An
+    executor may also narrow the properties its runs are judged by: a ``judged_by``
+    attribute naming them (absent or None: every property of the scenario)."""
 
     tier: str
     deterministic: bool
@@ -108,11 +110,19 @@ class CaseResult:
         self.run = None
 
 
-def _known(name: str) -> None:
-    # Any executor runs any scenario; a scenario's ``tiers`` say where the campaign
-    # selects it (the catalog answers a CLI name on the wrong tier in one line).
-    if name not in SCENARIOS:
-        raise KeyError(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}")
+def scenarios_on(tier: str) -> Mapping[str, Any]:
+    """The scenario catalog of ``tier``: its own when it declares one
+    (``faults.tiers.Tier.scenarios``), else the shared ``SCENARIOS``."""
+    tiers = Tiers.installed()
+    return tiers[tier].scenario_catalog() if tier in tiers else SCENARIOS
+
+
+def _known(name: str, executor: Executor) -> None:
+    # Any executor runs any scenario of its tier's catalog; a scenario's ``tiers`` say
+    # where the campaign selects it (the catalog answers a CLI name on the wrong tier).
+    known = scenarios_on(executor.tier)
+    if name not in known:
+        raise KeyError(f"unknown scenario {name!r}; known: {', '.join(known)}")
 
 
 def run_scenario(
@@ -127,7 +137,7 @@ def run_scenario(
     """One run of scenario ``name`` with ``seed`` at ``scale`` (``RunContext.scale``) on
     ``executor``'s tier (default: the in-process tier)."""
     executor = executor or MemoryExecutor()
-    _known(name)
+    _known(name, executor)
     ctx = RunContext(seed=seed, rules=rules or Rules(), injectors=list(injectors()), scale=scale)
     if request_map is not None:
         ctx.request_map = request_map
@@ -136,9 +146,16 @@ def run_scenario(
 
 def properties_of(name: str, executor: Executor | None = None) -> list[str]:
     """The properties a run of ``name`` is judged by on ``executor``'s tier: all of the
-    scenario's, less ``determinism`` where the tier is not deterministic."""
+    scenario's (in its tier's catalog), less ``determinism`` where the tier is not
+    deterministic, and only those the executor's ``judged_by`` names, if it does."""
     deterministic = executor is None or executor.deterministic
-    return [p for p in SCENARIOS[name].properties if deterministic or p != "determinism"]
+    known = scenarios_on(executor.tier) if executor is not None else SCENARIOS
+    judged = getattr(executor, "judged_by", None)
+    return [
+        p
+        for p in known[name].properties
+        if (deterministic or p != "determinism") and (judged is None or p in judged)
+    ]
 
 
 def check(run: RunResult, properties: Sequence[str]) -> list[Violation]:
@@ -173,7 +190,7 @@ def run_case(
     ``replay_map`` (default: ``request_map``) is used for the determinism re-run, so a
     hash-order shuffle can compare two salts."""
     executor = executor or MemoryExecutor()
-    _known(name)
+    _known(name, executor)
     props = list(properties or properties_of(name, executor))
     if not executor.deterministic:
         props = [p for p in props if p != "determinism"]

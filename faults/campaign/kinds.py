@@ -234,7 +234,7 @@ class Regression(TargetKind):
             fixed_result=fixed,
         )
         caught = any(v.prop == reg.signature for v in legacy.violations)
-        fixed_unmet = _unmet_scenario(scenario, fixed)
+        fixed_unmet = _unmet_scenario(scenario, fixed, case.target.tier)
         legacy_unmet = _unmet_legacy(reg, legacy)
         if not fixed.ok:
             out.verdict, out.signature = Verdict.STILL_FAILING, signature(fixed)
@@ -365,7 +365,7 @@ class Scenario(TargetKind):
         return scenario_target(name, tier)
 
     def unmet_ending(self, target: Target, res: CaseResult) -> tuple[Verdict, str] | None:
-        unmet = _unmet_scenario(target.scenario, res)
+        unmet = _unmet_scenario(target.scenario, res, target.tier)
         return (Verdict.FAIL, unmet) if unmet else None
 
 
@@ -477,10 +477,10 @@ def _unmet_expect(expect: Expect | None, who: str, res: CaseResult) -> str | Non
     return f"{who}: the fixed stack was {unmet}" if unmet else None
 
 
-def _unmet_scenario(scenario: str, res: CaseResult) -> str | None:
-    from faults.scenarios import SCENARIOS
+def _unmet_scenario(scenario: str, res: CaseResult, tier: str) -> str | None:
+    from faults.campaign.execute import scenarios_on
 
-    return _unmet_expect(SCENARIOS[scenario].expect, scenario, res)
+    return _unmet_expect(scenarios_on(tier)[scenario].expect, scenario, res)
 
 
 def _unmet_legacy(reg: Any, res: CaseResult) -> str | None:

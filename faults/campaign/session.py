@@ -33,7 +33,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import time
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Protocol, Sequence
 
 from faults.campaign.hang_guard import hang_guard
 from faults.campaign.outcomes import (
@@ -297,11 +297,13 @@ def open_backend(
     workers: str | None = None,
     tx: Sequence[str] = (),
     rsyncdirs: Sequence[str] = (),
+    options: Mapping[str, Any] | None = None,
 ) -> Iterator[Backend]:
     """The backend ``kvfault run`` asks for: pytest-xdist with ``workers`` (``-n``,
     not 0) or ``tx``; a forked pool when ``jobs`` (``-j``, default ``auto``) gives the
     in-process tier more than one process (``jobs_here``); else this process, on
-    ``tier``'s executor, opened here and closed on exit (``open_executor``)."""
+    ``tier``'s executor, opened here with ``options`` (the tier's own, as its
+    ``TierOption``s name them) and closed on exit (``open_executor``)."""
     if tx or workers not in (None, "0"):
         from faults.campaign.xdist import Xdist
 
@@ -317,7 +319,7 @@ def open_backend(
         return
     from faults.campaign.tiers import open_executor
 
-    with open_executor(tier) as executor:
+    with open_executor(tier, **(options or {})) as executor:
         yield InProcess(executor)
 
 

@@ -1,7 +1,7 @@
 """``kvfault list``: every runnable name (scenarios, properties, faults, planted
 regressions) and the registered tiers, with the tiers each name runs on; ``--tier
-NAME`` lists only what runs on that tier (one with its own commands, atom, hands over
-to it)."""
+NAME`` lists only what runs on that tier (one with its own list, atom, hands over to
+it)."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ def command(args: argparse.Namespace) -> int:
     from faults.tiers import DEFAULT_TIER, Tiers
 
     tiers = Tiers.installed()
-    own = tiers[args.tier].own_commands() if args.tier else None
+    own = tiers[args.tier].own_listing() if args.tier else None
     if own is not None:
-        return int(own.list(args))
+        return int(own(args))
     from faults.catalog import entries
     from faults.properties.checks import PROPERTIES
 

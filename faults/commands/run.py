@@ -29,26 +29,53 @@ def bad(message: str) -> int:
 
 def refused(args: argparse.Namespace) -> str | None:
     """What the options given together cannot mean, in one line (each value alone is
-    checked by its argument type, ``faults.argtypes``)."""
+    checked by its argument type, ``faults.argtypes``): an option another tier
+    declares (``faults.tiers.TierOption``), what the chosen tier cannot run (its
+    capabilities, its own ``Tier.refused``)."""
     from faults.tiers import Tiers
 
     bad_here = seeds_refused(args.first_seed, args.seeds, args.budget) or hosts_refused(
         args.tx, args.rsyncdir
     )
-    on = Tiers.installed()[args.tier]
-    if bad_here or on.own_commands() is not None:  # a tier with its own loop checks its own
+    if bad_here:
         return bad_here
-    if args.atom_src is not None:
-        return "--atom-src names the ATOM checkout of --tier atom; add --tier atom"
-    if args.property:
-        return "--property is for --tier atom; the other tiers judge every property"
+    tiers = Tiers.installed()
+    on = tiers[args.tier]
+    mine = {opt.flag for opt in on.options}
+    for tier in tiers:
+        for opt in tier.options:
+            if opt.flag not in mine and getattr(args, opt.dest, None) not in (None, []):
+                return opt.elsewhere or f"{opt.flag} is for --tier {tier.name}"
     if not on.parallel and (
         args.numprocesses not in (None, "0") or args.tx or args.jobs not in (None, "auto", 1)
     ):
         return f"--tier {on.name} runs in one process: drop -n/--tx/-j"
     if not on.scales and args.scale != 1:
         return f"--scale is for the simulated tier; --tier {on.name} runs at scale 1"
-    return None
+    return on.refused(args)
+
+
+def add_tier_options(parser: argparse.ArgumentParser) -> None:
+    """Each option a registered tier declares (``faults.tiers.TierOption``), once, with
+    the tier named in its help: ``kvfault run``'s parser adds them when it first parses."""
+    from faults.tiers import Tiers
+
+    seen: set[str] = set()
+    for tier in Tiers.installed():
+        for opt in tier.options:
+            if opt.flag in seen:
+                continue
+            seen.add(opt.flag)
+            parser.add_argument(opt.flag, dest=opt.dest, default=None, metavar=opt.metavar,
+                                action="append" if opt.repeat else "store",
+                                help=f"with --tier {tier.name}: {opt.help}")  # fmt: skip
+
+
+def tier_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The values of the chosen tier's own options, by the keyword its opener takes."""
+    from faults.tiers import Tiers
+
+    return {opt.dest: getattr(args, opt.dest, None) for opt in Tiers.installed()[args.tier].options}
 
 
 def command(args: argparse.Namespace) -> int:
@@ -67,9 +94,6 @@ def command(args: argparse.Namespace) -> int:
     why = refused(args)
     if why:
         return bad(why)
-    own = on.own_commands()
-    if own is not None:  # a tier with its own campaign loop
-        return int(own.run(args))
     try:
         targets = select_targets(
             args.regression, args.fault, args.scenario, args.swarm, args.pin, args.scale,
@@ -96,7 +120,7 @@ def command(args: argparse.Namespace) -> int:
     mode = progress_mode(args.no_progress)
     with open_backend(
         args.tier, targets, seeds, jobs=args.jobs, workers=args.numprocesses, tx=args.tx,
-        rsyncdirs=args.rsyncdir,
+        rsyncdirs=args.rsyncdir, options=tier_options(args),
     ) as backend:  # fmt: skip
         result = run_session(
             targets, seeds, backend, artifacts=store, budget_s=args.budget,

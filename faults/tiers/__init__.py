@@ -10,6 +10,7 @@ from faults.tiers.tier import (
     Tier,
     TierError,
     TierFault,
+    TierOption,
     TierUnavailable,
 )
 
@@ -21,6 +22,7 @@ __all__ = [
     "Tier",
     "TierError",
     "TierFault",
+    "TierOption",
     "TierUnavailable",
     "Tiers",
 ]

@@ -44,6 +44,25 @@ class Row:
     scenario: str
 
 
+@dataclass(frozen=True)
+class TierOption:
+    """An option of ``kvfault run`` that one tier declares and takes (``--atom-src``):
+    the command line adds it from the registry, refuses it in one line on any other
+    tier (``elsewhere``; default: ``FLAG is for --tier NAME``), and hands its value to
+    the tier's opener as the keyword ``dest``. ``repeat``: it may be given more than
+    once (its value is then a list)."""
+
+    flag: str
+    help: str
+    metavar: str = "VALUE"
+    repeat: bool = False
+    elsewhere: str = ""
+
+    @property
+    def dest(self) -> str:
+        return self.flag.lstrip("-").replace("-", "_")
+
+
 class TierFault(Protocol):
     """A fault of a tier whose faults are not in-process plans (``Tier.plans`` False):
     built from a seed, and how the fixed stack must end under it."""
@@ -67,10 +86,15 @@ class Tier:
     ``catalog``: ``"module:function"`` returning the ``Row``s it runs (its scenarios,
     faults and regressions, each with the scenario it runs on there). ``faults``:
     ``"module:attribute"`` of its fault catalog, a mapping of name to ``TierFault``
-    (empty when its faults are in-process plans, ``plans``). ``commands``: for a tier
-    with its own campaign loop, ``"module:attribute"`` of an object with
-    ``run(args) -> int`` and ``list(args) -> int`` that ``kvfault run/list --tier``
-    hand over to. ``rank`` orders tiers in lists and ``--tier`` choices.
+    (empty when its faults are in-process plans, ``plans``). ``scenarios``:
+    ``"module:attribute"`` of the tier's own scenario catalog, a mapping of name to an
+    entry with ``properties``, ``expect`` and ``scales`` (default: the shared
+    ``faults.scenarios.SCENARIOS``). ``options``: the ``TierOption``s it takes, handed
+    to its opener. ``refuses``: ``"module:function"`` that reads the parsed ``kvfault
+    run`` arguments and returns one line for what this tier cannot run (None: it can).
+    ``listing``: ``"module:function"`` taking the parsed arguments that ``kvfault list
+    --tier NAME`` hands over to (the tier's own list). ``rank`` orders tiers in lists
+    and ``--tier`` choices.
 
     Capabilities: ``plans`` (its faults are in-process fault plans: ``--swarm``,
     ``--pin`` and ``--legacy`` run here), ``parallel`` (its cases may run in many
@@ -82,7 +106,10 @@ class Tier:
     opener: str = ""
     catalog: str = ""
     faults: str = ""
-    commands: str = ""
+    scenarios: str = ""
+    options: tuple[TierOption, ...] = ()
+    refuses: str = ""
+    listing: str = ""
     rank: int = 50
     plans: bool = False
     parallel: bool = False
@@ -104,18 +131,31 @@ class Tier:
     def fault_catalog(self) -> Mapping[str, TierFault]:
         return _load(self, self.faults) if self.faults else {}
 
+    def scenario_catalog(self) -> Mapping[str, Any]:
+        """The scenarios this tier's runs name: its own catalog, or the shared one."""
+        if self.scenarios:
+            return _load(self, self.scenarios)
+        from faults.scenarios import SCENARIOS
+
+        return SCENARIOS
+
+    def refused(self, args: Any) -> str | None:
+        """What this tier cannot run of the parsed ``kvfault run`` arguments, in one
+        line (None: nothing, or it declares no check)."""
+        return _load(self, self.refuses)(args) if self.refuses else None
+
     @contextlib.contextmanager
     def open(self, **options: Any) -> Iterator[Any]:
         """The tier's executor, opened by its ``opener`` and closed on exit."""
         if not self.opener:
-            raise TierError(f"tier {self.name!r} runs its own campaign: it opens no executor")
+            raise TierError(f"tier {self.name!r} declares no opener: it cannot run cases")
         opener: Callable[..., Any] = _load(self, self.opener)
         with opener(**options) as executor:
             yield executor
 
-    def own_commands(self) -> Any | None:
-        """The tier's own ``run``/``list`` commands, or None (it runs on the campaign)."""
-        return _load(self, self.commands) if self.commands else None
+    def own_listing(self) -> Any | None:
+        """The tier's own ``kvfault list --tier`` command, or None (the shared list)."""
+        return _load(self, self.listing) if self.listing else None
 
 
 def _load(tier: Tier, ref: str) -> Any:

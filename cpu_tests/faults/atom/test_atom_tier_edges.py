@@ -1,20 +1,55 @@
 """The atom tier's edges that need no ATOM checkout: finding the checkout, the CLI's
-one-line refusals, the listing, and the judge over hand-made runs."""
+one-line refusals, the listing, and the one campaign's judge and reports over
+hand-made runs (an executor that replays recorded events instead of starting ATOM)."""
 
 from __future__ import annotations
+
+import contextlib
+import json
+import time
 
 import pytest
 
 from faults.atom import catalog
-from faults.atom.campaign import judge, table
+from faults.atom.catalog import ServerFault
+from faults.atom.executor import count_firings
 from faults.atom.runs import result_of
 from faults.atom.source import ENV, AtomSource, AtomSourceMissing
 from faults.atom.spec import AtomRequest, RawEvent
+from faults.campaign import Case, CaseRunner
+from faults.campaign.targets import fault_target, scenario_target
 from faults.cli import main
 from faults.verdicts import Verdict
 from reference.types import Geometry
 
 GEO = Geometry(block_size=16, chunk_size=64, prefill_budget=512)
+REQS = [AtomRequest("a", tuple(range(3, 203)))]
+
+
+class Recorded:
+    """The atom tier's executor with the host's run replaced by recorded events: the
+    fault's firings are counted from them as the real executor counts them."""
+
+    tier = "atom"
+    deterministic = False
+    judged_by = None
+
+    def __init__(self, events, hung=False):
+        self.events, self.hung = events, hung
+
+    def execute(self, scenario, ctx):
+        faults = [i for i in ctx.injectors if isinstance(i, ServerFault)]
+        names = tuple(f.name for f in faults)
+        run = result_of(scenario, ctx.seed, self.events, 0.0, REQS, GEO, self.hung, None, names)
+        count_firings(run, faults)
+        return run, {"tier": "atom"}
+
+    def case_done(self):
+        pass
+
+
+def _judged(target, events, hung=False):
+    return CaseRunner(executor=Recorded(events, hung)).run(Case(target, 0))
 
 
 def test_no_checkout_names_the_flag(monkeypatch):
@@ -46,11 +81,11 @@ def test_run_without_checkout_is_one_line_exit_2(monkeypatch, capsys):
 @pytest.mark.parametrize(
     "flags, words",
     [
-        (["--regression", "media_keys"], "regressions"),
+        (["--regression", "media_keys"], "runs with --tier memory"),
         (["--swarm"], "--swarm"),
         (["-j", "2"], "-j"),
         (["--scale", "2"], "--scale"),
-        (["--scenario", "no_such_row"], "unknown atom row"),
+        (["--scenario", "no_such_row"], "unknown scenario 'no_such_row'"),
         (["--property", "speed"], "--property 'speed' is no property"),
         (["--scenario", "restart", "--property", "efficiency"], "restart is not judged by it"),
     ],
@@ -83,34 +118,36 @@ def _ev(t, kind, **data):
 
 def test_a_fault_that_never_fired_is_not_exercised_and_one_that_did_passes():
     from fakes.model import DeterministicModel
+    from faults.campaign.outcomes import TargetOutcome
     from reference.types import Request
 
-    row = catalog.ROWS["retrieve_failure"]
+    target = fault_target("retrieve_failure", "atom")
     cold = DeterministicModel("dense", GEO).cold_output(
         Request("a", tuple(range(3, 203)), max_output_tokens=4)
     )
     answered = [_ev(1.0, "output", req_id="a", tokens=list(cold))]
-    verdict, detail, _ = judge(row, _run(answered, row.fires))
-    assert verdict is Verdict.NOT_EXERCISED and "retrieve_failure" in detail
+    out = _judged(target, answered)
+    assert out.verdict == Verdict.NOT_EXERCISED and "retrieve_failure never fired" in out.signature
     fired = answered + [_ev(0.5, "fault", injector="retrieve_failure", call=1)]
-    verdict, detail, _ = judge(row, _run(fired, row.fires))
-    assert verdict is Verdict.PASS and detail == "fired retrieve_failure x1"
+    out = _judged(target, fired)
+    assert out.verdict == Verdict.PASS and out.fired == {"retrieve_failure": 1}
+    assert TargetOutcome(target, [out]).detail() == "fired retrieve_failure x1"
     wrong = [_ev(1.0, "output", req_id="a", tokens=[c ^ 1 for c in cold])]
-    verdict, detail, _ = judge(row, _run(wrong, row.fires))
-    assert verdict is Verdict.FAIL and detail.startswith("correctness: output of a differs")
+    out = _judged(target, wrong + fired[1:])
+    assert out.verdict == Verdict.FAIL
+    assert out.signature.startswith("correctness: output of a differs"), out.signature
 
 
 def test_a_hung_run_fails_liveness_and_a_shared_socket_fails_identity():
-    row = catalog.ROWS["two_servers"]
     binds = [
         _ev(1.0, "bind", server="A", path="engine_x"),
         _ev(2.0, "bind", server="B", path="engine_x"),
     ]
-    verdict, detail, _ = judge(row, _run(binds))
-    assert verdict is Verdict.FAIL and detail.startswith("identity: B binds engine_x")
-    verdict, detail, violations = judge(catalog.ROWS["prefix_reuse"], _run([], hung=True))
-    assert verdict is Verdict.FAIL
-    assert any(v.prop == "liveness" for v in violations)
+    out = _judged(scenario_target("two_servers", "atom"), binds)
+    assert out.verdict == Verdict.FAIL and out.signature.startswith("identity: B binds engine_x")
+    out = _judged(scenario_target("prefix_reuse", "atom"), [], hung=True)
+    assert out.verdict == Verdict.FAIL
+    assert any(v.prop == "liveness" for v in out.violations)
 
 
 def test_events_of_all_processes_are_merged_in_time_order():
@@ -119,12 +156,55 @@ def test_events_of_all_processes_are_merged_in_time_order():
     assert run.trace.events[0].t == 1.0
 
 
-def test_the_table_has_one_line_per_row():
-    from faults.atom.campaign import RowOutcome, SeedOutcome
+def test_run_goes_through_the_one_loop_with_report_budget_and_artifacts(
+    tmp_path, monkeypatch, capsys
+):
+    # `kvfault run --tier atom` runs on the one session loop: --report writes the atom
+    # rows into summary.json and junit.xml, --budget cuts the seeds, a failing case
+    # leaves its replay artifact, the tier's options reach its opener. (Before, --report
+    # and --budget were refused in one line.)
+    import faults.atom.executor
 
-    outs = [RowOutcome(catalog.ROWS["two_servers"], [SeedOutcome(0, Verdict.FAIL, "identity: x")])]
-    text = table(outs, [0])
-    assert "two_servers" in text and "FAIL" in text and "identity: x" in text
+    opened = []
+    shared = [_ev(1.0, "bind", server="A", path="x"), _ev(2.0, "bind", server="B", path="x")]
+
+    class Slow(Recorded):
+        def execute(self, scenario, ctx):
+            time.sleep(1.05)  # past the budget: no second seed may start
+            return super().execute(scenario, ctx)
+
+    @contextlib.contextmanager
+    def recorded(atom_src=None, property=None):
+        opened.append((atom_src, property))
+        yield Slow(shared)
+
+    monkeypatch.setattr(faults.atom.executor, "atom_executor", recorded)
+    report = tmp_path / "report"
+    argv = ["run", "--tier", "atom", "--atom-src", "/somewhere", "--scenario", "two_servers",
+            "--seeds", "3", "--budget", "1s", "--report", str(report), "--no-progress"]  # fmt: skip
+    assert main(argv) == 1
+    out = capsys.readouterr().out
+    assert opened == [("/somewhere", None)]
+    assert "budget 1s: 1 of 3 seeds ran (0)" in out, out
+    summary = json.loads((report / "summary.json").read_text())
+    (case,) = summary["cases"]
+    assert case["id"] == "atom:scenario:two_servers@seed0" and case["verdict"] == "FAIL"
+    assert summary["meta"]["seeds_ran"] == 1 and summary["meta"]["seeds_requested"] == 3
+    assert "two_servers" in (report / "junit.xml").read_text()
+    artifact = json.loads((report / "artifacts" / "scenario-two_servers-seed0.json").read_text())
+    assert artifact["target"]["tier"] == "atom"
+
+
+def test_property_narrows_what_the_case_is_judged_by():
+    # Judged by `resources` alone, the shared socket (an identity failure) passes.
+    binds = [
+        _ev(1.0, "bind", server="A", path="engine_x"),
+        _ev(2.0, "bind", server="B", path="engine_x"),
+    ]
+    executor = Recorded(binds)
+    executor.judged_by = ("resources",)
+    out = CaseRunner(executor=executor).run(Case(scenario_target("two_servers", "atom"), 0))
+    assert out.checked == ["resources"] and out.verdict == Verdict.PASS, out.signature
 
 
 def test_property_narrows_each_row_to_the_named_properties():

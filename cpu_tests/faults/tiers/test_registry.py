@@ -51,7 +51,7 @@ def test_kvfault_registers_its_own_tiers_as_entry_points() -> None:
     assert tiers.names == ("memory", "lmcache", "atom")  # by rank
     assert tiers.default.name == DEFAULT_TIER
     assert tiers["lmcache"].fault("wire_kill").kills_server
-    assert tiers["atom"].own_commands() is not None and not tiers["atom"].rows("scenario")
+    assert tiers["atom"].own_listing() is not None and tiers["atom"].rows("scenario")
 
 
 def test_reading_the_declarations_imports_no_tier_library() -> None:
@@ -119,7 +119,7 @@ def test_a_declaration_that_points_at_nothing_is_one_line() -> None:
     with pytest.raises(TierError, match=r"cannot load faults.no_such_module:open"):
         with tier.open():
             pass
-    with pytest.raises(TierError, match="runs its own campaign"):
+    with pytest.raises(TierError, match="declares no opener"):
         with Tier("y", "d").open():
             pass
 
@@ -128,7 +128,7 @@ def test_the_catalog_is_what_the_tiers_declare() -> None:
     # A tier left out of the registry takes its rows with it.
     only_memory = Tiers([Tiers.installed()["memory"]])
     assert "wire_kill" in entries("fault") and "wire_kill" not in entries("fault", only_memory)
-    assert entries("scenario")["two_images"].tiers == ("memory", "lmcache")
+    assert entries("scenario")["two_images"].tiers == ("memory", "lmcache", "atom")
     assert entries("scenario", only_memory)["two_images"].tiers == ("memory",)
 
 

@@ -1,0 +1,89 @@
+"""The ``atom`` tier's executor: each run is one of the tier's stories told on a fresh
+simulated host against the ATOM checkout, with the fault its row carries, and comes
+back as a ``faults.runs.RunResult`` the campaign judges like any other (the case
+runner, properties and verdicts are the campaign's own, ``faults.campaign``)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+
+from faults.atom.catalog import SCENARIOS, ServerFault
+from faults.atom.host import AtomHost, ZygotePool
+from faults.atom.runs import result_of
+from faults.atom.scenarios import AtomRun
+from faults.atom.source import AtomSource
+from faults.atom.spec import FaultSpec
+from faults.runs import RunContext, RunResult
+from reference.types import Geometry
+
+GEOMETRY = Geometry(block_size=16, chunk_size=64, prefill_budget=512)
+
+
+class AtomExecutor:
+    """Runs the tier's stories on ``pool``'s warm processes. Not deterministic: real
+    processes in real time. ``judged_by``: the properties every run is judged by,
+    when ``--property`` narrows them (None: each story's own).
+
+    A run's seed picks its prompts and is every server process's ``PYTHONHASHSEED``
+    (unless its fault sets its own), so N seeds sweep N hash seeds as well as N
+    workloads. Every process, socket and directory a run starts is gone when
+    ``execute`` returns, however the run ended."""
+
+    tier = "atom"
+    deterministic = False
+
+    def __init__(self, pool: ZygotePool, judged_by: Sequence[str] | None = None):
+        self.pool = pool
+        self.judged_by = tuple(judged_by) if judged_by else None
+
+    def execute(self, scenario: str, ctx: RunContext) -> tuple[RunResult, dict[str, object]]:
+        faults = [i for i in ctx.injectors if isinstance(i, ServerFault)]
+        row = faults[0].row if faults else None
+        host = AtomHost(self.pool, default_seed=ctx.seed)
+        run = AtomRun(
+            host,
+            ctx.seed,
+            faults=row.faults if row is not None else FaultSpec(),
+            faulted=row.faulted if row is not None else (),
+            spec_changes=dict(row.spec_changes) if row is not None else {},
+            injector=row.name if row is not None and row.spec_changes else None,
+        )
+        try:
+            SCENARIOS[scenario].story(run)
+        finally:
+            host.close()  # every process and socket of the run, however it ended
+        names = tuple(f.name for f in faults)
+        result = result_of(
+            scenario, ctx.seed, host.events, host.t0, run.requests, GEOMETRY, run.hung, None, names
+        )
+        count_firings(result, faults)
+        return result, {"tier": "atom"}
+
+    def case_done(self) -> None:
+        pass
+
+
+def count_firings(result: RunResult, faults: Sequence[ServerFault]) -> None:
+    """Each fault's ``fired``: how often the run's processes recorded it firing."""
+    counted = {i.name: i.fired for i in result.injectors}
+    for f in faults:
+        f.fired = counted.get(f.name, 0)
+
+
+@contextlib.contextmanager
+def atom_executor(
+    atom_src: str | None = None, property: Sequence[str] | None = None
+) -> Iterator[AtomExecutor]:
+    """The tier's opener: an ``AtomExecutor`` on the checkout at ``atom_src`` (default:
+    ``$KVFAULT_ATOM_SRC``; ``AtomSourceMissing`` in one line without one), judged by
+    ``property`` only when given. One warm interpreter is started on entry, so an ATOM
+    that does not import is one line (``ZygoteError``) before any case; every warm
+    process is stopped on exit."""
+    source = AtomSource.find(atom_src)
+    pool = ZygotePool(str(source.path))
+    try:
+        pool.get(0)
+        yield AtomExecutor(pool, property)
+    finally:
+        pool.close()
