@@ -42,7 +42,8 @@ def child_main(role: str, args: dict[str, Any]) -> int:
 
 
 def worker_main(spec: ServerSpec, address: str, authkey: bytes, socket_dir: str) -> int:
-    from faults.atom.server import EventLog, WorkerProcess
+    from faults.atom.event_log import EventLog
+    from faults.atom.worker import WorkerProcess
 
     conn = _connect(address, authkey)
     log = EventLog()
@@ -72,7 +73,8 @@ def worker_main(spec: ServerSpec, address: str, authkey: bytes, socket_dir: str)
 def scheduler_main(
     spec: ServerSpec, host: str, listen: str, authkey: bytes, socket_dir: str
 ) -> int:
-    from faults.atom.server import EventLog, SchedulerProcess, WorkerLink
+    from faults.atom.event_log import EventLog
+    from faults.atom.scheduler import SchedulerProcess, WorkerLink
 
     conn = _connect(host, authkey)
     log = EventLog()

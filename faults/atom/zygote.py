@@ -37,7 +37,8 @@ _PRELOAD = (
     # kvfault's own server side, so a fork reads nothing from disk (and a checkout
     # edited during a campaign cannot change it halfway)
     "fakes.model",
-    "faults.atom.server",
+    "faults.atom.worker",
+    "faults.atom.scheduler",
     "faults.atom.processes",
 )
 

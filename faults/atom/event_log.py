@@ -1,0 +1,36 @@
+"""What a server process records: trace events stamped with the host's monotonic clock
+(``EventLog``), and the trace operation id of an ATOM completion id (``op_of``). Both
+server processes (``faults.atom.worker``, ``faults.atom.scheduler``) record through it;
+the host merges what they send back (``faults.atom.runs``)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from faults.atom.spec import RawEvent
+
+
+class EventLog:
+    """The events one process records, stamped with the host's monotonic clock."""
+
+    def __init__(self) -> None:
+        self.events: list[RawEvent] = []
+        self.step = -1
+
+    def record(self, kind: str, op: Any = None, req_id: str | None = None, **data: Any) -> None:
+        if req_id is None and op is not None:
+            req_id = op[0]
+        self.events.append(RawEvent(time.monotonic(), self.step, kind, op, req_id, data))
+
+    def take(self) -> list[RawEvent]:
+        out, self.events = self.events, []
+        return out
+
+
+def op_of(value: Any, kind: str, names: dict[Any, str]) -> tuple[str, int, str]:
+    """A trace operation id for an ATOM completion id: an exact ``Load/SaveOperationId``
+    keeps its generation; a bare request id (older ATOM) gets generation 0."""
+    req = getattr(value, "req_id", value)
+    gen = int(getattr(value, "generation", 0))
+    return (names.get(req, str(req)), gen, kind)

@@ -1,0 +1,392 @@
+"""The scheduler process of one ATOM server: ATOM's EngineCore side (its ``Scheduler``,
+``BlockManager`` and the offload connector's scheduler half), stepped by ATOM's own
+``EngineCore`` step methods bound to a stand-in, and its pipe to the worker process.
+
+Runs only inside server processes (``faults.atom.zygote`` forks them). ATOM is imported
+from the checkout on ``sys.path``; method names that drift between ATOM commits are
+looked up, not assumed. What is faked is listed in ``faults.atom.boundary``; the one
+more stand-in is ATOM's process manager (``_RunnerManager``), which carries ATOM's calls
+to the worker over a pipe instead of shared memory.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Callable
+
+from faults.atom.event_log import EventLog, op_of
+from faults.atom.server_config import atom_config, lmcache_env
+from faults.atom.spec import AtomRequest, ServerSpec
+
+
+class WorkerLink:
+    """The scheduler's end of the pipe to one worker process: a call and its reply,
+    with a bound on every wait."""
+
+    def __init__(self, conn: Any, log: EventLog, timeout_s: float = 30.0):
+        self.conn, self.log, self.timeout_s = conn, log, timeout_s
+
+    def call(self, name: str, *args: Any) -> Any:
+        self.conn.send((name, args))
+        if not self.conn.poll(self.timeout_s):
+            raise TimeoutError(f"worker did not answer {name} within {self.timeout_s:g}s")
+        ok, value, events = self.conn.recv()
+        self.log.events.extend(events)
+        if not ok:
+            raise RuntimeError(f"worker failed in {name}: {value}")
+        return value
+
+
+class _RunnerManager:
+    """Stands in for ATOM's process manager (``AsyncIOProcManager``): the same calls,
+    carried to the one worker over a pipe; KV outputs aggregated by ATOM's own
+    ``KVOutputAggregator`` exactly as the manager does."""
+
+    def __init__(self, link: WorkerLink, side: SchedulerProcess):
+        self.link, self.side = link, side
+        self.aggregator = None
+        try:
+            from atom.kv_transfer.disaggregation.aggregator import KVOutputAggregator
+
+            self.aggregator = KVOutputAggregator(world_size=1)
+        except ImportError:  # older ATOM: one worker's output is the aggregate
+            pass
+
+    def call_func(self, name: str, *args: Any, wait_out: bool = False, **kwargs: Any) -> Any:
+        if name == "process_kvconnector_output":
+            self.side.observe_meta(args[0])
+            return self.link.call(name, args[0])
+        if name == "forward":
+            return self.side.forward(args[0])
+        raise NotImplementedError(f"the atom tier's worker has no {name}")
+
+    def call_func_with_aggregation(self, name: str, *args: Any, timeout: float = 10.0) -> Any:
+        out = self.link.call(name, self.side.names)
+        if self.aggregator is not None:
+            out = self.aggregator.aggregate([out])
+        self.side.observe_delivered(out)
+        return out
+
+
+class SchedulerProcess:
+    """ATOM's scheduler side, stepped by ATOM's own ``EngineCore`` step methods bound
+    to this stand-in (scheduler, process manager, queues). Observes the connector's
+    calls to record the trace; changes none of them."""
+
+    label = "kvfault atom EngineCore"
+    # ATOM's EngineCore step methods, set on the class at construction (_bind_engine_core)
+    _process_engine_step_inner: Callable[[], None]
+    _advance_idle_kv_transfer: Callable[[], None]
+
+    def __init__(self, spec: ServerSpec, log: EventLog, link: WorkerLink, socket_dir: str):
+        from faults.atom import boundary
+
+        os.environ.update(lmcache_env(spec))
+        boundary.install_all(socket_dir)
+        import queue
+
+        from atom.model_engine.scheduler import Scheduler
+
+        self.spec, self.log, self.link = spec, log, link
+        self.config = atom_config(spec)
+        self.scheduler = Scheduler(self.config)
+        self.connector = self.scheduler.kv_connector
+        if self.connector is None:
+            raise RuntimeError("ATOM's scheduler built no KV connector for lmcache_offload")
+        self.impl = getattr(self.connector, "_impl", self.connector)
+        self.runner_mgr = _RunnerManager(link, self)
+        self.kv_transfer_enabled = True
+        self.output_queue: queue.Queue = queue.Queue()
+        self.stream_output_queue: queue.Queue = queue.Queue()
+        self._next_idle_kv_drain = 0.0
+        self.names: dict[Any, str] = {}
+        self.requests: dict[str, AtomRequest] = {}
+        self.seqs: dict[str, Any] = {}
+        self.pending_lookup: dict[str, int] = {}  # sid -> what lmcache's lookup answered
+        self.looked_up: set[str] = set()
+        self.resident: dict[str, int] = {}  # sid -> prompt tokens free HBM blocks hold
+        self._next_id = 1
+        self._observe()
+        _bind_engine_core(type(self))
+
+    # -- observation (wrappers that record, then call ATOM's method unchanged) --------
+    def _observe(self) -> None:
+        impl, log, names = self.impl, self.log, self.names
+        client = getattr(impl, "_lookup_client", None)
+        raw: dict[str, int] = {}
+        if client is not None:
+            lookup = client.lookup
+
+            def observed_lookup(token_ids: Any, *args: Any, **kwargs: Any) -> Any:
+                hit = lookup(token_ids, *args, **kwargs)
+                sid = kwargs.get("lookup_id", args[0] if args else None)
+                raw[str(sid)] = int(hit or 0)
+                return hit
+
+            client.lookup = observed_lookup
+
+        match = impl.get_num_new_matched_tokens
+
+        def observed_match(seq: Any) -> Any:
+            raw.pop(str(seq.id), None)
+            self._note_resident(seq)
+            need, park = match(seq)
+            self.pending_lookup[str(seq.id)] = raw.get(str(seq.id), 0)
+            return need, park
+
+        impl.get_num_new_matched_tokens = observed_match
+        for method, kind in (("load_finished", "load"), ("load_failed", "load")):
+            inner = getattr(impl, method, None)
+            if inner is None:
+                continue
+            setattr(impl, method, _applied(inner, kind, method, log, names))
+        inner_save = getattr(impl, "save_finished", None)
+        if inner_save is not None:
+
+            def observed_save(value: Any, _inner: Callable[[Any], Any] = inner_save) -> None:
+                # In flight: a dict of exact save generations at ATOM's main, a set of
+                # request ids in older commits.
+                inflight = getattr(impl, "_save_inflight", None)
+                sid = str(getattr(value, "req_id", value))
+                if isinstance(inflight, dict):
+                    live = inflight.get(sid) == value
+                else:
+                    live = inflight is None or sid in inflight
+                _inner(value)
+                if live:
+                    log.record("save_done", op=op_of(value, "save", names), outcome="finished")
+
+            impl.save_finished = observed_save
+
+    def _note_resident(self, seq: Any) -> None:
+        """With ATOM's HBM prefix cache on: the prompt's leading pages that free HBM
+        blocks (owned by no live request) still hold, for ``efficiency`` to compare with
+        ATOM's HBM hit. Asked before ATOM allocates for the request."""
+        if not self.spec.prefix_caching:
+            return
+        from reference.types import Request
+
+        name = self.names[seq.id]
+        r = self.requests[name]
+        owned = {b for s in self.seqs.values() for b in (getattr(s, "block_table", None) or ())}
+        free = [b for b in range(self.spec.num_blocks) if b not in owned]
+        req = Request(name, r.prompt, r.cache_seed, max_output_tokens=r.max_tokens)
+        self.resident[str(seq.id)] = int(self.link.call("resident_prefix", req, free))
+
+    def _lookup_event(self, seq: Any, hbm: int, kv_end: int, claim: int) -> None:
+        sid = str(seq.id)
+        if sid in self.looked_up or sid not in self.pending_lookup:
+            return
+        self.looked_up.add(sid)
+        hit = self.pending_lookup[sid]
+        name = self.names[seq.id]
+        self.log.record(
+            "key",
+            req_id=name,
+            site="lookup",
+            first=self._first_key(seq),
+            seed=self.requests[name].cache_seed,
+        )
+        self.log.record(
+            "lookup",
+            req_id=self.names[seq.id],
+            prompt_len=int(seq.num_prompt_tokens),
+            kv_hit=hit,
+            states=[],
+            hbm_hit=int(hbm),
+            claim=int(claim),
+            kv_end=int(kv_end),
+            hybrid=False,
+            **({"hbm_resident": self.resident[sid]} if sid in self.resident else {}),
+        )
+
+    def _in_handoff(self, seq: Any) -> bool:
+        """Whether ATOM is computing ``seq`` up to a chunk boundary before it loads the
+        rest (its unaligned handoff; an ATOM without one never is)."""
+        return str(seq.id) in (getattr(self.impl, "_handoff_loads", None) or ())
+
+    def _first_key(self, seq: Any) -> str | None:
+        """The key lmcache's lookup gives the prompt's first chunk (what ATOM's lookup
+        sends is the prompt's token ids), or None for a prompt shorter than a chunk."""
+        client = getattr(self.impl, "_lookup_client", None)
+        tdb = getattr(client, "token_database", None)
+        if tdb is None:
+            return None
+        tokens = list(seq.token_ids[: seq.num_prompt_tokens])
+        for _start, _end, key in tdb.process_tokens(tokens, make_key=False):
+            return f"{key:x}" if isinstance(key, int) else str(key)
+        return None
+
+    def observe_meta(self, meta: Any) -> None:
+        for req in getattr(meta, "requests", ()) or ():
+            seq = self.seqs.get(self.names.get(req.req_id, ""))
+            if getattr(req, "load_spec", None) is not None and seq is not None:
+                ls = req.load_spec
+                op = op_of(getattr(req, "load_operation", None) or req.req_id, "load", self.names)
+                hbm, lmc = int(ls.hbm_cached_tokens), int(ls.lmcache_cached_tokens)
+                self._lookup_event(seq, hbm, lmc, lmc)
+                self.log.record("dispatch", op=op, start=hbm, kv_end=lmc, claim=lmc)
+            if getattr(req, "save_spec", None) is not None:
+                op = op_of(getattr(req, "save_operation", None) or req.req_id, "save", self.names)
+                self.log.record(
+                    "save",
+                    op=op,
+                    start=int(req.save_spec.skip_leading_tokens),
+                    end=len(req.token_ids),
+                )
+
+    def observe_delivered(self, out: Any) -> None:
+        if out is None:
+            return
+        for attr, kind, outcome in (
+            ("finished_loading", "load", "finished"),
+            ("failed_loading", "load", "failed"),
+            ("finished_saving", "save", "finished"),
+        ):
+            for value in getattr(out, attr, ()) or ():
+                op = op_of(value, kind, self.names)
+                self.log.record("delivered", op=op, outcome=outcome)
+                if kind == "load" and not hasattr(self.impl, "load_finished"):
+                    # Older ATOM: no per-generation check; the scheduler applies every
+                    # load completion it receives.
+                    self.log.record("completion_applied", op=op, outcome=outcome)
+
+    # -- the fake forward, carried to the worker ---------------------------------------
+    def forward(self, batch: Any) -> Any:
+        from atom.model_engine.scheduler import ScheduledBatchOutput
+
+        from reference.types import Request
+
+        items = []
+        starts = list(getattr(batch, "num_cached_tokens", []) or [])
+        counts = [int(n) for n in batch.num_scheduled_tokens]
+        for i, seq_id in enumerate(batch.req_ids):
+            name = self.names[seq_id]
+            seq = self.seqs[name]
+            r = self.requests[name]
+            start = int(starts[i]) if i < len(starts) else int(seq.num_cached_tokens)
+            prompt = int(seq.num_prompt_tokens)
+            if start < prompt:  # a prefill chunk
+                end = min(prompt, start + counts[i])
+                if end >= prompt or not self._in_handoff(seq):
+                    # No load follows this chunk: what ATOM claims from the tier is
+                    # nothing. (In an unaligned handoff ATOM computes up to the chunk
+                    # boundary first and dispatches the load after: the lookup is
+                    # recorded with that dispatch.)
+                    self._lookup_event(seq, start, 0, 0)
+                k = 0 if end >= prompt else -1
+            else:  # a decode step: the next output token
+                end = start
+                k = int(seq.num_tokens) - prompt
+            req = Request(name, r.prompt, r.cache_seed, max_output_tokens=r.max_tokens)
+            items.append((seq_id, req, start, end, list(seq.block_table), k))
+        tokens = self.link.call("forward", items, self.names)
+        return ScheduledBatchOutput(list(batch.req_ids), [(t,) for t in tokens], None, None, None)
+
+    # -- running ------------------------------------------------------------------------
+    def submit(self, requests: list[AtomRequest]) -> None:
+        from atom.model_engine.sequence import Sequence
+        from atom.sampling_params import SamplingParams
+
+        for r in requests:
+            seq_id = self._next_id
+            self._next_id += 1
+            params = SamplingParams(max_tokens=r.max_tokens, ignore_eos=True)
+            kwargs: dict[str, Any] = {"id": seq_id}
+            if r.mm:
+                kwargs["multimodal_data"] = {"image_digest": r.cache_seed}
+            seq = Sequence(list(r.prompt), self.spec.block_size, sampling_params=params, **kwargs)
+            self.names[seq_id] = r.req_id
+            self.requests[r.req_id] = r
+            self.seqs[r.req_id] = seq
+            self.log.record("arrive", req_id=r.req_id)
+            self.scheduler.add(seq)
+
+    def run(self, limit_s: float) -> bool:
+        """Step as ATOM's busy loop does until nothing is left (True) or ``limit_s``
+        passes (False: the run hung)."""
+        deadline = time.monotonic() + limit_s
+        # An ATOM whose busy loop does not drain KV work once the queues are empty
+        # (older commits have no has_pending_kv_work) stops stepping there, as here.
+        pending = getattr(self, "has_pending_kv_work", None)
+        while time.monotonic() < deadline:
+            self.log.step += 1
+            if not self.scheduler.is_finished():
+                self._process_engine_step_inner()
+            elif pending is not None and pending():
+                self._advance_idle_kv_transfer()
+                time.sleep(0.001)
+            else:
+                self._collect_outputs()
+                return True
+            self._collect_outputs()
+        return False
+
+    def _collect_outputs(self) -> None:
+        while not self.output_queue.empty():
+            item = self.output_queue.get_nowait()
+            if isinstance(item, tuple):  # ("STREAM", ...) or ("READY", None)
+                continue
+            for seq in item:
+                name = self.names.get(seq.id)
+                if name is not None:
+                    tokens = [int(t) for t in seq.completion_token_ids]
+                    self.log.record("output", req_id=name, tokens=tokens)
+
+    def quiescent(self) -> None:
+        """What this engine still holds now that its run has nothing left."""
+        bm = self.scheduler.block_manager
+        pool = getattr(bm, "kv", None)
+        stats: dict[str, Any] = getattr(self.connector, "get_statistics", lambda: {})() or {}
+        held: dict[str, Any] = dict(  # data of the record: never its op or req_id
+            hbm_blocks=int(getattr(pool, "num_used", 0) or 0) if pool is not None else 0,
+            loads=int(stats.get("loads_pending", 0)),
+            saves=int(stats.get("saves_pending", 0)),
+            deferred=len(getattr(self.scheduler, "deferred_free_blocks", {}) or {}),
+            unfinished=int(self.scheduler.get_num_unfinished_requests()),
+        )
+        # The tier's pins live in the worker's lmcache engine: a pin nobody releases
+        # keeps its chunks from eviction for the process's life.
+        pins = self.link.call("lookup_pins")
+        if pins is not None:
+            held["lookup_pins"] = int(pins)
+        self.log.record("quiescent", engine=self.spec.name, **held)
+
+
+def _applied(inner: Any, kind: str, method: str, log: EventLog, names: dict[Any, str]) -> Any:
+    def observed(value: Any) -> Any:
+        accepted = inner(value)
+        if accepted is not False:
+            log.record(
+                "completion_applied",
+                op=op_of(value, kind, names),
+                outcome="finished" if method == "load_finished" else "failed",
+            )
+        return accepted
+
+    return observed
+
+
+# ATOM's EngineCore step methods the stand-in takes: the step itself is required; the
+# rest are bound when this ATOM has them (the step calls what it needs by name).
+_STEP_REQUIRED = ("_process_engine_step_inner",)
+_STEP_OPTIONAL = (
+    "has_pending_kv_work",
+    "_advance_idle_kv_transfer",
+    "_dispatch_idle_offload_work",
+    "_poll_kv_transfer_progress",
+)
+
+
+def _bind_engine_core(cls: type) -> None:
+    """Give the stand-in ATOM's own ``EngineCore`` step methods (functions of the class,
+    called with this object as ``self``). Raises when this ATOM lacks the step."""
+    from atom.model_engine.engine_core import EngineCore
+
+    missing = [m for m in _STEP_REQUIRED if not hasattr(EngineCore, m)]
+    if missing:
+        raise RuntimeError(f"this ATOM's EngineCore lacks {', '.join(missing)}")
+    for m in _STEP_REQUIRED + _STEP_OPTIONAL:
+        if hasattr(EngineCore, m) and m not in cls.__dict__:
+            setattr(cls, m, getattr(EngineCore, m))

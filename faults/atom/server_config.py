@@ -1,0 +1,67 @@
+"""One ATOM server's configuration as the pieces under test read it: the fields of ATOM's
+``Config`` (``atom_config``) and the lmcache and offload environment
+(``lmcache_env``), both from a ``ServerSpec``. Read in both server processes."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from faults.atom.spec import ServerSpec
+
+
+def atom_config(spec: ServerSpec) -> SimpleNamespace:
+    """The fields of ATOM's ``Config`` that its scheduler, block manager and offload
+    connector read, for a small dense model (2 layers, 2 KV heads of 8)."""
+    hf = SimpleNamespace(
+        architectures=["LlamaForCausalLM"],
+        sliding_window=None,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        head_dim=8,
+        hidden_size=16,
+        model_type="llama",
+    )
+    return SimpleNamespace(
+        model="kvfault-toy",
+        port=spec.port,
+        hf_config=hf,
+        kv_transfer_config={"kv_connector": "lmcache_offload", "kv_role": "offload"},
+        kv_cache_block_size=spec.block_size,
+        num_kvcache_blocks=spec.num_blocks,
+        kv_cache_dtype="bf16",
+        enable_prefix_caching=spec.prefix_caching,
+        enable_chunked_prefill=True,
+        max_num_seqs=spec.max_num_seqs,
+        max_num_batched_tokens=spec.max_num_batched_tokens,
+        long_prefill_token_threshold=0,
+        decode_context_parallel_size=1,
+        prefill_context_parallel_size=1,
+        max_model_len=spec.max_model_len,
+        bos_token_id=1,
+        eos_token_id=-1,
+        stop_token_ids=[],
+        scheduler_delay_factor=0.0,
+        speculative_config=None,
+        tensor_parallel_size=1,
+        tp_world_size=1,
+        pipeline_parallel_size=1,
+        data_parallel_size=1,
+        parallel_config=SimpleNamespace(
+            data_parallel_rank=spec.dp_rank,
+            data_parallel_size=1,
+            pipeline_parallel_rank=0,
+        ),
+        kv_events_config=None,
+        enforce_eager=True,
+    )
+
+
+def lmcache_env(spec: ServerSpec) -> dict[str, str]:
+    """The ``LMCACHE_*`` and ``OFFLOAD_*`` environment ATOM's offload reads."""
+    return {
+        "LMCACHE_CHUNK_SIZE": str(spec.chunk_size),
+        "LMCACHE_LOCAL_CPU": "True",
+        "LMCACHE_MAX_LOCAL_CPU_SIZE": str(spec.cpu_cache_gib),
+        "OFFLOAD_MIN_LOAD_TOKENS": str(spec.min_load_tokens),
+    }

@@ -1,0 +1,153 @@
+"""The faults a worker process carries (``FaultSpec``): each wraps a collaborator of
+ATOM's connector (lmcache's engine, the lookup server) or edits what ``get_finished``
+returns, and records a ``fault`` event with its evidence; ATOM's code is untouched."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from faults.atom.event_log import EventLog, op_of
+from faults.atom.spec import FaultSpec
+
+if TYPE_CHECKING:
+    from faults.atom.worker import WorkerProcess
+
+
+class WorkerFaults:
+    """The worker's injected faults (``FaultSpec``), each recorded as a ``fault`` event
+    with its evidence. They wrap lmcache's engine and the lookup server (collaborators
+    of ATOM's connector) or edit what ``get_finished`` returns; ATOM's code is
+    untouched."""
+
+    def __init__(self, spec: FaultSpec, worker: WorkerProcess, log: EventLog):
+        self.spec, self.log = spec, log
+        self.seen: dict[str, int] = {"load": 0, "save": 0}
+        self.held: list[tuple[str, Any]] = []
+        self.evict_pending: tuple[Any, int] | None = None
+        engine = worker.engine
+        if engine is not None and spec.fail_retrieve:
+            self._fail_nth(engine, "retrieve", spec.fail_retrieve)
+        if engine is not None and spec.fail_store:
+            self._fail_nth(engine, "store", spec.fail_store)
+        if engine is not None and spec.corrupt_load:
+            self._corrupt_nth(engine, worker, spec.corrupt_load)
+        server = getattr(worker.impl, "_lookup_server", None)
+        if engine is not None and spec.evict_after_lookup:
+            self._evict_after(engine, spec.evict_after_lookup)
+        if server is not None and spec.drop_lookup_reply:
+            self._drop_reply(server, spec.drop_lookup_reply)
+
+    def forward_delay(self, index: int) -> float:
+        if index == 0 and self.spec.slow_first_forward_s > 0:
+            self.log.record(
+                "fault", injector="slow_first_forward", delay=self.spec.slow_first_forward_s
+            )
+            return self.spec.slow_first_forward_s
+        return 0.0
+
+    def _fail_nth(self, engine: Any, method: str, n: int) -> None:
+        inner = getattr(engine, method)
+        count = [0]
+        log = self.log
+        name = f"{method}_failure"
+
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            count[0] += 1
+            if count[0] == n:
+                log.record("fault", injector=name, call=n)
+                raise RuntimeError(f"kvfault: injected lmcache {method} failure")
+            return inner(*args, **kwargs)
+
+        setattr(engine, method, wrapped)
+
+    def _corrupt_nth(self, engine: Any, worker: WorkerProcess, n: int) -> None:
+        # After the n-th retrieve, the first block it wrote holds other bytes: what a
+        # wrong unpack or a stale tier entry would leave.
+        inner = engine.retrieve
+        count = [0]
+        log = self.log
+
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            ret = inner(*args, **kwargs)
+            count[0] += 1
+            mask, blocks = kwargs.get("mask"), kwargs.get("block_ids")
+            if count[0] == n and mask is not None and blocks:
+                first = int(mask.int().argmax()) // worker.spec.block_size
+                worker.kv.write(blocks[first], 0x0BAD)
+                log.record("fault", injector="corrupt_load", block=blocks[first])
+            return ret
+
+        engine.retrieve = wrapped
+
+    def _evict_after(self, engine: Any, n: int) -> None:
+        # The eviction waits for the worker's next call from the scheduler (the step
+        # that dispatches the load): inside the lookup it would stall the lookup server.
+        inner = engine.lookup
+        count = [0]
+
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            hit = inner(*args, **kwargs)
+            if hit:
+                count[0] += 1
+                if count[0] == n:
+                    self.evict_pending = (engine, int(hit))
+            return hit
+
+        engine.lookup = wrapped
+
+    def before_call(self) -> None:
+        """Run an eviction armed by a lookup (``evict_after_lookup``)."""
+        pending, self.evict_pending = self.evict_pending, None
+        if pending is not None:
+            engine, hit = pending
+            engine.clear()
+            self.log.record("fault", injector="evict_after_lookup", hit=hit)
+
+    def _drop_reply(self, server: Any, n: int) -> None:
+        transport = server.transport
+        inner = transport.send_response
+        count = [0]
+        log = self.log
+
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            count[0] += 1
+            if count[0] == n:
+                log.record("fault", injector="lost_lookup_reply", reply=n)
+                return None
+            return inner(*args, **kwargs)
+
+        transport.send_response = wrapped
+
+    def finished(self, out: Any, names: dict[Any, str]) -> Any:
+        """Drop or duplicate the n-th reported completion of a kind."""
+        for attr, kind in (
+            ("finished_loading", "load"),
+            ("failed_loading", "load"),
+            ("finished_saving", "save"),
+        ):
+            values = getattr(out, attr, None)
+            if not values:
+                continue
+            for value in sorted(values, key=repr):
+                self.seen[kind] += 1
+                nth = self.seen[kind]
+                if self.spec.drop_finished == (kind, nth):
+                    values.discard(value)
+                    self.log.record(
+                        "fault", op=op_of(value, kind, names), injector="lost_completion", nth=nth
+                    )
+                if self.spec.duplicate_finished == (kind, nth):
+                    self.held.append((attr, value))
+                    self.log.record(
+                        "fault",
+                        op=op_of(value, kind, names),
+                        injector="duplicate_completion",
+                        nth=nth,
+                    )
+                    return out
+        # A duplicate goes out again in the poll after the one that first carried it.
+        for attr, value in self.held[:]:
+            if value not in getattr(out, attr):
+                getattr(out, attr).add(value)
+                self.held.remove((attr, value))
+        return out
