@@ -315,11 +315,18 @@ class Scheduler:
         if not self.pool.can_allocate(seq.n_blocks):
             return False
         use_cache = self.config.prefix_cache
-        seq.blocks, cached = self.pool.allocate(seq.chain, seq.n_blocks, use_cache)
+        # Only the blocks wholly before the prompt's last token may come from the cache:
+        # that token is always computed (its logits give the first output token), and a
+        # block the request computes into must be its own, never one another request
+        # shares. So a prompt on the block grid whose every block is cached takes a
+        # fresh last block and recomputes it (vLLM caps a prefix hit at the prompt
+        # minus one token, and ATOM never matches a prompt's last block, alike).
+        hittable = seq.chain[: (req.prompt_len - 1) // geo.block_size]
+        seq.blocks, cached = self.pool.allocate(hittable, seq.n_blocks, use_cache)
         self.trace.record(
             Ev.BLOCKS, req_id=req.req_id, engine=self.name, took=seq.blocks, shared=cached
         )
-        seq.hbm_hit = min(cached * geo.block_size, geo.floor_block(req.prompt_len - 1))
+        seq.hbm_hit = cached * geo.block_size
         self._key_event("hbm", seq, seq.chain)
 
         query = LookupQuery(seq.tier_ids, self._state_candidates(seq))

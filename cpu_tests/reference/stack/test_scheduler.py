@@ -257,6 +257,59 @@ def test_hybrid_on_the_mp_grid_claims_the_floored_anchor(rig):
     assert max(lookup.data["states"]) == 1792
 
 
+# -- HBM prefix hits --------------------------------------------------------------------------------
+
+
+def _took(r, req):
+    (took,) = [e.data for e in r.trace.of(Ev.BLOCKS) if e.req_id == req.req_id and "took" in e.data]
+    return took
+
+
+def _written_blocks(r, meta):
+    """Each computing request's blocks that this step's forward writes."""
+    bs = r.sched.geometry.block_size
+    return {q: r.sched.seq(q).blocks[s // bs : -(-e // bs)] for q, s, e in meta.compute}
+
+
+def test_a_resent_prompt_shares_only_the_cached_blocks_before_its_last_token(rig):
+    (a,) = prompts(1, 32)  # two whole blocks: a full HBM prefix hit when sent again
+    r = rig(GEO)
+    r.sched.add(a)
+    r.sched.after_forward(r.step())  # a computes [0, 32) and caches both blocks
+    b = again(a)
+    r.sched.add(b)
+    meta = r.step()
+    sa, sb = r.sched.seq(a.req_id), r.sched.seq(b.req_id)
+    # The last token is computed, so the block holding it is b's own, not a's.
+    assert sb.hbm_hit == 16 and _took(r, b)["shared"] == 1
+    assert sb.blocks[0] == sa.blocks[0] and sb.blocks[1] != sa.blocks[1]
+    assert meta.compute == [(b.req_id, 16, 32)]
+    assert not set(_written_blocks(r, meta)[b.req_id]) & set(sa.blocks)
+
+
+def test_a_whole_block_prompt_resent_after_its_block_was_freed_takes_a_block_of_its_own(rig):
+    # The story of the generated scenario that found it: a one-block prompt, freed, sent
+    # again twice at once. Each resend computes its only block, so neither may take the
+    # cached one (both did, and one overwrote the other's page before its output).
+    (a,) = prompts(1, 16)
+    a = replace(a, max_output_tokens=1)
+    r = rig(GEO)
+    r.sched.add(a)
+    (done,) = r.sched.after_forward(r.step())
+    r.sched.prefill_done(done)  # one output token: finished, its block freed and cached
+    (freed,) = r.sched.seq(a.req_id).blocks
+    b, c = again(a, "b"), again(a, "c")
+    r.sched.add(b)
+    r.sched.add(c)
+    meta = r.step()
+    for q in (b, c):
+        assert r.sched.seq(q.req_id).hbm_hit == 0 and _took(r, q)["shared"] == 0
+        assert freed not in r.sched.seq(q.req_id).blocks
+    written = _written_blocks(r, meta)
+    assert set(written) == {b.req_id, c.req_id}
+    assert not set(written[b.req_id]) & set(written[c.req_id])
+
+
 # -- prefill and saves -----------------------------------------------------------------------------
 
 
