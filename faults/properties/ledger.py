@@ -10,7 +10,8 @@
   applied completion; operation ids never repeat within a run (within one scheduler's
   life, and across restarts, where a completion from before one could still arrive).
 - ``hbm_owners`` — at most one live owner per HBM block, prefix-cache sharing counted
-  by reference (what the scheduler took and freed, not what the pool raises).
+  by reference (what the scheduler took and freed, not what the pool raises); a block
+  shared from the prefix cache lies within the request's HBM hit (never computed into).
 - ``resources`` — when an engine's run ends with nothing left to do, no request holds
   HBM blocks (every finished request gave its blocks back), no load awaits completion,
   no worker operation and no tier ticket is pending.
@@ -257,15 +258,21 @@ def hbm_owners(run: RunResult) -> list[Violation]:
     prefix-cache hit has no live holder, a prefix-cache hit is shared only with holders
     that keep the same content in it (the same prefix of token ids and media, at the
     same block of their prompts), and a request frees only blocks it holds, once each.
-    An engine's restart gives back all of its blocks. Sharing is counted by reference:
-    a block is free again when its last holder frees it. Checked from what the
-    scheduler took and freed (``blocks`` events), never from what the pool raises."""
+    Every block a request shares lies within its HBM hit (its lookup's ``hbm_hit``): it
+    computes from there on, so a shared block past it would be written while another
+    request may hold it. An engine's restart gives back all of its blocks. Sharing is
+    counted by reference: a block is free again when its last holder frees it. Checked
+    from what the scheduler took and freed (``blocks`` events), never from what the
+    pool raises."""
     from reference.rules.keys import block_hash_chain
 
     bs = run.config.geometry.block_size
     out: list[Violation] = []
     engines: dict[str, _BlockHolders] = {}
     chains: dict[str, list[int]] = {}
+    # Blocks each request took from the prefix cache, until its lookup (recorded right
+    # after) says its HBM hit: (engine, the blocks).
+    shared_by: dict[str, tuple[str, list[int]]] = {}
 
     def chain(req_id: str) -> list[int]:
         if req_id not in chains:
@@ -278,7 +285,19 @@ def hbm_owners(run: RunResult) -> list[Violation]:
     def bad(message: str, t: float) -> None:
         out.append(Violation("hbm_owners", message, t=t))
 
-    for ev in run.trace.of(Ev.BLOCKS, Ev.RESTART):
+    for ev in run.trace.of(Ev.BLOCKS, Ev.RESTART, Ev.LOOKUP):
+        if ev.kind is Ev.LOOKUP:
+            # A tier that records no ``blocks`` (atom) leaves nothing to compare.
+            took_shared = shared_by.pop(ev.req_id, None) if ev.req_id is not None else None
+            if took_shared is not None and len(took_shared[1]) * bs > ev.data["hbm_hit"]:
+                engine, hits = took_shared
+                bad(
+                    f"{engine} block {hits[ev.data['hbm_hit'] // bs]} shared by {ev.req_id} "
+                    f"from the prefix cache lies past its HBM hit {ev.data['hbm_hit']}: "
+                    "it computes into a block it shares",
+                    ev.t,
+                )
+            continue
         engine = ev.data["engine"]
         if ev.kind is Ev.RESTART:
             engines.pop(engine, None)
@@ -290,6 +309,8 @@ def hbm_owners(run: RunResult) -> list[Violation]:
         assert req is not None  # blocks taken or freed name their request
         if "took" in ev.data:
             took, shared = ev.data["took"], ev.data["shared"]
+            if shared:
+                shared_by[req] = (engine, took[:shared])
             refs, owner = pool.refs, pool.owner
             fresh = took[shared:]
             taken = set(fresh)
