@@ -216,6 +216,14 @@ ROWS: dict[str, AtomRow] = {
             FaultSpec(drop_lookup_reply=1),
         ),
         _fault(
+            "slow_save",
+            s.decode_pressure,
+            _ONE,
+            "every lmcache store waits 1 s before it reads the blocks; two decoding "
+            "requests outgrow HBM meanwhile",
+            FaultSpec(slow_save_s=1.0),
+        ),
+        _fault(
             "retrieve_failure",
             s.reuse_once,
             _ONE,

@@ -5,6 +5,7 @@ the host merges what they send back (``faults.atom.runs``)."""
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -17,14 +18,18 @@ class EventLog:
     def __init__(self) -> None:
         self.events: list[RawEvent] = []
         self.step = -1
+        # ATOM's save and load threads record too (a slowed store or retrieve).
+        self._lock = threading.Lock()
 
     def record(self, kind: str, op: Any = None, req_id: str | None = None, **data: Any) -> None:
         if req_id is None and op is not None:
             req_id = op[0]
-        self.events.append(RawEvent(time.monotonic(), self.step, kind, op, req_id, data))
+        with self._lock:
+            self.events.append(RawEvent(time.monotonic(), self.step, kind, op, req_id, data))
 
     def take(self) -> list[RawEvent]:
-        out, self.events = self.events, []
+        with self._lock:
+            out, self.events = self.events, []
         return out
 
 

@@ -9,6 +9,7 @@ blocks and 64-token lmcache chunks.
 from __future__ import annotations
 
 import random
+import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
@@ -18,6 +19,9 @@ from faults.atom.spec import AtomRequest, FaultSpec, ServerSpec
 # Past this a server has hung: over 3 times lmcache's 3 s lookup timeout, which a lost
 # lookup reply costs once, and 100 times what an idle-to-idle run takes here.
 RUN_LIMIT_S = 10.0
+# How long ``decode_pressure`` lets the tier finish a save before the prompt is resent:
+# over the slowed saves that can be left copying when an old ATOM stops stepping.
+SAVE_SETTLE_S = 2.5
 
 
 @dataclass
@@ -53,6 +57,11 @@ class AtomRun:
         server.submit(list(requests))
         if not server.run(RUN_LIMIT_S):
             self.hung = True
+
+    def idle(self, seconds: float) -> None:
+        """The host sends nothing for ``seconds`` (what a slowed tier finishes
+        meanwhile lands in it; an ATOM that stops polling when idle reports none of it)."""
+        time.sleep(seconds)
 
     def end(self, *servers: Server) -> None:
         for s in servers:
@@ -180,6 +189,31 @@ def one_token(run: AtomRun) -> None:
     run.serve(a, AtomRequest("first", p, max_tokens=1))
     run.end(a)
     run.serve(a, AtomRequest("again", p, max_tokens=1))
+    run.end(a)
+
+
+def decode_pressure(run: AtomRun) -> None:
+    """Three prompts at once on a 17-block HBM without a prefix cache: ``first`` (40
+    tokens, under one lmcache chunk: nothing to save) and ``second`` (206 tokens, three
+    chunks saved) take 3 and 13 blocks and decode; ``third`` (200) waits for room.
+    ``second`` crosses a block boundary first and takes the last free block, so when
+    ``first`` needs one ATOM must preempt one of the two while ``second``'s save may
+    still be copying. Then ``second``'s prompt again, restored from lmcache: what its
+    save read must have been its own KV (ATOM's 5d771f7 made a request with a save in
+    flight unpreemptable)."""
+    a = run.server("A", prefix_caching=False, num_blocks=17)
+    p, q, r = run.prompt(40), run.prompt(206), run.prompt(200)
+    run.serve(
+        a,
+        AtomRequest("first", p, max_tokens=12),
+        AtomRequest("second", q, max_tokens=12),
+        AtomRequest("third", r),
+    )
+    run.end(a)
+    # ATOM before 5d771f7 stops stepping while saves are still copying (it reports
+    # them with the next request): let a save slowed by the tier land in it first.
+    run.idle(SAVE_SETTLE_S)
+    run.serve(a, AtomRequest("again", q))
     run.end(a)
 
 

@@ -275,7 +275,10 @@ class SchedulerProcess:
                     # boundary first and dispatches the load after: the lookup is
                     # recorded with that dispatch.)
                     self._lookup_event(seq, start, 0, 0)
-                k = 0 if end >= prompt else -1
+                # A preempted request re-prefills its outputs too (ATOM schedules up to
+                # ``num_tokens``): the chunk that reaches them samples the next output.
+                total = int(seq.num_tokens)
+                k = total - prompt if start + counts[i] >= total else -1
             else:  # a decode step: the next output token
                 end = start
                 k = int(seq.num_tokens) - prompt

@@ -26,6 +26,9 @@ class FaultSpec:
       scheduler's client times out and must reconnect).
     - ``corrupt_load``: after lmcache's n-th retrieve, the first block it restored holds
       other bytes (the judge's correctness check must see it).
+    - ``slow_save_s``: every lmcache store waits this long before it reads ATOM's KV
+      blocks (a slow tier; ATOM's worker stores on its save thread, so the engine keeps
+      stepping meanwhile).
     """
 
     slow_first_forward_s: float = 0.0
@@ -36,6 +39,7 @@ class FaultSpec:
     evict_after_lookup: int = 0
     drop_lookup_reply: int = 0
     corrupt_load: int = 0
+    slow_save_s: float = 0.0
 
 
 @dataclass(frozen=True)

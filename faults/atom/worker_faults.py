@@ -4,6 +4,7 @@ returns, and records a ``fault`` event with its evidence; ATOM's code is untouch
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 from faults.atom.event_log import EventLog, op_of
@@ -31,6 +32,8 @@ class WorkerFaults:
             self._fail_nth(engine, "store", spec.fail_store)
         if engine is not None and spec.corrupt_load:
             self._corrupt_nth(engine, worker, spec.corrupt_load)
+        if engine is not None and spec.slow_save_s > 0:
+            self._slow(engine, "store", spec.slow_save_s, "slow_save")
         server = getattr(worker.impl, "_lookup_server", None)
         if engine is not None and spec.evict_after_lookup:
             self._evict_after(engine, spec.evict_after_lookup)
@@ -56,6 +59,19 @@ class WorkerFaults:
             if count[0] == n:
                 log.record("fault", injector=name, call=n)
                 raise RuntimeError(f"kvfault: injected lmcache {method} failure")
+            return inner(*args, **kwargs)
+
+        setattr(engine, method, wrapped)
+
+    def _slow(self, engine: Any, method: str, delay_s: float, name: str) -> None:
+        # The wait comes before lmcache touches the KV blocks: what ATOM's scheduler does
+        # with those blocks meanwhile is what the row judges.
+        inner = getattr(engine, method)
+        log = self.log
+
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            log.record("fault", injector=name, delay=delay_s, req=kwargs.get("req_id"))
+            time.sleep(delay_s)
             return inner(*args, **kwargs)
 
         setattr(engine, method, wrapped)
