@@ -224,6 +224,13 @@ ROWS: dict[str, AtomRow] = {
             FaultSpec(slow_save_s=1.0),
         ),
         _fault(
+            "abort_during_load",
+            s.reuse_after_abort,
+            _ONE,
+            "every lmcache retrieve waits 1 s; the client aborts the request loading meanwhile",
+            FaultSpec(slow_retrieve_s=1.0, abort_loading=1),
+        ),
+        _fault(
             "retrieve_failure",
             s.reuse_once,
             _ONE,

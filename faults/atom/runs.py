@@ -67,6 +67,12 @@ def result_of(
         },
         outcomes=[RunOutcome(None, last, 0, outputs, hung=hung)],
         injectors=list(fired.values()),  # type: ignore[arg-type]  # counts only, no injector
-        notes={"tier": "atom"},
+        # Requests the client aborted: nobody waits for their answer.
+        notes={
+            "tier": "atom",
+            "aborted": sorted(
+                {e.req_id for e in trace.of(Ev.FAULT) if e.data.get("aborted") and e.req_id}
+            ),
+        },
         startup_error=startup_error,
     )

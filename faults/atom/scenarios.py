@@ -19,8 +19,8 @@ from faults.atom.spec import AtomRequest, FaultSpec, ServerSpec
 # Past this a server has hung: over 3 times lmcache's 3 s lookup timeout, which a lost
 # lookup reply costs once, and 100 times what an idle-to-idle run takes here.
 RUN_LIMIT_S = 10.0
-# How long ``decode_pressure`` lets the tier finish a save before the prompt is resent:
-# over the slowed saves that can be left copying when an old ATOM stops stepping.
+# How long a story lets a slowed tier finish before the prompt is resent: over the
+# slowed saves or retrieves that can be left copying when an old ATOM stops stepping.
 SAVE_SETTLE_S = 2.5
 
 
@@ -90,6 +90,21 @@ def reuse_once(run: AtomRun) -> None:
     p = run.prompt(200)
     run.serve(a, AtomRequest("first", p))
     run.serve(a, AtomRequest("again", p))
+    run.end(a)
+
+
+def reuse_after_abort(run: AtomRun) -> None:
+    """``reuse_once`` (its second request is the one a fault may abort), then, after
+    ``SAVE_SETTLE_S`` idle (an ATOM that stops stepping when idle reports nothing
+    meanwhile), the prompt a third time: the engine steps again, and what the abort
+    left must be released by then."""
+    a = run.server("A", prefix_caching=False)
+    p = run.prompt(200)
+    run.serve(a, AtomRequest("first", p))
+    run.serve(a, AtomRequest("again", p))
+    run.end(a)
+    run.idle(SAVE_SETTLE_S)
+    run.serve(a, AtomRequest("third", p))
     run.end(a)
 
 

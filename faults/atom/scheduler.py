@@ -106,6 +106,9 @@ class SchedulerProcess:
         self.pending_lookup: dict[str, int] = {}  # sid -> what lmcache's lookup answered
         self.looked_up: set[str] = set()
         self.resident: dict[str, int] = {}  # sid -> prompt tokens free HBM blocks hold
+        self.loads_dispatched = 0
+        self.abort_next: Any = None  # a sequence the client aborts before the next step
+        self.aborted: set[str] = set()
         self._next_id = 1
         self._observe()
         _bind_engine_core(type(self))
@@ -227,6 +230,9 @@ class SchedulerProcess:
                 hbm, lmc = int(ls.hbm_cached_tokens), int(ls.lmcache_cached_tokens)
                 self._lookup_event(seq, hbm, lmc, lmc)
                 self.log.record("dispatch", op=op, start=hbm, kv_end=lmc, claim=lmc)
+                self.loads_dispatched += 1
+                if self.loads_dispatched == self.spec.faults.abort_loading:
+                    self.abort_next = seq
             if getattr(req, "save_spec", None) is not None:
                 op = op_of(getattr(req, "save_operation", None) or req.req_id, "save", self.names)
                 self.log.record(
@@ -314,6 +320,7 @@ class SchedulerProcess:
         # (older commits have no has_pending_kv_work) stops stepping there, as here.
         pending = getattr(self, "has_pending_kv_work", None)
         while time.monotonic() < deadline:
+            self._client_abort()
             self.log.step += 1
             if not self.scheduler.is_finished():
                 self._process_engine_step_inner()
@@ -326,6 +333,23 @@ class SchedulerProcess:
             self._collect_outputs()
         return False
 
+    def _client_abort(self) -> None:
+        """An abort armed by ``FaultSpec.abort_loading``, through ATOM's own handler of a
+        client's ``abort_request`` (between steps, as ATOM's busy loop runs utility
+        commands)."""
+        seq, self.abort_next = self.abort_next, None
+        if seq is None:
+            return
+        from atom.model_engine.engine_utility import EngineUtilityHandler
+
+        handler = EngineUtilityHandler(
+            self.runner_mgr, self.output_queue, self.label, self.scheduler
+        )
+        handler._handle_abort_request({"req_id": seq.id})
+        name = self.names[seq.id]
+        self.aborted.add(name)
+        self.log.record("fault", req_id=name, injector="abort_during_load", aborted=True)
+
     def _collect_outputs(self) -> None:
         while not self.output_queue.empty():
             item = self.output_queue.get_nowait()
@@ -333,7 +357,7 @@ class SchedulerProcess:
                 continue
             for seq in item:
                 name = self.names.get(seq.id)
-                if name is not None:
+                if name is not None and name not in self.aborted:  # nothing to answer
                     tokens = [int(t) for t in seq.completion_token_ids]
                     self.log.record("output", req_id=name, tokens=tokens)
 

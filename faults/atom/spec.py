@@ -26,9 +26,12 @@ class FaultSpec:
       scheduler's client times out and must reconnect).
     - ``corrupt_load``: after lmcache's n-th retrieve, the first block it restored holds
       other bytes (the judge's correctness check must see it).
-    - ``slow_save_s``: every lmcache store waits this long before it reads ATOM's KV
-      blocks (a slow tier; ATOM's worker stores on its save thread, so the engine keeps
-      stepping meanwhile).
+    - ``slow_save_s`` / ``slow_retrieve_s``: every lmcache store / retrieve waits this
+      long before it reads or writes ATOM's KV blocks (a slow tier; ATOM's worker runs
+      them on its save / load threads, so the engine keeps stepping meanwhile).
+    - ``abort_loading``: the client aborts the n-th request whose tier load ATOM
+      dispatched, before the scheduler's next step (the load still copying): ATOM's
+      own abort handler marks it, as a client disconnect does.
     """
 
     slow_first_forward_s: float = 0.0
@@ -40,6 +43,8 @@ class FaultSpec:
     drop_lookup_reply: int = 0
     corrupt_load: int = 0
     slow_save_s: float = 0.0
+    slow_retrieve_s: float = 0.0
+    abort_loading: int = 0
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,8 @@ class WorkerFaults:
             self._corrupt_nth(engine, worker, spec.corrupt_load)
         if engine is not None and spec.slow_save_s > 0:
             self._slow(engine, "store", spec.slow_save_s, "slow_save")
+        if engine is not None and spec.slow_retrieve_s > 0:
+            self._slow(engine, "retrieve", spec.slow_retrieve_s, "slow_retrieve")
         server = getattr(worker.impl, "_lookup_server", None)
         if engine is not None and spec.evict_after_lookup:
             self._evict_after(engine, spec.evict_after_lookup)

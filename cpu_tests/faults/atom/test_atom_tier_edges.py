@@ -235,3 +235,21 @@ def test_a_lookup_pin_left_at_quiescence_fails_resources():
     assert resources(run(0)) == []
     (v,) = resources(run(1))
     assert v.message == "A quiescent but still holds lookup_pins=1"
+
+
+def test_a_request_the_client_aborted_is_not_waited_for_and_any_other_is():
+    from faults.properties.checks import correctness
+
+    requests = [AtomRequest("kept", tuple(range(3, 203))), AtomRequest("gone", (5, 6, 7))]
+
+    def unanswered(*events):
+        run = result_of("reuse_after_abort", 0, list(events), 0.0, requests, GEO, False, None)
+        return sorted(v.message for v in correctness(run))
+
+    both = unanswered()
+    assert both == ["2 requests never answered, e.g. gone"]
+    aborted = _ev(0.5, "fault", req_id="gone", injector="abort_during_load", aborted=True)
+    assert unanswered(aborted) == ["1 requests never answered, e.g. kept"]
+    # A fault event on a request that does not say it was aborted excuses nothing.
+    other = _ev(0.5, "fault", req_id="gone", injector="slow_retrieve")
+    assert unanswered(other) == both
