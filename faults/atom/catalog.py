@@ -160,6 +160,12 @@ ROWS: dict[str, AtomRow] = {
             "a one-token answer: its save ends after the request does",
         ),
         _scenario(
+            "shutdown_after_answer",
+            s.shutdown_after_answer,
+            _ONE,
+            "the server shut down right after its last answer, its save still in flight",
+        ),
+        _scenario(
             "two_servers",
             s.two_servers,
             _MANY,

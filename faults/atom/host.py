@@ -66,12 +66,17 @@ class Server:
     def submit(self, requests: list[AtomRequest]) -> None:
         self._call("submit", requests)
 
-    def run(self, limit_s: float) -> bool:
-        """Step until idle (True) or ``limit_s`` (False: hung)."""
-        return bool(self._call("run", limit_s, timeout_s=limit_s + 60.0))
+    def run(self, limit_s: float, until_answered: bool = False) -> bool:
+        """Step until idle (True) or ``limit_s`` (False: hung); with ``until_answered``,
+        only until every request is answered (KV work may still be in flight)."""
+        return bool(self._call("run", limit_s, until_answered, timeout_s=limit_s + 60.0))
 
     def quiescent(self) -> None:
         self._call("quiescent")
+
+    def shut_down(self) -> None:
+        """ATOM's engine shutdown (its loop's exit path), then the quiescent record."""
+        self._call("shut_down")
 
     def close(self) -> None:
         if self.closed:

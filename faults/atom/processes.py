@@ -113,6 +113,9 @@ def scheduler_main(
             elif cmd == "quiescent":
                 side.quiescent()
                 value = None
+            elif cmd == "shut_down":
+                side.shut_down()
+                value = None
             elif cmd == "close":
                 side.link.call("close")
                 conn.send((True, None, log.take()))

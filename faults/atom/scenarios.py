@@ -52,10 +52,10 @@ class AtomRun:
                 self.host.note_fault(self.injector, server=name, **self.spec_changes)
         return self.host.start(s)
 
-    def serve(self, server: Server, *requests: AtomRequest) -> None:
+    def serve(self, server: Server, *requests: AtomRequest, until_answered: bool = False) -> None:
         self.requests.extend(requests)
         server.submit(list(requests))
-        if not server.run(RUN_LIMIT_S):
+        if not server.run(RUN_LIMIT_S, until_answered):
             self.hung = True
 
     def idle(self, seconds: float) -> None:
@@ -230,6 +230,16 @@ def decode_pressure(run: AtomRun) -> None:
     run.idle(SAVE_SETTLE_S)
     run.serve(a, AtomRequest("again", q))
     run.end(a)
+
+
+def shutdown_after_answer(run: AtomRun) -> None:
+    """A 200-token prompt answered with one token on a server without an HBM prefix
+    cache, and the server shut down as soon as it is answered: the save that answer's
+    step dispatched is still in flight when ATOM's engine loop exits, and what ATOM does
+    on its way out must report it and free its blocks (ATOM's 4d0b15f drains at exit)."""
+    a = run.server("A", prefix_caching=False)
+    run.serve(a, AtomRequest("first", run.prompt(200), max_tokens=1), until_answered=True)
+    a.shut_down()
 
 
 def _two(run: AtomRun, a_spec: dict, b_spec: dict) -> None:

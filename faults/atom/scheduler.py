@@ -312,15 +312,19 @@ class SchedulerProcess:
             self.log.record("arrive", req_id=r.req_id)
             self.scheduler.add(seq)
 
-    def run(self, limit_s: float) -> bool:
+    def run(self, limit_s: float, until_answered: bool = False) -> bool:
         """Step as ATOM's busy loop does until nothing is left (True) or ``limit_s``
-        passes (False: the run hung)."""
+        passes (False: the run hung); with ``until_answered``, until no request is
+        unfinished (a shutdown arriving right after the last answer)."""
         deadline = time.monotonic() + limit_s
         # An ATOM whose busy loop does not drain KV work once the queues are empty
         # (older commits have no has_pending_kv_work) stops stepping there, as here.
         pending = getattr(self, "has_pending_kv_work", None)
         while time.monotonic() < deadline:
             self._client_abort()
+            if until_answered and not self.scheduler.get_num_unfinished_requests():
+                self._collect_outputs()
+                return True
             self.log.step += 1
             if not self.scheduler.is_finished():
                 self._process_engine_step_inner()
@@ -360,6 +364,15 @@ class SchedulerProcess:
                 if name is not None and name not in self.aborted:  # nothing to answer
                     tokens = [int(t) for t in seq.completion_token_ids]
                     self.log.record("output", req_id=name, tokens=tokens)
+
+    def shut_down(self) -> None:
+        """ATOM's engine loop has exited (a shutdown): what runs on its way out
+        (``_drain_kv_work_at_exit``, when this ATOM has it), then what it still holds."""
+        drain = getattr(self, "_drain_kv_work_at_exit", None)
+        if drain is not None:
+            drain()
+        self._collect_outputs()
+        self.quiescent()
 
     def quiescent(self) -> None:
         """What this engine still holds now that its run has nothing left."""
@@ -403,6 +416,7 @@ _STEP_OPTIONAL = (
     "_advance_idle_kv_transfer",
     "_dispatch_idle_offload_work",
     "_poll_kv_transfer_progress",
+    "_drain_kv_work_at_exit",
 )
 
 
