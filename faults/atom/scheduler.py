@@ -363,7 +363,9 @@ class SchedulerProcess:
                 name = self.names.get(seq.id)
                 if name is not None and name not in self.aborted:  # nothing to answer
                     tokens = [int(t) for t in seq.completion_token_ids]
-                    self.log.record("output", req_id=name, tokens=tokens)
+                    # What the request's usage reports as cached (HBM and tier hits).
+                    cached = int(getattr(seq, "prefix_cache_hit_tokens", 0) or 0)
+                    self.log.record("output", req_id=name, tokens=tokens, cached=cached)
 
     def shut_down(self) -> None:
         """ATOM's engine loop has exited (a shutdown): what runs on its way out

@@ -44,6 +44,33 @@ class _ColdRuns:
 _COLD = _ColdRuns()
 
 
+def _reported_usage(run: RunResult) -> list[Violation]:
+    """An answer's usage is part of the answer: where an output records the tokens it
+    reports as cached (``cached``), they cover the prefix its request loaded from the
+    tier (the ``kv_end`` of its last load the engine applied as finished)."""
+    kv_end: dict[str, int] = {}
+    loaded: dict[str, int] = {}
+    out: list[Violation] = []
+    for ev in run.trace.of(Ev.DISPATCH, Ev.COMPLETION_APPLIED, Ev.OUTPUT):
+        if ev.kind is Ev.DISPATCH and ev.op is not None:
+            kv_end[str(ev.op)] = int(ev.data.get("kv_end", 0))
+        elif ev.kind is Ev.COMPLETION_APPLIED and ev.op is not None and ev.req_id:
+            if ev.data.get("outcome") == "finished" and str(ev.op) in kv_end:
+                loaded[ev.req_id] = kv_end[str(ev.op)]
+        elif ev.kind is Ev.OUTPUT and "cached" in ev.data and ev.req_id:
+            need = loaded.get(ev.req_id, 0)
+            if int(ev.data["cached"]) < need:
+                out.append(
+                    Violation(
+                        "correctness",
+                        f"usage of {ev.req_id} reports {ev.data['cached']} cached tokens, "
+                        f"not the {need} it loaded from the tier",
+                        t=ev.t,
+                    )
+                )
+    return out
+
+
 def correctness(run: RunResult) -> list[Violation]:
     """Every output equals the cold run's; every restored range equals recompute; a run
     that ended normally answered every request."""
@@ -78,6 +105,7 @@ def correctness(run: RunResult) -> list[Violation]:
             out.append(
                 Violation("correctness", "restored pages differ from recompute", str(ev.op), ev.t)
             )
+    out.extend(_reported_usage(run))
     if not run.stop and not run.hung and not run.startup_error:
         answered = {e.req_id for e in run.trace.of(Ev.OUTPUT)}
         aborted = run.notes.get("aborted", ())  # the client stopped waiting for these

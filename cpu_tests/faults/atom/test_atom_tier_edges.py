@@ -253,3 +253,23 @@ def test_a_request_the_client_aborted_is_not_waited_for_and_any_other_is():
     # A fault event on a request that does not say it was aborted excuses nothing.
     other = _ev(0.5, "fault", req_id="gone", injector="slow_retrieve")
     assert unanswered(other) == both
+
+
+def test_reported_cached_tokens_must_cover_the_prefix_loaded_from_the_tier():
+    from faults.properties.checks import correctness
+
+    reqs = [AtomRequest("a", tuple(range(3, 203)))]
+
+    def usage(cached, outcome="finished"):
+        op = ("a", 0, "load")
+        events = [
+            RawEvent(0.1, 1, "dispatch", op, "a", {"start": 0, "kv_end": 192, "claim": 192}),
+            RawEvent(0.2, 2, "completion_applied", op, "a", {"outcome": outcome}),
+            RawEvent(0.3, 3, "output", None, "a", {"tokens": [], "cached": cached}),
+        ]
+        run = result_of("prefix_reuse", 0, events, 0.0, reqs, GEO, False, None)
+        return [v.message for v in correctness(run) if v.message.startswith("usage")]
+
+    assert usage(192) == [] and usage(200) == []
+    assert usage(0) == ["usage of a reports 0 cached tokens, not the 192 it loaded from the tier"]
+    assert usage(0, outcome="failed") == []  # nothing was loaded
