@@ -53,6 +53,18 @@ def _repo(at: Path) -> None:
         subprocess.run([*git, "commit", "-qm", f"c{i}"], check=True, capture_output=True)
 
 
+def _describe(base: Path, names: list[str], kids: list[int]) -> list[str]:
+    # What a leftover is and who made it, so that a failure says which process leaked.
+    out = []
+    for n in names:
+        path = base / n
+        owner = path / ".owner"
+        made_by = owner.read_text() if owner.is_file() else "no .owner"
+        inside = sorted(os.listdir(path)) if path.is_dir() else "not a directory"
+        out.append(f"{n}: made by {made_by} (the command's processes: {kids}); holds {inside}")
+    return out
+
+
 def _worktrees(repo: Path) -> list[str]:
     out = subprocess.run(
         ["git", "-C", str(repo), "worktree", "list", "--porcelain"],
@@ -123,7 +135,7 @@ def test_a_signal_ends_every_mode_in_one_line_leaving_nothing(
     left_files = [
         n for n in os.listdir(short_tmpdir) if not (sweeps and n.startswith("pytest-of-"))
     ]
-    assert left_files == [], "temporary files left"
+    assert left_files == [], f"temporary files left: {_describe(short_tmpdir, left_files, kids)}"
     if mode == "prove":
         assert len(_worktrees(work)) == 1, _worktrees(work)
     # An interrupted case has no verdict: the campaign leaves no artifact of its own.
@@ -142,7 +154,7 @@ def test_a_run_removes_the_ipc_directory_of_a_worker_killed_before_it_could(shor
             sys.executable,
             "-c",
             "import os; from reference.stack.lookup_channel import private_rpc_dir;"
-            "print(private_rpc_dir()); os._exit(9)",
+            "print(private_rpc_dir(), flush=True); os._exit(9)",
         ],
         env=env,
         capture_output=True,

@@ -407,7 +407,7 @@ def test_an_orphan_rpc_dir_is_removed_and_a_live_or_unowned_one_kept(short_tmp):
             "-c",
             "import os, tempfile; tempfile.tempdir = os.environ['T'];"
             "from reference.stack.lookup_channel import private_rpc_dir;"
-            "print(private_rpc_dir()); os._exit(9)",
+            "print(private_rpc_dir(), flush=True); os._exit(9)",
         ],
         env={**os.environ, "T": str(short_tmp), "PYTHONPATH": str(ROOT)},
         capture_output=True,
