@@ -11,6 +11,7 @@ when it is short, else ``/tmp`` (a macOS ``TMPDIR`` alone is ~50 bytes).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -60,16 +61,31 @@ def private_rpc_dir(prefix: str = "kvfault-rpc-") -> str:
     ``lookup_socket_path`` in it fits an ``ipc://`` address: under the temp dir when
     that is short, else under ``/tmp`` (raises ``OSError`` naming ``TMPDIR`` if no
     candidate is short and writable)."""
-    path = tempfile.mkdtemp(prefix=prefix, dir=_rpc_base(prefix))
-    os.chmod(path, stat.S_IRWXU)
-    # Who made it, so that a directory whose maker was killed before it could remove
-    # it (SIGKILL, a hang guard's exit) can be told from one still in use.
+    path = tempfile.mkdtemp(prefix=prefix, dir=_rpc_base(prefix))  # mode 0700 already
+    # Who made it, first, so that a directory whose maker was killed before it could
+    # remove it (SIGKILL, a hang guard's exit) can be told from one still in use.
     with open(os.path.join(path, OWNER_FILE), "w") as f:
         f.write(str(os.getpid()))
+    os.chmod(path, stat.S_IRWXU)
     return path
 
 
 def remove_rpc_dir(path: str) -> None:
+    """Remove a ``private_rpc_dir`` and what it holds. Its owner file goes last, so a
+    removal cut short (a signal landing in it) leaves a directory that still names its
+    maker, which ``remove_orphan_rpc_dirs`` then removes."""
+    try:
+        names = os.listdir(path)
+    except OSError:
+        return
+    for name in names:
+        if name != OWNER_FILE:
+            inner = os.path.join(path, name)
+            if os.path.isdir(inner) and not os.path.islink(inner):
+                shutil.rmtree(inner, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    os.unlink(inner)
     shutil.rmtree(path, ignore_errors=True)
 
 

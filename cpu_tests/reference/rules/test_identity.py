@@ -425,3 +425,30 @@ def test_an_orphan_rpc_dir_is_removed_and_a_live_or_unowned_one_kept(short_tmp):
     finally:
         remove_rpc_dir(live)
         remove_rpc_dir(unowned)
+
+
+def test_a_removal_cut_short_leaves_the_owner_file_for_the_sweep(short_tmp, monkeypatch):
+    # A signal landing in remove_rpc_dir stops it part way, at whichever file; what is
+    # left must still name its maker, or remove_orphan_rpc_dirs cannot tell it is garbage.
+    import reference.stack.lookup_channel as lc
+
+    real_unlink = os.unlink
+    for cut in range(3):  # cut short before the 1st, 2nd or 3rd file goes
+        d = private_rpc_dir()
+        for name in ("engine_a_service_lookup_rpc_port_0", "engine_b_service_lookup_rpc_port_0"):
+            open(os.path.join(d, name), "w").close()
+        gone = []
+
+        def unlink(p, *, cut=cut, gone=gone, **kw):  # type: ignore[no-untyped-def]
+            if len(gone) == cut:
+                raise KeyboardInterrupt
+            gone.append(p)
+            real_unlink(p, **kw)
+
+        monkeypatch.setattr(lc.os, "unlink", unlink)
+        with pytest.raises(KeyboardInterrupt):
+            remove_rpc_dir(d)
+        monkeypatch.setattr(lc.os, "unlink", real_unlink)
+        assert OWNER_FILE in os.listdir(d), (cut, os.listdir(d))
+        remove_rpc_dir(d)
+        assert not os.path.exists(d)
