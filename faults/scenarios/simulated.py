@@ -89,11 +89,12 @@ def _one_host(
 
     config = EngineConfig(geometry=Geometry(16, 256, 2048, 1024), model_kind="dense")
     run = _Run(name, ctx, config)
-    rpc_dir = private_rpc_dir()
+    made: list[str] = []  # the directory, once made, whatever interrupts what follows
     servers: list[tuple[str, LookupServer]] = []
     clients: list[ZmqLookupClient] = []
     startup_error = None
     try:
+        rpc_dir = private_rpc_dir(made=made)
         tiers, paths, labels = [], [], []
         for index, port in enumerate(ctx.ports):
             for rank in range(ranks):
@@ -135,7 +136,8 @@ def _one_host(
                 s.close()
                 run.world.trace.record(Ev.UNBIND, server=label, path=os.path.basename(s.path))
         finally:  # a signal during a close (zmq's term) must not leave the directory
-            remove_rpc_dir(rpc_dir)
+            for made_dir in made:
+                remove_rpc_dir(made_dir)
     return run.result(startup_error)
 
 

@@ -15,12 +15,13 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import socket
 import stat
 import sys
 import tempfile
 import threading
-from typing import Any
+from typing import Any, Iterator
 
 from reference.errors import EngineIdentityConflict
 from reference.interfaces import LookupClient, LookupQuery, LookupResult
@@ -56,18 +57,43 @@ def _rpc_base(prefix: str) -> str:
     )
 
 
-def private_rpc_dir(prefix: str = "kvfault-rpc-") -> str:
+def private_rpc_dir(prefix: str = "kvfault-rpc-", made: list[str] | None = None) -> str:
     """A fresh directory only this user can enter (0700), short enough that every
     ``lookup_socket_path`` in it fits an ``ipc://`` address: under the temp dir when
     that is short, else under ``/tmp`` (raises ``OSError`` naming ``TMPDIR`` if no
-    candidate is short and writable)."""
-    path = tempfile.mkdtemp(prefix=prefix, dir=_rpc_base(prefix))  # mode 0700 already
-    # Who made it, first, so that a directory whose maker was killed before it could
-    # remove it (SIGKILL, a hang guard's exit) can be told from one still in use.
-    with open(os.path.join(path, OWNER_FILE), "w") as f:
-        f.write(str(os.getpid()))
-    os.chmod(path, stat.S_IRWXU)
+    candidate is short and writable).
+
+    The path is also appended to ``made`` before a stop signal can interrupt the
+    caller: a caller that removes what ``made`` holds in a ``finally`` (entered before
+    this call) leaves nothing behind, whenever a SIGINT, SIGTERM or SIGHUP lands."""
+    with _stop_signals_held():
+        path = tempfile.mkdtemp(prefix=prefix, dir=_rpc_base(prefix))  # mode 0700 already
+        if made is not None:
+            made.append(path)
+        # Who made it, so that a directory whose maker was killed before it could
+        # remove it (SIGKILL, a hang guard's exit) can be told from one still in use.
+        with open(os.path.join(path, OWNER_FILE), "w") as f:
+            f.write(str(os.getpid()))
+        os.chmod(path, stat.S_IRWXU)
     return path
+
+
+@contextlib.contextmanager
+def _stop_signals_held() -> Iterator[None]:
+    # A Python signal handler runs between any two bytecodes of the main thread, so a
+    # stop signal could land between making the directory and handing it over; held
+    # here, it is delivered once the block ends.
+    stops = {getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n)}
+    if threading.current_thread() is not threading.main_thread() or not hasattr(
+        signal, "pthread_sigmask"
+    ):
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, stops)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def remove_rpc_dir(path: str) -> None:

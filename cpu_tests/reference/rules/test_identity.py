@@ -452,3 +452,30 @@ def test_a_removal_cut_short_leaves_the_owner_file_for_the_sweep(short_tmp, monk
         assert OWNER_FILE in os.listdir(d), (cut, os.listdir(d))
         remove_rpc_dir(d)
         assert not os.path.exists(d)
+
+
+def test_a_stop_signal_while_the_dir_is_made_leaves_it_with_the_caller(short_tmp, monkeypatch):
+    # SIGINT landing right after mkdtemp: the directory is whole (it names its maker)
+    # and already in the caller's hands when the KeyboardInterrupt comes.
+    import signal
+
+    import reference.stack.lookup_channel as lc
+
+    real_mkdtemp = lc.tempfile.mkdtemp
+
+    def mkdtemp_then_sigint(*a, **kw):  # type: ignore[no-untyped-def]
+        path = real_mkdtemp(*a, **kw)
+        os.kill(os.getpid(), signal.SIGINT)
+        return path
+
+    monkeypatch.setattr(lc.tempfile, "mkdtemp", mkdtemp_then_sigint)
+    made: list[str] = []
+    with pytest.raises(KeyboardInterrupt):
+        private_rpc_dir(made=made)
+    (d,) = made
+    try:
+        with open(os.path.join(d, OWNER_FILE)) as f:
+            assert f.read() == str(os.getpid())
+    finally:
+        remove_rpc_dir(d)
+    assert os.listdir(short_tmp) == []
