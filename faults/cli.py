@@ -2,7 +2,6 @@
 
 The command line. Commands: ``run`` (the campaign), ``list``, ``repro NAME``, ``replay ARTIFACT``,
 ``sweep`` (PYTHONHASHSEED) and ``prove`` (two-head proof in any git repository).
-
 Exit codes: 0 everything holds; 1 a property failed, a regression went uncaught or is
 still failing, or a fault was not exercised; 2 bad arguments, an error, or nothing
 reproduced. Bad arguments give one clear line on stderr and no traceback.
@@ -267,6 +266,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     tempfile.gettempdir()
     signals = Signals()
     signals.install()
+    stopped = False
     try:
         with guard_streams():  # argparse's own error line too
             parser = build_parser()
@@ -282,6 +282,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt as exc:
         _disarm_guards()
         stop_descendants()
+        stopped = True
         signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
         _say(f"kvfault: interrupted by {signal.Signals(signum).name}")
         return 128 + signum
@@ -299,12 +300,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         _say(f"kvfault: error: {where}{exc.strerror or exc}")
         return 2
     finally:
-        # A worker killed mid-case could not remove its private ipc directory: remove it
-        # now, however the command ended (a signal in these milliseconds: the end stands).
+        # What a worker stopped mid-case left of its ipc directory goes, however we ended.
         from reference.stack.lookup_channel import remove_orphan_rpc_dirs
 
         with contextlib.suppress(KeyboardInterrupt):
-            remove_orphan_rpc_dirs()
+            remove_orphan_rpc_dirs(empty_unowned=stopped)
         signals.restore()
 
 

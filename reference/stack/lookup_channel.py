@@ -115,10 +115,14 @@ def remove_rpc_dir(path: str) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def remove_orphan_rpc_dirs(prefix: str = "kvfault-rpc-") -> list[str]:
+def remove_orphan_rpc_dirs(prefix: str = "kvfault-rpc-", empty_unowned: bool = False) -> list[str]:
     """Remove every ``private_rpc_dir(prefix)`` of this user, under the temp dir or a
     fallback, whose maker has ended without removing it; returns the paths removed.
-    One still being made, or whose maker still runs, is kept."""
+    One whose maker still runs is kept. One naming no maker is kept too (it may be
+    being made), unless ``empty_unowned``: then an empty one goes (a removal cut short
+    leaves that; so, for the microseconds before its owner file is written, does a
+    directory being made, whose maker then fails with ``FileNotFoundError``: pass it
+    only when no other kvfault command can be making one, after a stop)."""
     removed = []
     for base in dict.fromkeys((tempfile.gettempdir(), *_FALLBACK_BASES)):
         try:
@@ -133,6 +137,10 @@ def remove_orphan_rpc_dirs(prefix: str = "kvfault-rpc-") -> list[str]:
                 with open(os.path.join(path, OWNER_FILE)) as f:
                     pid = int(f.read())
             except (OSError, ValueError):
+                if empty_unowned and not os.path.exists(os.path.join(path, OWNER_FILE)):
+                    with contextlib.suppress(OSError):  # not empty: kept
+                        os.rmdir(path)
+                        removed.append(path)
                 continue
             if not _alive(pid):
                 shutil.rmtree(path, ignore_errors=True)

@@ -479,3 +479,16 @@ def test_a_stop_signal_while_the_dir_is_made_leaves_it_with_the_caller(short_tmp
     finally:
         remove_rpc_dir(d)
     assert os.listdir(short_tmp) == []
+
+
+def test_after_a_stop_an_empty_unowned_rpc_dir_goes_and_a_non_empty_one_stays(short_tmp):
+    empty = tempfile.mkdtemp(prefix="kvfault-rpc-", dir=short_tmp)  # a removal cut short
+    busy = tempfile.mkdtemp(prefix="kvfault-rpc-", dir=short_tmp)
+    open(os.path.join(busy, "engine_x_service_lookup_rpc_port_0"), "w").close()
+    try:
+        assert remove_orphan_rpc_dirs() == []  # by default no unowned one goes
+        assert remove_orphan_rpc_dirs(empty_unowned=True) == [empty]
+        assert not os.path.exists(empty) and os.path.isdir(busy)
+    finally:
+        remove_rpc_dir(busy)
+        remove_rpc_dir(empty)
