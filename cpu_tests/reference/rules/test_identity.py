@@ -399,7 +399,18 @@ def test_a_server_names_its_engine_and_its_thread(rpc_dir, tier):
     assert "lookup-kv-r35849-dp0" not in {t.name for t in threading.enumerate()}
 
 
-def test_an_orphan_rpc_dir_is_removed_and_a_live_or_unowned_one_kept(short_tmp):
+@pytest.fixture
+def only_short_tmp(short_tmp, monkeypatch):
+    """The sweep looks in the temp dir and its fallbacks (/tmp, ...): confine it to this
+    test's own directory, so it neither counts nor removes other runs' directories."""
+    import reference.stack.lookup_channel as lc
+
+    monkeypatch.setattr(lc, "_FALLBACK_BASES", ())
+    return short_tmp
+
+
+def test_an_orphan_rpc_dir_is_removed_and_a_live_or_unowned_one_kept(only_short_tmp):
+    short_tmp = only_short_tmp
     # A process that made its directory and was killed before it could remove it.
     child = subprocess.run(
         [
@@ -481,7 +492,8 @@ def test_a_stop_signal_while_the_dir_is_made_leaves_it_with_the_caller(short_tmp
     assert os.listdir(short_tmp) == []
 
 
-def test_after_a_stop_an_empty_unowned_rpc_dir_goes_and_a_non_empty_one_stays(short_tmp):
+def test_after_a_stop_an_empty_unowned_rpc_dir_goes_and_a_non_empty_one_stays(only_short_tmp):
+    short_tmp = only_short_tmp
     empty = tempfile.mkdtemp(prefix="kvfault-rpc-", dir=short_tmp)  # a removal cut short
     busy = tempfile.mkdtemp(prefix="kvfault-rpc-", dir=short_tmp)
     open(os.path.join(busy, "engine_x_service_lookup_rpc_port_0"), "w").close()
