@@ -155,6 +155,10 @@ class Expect:
         """This ending, or any of ``others``."""
         return replace(self, alternatives=(*self.alternatives, *others))
 
+    def allows(self, kind: str) -> bool:
+        """Whether some accepted ending is of ``kind`` (finish, stop or refuse)."""
+        return any(e.kind == kind for e in self._each())
+
     def unmet(self, got: Ending) -> str | None:
         """What is wrong with ``got`` (one line), or None when it is as expected."""
         return None if any(e._met(got) for e in self._each()) else f"expected to {self}; it {got}"

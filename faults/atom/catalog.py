@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from faults.atom import scenarios as s
 from faults.atom.spec import FaultSpec
 from faults.injectors.base import Injector
-from faults.runs import Expect, finishes
+from faults.runs import Expect, finishes, refuses
 
 # In the order a row's detail names the first violation: what the story is about first.
 _ONE = (
@@ -89,8 +89,14 @@ class AtomScenario:
     scales: str = ""
 
 
-def _scenario(name: str, story: s.Story, props: tuple[str, ...], description: str) -> AtomRow:
-    return AtomRow("scenario", name, description, story, props)
+def _scenario(
+    name: str,
+    story: s.Story,
+    props: tuple[str, ...],
+    description: str,
+    expect: Expect | None = None,
+) -> AtomRow:
+    return AtomRow("scenario", name, description, story, props, expect=expect or finishes())
 
 
 def _fault(
@@ -164,6 +170,20 @@ ROWS: dict[str, AtomRow] = {
             s.shutdown_after_answer,
             _ONE,
             "the server shut down right after its last answer, its save still in flight",
+        ),
+        _scenario(
+            "disk_spill",
+            s.disk_spill,
+            _ONE,
+            "a prompt pushed out of lmcache's CPU pool onto its local disk, then resent",
+        ),
+        _scenario(
+            "disk_without_size",
+            s.disk_without_size,
+            _ONE,
+            "a local disk path without a disk size: the server must refuse to start",
+            # ATOM's config check raises ValueError in the worker's connector.
+            refuses("ValueError"),
         ),
         _scenario(
             "two_servers",

@@ -9,12 +9,12 @@ import contextlib
 from collections.abc import Iterator, Sequence
 
 from faults.atom.catalog import SCENARIOS, ServerFault
-from faults.atom.host import AtomHost, ZygotePool
+from faults.atom.host import AtomHost, ServerRefused, ZygotePool
 from faults.atom.runs import result_of
 from faults.atom.scenarios import AtomRun
 from faults.atom.source import AtomSource
 from faults.atom.spec import FaultSpec
-from faults.runs import RunContext, RunResult
+from faults.runs import REFUSE, RunContext, RunResult
 from reference.types import Geometry
 
 GEOMETRY = Geometry(block_size=16, chunk_size=64, prefill_budget=512)
@@ -49,14 +49,26 @@ class AtomExecutor:
             spec_changes=dict(row.spec_changes) if row is not None else {},
             injector=row.name if row is not None and row.spec_changes else None,
         )
+        expect = row.expect if row is not None else SCENARIOS[scenario].expect
+        refused = None
         try:
             SCENARIOS[scenario].story(run)
+        except ServerRefused as exc:
+            # A row that expects a refusal (a server must refuse an incomplete setup)
+            # judges it as an ending. Any other row's server that does not start (an
+            # ATOM the tier cannot drive) proves nothing: an error, never a FAIL, so
+            # ``kvfault prove`` cannot call a commit that fails to start FIXED.
+            if not expect.allows(REFUSE):
+                raise
+            refused = str(exc)
+            host.note_refusal(exc)
         finally:
             host.close()  # every process and socket of the run, however it ended
         names = tuple(f.name for f in faults)
         result = result_of(
-            scenario, ctx.seed, host.events, host.t0, run.requests, GEOMETRY, run.hung, None, names
-        )
+            scenario, ctx.seed, host.events, host.t0, run.requests, GEOMETRY, run.hung,
+            refused, names,
+        )  # fmt: skip
         count_firings(result, faults)
         return result, {"tier": "atom"}
 

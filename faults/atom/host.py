@@ -18,6 +18,7 @@ from dataclasses import replace
 from multiprocessing.connection import Listener
 from typing import Any
 
+from faults.atom import pipe
 from faults.atom.spec import AtomRequest, RawEvent, ServerSpec
 from faults.atom.zygote import Zygote
 from faults.errors import KvfaultError
@@ -25,7 +26,12 @@ from faults.processes import running
 
 
 class ServerRefused(KvfaultError, RuntimeError):
-    """A server did not start: ATOM (or lmcache under it) refused; one line."""
+    """A server did not start: ATOM (or lmcache under it) refused; one line. ``error``
+    names the exception it refused with (``ServerRefused`` when it never answered)."""
+
+    def __init__(self, message: str, error: str = "ServerRefused"):
+        super().__init__(message)
+        self.error = error
 
 
 class ZygotePool:
@@ -54,14 +60,7 @@ class Server:
         self.closed = False
 
     def _call(self, cmd: str, *args: Any, timeout_s: float = 60.0) -> Any:
-        self.conn.send((cmd, args))
-        if not self.conn.poll(timeout_s):
-            raise TimeoutError(f"{self.spec.name} did not answer {cmd} within {timeout_s:g}s")
-        ok, value, events = self.conn.recv()
-        self.host.events.extend(events)
-        if not ok:
-            raise RuntimeError(f"{self.spec.name}: {value}")
-        return value
+        return pipe.call(self.conn, cmd, args, timeout_s, self.host.events, self.spec.name)
 
     def submit(self, requests: list[AtomRequest]) -> None:
         self._call("submit", requests)
@@ -153,7 +152,7 @@ class AtomHost:
         if status != "ready":
             server.closed = True
             self.refusals.append(f"{spec.name}: {detail}")
-            raise ServerRefused(f"{spec.name}: {detail}")
+            raise ServerRefused(f"{spec.name}: {detail}", error=detail.partition(":")[0])
         return server
 
     def note_fault(self, injector: str, **evidence: Any) -> None:
@@ -161,6 +160,11 @@ class AtomHost:
         self.events.append(
             RawEvent(time.monotonic(), -1, "fault", None, None, {"injector": injector, **evidence})
         )
+
+    def note_refusal(self, refused: ServerRefused) -> None:
+        """A server's refusal to start, as the stop event every tier records for one."""
+        data = {"error": refused.error, "message": str(refused)}
+        self.events.append(RawEvent(time.monotonic(), -1, "stop", None, None, data))
 
     def restart(self, server: Server, **changes: Any) -> Server:
         """Stop ``server`` and start it again (what its tier kept depends on where the

@@ -22,6 +22,10 @@ def _one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}".splitlines()[0]
 
 
+class _WorkerRefused(Exception):
+    """The worker did not start; its one line (``Type: message``) is the refusal's."""
+
+
 def _connect(address: str, authkey: bytes, timeout_s: float = 30.0) -> Any:
     deadline = time.monotonic() + timeout_s
     while True:
@@ -89,10 +93,10 @@ def scheduler_main(
         ok, detail, events = wconn.recv()
         log.events.extend(events)
         if not ok:
-            raise RuntimeError(f"worker: {detail}")
+            raise _WorkerRefused(detail)
         side = SchedulerProcess(spec, log, WorkerLink(wconn, log), socket_dir)
     except Exception as e:  # noqa: BLE001  the host turns this into a refusal
-        detail = _one_line(e)
+        detail = f"{e} (worker)" if isinstance(e, _WorkerRefused) else _one_line(e)
         if os.environ.get("KVFAULT_ATOM_DEBUG"):
             detail += "\n" + traceback.format_exc()
         conn.send(("refused", detail, log.take()))

@@ -242,6 +242,44 @@ def shutdown_after_answer(run: AtomRun) -> None:
     a.shut_down()
 
 
+# A CPU pool of lmcache's for about 13 of the toy model's 8 KiB chunks, and a disk for
+# all of them: six 3-chunk prompts push the first out of the CPU pool.
+SPILL_CPU_GIB = 0.0001
+SPILL_DISK_GIB = 0.01
+SPILL_OTHERS = 5
+
+
+def _spill(run: AtomRun, disk_size_gib: float) -> None:
+    a = run.server(
+        "A",
+        prefix_caching=False,
+        cpu_cache_gib=SPILL_CPU_GIB,
+        local_disk=True,
+        disk_size_gib=disk_size_gib,
+    )
+    first = run.prompt(200)
+    run.serve(a, AtomRequest("first", first))
+    for i in range(SPILL_OTHERS):
+        run.serve(a, AtomRequest(f"other{i}", run.prompt(200)))
+    run.serve(a, AtomRequest("again", first))
+    run.end(a)
+
+
+def disk_spill(run: AtomRun) -> None:
+    """One server without an HBM prefix cache, with lmcache's local disk behind a CPU
+    pool too small for the story: a 200-token prompt, five others that push its chunks
+    out of the CPU pool (the disk keeps them), then the first prompt again, from the
+    disk."""
+    _spill(run, SPILL_DISK_GIB)
+
+
+def disk_without_size(run: AtomRun) -> None:
+    """``disk_spill`` configured as users got it wrong (ATOM's #1851, 15ebe26): a disk
+    path and no disk size. The server must refuse to start; one that runs has silently
+    no disk, and the first prompt's chunks are gone when it comes again."""
+    _spill(run, 0.0)
+
+
 def _two(run: AtomRun, a_spec: dict, b_spec: dict) -> None:
     a = run.server("A", prefix_caching=False, **a_spec)
     b = run.server("B", prefix_caching=False, **b_spec)

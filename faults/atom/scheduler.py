@@ -15,8 +15,9 @@ import os
 import time
 from typing import Any, Callable
 
+from faults.atom import pipe
 from faults.atom.event_log import EventLog, op_of
-from faults.atom.server_config import atom_config, lmcache_env
+from faults.atom.server_config import atom_config, use_lmcache_env
 from faults.atom.spec import AtomRequest, ServerSpec
 
 
@@ -28,14 +29,7 @@ class WorkerLink:
         self.conn, self.log, self.timeout_s = conn, log, timeout_s
 
     def call(self, name: str, *args: Any) -> Any:
-        self.conn.send((name, args))
-        if not self.conn.poll(self.timeout_s):
-            raise TimeoutError(f"worker did not answer {name} within {self.timeout_s:g}s")
-        ok, value, events = self.conn.recv()
-        self.log.events.extend(events)
-        if not ok:
-            raise RuntimeError(f"worker failed in {name}: {value}")
-        return value
+        return pipe.call(self.conn, name, args, self.timeout_s, self.log.events, "worker")
 
 
 class _RunnerManager:
@@ -82,7 +76,7 @@ class SchedulerProcess:
     def __init__(self, spec: ServerSpec, log: EventLog, link: WorkerLink, socket_dir: str):
         from faults.atom import boundary
 
-        os.environ.update(lmcache_env(spec))
+        use_lmcache_env(spec, os.path.dirname(socket_dir))
         boundary.install_all(socket_dir)
         import queue
 

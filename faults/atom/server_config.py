@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import os
 from types import SimpleNamespace
 
 from faults.atom.spec import ServerSpec
@@ -57,11 +58,27 @@ def atom_config(spec: ServerSpec) -> SimpleNamespace:
     )
 
 
-def lmcache_env(spec: ServerSpec) -> dict[str, str]:
-    """The ``LMCACHE_*`` and ``OFFLOAD_*`` environment ATOM's offload reads."""
-    return {
+def lmcache_env(spec: ServerSpec, host_dir: str) -> dict[str, str]:
+    """The ``LMCACHE_*`` and ``OFFLOAD_*`` environment ATOM's offload reads. A local
+    disk lives in ``host_dir`` (removed with the host)."""
+    env = {
         "LMCACHE_CHUNK_SIZE": str(spec.chunk_size),
         "LMCACHE_LOCAL_CPU": "True",
         "LMCACHE_MAX_LOCAL_CPU_SIZE": str(spec.cpu_cache_gib),
         "OFFLOAD_MIN_LOAD_TOKENS": str(spec.min_load_tokens),
     }
+    if spec.local_disk:
+        env["LMCACHE_LOCAL_DISK"] = "file://" + os.path.join(host_dir, f"disk-{spec.name}") + "/"
+    if spec.disk_size_gib > 0:
+        env["LMCACHE_MAX_LOCAL_DISK_SIZE"] = str(spec.disk_size_gib)
+    return env
+
+
+def use_lmcache_env(spec: ServerSpec, host_dir: str) -> None:
+    """Set this process's environment to exactly ``lmcache_env``'s ``LMCACHE_*`` and
+    ``OFFLOAD_*`` variables: none of the user's own reaches the server under test."""
+    env = lmcache_env(spec, host_dir)
+    for name in [n for n in os.environ if n.startswith(("LMCACHE_", "OFFLOAD_"))]:
+        if name not in env:
+            del os.environ[name]
+    os.environ.update(env)

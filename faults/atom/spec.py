@@ -49,8 +49,9 @@ class FaultSpec:
 
 @dataclass(frozen=True)
 class ServerSpec:
-    """One ATOM server: its name, port and DP rank, its geometry, and the hash seeds of
-    its scheduler and worker processes (``None``: inherit the campaign's)."""
+    """One ATOM server: its name, port and DP rank, its geometry, its lmcache pools, and
+    the hash seeds of its scheduler and worker processes (``None``: inherit the
+    campaign's)."""
 
     name: str
     port: int = 8006
@@ -66,6 +67,10 @@ class ServerSpec:
     scheduler_hash_seed: int | None = None
     worker_hash_seed: int | None = None
     cpu_cache_gib: float = 0.05
+    # lmcache's local-disk tier (a directory of the host's, gone with it) and its size;
+    # a size of 0 leaves ``LMCACHE_MAX_LOCAL_DISK_SIZE`` unset (an incomplete setup).
+    local_disk: bool = False
+    disk_size_gib: float = 0.0
     faults: FaultSpec = field(default_factory=FaultSpec)
 
 

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from faults.atom.event_log import EventLog, op_of
-from faults.atom.server_config import atom_config, lmcache_env
+from faults.atom.server_config import atom_config, use_lmcache_env
 from faults.atom.spec import ServerSpec
 from faults.atom.worker_faults import WorkerFaults
 from reference.stack.worker import page_digest
@@ -56,7 +56,7 @@ class WorkerProcess:
     def __init__(self, spec: ServerSpec, log: EventLog, socket_dir: str):
         from faults.atom import boundary
 
-        os.environ.update(lmcache_env(spec))
+        use_lmcache_env(spec, os.path.dirname(socket_dir))
         boundary.install_all(socket_dir)
         kernels = boundary.install_kernels()
         import torch

@@ -273,3 +273,57 @@ def test_reported_cached_tokens_must_cover_the_prefix_loaded_from_the_tier():
     assert usage(192) == [] and usage(200) == []
     assert usage(0) == ["usage of a reports 0 cached tokens, not the 192 it loaded from the tier"]
     assert usage(0, outcome="failed") == []  # nothing was loaded
+
+
+def _refusing_story(run):
+    from faults.atom.host import ServerRefused
+
+    raise ServerRefused(
+        "A: ValueError: LMCACHE_LOCAL_DISK is set but LMCACHE_MAX_LOCAL_DISK_SIZE must be > 0",
+        error="ValueError",
+    )
+
+
+@pytest.mark.parametrize(
+    "scenario, verdict",
+    [("disk_without_size", Verdict.PASS), ("disk_spill", Verdict.ERROR)],
+)
+def test_a_refusal_to_start_is_judged_only_where_the_row_expects_one(
+    scenario, verdict, monkeypatch
+):
+    # The real executor on a host whose server refuses (no ATOM needed: the story
+    # raises what the host raises when a server's worker refused to start). Where the
+    # row expects to run, a refusal proves nothing (an ATOM the tier cannot drive):
+    # ERROR, never FAIL, or ``kvfault prove`` could call such a commit FIXED.
+    from dataclasses import replace
+
+    from faults.atom.executor import AtomExecutor
+    from faults.atom.host import ZygotePool
+
+    monkeypatch.setitem(
+        catalog.SCENARIOS, scenario, replace(catalog.SCENARIOS[scenario], story=_refusing_story)
+    )
+    pool = ZygotePool("/nonexistent")  # a zygote starts only when a server does
+    out = CaseRunner(executor=AtomExecutor(pool)).run(Case(scenario_target(scenario, "atom"), 0))
+    assert out.verdict == verdict, (out.signature, out.error)
+    said = out.stop if verdict == Verdict.PASS else out.error
+    assert said is not None and "ValueError: LMCACHE_LOCAL_DISK" in said, (out.stop, out.error)
+
+
+def test_the_lmcache_environment_is_the_spec_s_and_only_the_spec_s(tmp_path, monkeypatch):
+    from faults.atom.server_config import lmcache_env, use_lmcache_env
+    from faults.atom.spec import ServerSpec
+
+    monkeypatch.setenv("LMCACHE_REMOTE_URL", "lm://elsewhere:1")  # the user's own
+    monkeypatch.setenv("LMCACHE_MAX_LOCAL_DISK_SIZE", "5")
+    base = lmcache_env(ServerSpec("A"), str(tmp_path))
+    assert "LMCACHE_LOCAL_DISK" not in base and "LMCACHE_MAX_LOCAL_DISK_SIZE" not in base
+    unsized = ServerSpec("A", local_disk=True)
+    use_lmcache_env(unsized, str(tmp_path))
+    import os
+
+    assert os.environ["LMCACHE_LOCAL_DISK"] == f"file://{tmp_path}/disk-A/"
+    assert "LMCACHE_MAX_LOCAL_DISK_SIZE" not in os.environ
+    assert "LMCACHE_REMOTE_URL" not in os.environ
+    sized = lmcache_env(ServerSpec("A", local_disk=True, disk_size_gib=0.5), str(tmp_path))
+    assert sized["LMCACHE_MAX_LOCAL_DISK_SIZE"] == "0.5"
