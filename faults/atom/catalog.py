@@ -186,6 +186,12 @@ ROWS: dict[str, AtomRow] = {
             refuses("ValueError"),
         ),
         _scenario(
+            "shared_tier_two_layouts",
+            s.shared_tier_two_layouts,
+            _MANY,
+            "two KV layouts of one model (heads of 8 and 16) share a remote lmcache tier",
+        ),
+        _scenario(
             "two_servers",
             s.two_servers,
             _MANY,

@@ -1,6 +1,8 @@
 """One simulated host for one run of the ``atom`` tier: its servers, each a scheduler
 process and a worker process, sharing one private socket directory (what
-``/tmp/vllm_rpc`` is to real servers on one host) and nothing else.
+``/tmp/vllm_rpc`` is to real servers on one host) and nothing else. A server placed on
+another ``machine`` gets a socket directory of its own; servers with a shared tier
+share its directory, as servers on two machines share a cache server.
 
 Everything a host starts is gone when ``close`` returns, however the run ended: the
 servers are asked to close, any process still alive is killed by its pid, and the
@@ -116,6 +118,10 @@ class AtomHost:
         sched_seed = self.default_seed if sched_seed is None else sched_seed
         worker_seed = self.default_seed if worker_seed is None else worker_seed
         listen = os.path.join(self.dir, f"{spec.name}-{len(self.servers)}.sock")
+        socket_dir = self.socket_dir
+        if spec.machine:  # another machine's /tmp/vllm_rpc
+            socket_dir = os.path.join(self.dir, f"rpc-{spec.machine}")
+            os.makedirs(socket_dir, exist_ok=True)
         pids = [
             self.zygotes.get(sched_seed).fork(
                 "scheduler",
@@ -124,7 +130,7 @@ class AtomHost:
                     "host": os.path.join(self.dir, "host.sock"),
                     "listen": listen,
                     "authkey": self.authkey,
-                    "socket_dir": self.socket_dir,
+                    "socket_dir": socket_dir,
                 },
             )
         ]
@@ -139,7 +145,7 @@ class AtomHost:
                     "spec": spec,
                     "address": listen,
                     "authkey": self.authkey,
-                    "socket_dir": self.socket_dir,
+                    "socket_dir": socket_dir,
                 },
             )
         )

@@ -280,6 +280,25 @@ def disk_without_size(run: AtomRun) -> None:
     _spill(run, 0.0)
 
 
+# What B's KV differs by from A's for the same tokens (another head size computes other
+# bytes): the fake model folds it in like a picture's digest; ATOM is not told (mm off).
+LAYOUT_B = 0x1A7B
+
+
+def shared_tier_two_layouts(run: AtomRun) -> None:
+    """Two servers of one model on two machines sharing one lmcache remote tier (a
+    directory both workers' lmcache engines use), A with KV heads of 8 and B of 16: A
+    stores a 200-token prompt, then B gets the same prompt. B's KV for it is not A's
+    (other bytes), so B must not find A's chunks (ATOM's #1880, 5d771f7, put the KV
+    layout into the lmcache namespace)."""
+    a = run.server("A", prefix_caching=False, shared_tier=True)
+    b = run.server("B", prefix_caching=False, shared_tier=True, head_dim=16, machine="m2")
+    p = run.prompt(200)
+    run.serve(a, AtomRequest("A-first", p))
+    run.serve(b, AtomRequest("B-same", p, cache_seed=LAYOUT_B))
+    run.end(a, b)
+
+
 def _two(run: AtomRun, a_spec: dict, b_spec: dict) -> None:
     a = run.server("A", prefix_caching=False, **a_spec)
     b = run.server("B", prefix_caching=False, **b_spec)

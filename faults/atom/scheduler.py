@@ -205,14 +205,18 @@ class SchedulerProcess:
 
     def _first_key(self, seq: Any) -> str | None:
         """The key lmcache's lookup gives the prompt's first chunk (what ATOM's lookup
-        sends is the prompt's token ids), or None for a prompt shorter than a chunk."""
+        sends is the prompt's token ids): its chunk hash, then the namespace (the model
+        name ATOM gives lmcache) where the lookup client knows it; None for a prompt
+        shorter than a chunk."""
         client = getattr(self.impl, "_lookup_client", None)
         tdb = getattr(client, "token_database", None)
         if tdb is None:
             return None
         tokens = list(seq.token_ids[: seq.num_prompt_tokens])
+        namespace = getattr(getattr(tdb, "metadata", None), "model_name", None)
         for _start, _end, key in tdb.process_tokens(tokens, make_key=False):
-            return f"{key:x}" if isinstance(key, int) else str(key)
+            text = f"{key:x}" if isinstance(key, int) else str(key)
+            return text if namespace is None else f"{text}/{namespace}"
         return None
 
     def observe_meta(self, meta: Any) -> None:

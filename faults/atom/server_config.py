@@ -12,15 +12,15 @@ from faults.atom.spec import ServerSpec
 
 def atom_config(spec: ServerSpec) -> SimpleNamespace:
     """The fields of ATOM's ``Config`` that its scheduler, block manager and offload
-    connector read, for a small dense model (2 layers, 2 KV heads of 8)."""
+    connector read, for a small dense model (2 layers, 2 KV heads of ``spec.head_dim``)."""
     hf = SimpleNamespace(
         architectures=["LlamaForCausalLM"],
         sliding_window=None,
         num_hidden_layers=2,
         num_attention_heads=2,
         num_key_value_heads=2,
-        head_dim=8,
-        hidden_size=16,
+        head_dim=spec.head_dim,
+        hidden_size=2 * spec.head_dim,
         model_type="llama",
     )
     return SimpleNamespace(
@@ -71,6 +71,10 @@ def lmcache_env(spec: ServerSpec, host_dir: str) -> dict[str, str]:
         env["LMCACHE_LOCAL_DISK"] = "file://" + os.path.join(host_dir, f"disk-{spec.name}") + "/"
     if spec.disk_size_gib > 0:
         env["LMCACHE_MAX_LOCAL_DISK_SIZE"] = str(spec.disk_size_gib)
+    if spec.shared_tier:
+        # lmcache's URL grammar wants a host and port; the fs connector reads the path.
+        env["LMCACHE_REMOTE_URL"] = "fs://localhost:0" + os.path.join(host_dir, "shared-tier")
+        env["LMCACHE_REMOTE_SERDE"] = "naive"
     return env
 
 

@@ -71,6 +71,14 @@ class ServerSpec:
     # a size of 0 leaves ``LMCACHE_MAX_LOCAL_DISK_SIZE`` unset (an incomplete setup).
     local_disk: bool = False
     disk_size_gib: float = 0.0
+    # A remote tier every server with it set shares (lmcache's file-system connector on
+    # a directory of the host's), as servers of one model share a cache server.
+    shared_tier: bool = False
+    # The KV layout: head size (2 layers, 2 KV heads, bf16 otherwise).
+    head_dim: int = 8
+    # A server on another machine ("" = the host's): its own socket directory, so it
+    # shares only what a network would give it (the shared tier).
+    machine: str = ""
     faults: FaultSpec = field(default_factory=FaultSpec)
 
 

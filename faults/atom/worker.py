@@ -69,10 +69,11 @@ class WorkerProcess:
         self.model = DeterministicModel(
             "dense", Geometry(block_size=spec.block_size, chunk_size=spec.chunk_size)
         )
+        shape = (spec.num_blocks, spec.block_size, 2, spec.head_dim)
         layers = {
             f"layers.{i}": SimpleNamespace(
-                k_cache=torch.zeros(spec.num_blocks, spec.block_size, 2, 8, dtype=torch.bfloat16),
-                v_cache=torch.zeros(spec.num_blocks, spec.block_size, 2, 8, dtype=torch.bfloat16),
+                k_cache=torch.zeros(shape, dtype=torch.bfloat16),
+                v_cache=torch.zeros(shape, dtype=torch.bfloat16),
             )
             for i in range(2)
         }
@@ -90,7 +91,13 @@ class WorkerProcess:
         server = getattr(self.impl, "_lookup_server", None)
         self.socket = _server_socket(server)
         if self.socket:
-            log.record("bind", server=spec.name, path=os.path.basename(self.socket))
+            log.record("bind", server=spec.name, path=self._socket_name())
+
+    def _socket_name(self) -> str:
+        """The lookup socket as the judge tells sockets apart: its name, under its
+        machine's name for a server on another machine (another /tmp/vllm_rpc)."""
+        name = os.path.basename(self.socket or "")
+        return f"{self.spec.machine}:{name}" if self.spec.machine else name
 
     # ATOM's model-runner calls, as its process manager sends them
     def process_kvconnector_output(self, meta: Any) -> None:
@@ -173,7 +180,7 @@ class WorkerProcess:
 
     def close(self) -> None:
         if self.socket:
-            self.log.record("unbind", server=self.spec.name, path=os.path.basename(self.socket))
+            self.log.record("unbind", server=self.spec.name, path=self._socket_name())
         for obj in (getattr(self.impl, "_lookup_server", None), self.engine):
             close = getattr(obj, "close", None)
             if close is not None:
