@@ -22,6 +22,7 @@ from faults.runs import Expect, finishes, refuses
 # In the order a row's detail names the first violation: what the story is about first.
 _ONE = (
     "correctness",
+    "usage",
     "keys",
     "liveness",
     "no_false_stop",
@@ -32,6 +33,7 @@ _ONE = (
 _MANY = (
     "identity",
     "correctness",
+    "usage",
     "keys",
     "liveness",
     "no_false_stop",
@@ -148,6 +150,12 @@ ROWS: dict[str, AtomRow] = {
             "a prompt partly in HBM (off the chunk grid), the rest in lmcache",
         ),
         _scenario(
+            "hbm_partial_deferred",
+            s.hbm_partial_deferred,
+            _ONE,
+            "hbm_partial with deferred output: the parked partial prefill's first token",
+        ),
+        _scenario(
             "reload_twice",
             s.reload_twice,
             _ONE,
@@ -201,7 +209,15 @@ ROWS: dict[str, AtomRow] = {
         _scenario(
             "restart",
             s.restart,
-            ("correctness", "keys", "liveness", "no_false_stop", "exactly_once", "resources"),
+            (
+                "correctness",
+                "usage",
+                "keys",
+                "liveness",
+                "no_false_stop",
+                "exactly_once",
+                "resources",
+            ),
             "a server restarts between storing a prompt and serving it again",
         ),
         _fault(
@@ -261,6 +277,14 @@ ROWS: dict[str, AtomRow] = {
             _ONE,
             "every lmcache retrieve waits 1 s; the client aborts the request loading meanwhile",
             FaultSpec(slow_retrieve_s=1.0, abort_loading=1),
+        ),
+        _fault(
+            "slow_retrieve",
+            s.unaligned_handoff,
+            _ONE,
+            "every lmcache retrieve waits 0.3 s, so a decoding request's forwards run "
+            "while the handoff's head is parked for its load (deferred output)",
+            FaultSpec(slow_retrieve_s=0.3),
         ),
         _fault(
             "retrieve_failure",

@@ -166,6 +166,35 @@ def hbm_partial(run: AtomRun) -> None:
     run.end(a)
 
 
+def hbm_partial_deferred(run: AtomRun) -> None:
+    """``hbm_partial`` on a server whose runner defers its output, as ATOM's does with
+    one pipeline stage: the resent prompt's head, computed up to the chunk boundary, is
+    a partial prefill parked for the load of the rest, alone: no forward runs while it
+    is parked, so the runner still holds the head's sampled token (a middle chunk's,
+    meaningless) and surfaces it at the resumed request's next forward. It must not
+    become the first output."""
+    a = run.server("A", num_blocks=30, deferred_output=True)
+    p = run.prompt(300)
+    run.serve(a, AtomRequest("first", p))
+    run.serve(a, AtomRequest("other", run.prompt(300)))
+    run.serve(a, AtomRequest("again", p))
+    run.end(a)
+
+
+def unaligned_handoff(run: AtomRun) -> None:
+    """``hbm_partial_deferred`` with a long decode alongside: the resent prompt and a
+    20-token prompt answered with 100 tokens arrive together; the decoding request's
+    forwards run while the other is parked for its load, so the head's sampled token
+    is gone when it resumes, and its first output after it must be kept (ATOM's #1807,
+    7427e05: before, the park dropped it)."""
+    a = run.server("A", num_blocks=30, deferred_output=True)
+    p = run.prompt(300)
+    run.serve(a, AtomRequest("first", p))
+    run.serve(a, AtomRequest("other", run.prompt(300)))
+    run.serve(a, AtomRequest("busy", run.prompt(20), max_tokens=100), AtomRequest("again", p))
+    run.end(a)
+
+
 def reload_twice(run: AtomRun) -> None:
     """hbm_pressure, then the first prompt a third time: its second send restored it
     from lmcache into HBM, and nothing ran since, so the third must find it in HBM

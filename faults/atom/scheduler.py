@@ -102,6 +102,9 @@ class SchedulerProcess:
         self.resident: dict[str, int] = {}  # sid -> prompt tokens free HBM blocks hold
         self.loads_dispatched = 0
         self.abort_next: Any = None  # a sequence the client aborts before the next step
+        # Deferred output (ATOM's model runner with one pipeline stage): what the last
+        # forward sampled, surfaced by the next one.
+        self.sampled: tuple[list[Any], list[tuple[int, ...]]] = ([], [])
         self.aborted: set[str] = set()
         self._next_id = 1
         self._observe()
@@ -289,7 +292,16 @@ class SchedulerProcess:
             req = Request(name, r.prompt, r.cache_seed, max_output_tokens=r.max_tokens)
             items.append((seq_id, req, start, end, list(seq.block_table), k))
         tokens = self.link.call("forward", items, self.names)
-        return ScheduledBatchOutput(list(batch.req_ids), [(t,) for t in tokens], None, None, None)
+        sampled = (list(batch.req_ids), [(t,) for t in tokens])
+        if not self.spec.deferred_output:
+            return ScheduledBatchOutput(*sampled, None, None, None)
+        # As ATOM's runner defers: this forward returns the previous one's tokens (none
+        # after the first), with no speculative rejections or bonus tokens.
+        import numpy as np
+
+        (ids, toks), self.sampled = self.sampled, sampled
+        none = np.zeros(len(ids), dtype=np.int32)
+        return ScheduledBatchOutput(ids, toks, none, none.copy(), None, is_deferred_out=True)
 
     # -- running ------------------------------------------------------------------------
     def submit(self, requests: list[AtomRequest]) -> None:

@@ -79,6 +79,9 @@ class ServerSpec:
     # A server on another machine ("" = the host's): its own socket directory, so it
     # shares only what a network would give it (the shared tier).
     machine: str = ""
+    # ATOM's model runner defers each forward's sampled tokens to the next forward
+    # (its default with one pipeline stage); off, each forward returns its own.
+    deferred_output: bool = False
     faults: FaultSpec = field(default_factory=FaultSpec)
 
 

@@ -131,7 +131,10 @@ class WorkerProcess:
                 continue
             if k == 0:
                 self.outputs[req.req_id] = self.model.output(self.kv, req, blocks)
-            tokens.append(self.outputs[req.req_id][k])
+            out = self.outputs[req.req_id]
+            # Past the last output: the forward a deferred runner runs to surface the
+            # last token samples one more, which nothing reads.
+            tokens.append(out[k] if k < len(out) else 0)
         self.log.record("forward_end", index=self.forwards)
         self.forwards += 1
         return tokens

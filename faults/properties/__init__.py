@@ -18,6 +18,7 @@ _EXPORTS = {
     "keys": "faults.properties.checks",
     "liveness": "faults.properties.checks",
     "no_false_stop": "faults.properties.checks",
+    "usage": "faults.properties.checks",
 }
 __all__ = sorted(_EXPORTS)
 __getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -44,10 +44,12 @@ class _ColdRuns:
 _COLD = _ColdRuns()
 
 
-def _reported_usage(run: RunResult) -> list[Violation]:
-    """An answer's usage is part of the answer: where an output records the tokens it
-    reports as cached (``cached``), they cover the prefix its request loaded from the
-    tier (the ``kv_end`` of its last load the engine applied as finished)."""
+def usage(run: RunResult) -> list[Violation]:
+    """What an answer reports about itself holds: where an output records the tokens
+    it reports as cached (``cached``), they cover the prefix its request loaded from
+    the tier (the ``kv_end`` of its last load the engine applied as finished). Apart
+    from ``correctness`` so that a wrong count and wrong tokens are told apart (a fix
+    of one must not need a fix of the other to be seen)."""
     kv_end: dict[str, int] = {}
     loaded: dict[str, int] = {}
     out: list[Violation] = []
@@ -62,7 +64,7 @@ def _reported_usage(run: RunResult) -> list[Violation]:
             if int(ev.data["cached"]) < need:
                 out.append(
                     Violation(
-                        "correctness",
+                        "usage",
                         f"usage of {ev.req_id} reports {ev.data['cached']} cached tokens, "
                         f"not the {need} it loaded from the tier",
                         t=ev.t,
@@ -105,7 +107,6 @@ def correctness(run: RunResult) -> list[Violation]:
             out.append(
                 Violation("correctness", "restored pages differ from recompute", str(ev.op), ev.t)
             )
-    out.extend(_reported_usage(run))
     if not run.stop and not run.hung and not run.startup_error:
         answered = {e.req_id for e in run.trace.of(Ev.OUTPUT)}
         aborted = run.notes.get("aborted", ())  # the client stopped waiting for these
@@ -448,6 +449,7 @@ from faults.properties.ledger import (  # noqa: E402
 
 PROPERTIES: dict[str, Checker] = {
     "correctness": correctness,
+    "usage": usage,
     "keys": keys,
     "identity": identity,
     "grid": grid,

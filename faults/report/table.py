@@ -32,6 +32,7 @@ def seed_span(seeds: list[int]) -> str:
 # One letter per property keeps the table narrow; the legend prints under it.
 PROPERTY_LETTERS = {
     "correctness": "C",
+    "usage": "A",
     "keys": "K",
     "identity": "I",
     "grid": "G",

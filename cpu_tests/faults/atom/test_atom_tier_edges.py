@@ -256,11 +256,11 @@ def test_a_request_the_client_aborted_is_not_waited_for_and_any_other_is():
 
 
 def test_reported_cached_tokens_must_cover_the_prefix_loaded_from_the_tier():
-    from faults.properties.checks import correctness
+    from faults.properties.checks import correctness, usage
 
     reqs = [AtomRequest("a", tuple(range(3, 203)))]
 
-    def usage(cached, outcome="finished"):
+    def reported(cached, outcome="finished"):
         op = ("a", 0, "load")
         events = [
             RawEvent(0.1, 1, "dispatch", op, "a", {"start": 0, "kv_end": 192, "claim": 192}),
@@ -268,11 +268,14 @@ def test_reported_cached_tokens_must_cover_the_prefix_loaded_from_the_tier():
             RawEvent(0.3, 3, "output", None, "a", {"tokens": [], "cached": cached}),
         ]
         run = result_of("prefix_reuse", 0, events, 0.0, reqs, GEO, False, None)
-        return [v.message for v in correctness(run) if v.message.startswith("usage")]
+        assert not [v for v in correctness(run) if "usage" in v.message]  # its own property
+        return [f"{v.prop}: {v.message}" for v in usage(run)]
 
-    assert usage(192) == [] and usage(200) == []
-    assert usage(0) == ["usage of a reports 0 cached tokens, not the 192 it loaded from the tier"]
-    assert usage(0, outcome="failed") == []  # nothing was loaded
+    assert reported(192) == [] and reported(200) == []
+    assert reported(0) == [
+        "usage: usage of a reports 0 cached tokens, not the 192 it loaded from the tier"
+    ]
+    assert reported(0, outcome="failed") == []  # nothing was loaded
 
 
 def _refusing_story(run):

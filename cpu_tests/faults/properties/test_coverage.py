@@ -36,10 +36,15 @@ INPUTS: dict[str, Callable[[RunResult], bool]] = {
     # Compares two runs of one seed: every deterministic run that lists it.
     "determinism": _any(Ev.OUTPUT),
 }
+# Properties whose input only another tier records: judged there (cpu_tests/atom runs
+# them on ATOM); here, at least two of that tier's rows must list them.
+OTHER_TIER = {"usage": "atom"}  # only the atom tier's outputs carry reported usage
 
 
 def test_every_property_is_judged_in_at_least_two_scenarios():
-    assert set(INPUTS) == {*PROPERTIES, "determinism"}, "a property without an input check"
+    assert set(INPUTS) | set(OTHER_TIER) == {*PROPERTIES, "determinism"}, (
+        "a property without an input check"
+    )
     memory = [s for s in SCENARIOS.values() if "memory" in s.tiers]
     runs = {s.name: run_case(s.name, 0, properties=[]).run for s in memory}
     judged = {
@@ -48,6 +53,16 @@ def test_every_property_is_judged_in_at_least_two_scenarios():
     }
     thin = {p: names for p, names in judged.items() if len(names) < 2}
     assert not thin, f"properties judged in fewer than two scenarios: {thin}"
+
+
+def test_a_property_only_another_tier_records_is_listed_on_its_rows():
+    from faults.atom.catalog import SCENARIOS as ATOM_SCENARIOS
+
+    for prop, tier in OTHER_TIER.items():
+        assert tier == "atom"
+        listing = [s.name for s in ATOM_SCENARIOS.values() if prop in s.properties]
+        assert len(listing) >= 2, (prop, listing)
+        assert not any(prop in s.properties for s in SCENARIOS.values()), prop
 
 
 def test_the_input_checks_can_say_no():
