@@ -292,7 +292,10 @@ class SchedulerProcess:
             req = Request(name, r.prompt, r.cache_seed, max_output_tokens=r.max_tokens)
             items.append((seq_id, req, start, end, list(seq.block_table), k))
         tokens = self.link.call("forward", items, self.names)
-        sampled = (list(batch.req_ids), [(t,) for t in tokens])
+        sampled: tuple[list[Any], list[tuple[int, ...]]] = (
+            list(batch.req_ids),
+            [(int(t),) for t in tokens],
+        )
         if not self.spec.deferred_output:
             return ScheduledBatchOutput(*sampled, None, None, None)
         # As ATOM's runner defers: this forward returns the previous one's tokens (none
