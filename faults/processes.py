@@ -14,6 +14,8 @@ from collections.abc import Iterator
 from types import FrameType
 from typing import Any, Callable, TypeAlias
 
+from reference.pids import running
+
 # The signals that end a command with one line and 128 + signum (130, 143, 129).
 STOP_SIGNALS = tuple(
     getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
@@ -180,23 +182,3 @@ def stop_descendants(grace_s: float = 5.0, reap_s: float = 10.0) -> None:
     for pid in procs:  # reap our own children, so none is left a zombie
         with contextlib.suppress(OSError):
             os.waitpid(pid, os.WNOHANG)
-
-
-def running(pid: int) -> bool:
-    """Whether process ``pid`` exists and is not a zombie (one whose parent has yet to
-    reap it is gone for every purpose here). Another user's process counts as running."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        # No /proc (macOS): the signal check above is all there is. With /proc, the
-        # process ended between the two checks.
-        return not os.path.isdir("/proc/self")
-    except (OSError, IndexError):
-        return False

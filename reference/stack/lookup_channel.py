@@ -25,6 +25,7 @@ from typing import Any, Iterator
 
 from reference.errors import EngineIdentityConflict
 from reference.interfaces import LookupClient, LookupQuery, LookupResult
+from reference.pids import running
 
 _PROBE_TIMEOUT_S = 5.0
 
@@ -142,25 +143,10 @@ def remove_orphan_rpc_dirs(prefix: str = "kvfault-rpc-", empty_unowned: bool = F
                         os.rmdir(path)
                         removed.append(path)
                 continue
-            if not _alive(pid):
+            if not running(pid):
                 shutil.rmtree(path, ignore_errors=True)
                 removed.append(path)
     return removed
-
-
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie, ended but not yet reaped, does not)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return not os.path.isdir("/proc/self")  # no /proc (macOS): kill's answer stands
 
 
 def _encode_query(query: LookupQuery) -> bytes:
