@@ -161,24 +161,32 @@ def stop_descendants(grace_s: float = 5.0, reap_s: float = 10.0) -> None:
     SIGKILL, and wait up to ``reap_s`` for the killed to end, so no process outlives the
     command (children in their own group were stopped already)."""
     import signal
-    import time
 
     procs = descendants(os.getpid())
     for pid in procs:
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and any(running(p) for p in procs):
-        time.sleep(0.05)
+    wait_ended(procs, grace_s)
     killed = [pid for pid in descendants(os.getpid()) + procs if running(pid)]
     for pid in killed:
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
     # SIGKILL lands asynchronously: wait (bounded) until each has ended, so that what
     # runs next (removing the ipc directories of workers that could not) sees them gone.
-    deadline = time.monotonic() + reap_s
-    while time.monotonic() < deadline and any(running(p) for p in killed):
-        time.sleep(0.01)
+    wait_ended(killed, reap_s)
     for pid in procs:  # reap our own children, so none is left a zombie
         with contextlib.suppress(OSError):
             os.waitpid(pid, os.WNOHANG)
+
+
+def wait_ended(pids: list[int], within_s: float, poll_s: float = 0.01) -> list[int]:
+    """Wait up to ``within_s`` seconds for every process of ``pids`` to end; return
+    those still running then."""
+    import time
+
+    deadline = time.monotonic() + within_s
+    left = [p for p in pids if running(p)]
+    while left and time.monotonic() < deadline:
+        time.sleep(poll_s)
+        left = [p for p in left if running(p)]
+    return left

@@ -24,7 +24,7 @@ from faults.atom import pipe
 from faults.atom.spec import AtomRequest, RawEvent, ServerSpec
 from faults.atom.zygote import Zygote
 from faults.errors import KvfaultError
-from faults.processes import running
+from faults.processes import wait_ended
 
 
 class ServerRefused(KvfaultError, RuntimeError):
@@ -184,15 +184,10 @@ class AtomHost:
     def close(self) -> None:
         for server in self.servers:
             server.close()
-        deadline = time.monotonic() + 5.0
-        for server in self.servers:
-            for pid in server.pids:
-                while running(pid) and time.monotonic() < deadline:
-                    time.sleep(0.01)
-                if running(pid):
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
+        for pid in wait_ended([p for server in self.servers for p in server.pids], 5.0):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         self.listener.close()
         shutil.rmtree(self.dir, ignore_errors=True)
