@@ -59,9 +59,13 @@ def atom_config(spec: ServerSpec) -> SimpleNamespace:
 
 
 def lmcache_env(spec: ServerSpec, host_dir: str) -> dict[str, str]:
-    """The ``LMCACHE_*`` and ``OFFLOAD_*`` environment ATOM's offload reads. A local
-    disk lives in ``host_dir`` (removed with the host)."""
+    """The ``LMCACHE_*`` and ``OFFLOAD_*`` environment ATOM's offload reads, and where
+    lmcache keeps its metrics files. A local disk, a shared tier and the metrics files
+    live in ``host_dir`` (removed with the host)."""
     env = {
+        # lmcache's engine keeps its metrics files here, /tmp/lmcache_prometheus unless
+        # told: one directory of the host's, gone with it.
+        "PROMETHEUS_MULTIPROC_DIR": os.path.join(host_dir, "prometheus"),
         "LMCACHE_CHUNK_SIZE": str(spec.chunk_size),
         "LMCACHE_LOCAL_CPU": "True",
         "LMCACHE_MAX_LOCAL_CPU_SIZE": str(spec.cpu_cache_gib),

@@ -321,6 +321,8 @@ def test_the_lmcache_environment_is_the_spec_s_and_only_the_spec_s(tmp_path, mon
     monkeypatch.setenv("LMCACHE_MAX_LOCAL_DISK_SIZE", "5")
     base = lmcache_env(ServerSpec("A"), str(tmp_path))
     assert "LMCACHE_LOCAL_DISK" not in base and "LMCACHE_MAX_LOCAL_DISK_SIZE" not in base
+    # lmcache's metrics files go to the host's directory, not /tmp/lmcache_prometheus
+    assert base["PROMETHEUS_MULTIPROC_DIR"] == f"{tmp_path}/prometheus"
     unsized = ServerSpec("A", local_disk=True)
     use_lmcache_env(unsized, str(tmp_path))
     import os
