@@ -413,12 +413,13 @@ def kind_named(name: object) -> TargetKind:
 
 
 def _run_command(target: Target, seed: int) -> list[str]:
-    """``kvfault run`` with the options every selection shares: tier, stack, seed, scale."""
+    """``kvfault run`` with the options every selection shares: tier, stack, seed, scale,
+    and the tier's own options as the campaign was given them."""
     tier = ["--tier", target.tier] if target.tier != DEFAULT_TIER else []
     legacy = ["--legacy", target.stack] if target.stack else []
     scaled = ["--scale", str(target.scale)] if target.scale != 1 else []
     return ["kvfault", "run", *tier, *legacy, "--first-seed", str(seed), "--seeds", "1",
-            *scaled]  # fmt: skip
+            *scaled, *target.options]  # fmt: skip
 
 
 def _first(items: Sequence[object]) -> str:

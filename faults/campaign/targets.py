@@ -39,6 +39,9 @@ class Target:
     tier: str = DEFAULT_TIER
     scale: int = 1  # the scenario's size (``faults.runs.RunContext.scale``)
     stack: str | None = None  # None: the fixed stack; else a regression's legacy rules
+    # The tier's own options as the command line gave them (``--atom-src .``): a replay
+    # command repeats them. Not part of the id: they say where, not what.
+    options: tuple[str, ...] = ()
 
     @property
     def id(self) -> str:
@@ -77,6 +80,7 @@ class Target:
             "tier": self.tier,
             **({"scale": self.scale} if self.scale != 1 else {}),
             **({"stack": self.stack} if self.stack else {}),
+            **({"options": list(self.options)} if self.options else {}),
         }
 
     @classmethod
@@ -111,8 +115,11 @@ class Target:
         stack = obj.get("stack")
         if stack is not None:
             _legacy_stack(stack, kind, tier)
+        options = obj.get("options") or []
+        if not isinstance(options, list) or not all(isinstance(o, str) for o in options):
+            raise CampaignError("target 'options' must be a list of command-line words")
         target = kind.build(name, tier, {**obj, "pinned": pinned})
-        return replace(target, scale=scale, stack=stack)
+        return replace(target, scale=scale, stack=stack, options=tuple(options))
 
 
 def _legacy_stack(name: Any, kind: TargetKind | None = None, tier: str = DEFAULT_TIER) -> str:
@@ -198,6 +205,7 @@ def select_targets(
     scale: int = 1,
     tier: str = DEFAULT_TIER,
     stack: str | None = None,
+    options: Sequence[str] = (),
 ) -> list[Target]:
     """The campaign's targets on ``tier``. With no selection at all: every regression,
     every fault (with ``swarm`` instead: a swarm on every scenario) and every scenario
@@ -207,7 +215,8 @@ def select_targets(
     names of another tier, raise ``CampaignError``. ``stack``: every row runs against
     that regression's legacy rules instead of the fixed stack (no regression rows).
     On a tier whose faults are not plans, faults that kill its server run last, so it
-    restarts rarely."""
+    restarts rarely. ``options``: the tier's own options as given, which every
+    target's replay command repeats."""
     known = Tiers.installed().names
     if tier not in known:
         raise CampaignError(f"--tier must be one of {', '.join(known)}, got {tier!r}")
@@ -236,7 +245,10 @@ def select_targets(
         check_scale(scale)
     except ValueError as exc:
         raise CampaignError(str(exc)) from None
-    unique = [replace(t, scale=scale, stack=stack) for t in {t.id: t for t in out}.values()]
+    unique = [
+        replace(t, scale=scale, stack=stack, options=tuple(options))
+        for t in {t.id: t for t in out}.values()
+    ]
     if not on.plans:
         unique.sort(key=lambda t: (t.kind.rank, t.kind.restarts_server(t)))
     return unique

@@ -78,6 +78,19 @@ def tier_options(args: argparse.Namespace) -> dict[str, Any]:
     return {opt.dest: getattr(args, opt.dest, None) for opt in Tiers.installed()[args.tier].options}
 
 
+def tier_words(args: argparse.Namespace) -> list[str]:
+    """The chosen tier's own options as command-line words, as given (a replay command
+    repeats them)."""
+    from faults.tiers import Tiers
+
+    words: list[str] = []
+    for opt in Tiers.installed()[args.tier].options:
+        value = getattr(args, opt.dest, None)
+        for v in (value or []) if opt.repeat else ([] if value is None else [value]):
+            words += [opt.flag, str(v)]
+    return words
+
+
 def command(args: argparse.Namespace) -> int:
     """Run the campaign the arguments name; print its table; write its reports."""
     from faults.campaign import CampaignError, select_targets
@@ -97,7 +110,7 @@ def command(args: argparse.Namespace) -> int:
     try:
         targets = select_targets(
             args.regression, args.fault, args.scenario, args.swarm, args.pin, args.scale,
-            tier=args.tier, stack=args.legacy,
+            tier=args.tier, stack=args.legacy, options=tier_words(args),
         )  # fmt: skip
     except CampaignError as exc:
         return bad(f"{exc}; see `kvfault list`")

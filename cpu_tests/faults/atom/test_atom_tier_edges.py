@@ -193,6 +193,11 @@ def test_run_goes_through_the_one_loop_with_report_budget_and_artifacts(
     assert "two_servers" in (report / "junit.xml").read_text()
     artifact = json.loads((report / "artifacts" / "scenario-two_servers-seed0.json").read_text())
     assert artifact["target"]["tier"] == "atom"
+    # The replay command repeats the tier's own options as given: without --atom-src it
+    # would stop at "no ATOM checkout" wherever KVFAULT_ATOM_SRC is not set.
+    replay = "kvfault run --tier atom --first-seed 0 --seeds 1 --atom-src /somewhere"
+    assert artifact["command"].endswith(replay + " --scenario two_servers"), artifact["command"]
+    assert replay in out and artifact["command"].endswith(case["command"])
 
 
 def test_property_narrows_what_the_case_is_judged_by():
