@@ -82,19 +82,32 @@ def private_rpc_dir(prefix: str = "kvfault-rpc-", made: list[str] | None = None)
 @contextlib.contextmanager
 def _stop_signals_held() -> Iterator[None]:
     # A Python signal handler runs between any two bytecodes of the main thread, so a
-    # stop signal could land between making the directory and handing it over; held
-    # here, it is delivered once the block ends.
-    stops = {getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n)}
-    if threading.current_thread() is not threading.main_thread() or not hasattr(
-        signal, "pthread_sigmask"
-    ):
-        yield
+    # stop signal could land between making the directory and handing it over. Held
+    # here (its handler swapped for one that notes it), it is sent again once the block
+    # ends, to the handler it would have reached. Not a signal mask: the kernel hands a
+    # process's signal to any thread that does not block it (lmcache's, pytest-xdist's),
+    # and the main thread then runs the handler all the same.
+    if threading.current_thread() is not threading.main_thread():
+        yield  # handlers run in the main thread: this thread's block cannot be cut
         return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, stops)
+    held: list[int] = []
+    previous: dict[int, Any] = {}
+    for name in ("SIGINT", "SIGTERM", "SIGHUP"):
+        signum = getattr(signal, name, None)
+        if signum is None:
+            continue
+        before = signal.getsignal(signum)
+        if before is None or before == signal.SIG_IGN:
+            continue  # not set from Python (cannot be restored), or ignored anyway
+        previous[signum] = before
+        signal.signal(signum, lambda n, _frame: held.append(n))
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        for signum, before in previous.items():
+            signal.signal(signum, before)
+        if held:
+            os.kill(os.getpid(), held[0])
 
 
 def remove_rpc_dir(path: str) -> None:
