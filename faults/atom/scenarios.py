@@ -158,11 +158,21 @@ def hbm_partial(run: AtomRun) -> None:
     that evicts the tail of its blocks, then the first prompt again: HBM still holds 176
     of its tokens (off the 64-token chunk grid), lmcache 256. ATOM computes up to the
     chunk boundary (192) and loads the rest (its unaligned handoff)."""
-    a = run.server("A", num_blocks=30)
+    _partial_handoff(run, deferred=False)
+
+
+def _partial_handoff(
+    run: AtomRun,
+    deferred: bool,
+    alongside: Callable[[], list[AtomRequest]] = list,
+) -> None:
+    """``hbm_partial``'s story; the resent prompt goes with what ``alongside`` draws
+    (after the first two prompts, so a seed's prompts do not move)."""
+    a = run.server("A", num_blocks=30, deferred_output=deferred)
     p = run.prompt(300)
     run.serve(a, AtomRequest("first", p))
     run.serve(a, AtomRequest("other", run.prompt(300)))
-    run.serve(a, AtomRequest("again", p))
+    run.serve(a, *alongside(), AtomRequest("again", p))
     run.end(a)
 
 
@@ -173,12 +183,7 @@ def hbm_partial_deferred(run: AtomRun) -> None:
     is parked, so the runner still holds the head's sampled token (a middle chunk's,
     meaningless) and surfaces it at the resumed request's next forward. It must not
     become the first output."""
-    a = run.server("A", num_blocks=30, deferred_output=True)
-    p = run.prompt(300)
-    run.serve(a, AtomRequest("first", p))
-    run.serve(a, AtomRequest("other", run.prompt(300)))
-    run.serve(a, AtomRequest("again", p))
-    run.end(a)
+    _partial_handoff(run, deferred=True)
 
 
 def unaligned_handoff(run: AtomRun) -> None:
@@ -187,12 +192,7 @@ def unaligned_handoff(run: AtomRun) -> None:
     forwards run while the other is parked for its load, so the head's sampled token
     is gone when it resumes, and its first output after it must be kept (ATOM's #1807,
     7427e05: before, the park dropped it)."""
-    a = run.server("A", num_blocks=30, deferred_output=True)
-    p = run.prompt(300)
-    run.serve(a, AtomRequest("first", p))
-    run.serve(a, AtomRequest("other", run.prompt(300)))
-    run.serve(a, AtomRequest("busy", run.prompt(20), max_tokens=100), AtomRequest("again", p))
-    run.end(a)
+    _partial_handoff(run, True, lambda: [AtomRequest("busy", run.prompt(20), max_tokens=100)])
 
 
 def reload_twice(run: AtomRun) -> None:
