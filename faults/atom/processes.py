@@ -16,13 +16,14 @@ from multiprocessing.connection import Client, Listener
 from typing import Any
 
 from faults.atom.spec import ServerSpec
+from faults.errors import KvfaultError
 
 
 def _one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}".splitlines()[0]
 
 
-class _WorkerRefused(Exception):
+class _WorkerRefused(KvfaultError):
     """The worker did not start; its one line (``Type: message``) is the refusal's."""
 
 

@@ -107,7 +107,9 @@ def _stop_signals_held() -> Iterator[None]:
         for signum, before in previous.items():
             signal.signal(signum, before)
         if held:
-            os.kill(os.getpid(), held[0])
+            # To this thread, now (os.kill may reach another thread, and the handler
+            # would run after the caller has moved on).
+            signal.raise_signal(held[0])
 
 
 def remove_rpc_dir(path: str) -> None:
