@@ -2,6 +2,7 @@
 
 The command line. Commands: ``run`` (the campaign), ``list``, ``repro NAME``, ``replay ARTIFACT``,
 ``sweep`` (PYTHONHASHSEED) and ``prove`` (two-head proof in any git repository).
+
 Exit codes: 0 everything holds; 1 a property failed, a regression went uncaught or is
 still failing, or a fault was not exercised; 2 bad arguments, an error, or nothing
 reproduced. Bad arguments give one clear line on stderr and no traceback.

@@ -160,8 +160,6 @@ def stop_descendants(grace_s: float = 5.0, reap_s: float = 10.0) -> None:
     workers of ``-n``/``-j``/``--tx`` and what they run), SIGTERM then, after ``grace_s``,
     SIGKILL, and wait up to ``reap_s`` for the killed to end, so no process outlives the
     command (children in their own group were stopped already)."""
-    import signal
-
     procs = descendants(os.getpid())
     for pid in procs:
         with contextlib.suppress(OSError):

@@ -108,7 +108,6 @@ class AtomHost:
         self.t0 = time.monotonic()
         self.events: list[RawEvent] = []
         self.servers: list[Server] = []
-        self.refusals: list[str] = []
 
     def start(self, spec: ServerSpec, timeout_s: float = 180.0) -> Server:
         """Start ``spec``'s worker and scheduler; return when ATOM's scheduler side is
@@ -157,7 +156,6 @@ class AtomHost:
         self.events.extend(events)
         if status != "ready":
             server.closed = True
-            self.refusals.append(f"{spec.name}: {detail}")
             raise ServerRefused(f"{spec.name}: {detail}", error=detail.partition(":")[0])
         return server
 
