@@ -23,13 +23,15 @@ retrieved pages live in). Then both clients page in the whole pool in their mapp
 (untimed), and the server is cleared after each round, so rounds 2.. run on a warm
 pool; they are reported apart (median and range over the warm rounds). The two
 clients alternate operation by operation, taking turns to go first, so both see the
-same machine (other jobs' load changes by the second). Bytes are verified after each
+same machine (other jobs' load changes by the second); each warm operation's speed
+ratio beside its twin is also reported (median and quartiles over the pairs), which
+tells a real gap from the drift between rounds. Bytes are verified after each
 round, outside the timed region. The server is
 ``faults.lmcache.server.LMCacheServer`` (127.0.0.1, ``--disable-metrics``,
 ``LMCACHE_TRACK_USAGE=false``). Prints figures and the kvfault / lmcache ratio;
 asserts nothing about time.
 
-    python benchmarks/bench_lmcache.py [--chunks 16] [--rounds 4] [--raw-copy torch|numpy]
+    python benchmarks/bench_lmcache.py [--chunks 16] [--rounds 12] [--raw-copy torch|numpy]
 """
 
 from __future__ import annotations
@@ -59,7 +61,9 @@ def gib_s(nbytes: int, seconds: float) -> float:
 class RawClient:
     """lmcache's own engine-driven SHM client, used as its worker adapter uses it."""
 
-    def __init__(self, url: str, layout: Any, block_size: int, model: str, copy: str) -> None:
+    def __init__(
+        self, url: str, layout: Any, block_size: int, model: str, copy: str, pages: bool
+    ) -> None:
         import torch
         from lmcache.v1.distributed.api import MemoryLayoutDesc
         from lmcache.v1.multiprocess.custom_types import (
@@ -93,6 +97,9 @@ class RawClient:
         )
         self._n = 0
         self.copy = _copy_numpy if copy == "numpy" else _copy_torch
+        # Retrieve's copy out of each slot: into a chunk as is, or (pages) into
+        # block-major pages, the permuted copy the tier makes for its tensor pages.
+        self.copy_out = _scatter_torch(block_size) if pages else self.copy
 
     def _key(self, ids: tuple[int, ...], rid: str, worker: int | None) -> Any:
         return self.Key(
@@ -129,7 +136,7 @@ class RawClient:
         if slots is None:
             raise SystemExit("lmcache client: prepare_retrieve missed")
         for dst, slot in zip(out, slots, strict=True):
-            self.copy(dst, slot)
+            self.copy_out(dst, slot)
         del slots
         self.ctx.commit_retrieve(key, self.iid)
         self.client.end_session(rid)
@@ -144,6 +151,19 @@ class RawClient:
 
 def _copy_torch(dst: Any, src: Any) -> None:
     dst.copy_(src)
+
+
+def _scatter_torch(bs: int) -> Callable[[Any, Any], None]:
+    def scatter(dst: Any, slot: Any) -> None:
+        two, layers, tokens, hidden = slot.shape
+        dst.copy_(slot.view(two, layers, tokens // bs, bs, hidden).permute(2, 0, 1, 3, 4))
+
+    return scatter
+
+
+def as_chunk(out: Any, shape: Any) -> Any:
+    """A retrieve buffer in the chunk layout (a view of it or, for pages, a copy)."""
+    return out if out.shape == shape else out.permute(1, 2, 0, 3, 4).reshape(shape)
 
 
 def _copy_numpy(dst: Any, src: Any) -> None:
@@ -162,7 +182,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--chunks", type=int, default=16, help="chunks stored and retrieved")
     ap.add_argument("--chunks-per-op", type=int, default=4)
-    ap.add_argument("--rounds", type=int, default=4, help="round 1 cold, the rest warm")
+    ap.add_argument("--rounds", type=int, default=12, help="round 1 cold, the rest warm")
     ap.add_argument("--layers", type=int, default=32)
     ap.add_argument("--heads", type=int, default=8)
     ap.add_argument("--head-dim", type=int, default=128)
@@ -170,6 +190,9 @@ def main() -> None:
     ap.add_argument("--lookups", type=int, default=200)
     ap.add_argument("--raw-copy", choices=("torch", "numpy"), default="torch",
                     help="how lmcache's client copies chunks in and out of its slots")  # fmt: skip
+    ap.add_argument("--raw-pages", action="store_true",
+                    help="lmcache's client retrieves into 16-token block pages (the permuted "
+                         "copy the tier makes) instead of into chunks")  # fmt: skip
     args = ap.parse_args()
     if args.chunks <= 0 or args.chunks_per_op <= 0 or args.chunks % args.chunks_per_op:
         print("bench_lmcache: --chunks must be a positive multiple of --chunks-per-op",
@@ -208,7 +231,7 @@ def run(args: argparse.Namespace) -> None:
           f"{chunk_bytes / 2**20:.1f} MiB, {args.chunks} chunks = {total / 2**20:.0f} MiB, "
           f"{per_op} chunks per op, block {bs}, pool {pool_gb:.2f} GiB, "
           f"torch threads {torch.get_num_threads()}, lmcache client copies with "
-          f"{args.raw_copy}")  # fmt: skip
+          f"{args.raw_copy}, retrieves into {'pages' if args.raw_pages else 'chunks'}")  # fmt: skip
 
     shape = (2, args.layers, CHUNK, layout.hidden)
     gen = torch.Generator().manual_seed(0)
@@ -217,13 +240,14 @@ def run(args: argparse.Namespace) -> None:
     # The tier's pages: one contiguous tensor per block, as an engine's paged KV holds them.
     pages = [[c[:, :, b * bs : (b + 1) * bs, :].contiguous() for c in chunks[o * per_op :
               (o + 1) * per_op] for b in range(per_chunk)] for o in range(n_ops)]  # fmt: skip
-    out = [torch.empty_like(c) for c in chunks]
+    out = [torch.empty((per_chunk, 2, args.layers, bs, layout.hidden), dtype=c.dtype)
+           if args.raw_pages else torch.empty_like(c) for c in chunks]  # fmt: skip
     for o in out:
         o.zero_()  # first touch outside any timing
 
     # memcpy: the same chunks between two buffers already paged in.
     for name, fn in (("torch copy_", _copy_torch), ("numpy", _copy_numpy)):
-        rates = [gib_s(total, timed(lambda fn=fn: [fn(d, s) for d, s in zip(out, chunks,
+        rates = [gib_s(total, timed(lambda fn=fn: [fn(d.view(s.shape), s) for d, s in zip(out, chunks,
                                                                          strict=True)]))
                  for _ in range(args.rounds)]  # fmt: skip
         print(f"memcpy ({name}, {chunk_bytes / 2**20:.0f} MiB chunks): median "
@@ -239,7 +263,7 @@ def run(args: argparse.Namespace) -> None:
         tier = LMCacheTier(server.url, geometry, layout=layout, page_format="tensor",
                            model_name="bench-kvfault")  # fmt: skip
         print(f"tier connect + register: {(time.perf_counter() - t0) * 1e3:.1f} ms")
-        raw = RawClient(server.url, layout, bs, "bench-lmcache", args.raw_copy)
+        raw = RawClient(server.url, layout, bs, "bench-lmcache", args.raw_copy, args.raw_pages)
 
         replies: list[Any] = [None] * n_ops
         # Where a retrieve's time goes: the seconds spent copying out of the slots,
@@ -258,8 +282,7 @@ def run(args: argparse.Namespace) -> None:
             return timed_copy
 
         tier._copy_out = copy_timer("kvfault", tier._copy_out)  # type: ignore[method-assign]
-        raw_copy = raw.copy
-        timed_raw_copy = copy_timer("lmcache", raw_copy)
+        raw.copy_out = copy_timer("lmcache", raw.copy_out)
 
         def finish(ticket: Any) -> Any:
             reply = tier.wait(ticket, LIMIT_S)
@@ -274,11 +297,7 @@ def run(args: argparse.Namespace) -> None:
             raw.store(prompts[o], chunks[o * per_op : (o + 1) * per_op])
 
         def lmcache_retrieve(o: int) -> None:
-            raw.copy = timed_raw_copy  # its retrieve's copies only, not its store's
-            try:
-                raw.retrieve(prompts[o], out[o * per_op : (o + 1) * per_op])
-            finally:
-                raw.copy = raw_copy
+            raw.retrieve(prompts[o], out[o * per_op : (o + 1) * per_op])
 
         def kvfault_store(o: int) -> None:
             ids = prompts[o]
@@ -292,7 +311,7 @@ def run(args: argparse.Namespace) -> None:
 
         def verify() -> None:
             for d, c in zip(out, chunks, strict=True):
-                if not torch.equal(d.view(torch.int16), c.view(torch.int16)):
+                if not torch.equal(as_chunk(d, c.shape).view(torch.int16), c.view(torch.int16)):
                     raise SystemExit("lmcache client: retrieved bytes differ")
                 d.zero_()  # so the next round must really write them
             for o, reply in enumerate(replies):
@@ -307,6 +326,9 @@ def run(args: argparse.Namespace) -> None:
         fns = {"lmcache store": lmcache_store, "kvfault store": kvfault_store,
                "lmcache retrieve": lmcache_retrieve, "kvfault retrieve": kvfault_retrieve}  # fmt: skip
         figures: dict[str, list[float]] = {k: [] for k in fns}
+        # kvfault / lmcache speed of each warm operation beside its twin (run just
+        # before or after it): the machine's drift cancels out of each pair.
+        paired: dict[str, list[float]] = {"store": [], "retrieve": []}
         for r in range(args.rounds):
             now[0] = r
             if r == 1:
@@ -321,8 +343,12 @@ def run(args: argparse.Namespace) -> None:
                     # Operation by operation, taking turns to go first: both see the
                     # same machine (the other agents' load changes by the second).
                     pair = [f"lmcache {what}", f"kvfault {what}"]
+                    took = {}
                     for name in pair[:: 1 if (r + o) % 2 == 0 else -1]:
-                        spent[name] += timed(lambda name=name, o=o: fns[name](o))
+                        took[name] = timed(lambda name=name, o=o: fns[name](o))
+                        spent[name] += took[name]
+                    if r:
+                        paired[what].append(took[pair[0]] / took[pair[1]])
                 if r == 0 and what == "store":
                     lookup_latency(tier, prompts, args.lookups)
             verify()
@@ -354,9 +380,11 @@ def run(args: argparse.Namespace) -> None:
     for what in ("store", "retrieve"):
         k, lm = figures[f"kvfault {what}"][1:], figures[f"lmcache {what}"][1:]
         ratios = [a / b for a, b in zip(k, lm, strict=True)]
+        q1, q2, q3 = statistics.quantiles(paired[what], n=4)
         print(f"kvfault / lmcache {what} (warm): median "
               f"{statistics.median(k) / statistics.median(lm):.2f}x, per round "
-              f"{min(ratios):.2f}-{max(ratios):.2f}x")  # fmt: skip
+              f"{min(ratios):.2f}-{max(ratios):.2f}x; paired operations: median "
+              f"{q2:.2f}x, quartiles {q1:.2f}-{q3:.2f}x over {len(paired[what])}")  # fmt: skip
 
 
 def lookup_latency(tier: Any, prompts: list[tuple[int, ...]], n: int) -> None:
