@@ -9,7 +9,9 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 import threading
+import time
 from collections.abc import Iterator
 from types import FrameType
 from typing import Any, Callable, TypeAlias
@@ -38,6 +40,54 @@ class Interrupted(KeyboardInterrupt):
         self.signum = signum
 
 
+class SwallowedStops:
+    """Keeps a stop signal's exception from being lost where Python swallows it.
+
+    A signal handler raises wherever the main thread happens to be, and that can be a
+    weakref callback, a ``__del__`` or a gc callback: there Python prints "Exception
+    ignored in ..." and carries on, so the stop would be lost. While installed (as
+    ``sys.unraisablehook``) this asks ``again(exc)`` for each swallowed exception; for
+    a stop it re-arms its handler and returns the signal, which is then sent again to
+    the main thread a moment later (``REDELIVER_S``), once the callback has returned,
+    so the handler raises into ordinary code. Nothing is printed for it. Every other
+    exception goes to the hook that was installed before."""
+
+    REDELIVER_S = 0.01
+
+    def __init__(self, again: Callable[[BaseException], int | None]) -> None:
+        self._again = again
+        self._previous: Callable[[Any], Any] | None = None
+
+    def install(self) -> None:
+        if self._previous is None:
+            self._previous = sys.unraisablehook
+            sys.unraisablehook = self._hook
+
+    def restore(self) -> None:
+        if self._previous is not None and sys.unraisablehook == self._hook:
+            sys.unraisablehook = self._previous
+        self._previous = None
+
+    def _hook(self, unraisable: Any) -> None:
+        exc = unraisable.exc_value
+        signum = self._again(exc) if exc is not None else None
+        if signum is None:
+            (self._previous or sys.__unraisablehook__)(unraisable)
+            return
+        main = threading.main_thread().ident
+        assert main is not None
+        # Not from here: the handler would run inside this hook, and be swallowed again.
+        threading.Thread(
+            target=_signal_soon, args=(main, signum, self.REDELIVER_S), daemon=True
+        ).start()
+
+
+def _signal_soon(thread_id: int, signum: int, after_s: float) -> None:
+    time.sleep(after_s)
+    with contextlib.suppress(OSError, ValueError):  # the process is on its way out
+        signal.pthread_kill(thread_id, signum)
+
+
 class Signals:
     """SIGINT/SIGTERM/SIGHUP become `Interrupted`, but only where we can afford it.
 
@@ -51,17 +101,26 @@ class Signals:
         self._previous: dict[int, Handler] = {}
         self._deferring = False
         self._pending: int | None = None
+        self._swallowed = SwallowedStops(self._again)
 
     def install(self) -> None:
         if threading.current_thread() is not threading.main_thread():
             return
         for signum in STOP_SIGNALS:
             self._previous[signum] = signal.signal(signum, self._handle)
+        self._swallowed.install()
 
     def restore(self) -> None:
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
         self._previous.clear()
+        self._swallowed.restore()
+
+    def _again(self, exc: BaseException) -> int | None:
+        if not isinstance(exc, Interrupted) or not self._previous:
+            return None
+        self._deferring = False  # _handle's once-guard: this one never reached anyone
+        return exc.signum
 
     def _handle(self, signum: int, _frame: object) -> None:
         if self._deferring:
@@ -180,8 +239,6 @@ def stop_descendants(grace_s: float = 5.0, reap_s: float = 10.0) -> None:
 def wait_ended(pids: list[int], within_s: float, poll_s: float = 0.01) -> list[int]:
     """Wait up to ``within_s`` seconds for every process of ``pids`` to end; return
     those still running then."""
-    import time
-
     deadline = time.monotonic() + within_s
     left = [p for p in pids if running(p)]
     while left and time.monotonic() < deadline:

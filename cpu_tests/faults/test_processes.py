@@ -108,3 +108,65 @@ def test_wait_ended_returns_only_what_still_runs_when_its_bound_passes():
         slow.kill()
         slow.wait()
         quick.wait()
+
+
+# A stop signal whose handler runs inside a weakref callback: Python swallows the
+# exception there ("Exception ignored in ..."). The stop must still end the process,
+# through its finally blocks, with nothing on stderr.
+_SWALLOWED = """
+import os, signal, sys, time, weakref
+{install}
+class Box: pass
+box = Box()
+weakref.finalize(box, lambda: os.kill(os.getpid(), signal.{sig}))  # the handler runs here
+try:
+    del box
+    print("callback done", flush=True)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:  # ordinary code: where the stop must land
+        time.sleep(0.01)
+    print("never stopped", flush=True)
+finally:
+    print("unwound", flush=True)
+"""
+
+
+def _swallowed(install: str, sig: str) -> subprocess.CompletedProcess[str]:
+    code = _SWALLOWED.format(install=install, sig=sig)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+
+
+def test_a_workers_sigterm_swallowed_in_a_weakref_callback_still_unwinds_it():
+    done = _swallowed("from faults.campaign.pool import stop_on_sigterm\nstop_on_sigterm()",
+                      "SIGTERM")  # fmt: skip
+    assert done.stdout == "callback done\nunwound\n", done.stdout + done.stderr
+    assert done.returncode == 128 + signal.SIGTERM and done.stderr == ""
+
+
+def test_a_commands_signal_swallowed_in_a_weakref_callback_still_interrupts_it():
+    install = (
+        "from faults.processes import Interrupted, Signals\n"
+        "Signals().install()\n"
+        "sys.excepthook = lambda t, e, tb: (print(f'Interrupted {e.signum}', file=sys.stderr),"
+        " sys.exit(128 + e.signum)) if isinstance(e, Interrupted) else sys.__excepthook__(t, e, tb)"
+    )
+    for sig in ("SIGINT", "SIGTERM", "SIGHUP"):
+        done = _swallowed(install, sig)
+        signum = getattr(signal, sig)
+        assert done.stdout == "callback done\nunwound\n", done.stdout + done.stderr
+        assert done.stderr == f"Interrupted {signum}\n", done.stderr
+        assert done.returncode == 128 + signum
+
+
+def test_an_unraisable_that_is_no_stop_still_reaches_the_previous_hook():
+    install = (
+        "from faults.processes import SwallowedStops\n"
+        "SwallowedStops(lambda exc: None).install()\n"
+        "class Noisy:\n"
+        "    def __del__(self): raise ValueError('from __del__')\n"
+        "Noisy()\n"
+        "sys.exit(0)"
+    )
+    done = _swallowed(install, "SIGTERM")
+    assert done.returncode == 0 and "ValueError: from __del__" in done.stderr

@@ -34,6 +34,7 @@ from faults.campaign.outcomes import CaseOutcome
 from faults.campaign.runner import ERROR, CaseRunner
 from faults.campaign.session import INTERRUPTS, Session, guarded
 from faults.campaign.targets import Case, Target
+from faults.processes import SwallowedStops
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
@@ -139,9 +140,29 @@ def unsendable(case: Case, exc: BaseException, outcome: CaseOutcome | None = Non
 # -- the worker side ---------------------------------------------------------------------
 
 
+class _Unwind(SystemExit):
+    """The parent's SIGTERM, unwinding a worker (exit status 128 + signum)."""
+
+
 def _unwind(signum: int, _frame: object) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: the cleanup is not cut short
-    raise SystemExit(128 + signum)
+    raise _Unwind(128 + signum)
+
+
+def _unwind_again(exc: BaseException) -> int | None:
+    """For ``SwallowedStops``: an unwind that Python swallowed (it landed in a weakref
+    callback) re-arms the handler, so the stop is delivered again."""
+    if not isinstance(exc, _Unwind):
+        return None
+    signal.signal(signal.SIGTERM, _unwind)
+    return signal.SIGTERM
+
+
+def stop_on_sigterm() -> None:
+    """A worker's SIGTERM unwinds what runs (its finally blocks remove what it made),
+    even where the exception first lands in a callback that Python swallows it in."""
+    signal.signal(signal.SIGTERM, _unwind)
+    SwallowedStops(_unwind_again).install()
 
 
 def _work(
@@ -157,7 +178,7 @@ def _work(
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # so is a hangup
     # The parent's SIGTERM (stop) unwinds the running case, so its finally blocks
     # remove what it made (a kvfault-rpc-* directory) before this process goes.
-    signal.signal(signal.SIGTERM, _unwind)
+    stop_on_sigterm()
     for c in others:  # the parent's ends of the other workers' pipes
         c.close()
     try:
