@@ -39,6 +39,7 @@ PACKAGES = ("reference", "fakes", "faults")
 NOT_KVFAULT_ERRORS = {
     "faults.injectors.engine.EngineCrash": "the simulated engine's crash, inside a run",
     "faults.processes.Interrupted": "a signal (KeyboardInterrupt): exit 128 + its number",
+    "faults.campaign.pool._Unwind": "a pool worker's SIGTERM (SystemExit): never leaves it",
 }
 
 

@@ -12,16 +12,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from types import FrameType
 from typing import Any, Callable, TypeAlias
 
 from reference.pids import running
-
-# The signals that end a command with one line and 128 + signum (130, 143, 129).
-STOP_SIGNALS = tuple(
-    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
-)
+from reference.signals import STOP_SIGNALS, stop_signals_held
 
 # What signal.signal takes and returns: a function, SIG_DFL or SIG_IGN, or None (a
 # handler not installed from Python).
@@ -91,16 +86,17 @@ def _signal_soon(thread_id: int, signum: int, after_s: float) -> None:
 class Signals:
     """SIGINT/SIGTERM/SIGHUP become `Interrupted`, but only where we can afford it.
 
-    While `deferred()` is active (creating and removing worktrees) a signal is only
-    recorded and raised when the block ends, so a Ctrl-C cannot leave a half-created,
-    locked worktree behind. Handlers can only be set from the main thread; elsewhere
-    this does nothing and the caller's own handling applies.
+    Inside `deferred()` (creating and removing worktrees) a signal is held and raised
+    when the block ends (``reference.signals.stop_signals_held``), so a Ctrl-C cannot
+    leave a half-created, locked worktree behind. Once: after the first `Interrupted`,
+    further signals are dropped, so none cuts into the first one's cleanup or replaces
+    its exit status. Handlers can only be set from the main thread; elsewhere this does
+    nothing and the caller's own handling applies.
     """
 
     def __init__(self) -> None:
         self._previous: dict[int, Handler] = {}
-        self._deferring = False
-        self._pending: int | None = None
+        self._stopping = False
         self._swallowed = SwallowedStops(self._again)
 
     def install(self) -> None:
@@ -116,32 +112,21 @@ class Signals:
         self._previous.clear()
         self._swallowed.restore()
 
+    def _handle(self, signum: int, _frame: object) -> None:
+        if self._stopping:
+            return
+        self._stopping = True
+        raise Interrupted(signum)
+
     def _again(self, exc: BaseException) -> int | None:
         if not isinstance(exc, Interrupted) or not self._previous:
             return None
-        self._deferring = False  # _handle's once-guard: this one never reached anyone
+        self._stopping = False  # that one never reached anyone
         return exc.signum
 
-    def _handle(self, signum: int, _frame: object) -> None:
-        if self._deferring:
-            self._pending = self._pending or signum
-            return
-        # Once: a second signal while the first one's cleanup runs (finally blocks,
-        # stopping children) is recorded, not raised into the middle of it.
-        self._deferring = True
-        raise Interrupted(signum)
-
-    @contextlib.contextmanager
-    def deferred(self) -> Iterator[None]:
-        outer = self._deferring
-        self._deferring = True
-        try:
-            yield
-        finally:
-            self._deferring = outer
-            if not outer and self._pending is not None:
-                signum, self._pending = self._pending, None
-                raise Interrupted(signum)
+    def deferred(self) -> contextlib.AbstractContextManager[None]:
+        """A block a stop signal must not cut: the signal is raised when it ends."""
+        return stop_signals_held()
 
 
 def kill_group(proc: subprocess.Popen[Any], grace: float = 2.0, reap_s: float = 30.0) -> None:

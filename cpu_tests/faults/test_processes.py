@@ -9,6 +9,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from faults.processes import running, stop_group
 
 
@@ -170,3 +172,26 @@ def test_an_unraisable_that_is_no_stop_still_reaches_the_previous_hook():
     )
     done = _swallowed(install, "SIGTERM")
     assert done.returncode == 0 and "ValueError: from __del__" in done.stderr
+
+
+def test_a_signal_inside_deferred_is_raised_when_the_block_ends_and_a_second_is_not():
+    """``Signals.deferred`` (prove's worktrees): the block runs to its end, then the
+    held signal raises ``Interrupted``; while that one's cleanup runs (deferred again),
+    another signal is not raised into it."""
+    from faults.processes import Interrupted, Signals
+
+    signals = Signals()
+    signals.install()
+    steps = []
+    try:
+        with pytest.raises(Interrupted) as first:
+            with signals.deferred():
+                signal.raise_signal(signal.SIGTERM)
+                steps.append("block ran on")
+        with signals.deferred():  # the cleanup
+            signal.raise_signal(signal.SIGHUP)
+            steps.append("cleanup ran on")
+    finally:
+        signals.restore()
+    assert first.value.signum == signal.SIGTERM
+    assert steps == ["block ran on", "cleanup ran on"]

@@ -156,7 +156,8 @@ class AtomHost:
         self.events.extend(events)
         if status != "ready":
             server.closed = True
-            raise ServerRefused(f"{spec.name}: {detail}", error=detail.partition(":")[0])
+            error, line = detail  # the exception's name, and its one line
+            raise ServerRefused(f"{spec.name}: {line}", error=error)
         return server
 
     def note_fault(self, injector: str, **evidence: Any) -> None:

@@ -23,8 +23,17 @@ def _one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}".splitlines()[0]
 
 
+def _refusal(e: BaseException) -> tuple[str, str]:
+    """A refusal to start as it travels: the exception's name, and its one line."""
+    return type(e).__name__, _one_line(e)
+
+
 class _WorkerRefused(KvfaultError):
-    """The worker did not start; its one line (``Type: message``) is the refusal's."""
+    """The worker did not start; its one line is the refusal's, ``error`` its name."""
+
+    def __init__(self, line: str, error: str = "_WorkerRefused"):
+        super().__init__(line)
+        self.error = error
 
 
 def _connect(address: str, authkey: bytes, timeout_s: float = 30.0) -> Any:
@@ -55,7 +64,7 @@ def worker_main(spec: ServerSpec, address: str, authkey: bytes, socket_dir: str)
     try:
         worker = WorkerProcess(spec, log, socket_dir)
     except Exception as e:  # noqa: BLE001  reported to the scheduler in one line
-        conn.send((False, _one_line(e), log.take()))
+        conn.send((False, _refusal(e), log.take()))
         return 1
     conn.send((True, None, log.take()))
     while True:
@@ -94,13 +103,14 @@ def scheduler_main(
         ok, detail, events = wconn.recv()
         log.events.extend(events)
         if not ok:
-            raise _WorkerRefused(detail)
+            error, line = detail
+            raise _WorkerRefused(line, error)
         side = SchedulerProcess(spec, log, WorkerLink(wconn, log), socket_dir)
     except Exception as e:  # noqa: BLE001  the host turns this into a refusal
-        detail = f"{e} (worker)" if isinstance(e, _WorkerRefused) else _one_line(e)
+        error, line = (e.error, f"{e} (worker)") if isinstance(e, _WorkerRefused) else _refusal(e)
         if os.environ.get("KVFAULT_ATOM_DEBUG"):
-            detail += "\n" + traceback.format_exc()
-        conn.send(("refused", detail, log.take()))
+            line += "\n" + traceback.format_exc()
+        conn.send(("refused", (error, line), log.take()))
         listener.close()
         return 1
     conn.send(("ready", None, log.take()))

@@ -15,17 +15,17 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import socket
 import stat
 import sys
 import tempfile
 import threading
-from typing import Any, Iterator
+from typing import Any
 
 from reference.errors import EngineIdentityConflict
 from reference.interfaces import LookupClient, LookupQuery, LookupResult
 from reference.pids import running
+from reference.signals import stop_signals_held
 
 _PROBE_TIMEOUT_S = 5.0
 
@@ -67,7 +67,7 @@ def private_rpc_dir(prefix: str = "kvfault-rpc-", made: list[str] | None = None)
     The path is also appended to ``made`` before a stop signal can interrupt the
     caller: a caller that removes what ``made`` holds in a ``finally`` (entered before
     this call) leaves nothing behind, whenever a SIGINT, SIGTERM or SIGHUP lands."""
-    with _stop_signals_held():
+    with stop_signals_held():
         path = tempfile.mkdtemp(prefix=prefix, dir=_rpc_base(prefix))  # mode 0700 already
         if made is not None:
             made.append(path)
@@ -77,39 +77,6 @@ def private_rpc_dir(prefix: str = "kvfault-rpc-", made: list[str] | None = None)
             f.write(str(os.getpid()))
         os.chmod(path, stat.S_IRWXU)
     return path
-
-
-@contextlib.contextmanager
-def _stop_signals_held() -> Iterator[None]:
-    # A Python signal handler runs between any two bytecodes of the main thread, so a
-    # stop signal could land between making the directory and handing it over. Held
-    # here (its handler swapped for one that notes it), it is sent again once the block
-    # ends, to the handler it would have reached. Not a signal mask: the kernel hands a
-    # process's signal to any thread that does not block it (lmcache's, pytest-xdist's),
-    # and the main thread then runs the handler all the same.
-    if threading.current_thread() is not threading.main_thread():
-        yield  # handlers run in the main thread: this thread's block cannot be cut
-        return
-    held: list[int] = []
-    previous: dict[int, Any] = {}
-    for name in ("SIGINT", "SIGTERM", "SIGHUP"):
-        signum = getattr(signal, name, None)
-        if signum is None:
-            continue
-        before = signal.getsignal(signum)
-        if before is None or before == signal.SIG_IGN:
-            continue  # not set from Python (cannot be restored), or ignored anyway
-        previous[signum] = before
-        signal.signal(signum, lambda n, _frame: held.append(n))
-    try:
-        yield
-    finally:
-        for signum, before in previous.items():
-            signal.signal(signum, before)
-        if held:
-            # To this thread, now (os.kill may reach another thread, and the handler
-            # would run after the caller has moved on).
-            signal.raise_signal(held[0])
 
 
 def remove_rpc_dir(path: str) -> None:
