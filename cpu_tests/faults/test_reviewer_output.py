@@ -4,6 +4,7 @@ install that leaves the checkout clean."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -49,6 +50,21 @@ def test_progress_off_a_terminal_also_speaks_after_a_while(capsys):
     show(lines, 2, 1000, "c")
     err = capsys.readouterr().err.splitlines()
     assert [ln.rsplit(" ", 1)[1] for ln in err] == ["a", "c"]
+
+
+def test_a_run_under_xdist_names_no_case_as_running(tmp_path):
+    """Under ``-n`` the session learns only of finished work: a progress line must not
+    call a case running that has already finished."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run(
+        [sys.executable, "-m", "faults.cli", "run", "--scenario", "two_images", "--scenario",
+         "two_servers", "--seeds", "2", "-n", "2"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    progress = [ln for ln in out.stderr.splitlines() if "cases done" in ln]
+    assert progress[-1] == "kvfault: 4/4 cases done; done", progress
+    assert all(re.fullmatch(r"kvfault: [0-3]/4 cases done", ln) for ln in progress[:-1]), progress
 
 
 def test_a_piped_run_prints_few_progress_lines(tmp_path):

@@ -49,7 +49,7 @@ from faults.verdicts import Verdict
 if TYPE_CHECKING:
     from faults.campaign.execute import Executor
 
-# (cases done, cases in all, the case starting, or "done" at the end)
+# (cases done, cases in all, the case starting ("" where unknown), or "done" at the end)
 Progress = Callable[[int, int, str], None]
 
 # What ends a case with no verdict to keep, so its staged artifact is undone: Ctrl-C and

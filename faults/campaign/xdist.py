@@ -103,7 +103,8 @@ class Xdist:
                 for s in ss:
                     for t in ts:
                         session.lost(Case(t, s), why[-1] if why else "?", error=r.error)
-            session.show(len(session.done), session.total, r.id)
+            # What runs now is the workers' to know: name none (r.id has finished).
+            session.show(len(session.done), session.total, "")
 
         def wave(part: list[WorkItem], deadline_s: float | None) -> None:
             workers = self.workers

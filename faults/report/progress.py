@@ -43,14 +43,15 @@ def progress_mode(quiet: bool) -> str | Lines | None:
 
 def show(mode: str | Lines | bool | None, i: int, total: int, label: str) -> None:
     """Show that ``i`` of ``total`` cases are done and ``label`` runs (``mode`` from
-    ``progress_mode``)."""
+    ``progress_mode``); an empty ``label`` (a backend that learns only of finished
+    work) names none."""
     if not mode or total == 0:
         return
     if isinstance(mode, Lines) or mode == "lines":
         if isinstance(mode, Lines) and not mode.due(i, total):
             return
-        what = "done" if i == total else f"running {label}"
-        print(f"kvfault: {i}/{total} cases done; {what}", file=sys.stderr, flush=True)
+        what = "; done" if i == total else f"; running {label}" if label else ""
+        print(f"kvfault: {i}/{total} cases done{what}", file=sys.stderr, flush=True)
         return
     width = 24
     done = int(width * i / total)
