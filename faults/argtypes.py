@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import tempfile
 from pathlib import Path
 from typing import Callable
 
@@ -194,11 +195,20 @@ def dir_refused(path: Path, flag: str) -> str | None:
         return f"{flag} {path} is a file, not a directory"
     existing = path
     while not existing.exists() and existing != existing.parent:
+        if existing.is_symlink():
+            return f"{flag} {path}: {existing} is a link to nothing ({os.readlink(existing)})"
         existing = existing.parent
     if not existing.is_dir():
         return f"{flag} {path}: {existing} is a file, not a directory"
     if not os.access(existing, os.W_OK | os.X_OK):
         return f"{flag} {path}: {existing} is not writable"
+    # Permissions are not the whole story (sysfs, a read-only mount, root): make and
+    # remove a directory there, so the run is refused now and not after it started.
+    try:
+        probe = tempfile.mkdtemp(prefix=".kvfault-probe-", dir=existing)
+    except OSError as exc:
+        return f"{flag} {path}: cannot make a directory in {existing}: {exc.strerror or exc}"
+    os.rmdir(probe)
     return None
 
 

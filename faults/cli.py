@@ -35,7 +35,6 @@ from faults.argtypes import (
     workers,
 )
 from faults.commands.run import DEFAULT_SEEDS, add_tier_options
-from faults.tiers.tier import DEFAULT_TIER
 
 DEFAULT_CASE_TIMEOUT_S = 600.0
 
@@ -117,6 +116,8 @@ def tier_name(text: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from faults.tiers.tier import DEFAULT_TIER  # here, not at import: main's handlers go in first
+
     parser = _Parser(
         prog="kvfault",
         description="Fault-injection tests for KV-cache offload in LLM inference engines: "
@@ -256,19 +257,44 @@ def main(argv: Sequence[str] | None = None) -> int:
     line, exit 2; a closed or full stderr: the exit code stands
     (``faults.streams``)."""
     import signal
-    import tempfile
 
-    from faults.errors import KvfaultError
-    from faults.processes import Interrupted, Signals, stop_descendants  # stdlib only: cheap
-    from faults.streams import guard_streams
+    from faults.processes import STOP_SIGNALS, Signals  # stdlib only: cheap
 
-    # tempfile finds its directory by creating and removing a probe file there; do it
-    # now, before a signal can land between the two and leave the probe behind.
-    tempfile.gettempdir()
+    # The handlers go in first: a signal that lands during the imports below also ends
+    # the command with its one line.
     signals = Signals()
     signals.install()
-    stopped = False
+    code, stopped, late = 2, False, None
     try:
+        if hasattr(signal, "pthread_sigmask"):  # held by kvfault's entry or a re-exec
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+        code = _command_line(argv, signals)
+    except KeyboardInterrupt as exc:
+        code, stopped = _stopped(exc), True
+    finally:
+        try:
+            # What a worker stopped mid-case left of its ipc directory goes, however we
+            # ended.
+            from reference.stack.lookup_channel import remove_orphan_rpc_dirs
+
+            remove_orphan_rpc_dirs(empty_unowned=stopped)
+        except KeyboardInterrupt as exc:  # the first stop came during this cleanup
+            late = exc
+        signals.restore()
+    return _stopped(late) if late is not None else code
+
+
+def _command_line(argv: Sequence[str] | None, signals: Any) -> int:
+    """Parse and run one command; its errors as one line each and their exit code."""
+    try:
+        import tempfile
+
+        from faults.streams import guard_streams
+
+        # tempfile finds its directory by creating and removing a probe file there:
+        # held, a signal cannot land between the two and leave the probe behind.
+        with signals.deferred():
+            tempfile.gettempdir()
         with guard_streams():  # argparse's own error line too
             parser = build_parser()
             args = parser.parse_args(argv)
@@ -280,33 +306,37 @@ def main(argv: Sequence[str] | None = None) -> int:
             if argv is None:  # the command itself, not a caller in Python: its process is ours
                 _run_under_known_hash_seed(args)
             return _command(args.command)(args)
-    except KeyboardInterrupt as exc:
-        _disarm_guards()
-        stop_descendants()
-        stopped = True
-        signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
-        _say(f"kvfault: interrupted by {signal.Signals(signum).name}")
-        return 128 + signum
     except BrokenPipeError:
         # Whoever read our output has gone; say nothing more to it.
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 141
-    except KvfaultError as exc:  # every error of kvfault's own: one line, its exit code
-        _disarm_guards()  # one raised mid-campaign leaves no hang guard armed
-        _say(f"kvfault: error: {exc.line()}")
-        return exc.exit_code
-    except OSError as exc:  # a place that cannot be written, a full disk, a full stdout
-        where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
-        _say(f"kvfault: error: {where}{exc.strerror or exc}")
-        return 2
-    finally:
-        # What a worker stopped mid-case left of its ipc directory goes, however we ended.
-        from reference.stack.lookup_channel import remove_orphan_rpc_dirs
+    except Exception as exc:
+        from faults.errors import KvfaultError
 
-        with contextlib.suppress(KeyboardInterrupt):
-            remove_orphan_rpc_dirs(empty_unowned=stopped)
-        signals.restore()
+        if isinstance(exc, KvfaultError):  # every error of kvfault's own: one line, its code
+            _disarm_guards()  # one raised mid-campaign leaves no hang guard armed
+            _say(f"kvfault: error: {exc.line()}")
+            return exc.exit_code
+        if isinstance(exc, OSError):  # a place that cannot be written, a full disk or stdout
+            where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
+            _say(f"kvfault: error: {where}{exc.strerror or exc}")
+            return 2
+        raise
+
+
+def _stopped(exc: KeyboardInterrupt) -> int:
+    """A stop: what the command started is stopped, one line names the signal, and the
+    exit code is 128 + signum."""
+    import signal
+
+    from faults.processes import Interrupted, stop_descendants
+
+    _disarm_guards()
+    stop_descendants()
+    signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
+    _say(f"kvfault: interrupted by {signal.Signals(signum).name}")
+    return 128 + signum
 
 
 def _run_under_known_hash_seed(args: argparse.Namespace) -> None:
@@ -326,7 +356,17 @@ def _run_under_known_hash_seed(args: argparse.Namespace) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     if os.name == "posix":
-        os.execve(sys.executable, argv, env)
+        import signal
+
+        from faults.processes import STOP_SIGNALS
+
+        # Blocked across the exec (a mask survives it): the new interpreter's own start
+        # cannot be cut, and its main() takes a pending stop once its handlers are in.
+        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        try:
+            os.execve(sys.executable, argv, env)
+        finally:  # reached only where the exec failed
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     import subprocess
 
     raise SystemExit(subprocess.call(argv, env=env))

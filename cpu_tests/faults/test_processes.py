@@ -195,3 +195,18 @@ def test_a_signal_inside_deferred_is_raised_when_the_block_ends_and_a_second_is_
         signals.restore()
     assert first.value.signum == signal.SIGTERM
     assert steps == ["block ran on", "cleanup ran on"]
+
+
+def test_the_command_can_install_its_handlers_before_importing_the_stack():
+    """``kvfault`` installs ``Signals`` first (a signal during its imports is one line):
+    importing ``faults.processes`` must not import the reference stack, and its stop
+    signals are the ones ``reference.signals`` holds."""
+    code = (
+        "import sys, faults.processes as p\n"
+        "print(sorted(m for m in sys.modules if m == 'reference' or m.startswith('reference.')))\n"
+        "import reference.signals as r\n"
+        "print(p.STOP_SIGNALS == r.STOP_SIGNALS)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, check=True).stdout  # fmt: skip
+    assert out == "[]\nTrue\n", out

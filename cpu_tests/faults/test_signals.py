@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from faults.processes import descendants, running
+from faults.processes import STOP_SIGNALS, descendants, running
 
 ROOT = Path(__file__).resolve().parents[2]
 PROGRESS = re.compile(r"^kvfault: \d+/\d+ cases|^kvfault prove: (old|new) .* run \d+/\d+ \.\.\.$")
@@ -174,3 +174,42 @@ def test_a_run_removes_the_ipc_directory_of_a_worker_killed_before_it_could(shor
     assert run.returncode == 0, run.stderr
     assert not orphan.exists()
     assert [n for n in os.listdir(short_tmpdir) if n.startswith("kvfault-rpc-")] == []
+
+
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM", "SIGHUP"])
+def test_a_signal_that_comes_while_the_command_starts_is_its_one_line(signame, tmp_path):
+    """``kvfault``'s entry (and a re-exec under a known hash seed) starts with the stop
+    signals blocked; ``main`` installs its handlers and then unblocks them. A signal
+    sent at once, before any of kvfault's code ran, waits for the handlers: one line,
+    128 + signum, never a traceback from the middle of an import."""
+    signum = getattr(signal, signame)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("PYTHONHASHSEED", None)  # so it re-execs too
+    stops = set(STOP_SIGNALS)
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, stops)  # the child starts with them held
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", "import sys; from faults.entry import main; sys.exit(main())",
+             "run", "--scenario", "two_images", "--no-progress"],
+            cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+    proc.send_signal(signum)
+    _, err = proc.communicate(timeout=120)
+    assert (proc.returncode, err) == (128 + signum, f"kvfault: interrupted by {signame}\n")
+
+
+def test_a_stop_during_the_last_cleanup_is_still_one_line(monkeypatch, capsys):
+    """The command is done and removes orphaned ipc directories when the signal comes:
+    the stop still ends it with its one line and 128 + signum (not a traceback, not 0)."""
+    from faults import cli
+    from faults.processes import Interrupted
+    from reference.stack import lookup_channel
+
+    def interrupted(**_: object) -> None:
+        raise Interrupted(signal.SIGTERM)
+
+    monkeypatch.setattr(lookup_channel, "remove_orphan_rpc_dirs", interrupted)
+    assert cli.main(["list", "--faults"]) == 128 + signal.SIGTERM
+    assert capsys.readouterr().err == "kvfault: interrupted by SIGTERM\n"

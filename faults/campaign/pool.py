@@ -34,7 +34,7 @@ from faults.campaign.outcomes import CaseOutcome
 from faults.campaign.runner import ERROR, CaseRunner
 from faults.campaign.session import INTERRUPTS, Session, guarded
 from faults.campaign.targets import Case, Target
-from faults.processes import SwallowedStops
+from faults.processes import STOP_SIGNALS, SwallowedStops
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
@@ -179,6 +179,7 @@ def _work(
     # The parent's SIGTERM (stop) unwinds the running case, so its finally blocks
     # remove what it made (a kvfault-rpc-* directory) before this process goes.
     stop_on_sigterm()
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # blocked by the parent's fork
     for c in others:  # the parent's ends of the other workers' pipes
         c.close()
     try:
@@ -247,7 +248,14 @@ class ForkPool:
             faulthandler.cancel_dump_traceback_later()
             args = (child_end, others, session.keep_runs, session.timeout_s, session.digests)
             proc = ctx.Process(target=_work, args=args, daemon=True)
-            proc.start()
+            # Blocked across the fork: a stop that comes before the worker has its own
+            # handlers waits for them (this process's would raise into multiprocessing's
+            # start-up, which prints a traceback); here, it lands right after.
+            signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+            try:
+                proc.start()
+            finally:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
             child_end.close()
             workers.append(_Worker(proc, parent_end))
 

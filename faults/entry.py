@@ -1,0 +1,20 @@
+"""The ``kvfault`` program's first lines (its console script).
+
+The stop signals are blocked before anything of kvfault is imported, and
+``faults.cli.main`` unblocks them once its handlers are in: a SIGINT, SIGTERM or SIGHUP
+that comes while the command starts waits for them, so it too ends the command with
+one line and 128 + signum, not a traceback from the middle of an import.
+"""
+
+from __future__ import annotations
+
+import signal
+
+
+def main() -> int:
+    """Hold the stop signals, then run ``faults.cli.main`` (which releases them)."""
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
+    from faults.cli import main as command_line
+
+    return command_line()
