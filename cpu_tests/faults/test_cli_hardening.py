@@ -84,6 +84,19 @@ def test_a_report_path_that_is_a_file(tmp_path):
     one_error_line(kvfault("run", "--report", "f", cwd=tmp_path), "--report f is a file")
 
 
+def test_a_report_path_that_is_a_link_to_nothing_is_refused_before_the_run(tmp_path):
+    (tmp_path / "gone").symlink_to(tmp_path / "no" / "such" / "dir")
+    one_error_line(kvfault("run", "--report", "gone", "-j", "2", cwd=tmp_path),
+                   "--report gone: gone is a link to nothing")  # fmt: skip
+
+
+@pytest.mark.skipif(not Path("/sys/kernel").is_dir() or os.geteuid() != 0,
+                    reason="needs sysfs, where root's access check says writable")  # fmt: skip
+def test_a_report_place_where_no_directory_can_be_made_is_refused_before_the_run(tmp_path):
+    one_error_line(kvfault("run", "--report", "/sys/kernel", "-j", "2", cwd=tmp_path),
+                   "cannot make a directory in /sys/kernel")  # fmt: skip
+
+
 def test_an_artifacts_path_under_a_file(tmp_path):
     (tmp_path / "f").write_text("x")
     one_error_line(kvfault("run", "--artifacts", "f/a", cwd=tmp_path), "f is a file")
