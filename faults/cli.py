@@ -346,10 +346,11 @@ def _run_under_known_hash_seed(args: argparse.Namespace) -> None:
     (runs still vary, each one recorded). Where this process's differs, or is random,
     the same command line is executed again in its place under that seed (``exec``:
     same process id, signals and exit status)."""
+    from faults.campaign.artifacts import hashseed
     from faults.repro import wanted_hash_seed
 
     wanted = wanted_hash_seed(args.command, getattr(args, "artifact", None))
-    if wanted is None or wanted == os.environ.get("PYTHONHASHSEED"):
+    if wanted is None or wanted == hashseed():
         return
     env = {**os.environ, "PYTHONHASHSEED": wanted}
     argv = [sys.executable, *sys.orig_argv[1:]]

@@ -379,6 +379,24 @@ def test_a_recorded_hash_seed_is_printed_as_python_takes_it(artifact, capsys):
     assert f"PYTHONHASHSEED=7 kvfault replay {artifact}" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("given", [" 0", "+0", "00"])
+def test_a_hash_seed_python_takes_in_another_spelling_is_recorded_as_its_number(tmp_path, given):
+    """Python starts with PYTHONHASHSEED=" 0" or "+0": the replay line and the artifact
+    say 0, so the line works in a shell and ``replay`` takes the artifact."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONHASHSEED": given}
+    argv = [sys.executable, "-m", "faults.cli", "run", "--legacy", "hybrid_last_chunk",
+            "--scenario", "chunk_aligned_hybrid", "--seeds", "1", "--no-progress"]  # fmt: skip
+    out = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 1, out.stderr
+    assert "replay: PYTHONHASHSEED=0 kvfault run --legacy hybrid_last_chunk" in out.stdout
+    (artifact,) = (tmp_path / ".kvfault" / "artifacts").glob("*.json")
+    assert json.loads(artifact.read_text())["pythonhashseed"] in (0, "0")
+    env.pop("PYTHONHASHSEED")
+    again = subprocess.run([sys.executable, "-m", "faults.cli", "replay", str(artifact)],
+                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert again.returncode == 1 and "FAIL" in again.stdout, again.stdout + again.stderr
+
+
 # -- item 11: hints and conventions ---------------------------------------------------------
 
 

@@ -45,9 +45,15 @@ def artifact_dir(explicit: Path | None = None) -> Path:
 
 
 def hashseed() -> str | None:
-    """This process's PYTHONHASHSEED, or None when hash randomisation is random."""
+    """This process's PYTHONHASHSEED as a plain number (Python also takes `` 0`` and
+    ``+5``), or None when hash randomisation is random."""
     value = os.environ.get("PYTHONHASHSEED")
-    return value if value not in (None, "", "random") else None
+    if value in (None, "", "random"):
+        return None
+    try:
+        return str(int(value))
+    except ValueError:  # not one Python starts with: left for the caller to refuse
+        return value
 
 
 def replay_command(case: Case) -> str:
