@@ -189,6 +189,14 @@ def seeds_refused(first_seed: int, count: int, budget: float | None) -> str | No
     return None
 
 
+def path(text: str) -> Path:
+    """A ``type=`` for a path: any but the empty one (``Path("")`` would be ``.``, the
+    current directory, which no one means by an empty argument)."""
+    if not text:
+        raise argparse.ArgumentTypeError("an empty path")
+    return Path(text)
+
+
 def dir_refused(path: Path, flag: str) -> str | None:
     """Why ``path`` cannot be (made into) a directory we write files in, or None."""
     if path.exists() and not path.is_dir():

@@ -18,7 +18,6 @@ import importlib
 import os
 import re
 import sys
-from pathlib import Path
 from typing import Any, Callable, NoReturn, Sequence
 
 from faults.argtypes import (
@@ -28,6 +27,7 @@ from faults.argtypes import (
     gateway,
     jobs,
     names,
+    path,
     scale,
     seed,
     seed_count,
@@ -157,10 +157,10 @@ def build_parser() -> argparse.ArgumentParser:
                           f"traffic length; 1 to {MAX_SCALE}; default 1)")  # fmt: skip
     run.add_argument("--pin", type=names, default=[], metavar="A,B",
                      help="with --swarm: enable exactly these injectors in every run")  # fmt: skip
-    run.add_argument("--report", type=Path, default=None, metavar="DIR",
+    run.add_argument("--report", type=path, default=None, metavar="DIR",
                      help="write summary.json, junit.xml and the failing cases' artifacts and "
                           "timelines into DIR")  # fmt: skip
-    run.add_argument("--artifacts", type=Path, default=None, metavar="DIR",
+    run.add_argument("--artifacts", type=path, default=None, metavar="DIR",
                      help="replay artifacts of failing cases (default: DIR/artifacts with "
                           "--report, else .kvfault/artifacts)")  # fmt: skip
     run.add_argument("--timeout", type=timeout_seconds, default=DEFAULT_CASE_TIMEOUT_S, metavar="S",
@@ -199,16 +199,16 @@ def build_parser() -> argparse.ArgumentParser:
         "name", metavar="NAME", help="a planted regression (kvfault list --regressions)"
     )
     repro.add_argument("--seed", type=seed, default=0, help="the run's seed (default 0)")
-    repro.add_argument("--timeline", type=Path, default=None, metavar="PATH",
+    repro.add_argument("--timeline", type=path, default=None, metavar="PATH",
                        help="draw the legacy and fixed timelines (.png, .svg, .pdf or .jpg)")  # fmt: skip
-    repro.add_argument("--artifacts", type=Path, default=None, metavar="DIR",
+    repro.add_argument("--artifacts", type=path, default=None, metavar="DIR",
                        help="where the replay artifact goes (default .kvfault/artifacts)")  # fmt: skip
     repro.add_argument("--timeout", type=timeout_seconds, default=DEFAULT_CASE_TIMEOUT_S, metavar="S",
                        help="a hang dumps all stacks and exits after S seconds (0: never)")  # fmt: skip
 
     replay = sub.add_parser("replay", help="rerun the case a replay artifact names")
-    replay.add_argument("artifact", type=Path, metavar="ARTIFACT", help="a JSON replay artifact")
-    replay.add_argument("--timeline", type=Path, default=None, metavar="PATH",
+    replay.add_argument("artifact", type=path, metavar="ARTIFACT", help="a JSON replay artifact")
+    replay.add_argument("--timeline", type=path, default=None, metavar="PATH",
                         help="draw the case's timeline (.png, .svg, .pdf or .jpg)")  # fmt: skip
     replay.add_argument("--timeout", type=timeout_seconds, default=DEFAULT_CASE_TIMEOUT_S, metavar="S",
                         help="a hang dumps all stacks and exits after S seconds (0: never)")  # fmt: skip

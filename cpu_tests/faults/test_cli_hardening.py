@@ -97,6 +97,13 @@ def test_a_report_place_where_no_directory_can_be_made_is_refused_before_the_run
                    "cannot make a directory in /sys/kernel")  # fmt: skip
 
 
+@pytest.mark.parametrize("argv", [["run", "--report", ""], ["run", "--artifacts", ""],
+                                  ["replay", ""], ["repro", "media_keys", "--timeline", ""]])  # fmt: skip
+def test_an_empty_path_is_refused_not_taken_for_the_current_directory(tmp_path, argv):
+    one_error_line(kvfault(*argv, cwd=tmp_path), "an empty path")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_an_artifacts_path_under_a_file(tmp_path):
     (tmp_path / "f").write_text("x")
     one_error_line(kvfault("run", "--artifacts", "f/a", cwd=tmp_path), "f is a file")
