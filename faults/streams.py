@@ -49,6 +49,7 @@ class _Guarded(io.TextIOBase):
         self.name = name
         self.swallow = swallow
         self.broken = False
+        self.failure: OSError | None = None  # what the first failed write raised, if it did
 
     def _failed(self, exc: OSError) -> None:
         self.broken = True
@@ -57,9 +58,11 @@ class _Guarded(io.TextIOBase):
             os.dup2(null, self.inner.fileno())
             os.close(null)
         if isinstance(exc, BrokenPipeError) and not self.swallow:
+            self.failure = exc
             raise exc  # the reader went away: the caller's SIGPIPE convention applies
         if not self.swallow:
-            raise OSError(exc.errno, f"cannot write to {self.name}: {exc.strerror}") from None
+            self.failure = OSError(exc.errno, f"cannot write to {self.name}: {exc.strerror}")
+            raise self.failure from None
 
     def write(self, text: str) -> int:
         if self.broken:
@@ -119,7 +122,8 @@ def guard_streams() -> Iterator[None]:
     out, err = sys.stdout, sys.stderr
     if closed[1] or out is None:
         raise StreamClosed(9, "stdout is closed: what kvfault prints could not be read")
-    sys.stdout = _Guarded(sys.stdout, "stdout", swallow=False)
+    guarded = _Guarded(sys.stdout, "stdout", swallow=False)
+    sys.stdout = guarded
     sys.stderr = _Guarded(sys.stderr, "stderr", swallow=True)
     try:
         yield
@@ -128,3 +132,8 @@ def guard_streams() -> Iterator[None]:
         with contextlib.suppress(OSError, ValueError):
             sys.stderr.flush()
         sys.stdout, sys.stderr = out, err
+        # A failed write that someone swallowed (argparse's help does) still fails the
+        # command; one on its way out already, or a stop, is left to go on as it is.
+        going = sys.exc_info()[1]
+        if guarded.failure is not None and (going is None or isinstance(going, SystemExit)):
+            raise guarded.failure

@@ -64,7 +64,7 @@ def test_a_closed_stderr_keeps_the_exit_code_and_the_output(tmp_path):
 
 
 def test_a_full_stdout_is_one_line_and_exit_2(tmp_path):
-    for cmd in (CASE, "list"):
+    for cmd in (CASE, "list", "--help", "run --help"):  # argparse swallows its help's error
         code, out, err = _run(f"kvfault {cmd} >/dev/full", tmp_path)
         assert code == 2, err
         assert err.splitlines() == [
