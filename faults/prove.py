@@ -125,6 +125,8 @@ def _first_line(text: str) -> str:
 
 
 def _check_repo(repo: Path) -> None:
+    if repo.exists() and not repo.is_dir():
+        raise ProveError(f"not a directory: {repo}")
     if not repo.is_dir():
         raise ProveError(f"no such directory: {repo}")
     proc = _git(repo, "rev-parse", "--git-dir")
