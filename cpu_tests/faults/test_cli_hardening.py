@@ -366,6 +366,11 @@ def artifact(tmp_path) -> Path:
         ("scenario", "two_servers", "'scenario' is 'two_servers' but its target runs 'two_images'"),
         ("pythonhashseed", "abc", "'pythonhashseed' must be null or a whole number"),
         ("pythonhashseed", 2**32, "'pythonhashseed' must be null or a whole number"),
+        ("regression", "nope", "'regression' is 'nope' but its target runs 'media_keys'"),
+        ("regression", None, "'regression' is None but its target runs 'media_keys'"),
+        ("scale", -1, "unknown field 'scale'"),
+        ("plan", {"x": 1}, "'plan' is not the plan its target makes"),
+        ("plan", "zz", "'plan' is not the plan its target makes"),
     ],
 )
 def test_replay_refuses_what_the_cli_refuses(artifact, capsys, field, value, needle):
@@ -375,6 +380,15 @@ def test_replay_refuses_what_the_cli_refuses(artifact, capsys, field, value, nee
     capsys.readouterr()
     code = cli.main(["replay", str(artifact)])
     one_error_line((code, capsys.readouterr().err), needle)
+
+
+def test_replay_refuses_a_target_field_its_target_ignores(artifact, capsys):
+    obj = json.loads(artifact.read_text())
+    obj["target"]["scenario"] = "two_servers"  # a regression's scenario is its own
+    artifact.write_text(json.dumps(obj))
+    capsys.readouterr()
+    code = cli.main(["replay", str(artifact)])
+    one_error_line((code, capsys.readouterr().err), "target 'scenario' is 'two_servers'")
 
 
 def test_a_recorded_hash_seed_is_printed_as_python_takes_it(artifact, capsys):

@@ -263,7 +263,40 @@ def read_artifact(path: Path) -> tuple[Case, dict[str, Any]]:
             f"{path}: 'case' is {named!r} but its target and seed make {case.id!r}; "
             "an artifact is replayed as written or not at all"
         )
+    why = _not_as_written(obj, case)
+    if why:
+        raise ArtifactError(f"{path}: {why}; an artifact is replayed as written or not at all")
     return case, obj
+
+
+# The fields ``artifact_json`` writes, and the campaign's count of runs.
+_FIELDS = frozenset(
+    ("kvfault_artifact", "case", "target", "scenario", "seed", "regression", "plan",
+     "pythonhashseed", "command", "replay", RUNS_FIELD)
+)  # fmt: skip
+
+
+def _not_as_written(obj: dict[str, Any], case: Case) -> str:
+    """What in ``obj`` the case it replays would not have written (an unknown field, a
+    target field the target ignores, a copy that disagrees with it), or ""."""
+    unknown = sorted(set(obj) - _FIELDS)
+    if unknown:
+        return f"unknown field {unknown[0]!r}"
+    given, rebuilt = obj["target"], case.target.as_json()
+    for key in sorted(given):
+        if key not in rebuilt:
+            return f"target field {key!r} is not one a target has"
+        if given[key] != rebuilt[key]:
+            return f"target {key!r} is {given[key]!r} but the target it names has {rebuilt[key]!r}"
+    if "regression" in obj and obj["regression"] != case.target.regression:
+        return (
+            f"'regression' is {obj['regression']!r} but its target runs {case.target.regression!r}"
+        )
+    if obj.get("plan") is not None and case.recorded is None:
+        plan = case.plan()
+        if plan is None or obj["plan"] != plan.as_json():
+            return "'plan' is not the plan its target makes (this kind of target replays none)"
+    return ""
 
 
 class CampaignArtifacts:
