@@ -363,11 +363,11 @@ def _run_under_known_hash_seed(args: argparse.Namespace) -> None:
 
         # Blocked across the exec (a mask survives it): the new interpreter's own start
         # cannot be cut, and its main() takes a pending stop once its handlers are in.
-        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
         try:
             os.execve(sys.executable, argv, env)
         finally:  # reached only where the exec failed
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
     import subprocess
 
     raise SystemExit(subprocess.call(argv, env=env))

@@ -251,11 +251,11 @@ class ForkPool:
             # Blocked across the fork: a stop that comes before the worker has its own
             # handlers waits for them (this process's would raise into multiprocessing's
             # start-up, which prints a traceback); here, it lands right after.
-            signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+            held = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
             try:
                 proc.start()
             finally:
-                signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+                signal.pthread_sigmask(signal.SIG_SETMASK, held)
             child_end.close()
             workers.append(_Worker(proc, parent_end))
 
