@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from faults.campaign.outcomes import CaseOutcome
 from faults.campaign.runner import ERROR, CaseRunner
-from faults.campaign.session import INTERRUPTS, Session, guarded
+from faults.campaign.session import Session, guarded
 from faults.campaign.targets import Case, Target
 from faults.processes import STOP_SIGNALS, SwallowedStops
 
@@ -232,10 +232,8 @@ class ForkPool:
         for unit in units(session.targets, session.seeds):
             queue.append([(len(flat) + k, c) for k, c in enumerate(unit)])
             flat += unit
-        tokens: dict[int, Any] = {}
         finished: set[int] = set()
         workers: list[_Worker] = []
-        interrupted = False
 
         def spawn() -> None:
             parent_end, child_end = ctx.Pipe(duplex=True)
@@ -265,9 +263,8 @@ class ForkPool:
                     queue.clear()  # the budget is spent: no new seed
                     break
                 unit = queue.pop(0)
-                for i, case in unit:
-                    if i not in tokens:
-                        tokens[i] = session.stage(case)
+                for _, case in unit:
+                    session.stage(case)
                 w.unit = list(unit)
                 w.conn.send(unit)
                 return True
@@ -284,7 +281,7 @@ class ForkPool:
                 if i == failed:
                     how = f"exited with {code}" if code is not None and code >= 0 else "was killed"
                     cause = f"it {how} (a --timeout hang guard or a crash; its stderr says which)"
-                    session.lost(case, cause, token=tokens.get(i))
+                    session.lost(case, cause)
                     finished.add(i)
             rest = [(i, c) for i, c in w.unit if i not in finished]
             if rest:
@@ -320,7 +317,7 @@ class ForkPool:
                         except Exception as exc:  # noqa: BLE001 - an outcome that will not load
                             outcome = unsendable(flat[i], exc)
                         finished.add(i)
-                        session.finished(flat[i], outcome, tokens.get(i))
+                        session.finished(flat[i], outcome)
                         continue
                     kind = pickle.loads(msg)
                     if kind[0] == "start":
@@ -329,17 +326,9 @@ class ForkPool:
                     elif not hand_out(w):  # idle, and nothing left to hand out
                         _retire(w)
                         workers.remove(w)
-        except INTERRUPTS:
-            interrupted = True
-            raise
         finally:
             for w in workers:  # Ctrl-C, or an error here: stop every worker
                 _stop(w)
-            # Staged cases that never came back: undone when interrupted (no verdict to
-            # keep); after a crash of kvfault they keep their artifacts, for a replay.
-            for i, token in tokens.items() if interrupted else ():
-                if i not in finished:
-                    session.unstage(token)
 
 
 def _warm() -> None:

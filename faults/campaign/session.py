@@ -6,7 +6,10 @@ each written once here:
 - **budget**: no seed starts once ``budget_s`` seconds (by ``clock``) have passed; a
   seed that started runs whole (every target), and the first seed always runs;
 - **artifacts**: a case's replay artifact is staged before it runs and kept or dropped
-  when its outcome is back (``faults.campaign.artifacts.CampaignArtifacts``);
+  when its outcome is back (``faults.campaign.artifacts.CampaignArtifacts``); when the
+  campaign is interrupted, every staged case with no outcome has its staging undone.
+  A stop signal is held while a staging or an outcome is recorded, so it lands between
+  them, never inside one (which would leave a passing case's artifact behind);
 - **progress**: ``progress(done, total, label)`` as each case starts (``label`` its id)
   and once at the end (``"done"``);
 - **the hang guard** around a case (``--timeout``): in this process it ends the run
@@ -17,7 +20,7 @@ each written once here:
 
 A *backend* only says where the cases run and calls the session's hooks
 (``may_start``, ``stage``, ``starting``, ``run_here`` or its workers' ``guarded``,
-``finished``, ``lost``):
+``finished``, ``lost``); an interrupt out of ``run`` is the session's to clean up:
 
 - ``InProcess`` (``-j 1``, ``--tier lmcache``): this process, on a tier's executor;
 - ``faults.campaign.pool.ForkPool`` (``-j N``): forked workers on this machine;
@@ -45,6 +48,7 @@ from faults.campaign.outcomes import (
 from faults.campaign.runner import CaseRunner
 from faults.campaign.targets import Case, Target
 from faults.verdicts import Verdict
+from reference.signals import stop_signals_held
 
 if TYPE_CHECKING:
     from faults.campaign.execute import Executor
@@ -107,6 +111,8 @@ class Session:
         self.budget_s, self.timeout_s, self.clock = budget_s, timeout_s, clock
         self.keep_runs, self.digests = keep_runs, digests
         self.done: dict[tuple[str, int], CaseOutcome] = {}
+        # Staged artifacts of the cases with no outcome yet (their tokens).
+        self._staged: dict[tuple[str, int], Any] = {}
         self.started: set[int] = set()  # seeds started: a started seed runs whole
         self._count = 0  # cases started
         self._shown: tuple[int, int] | None = None
@@ -130,9 +136,14 @@ class Session:
         """A case runner with this session's settings (on ``executor``'s tier)."""
         return CaseRunner(keep_runs=self.keep_runs, executor=executor, digests=self.digests)
 
-    def stage(self, case: Case) -> Any:
-        """Stage ``case``'s replay artifact (before it runs); the token ``finished`` takes."""
-        return self.artifacts.before(case) if self.artifacts is not None else None
+    def stage(self, case: Case) -> None:
+        """Stage ``case``'s replay artifact before it runs (once: a case staged already,
+        handed out again after its worker died, keeps its staging)."""
+        key = (case.target.id, case.seed)
+        if self.artifacts is None or key in self._staged:
+            return
+        with stop_signals_held():
+            self._staged[key] = self.artifacts.before(case)
 
     def starting(self, case: Case) -> None:
         """``case`` starts: progress counts the cases done by now."""
@@ -146,32 +157,39 @@ class Session:
             self._shown = (done, total) if done == total else None
             self.progress(done, total, label)
 
-    def unstage(self, token: Any) -> None:
-        """A staged case that will not finish because the campaign was interrupted
-        (``INTERRUPTS``): its artifact goes as a pass's would. A case that hangs, whose
-        worker dies, or that crashes kvfault is not this: it keeps its artifact."""
-        if self.artifacts is not None and token is not None:
-            self.artifacts.abandon(token)
+    def interrupted(self) -> None:
+        """The campaign was interrupted (``INTERRUPTS``): every staged case with no
+        outcome goes as a pass's would, since it has no verdict to keep. A case that
+        hangs, whose worker dies, or that crashes kvfault is not this: it keeps its
+        artifact, for a replay."""
+        with stop_signals_held():
+            while self._staged:
+                _, token = self._staged.popitem()
+                if self.artifacts is not None and token is not None:
+                    self.artifacts.abandon(token)
 
-    def finished(self, case: Case, outcome: CaseOutcome, token: Any = None) -> None:
+    def finished(self, case: Case, outcome: CaseOutcome) -> None:
         """``case``'s outcome is back: record it, keep or drop its artifact."""
-        self.started.add(case.seed)
-        self.done[(case.target.id, case.seed)] = outcome
-        if self.artifacts is not None:
-            self.artifacts.after(case, outcome, token)
+        with stop_signals_held():
+            self.started.add(case.seed)
+            key = (case.target.id, case.seed)
+            self.done[key] = outcome
+            token = self._staged.pop(key, None)
+            if self.artifacts is not None:
+                self.artifacts.after(case, outcome, token)
 
-    def lost(self, case: Case, cause: str, error: str | None = None, token: Any = None) -> None:
+    def lost(self, case: Case, cause: str, error: str | None = None) -> None:
         """The worker running ``case`` died (its hang guard, a crash): an ERROR outcome."""
         why = f"the worker running it failed: {cause}"
-        self.finished(case, CaseOutcome(case, Verdict.ERROR, signature=why, error=error), token)
+        self.finished(case, CaseOutcome(case, Verdict.ERROR, signature=why, error=error))
 
-    def run_here(self, runner: CaseRunner, case: Case, token: Any = None) -> CaseOutcome:
+    def run_here(self, runner: CaseRunner, case: Case) -> CaseOutcome:
         """Run ``case`` in this process under the hang guard: past ``timeout_s``,
         ``on_hang`` sees the run cut short and the process exits with 2."""
-        with hang_guard(self.timeout_s, lambda: self._hung(case, token)):
+        with hang_guard(self.timeout_s, lambda: self._hung(case)):
             return runner.run(case)
 
-    def _hung(self, case: Case, token: Any) -> None:
+    def _hung(self, case: Case) -> None:
         timeout = self.timeout_s or 0.0
         hung = CaseOutcome(
             case, Verdict.ERROR, signature=f"ran past --timeout {timeout:g}s (stacks on stderr)"
@@ -185,6 +203,7 @@ class Session:
         )
         rows = [t for t in in_campaign_order(self.targets, self.seeds, ran) if t.cases]
         result = CampaignResult(rows, time.perf_counter() - self._t0, stopped=[failure])
+        token = self._staged.pop((case.target.id, case.seed), None)
         if self.artifacts is not None:
             self.artifacts.after(case, hung, token)
         if self.on_hang is not None:
@@ -233,13 +252,8 @@ class InProcess:
     @staticmethod
     def _one(session: Session, runner: CaseRunner, case: Case) -> None:
         session.starting(case)
-        token = session.stage(case)
-        try:
-            outcome = session.run_here(runner, case, token)
-        except INTERRUPTS:
-            session.unstage(token)  # interrupted: the case has no verdict to keep
-            raise
-        session.finished(case, outcome, token)
+        session.stage(case)
+        session.finished(case, session.run_here(runner, case))
 
 
 def run_session(
@@ -253,7 +267,11 @@ def run_session(
     keep_runs, digests, clock, on_hang)."""
     session = Session(targets, seeds, **settings)
     with few_collections():
-        (backend or InProcess()).run(session)
+        try:
+            (backend or InProcess()).run(session)
+        except INTERRUPTS:
+            session.interrupted()
+            raise
     return session.result()
 
 

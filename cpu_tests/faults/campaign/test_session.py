@@ -3,6 +3,7 @@ backend gets from the session without writing it itself."""
 
 from __future__ import annotations
 
+import signal
 import socket
 from itertools import count
 from pathlib import Path
@@ -45,12 +46,14 @@ class Backwards:
 
     def run(self, session: Session) -> None:
         cases = [Case(t, s) for s in session.seeds if session.may_start(s) for t in session.targets]
-        tokens = {c.id: session.stage(c) for c in cases}
+        for c in cases:
+            session.stage(c)
+            session.stage(c)  # once: a case handed out again keeps its staging
         for c in cases:
             session.starting(c)
         for c in reversed(cases[1:]):
-            session.finished(c, CaseOutcome(c, Verdict.PASS), tokens[c.id])
-        session.lost(cases[0], "it was killed", token=tokens[cases[0].id])
+            session.finished(c, CaseOutcome(c, Verdict.PASS))
+        session.lost(cases[0], "it was killed")
 
 
 def test_outcomes_come_back_in_campaign_order_and_a_dead_worker_is_an_error():
@@ -183,3 +186,41 @@ def test_in_the_pool_a_crash_keeps_the_running_cases_artifact_and_an_interrupt_u
     with pytest.raises(type(escape)):
         run_session([CASE.target], [CASE.seed], ForkPool(1), artifacts=store, progress=progress)
     _left(tmp_path / "artifacts", kept)
+
+
+class StopInside(CampaignArtifacts):
+    """Artifacts that get Ctrl-C in the middle of a call: once a case's staging is on
+    disk but not yet returned, or as a case's outcome is being recorded."""
+
+    def __init__(self, directory: Path, where: str):
+        super().__init__(directory)
+        self.where = where
+
+    def before(self, case: Case) -> tuple[Path, bytes | None]:
+        staged = super().before(case)
+        if self.where == "staging":
+            signal.raise_signal(signal.SIGINT)
+        return staged
+
+    def after(self, case: Case, outcome: CaseOutcome, staged: object) -> None:
+        if self.where == "outcome":
+            signal.raise_signal(signal.SIGINT)
+        super().after(case, outcome, staged)  # type: ignore[arg-type]
+
+
+BACKENDS = [pytest.param(InProcess, id="in-process")]
+if can_fork():
+    BACKENDS.append(pytest.param(lambda: ForkPool(2), id="pool"))
+
+
+@pytest.mark.parametrize("where", ["staging", "outcome"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_ctrl_c_inside_a_staging_or_an_outcome_lands_after_it_and_leaves_no_artifact(
+    tmp_path: Path, backend, where: str
+) -> None:
+    # CI once found a passing case's artifact left after Ctrl-C under -j 2: the signal
+    # had landed while the parent recorded the case's outcome, before it dropped it.
+    store = StopInside(tmp_path / "artifacts", where)
+    with pytest.raises(KeyboardInterrupt):
+        run_session(TARGETS, [0, 1], backend(), artifacts=store)
+    assert sorted((tmp_path / "artifacts").glob("*.json")) == []
