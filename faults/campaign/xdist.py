@@ -28,6 +28,7 @@ def cases_task(payload: dict[str, Any]) -> list[dict[str, Any]]:
     started the campaign, each case's replay artifact is staged before it runs and
     kept or dropped as in-process (``CampaignArtifacts``)."""
     from faults.campaign.artifacts import CampaignArtifacts
+    from reference.signals import stop_signals_held
 
     targets = [Target.from_json(t) for t in payload["targets"]]
     here = payload.get("host") == socket.gethostname()
@@ -38,15 +39,19 @@ def cases_task(payload: dict[str, Any]) -> list[dict[str, Any]]:
         runner = CaseRunner(digests=payload.get("digests", True))
         for t in targets:
             case = Case(t, seed)
-            staged = store.before(case) if store is not None else None
+            staged = None
             try:
+                # Held: a stop lands before the staging or after it is known, never inside.
+                with stop_signals_held():
+                    staged = store.before(case) if store is not None else None
                 outcome = guarded(runner, case, payload.get("timeout_s"))
             except INTERRUPTS:  # a crash keeps its staged artifact, for its replay
                 if store is not None and staged is not None:
                     store.abandon(staged)  # interrupted: the case has no verdict to keep
                 raise
             if store is not None:
-                store.after(case, outcome, staged)
+                with stop_signals_held():
+                    store.after(case, outcome, staged)
             out.append(outcome.as_json())
     return out
 

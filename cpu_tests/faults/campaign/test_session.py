@@ -224,3 +224,21 @@ def test_ctrl_c_inside_a_staging_or_an_outcome_lands_after_it_and_leaves_no_arti
     with pytest.raises(KeyboardInterrupt):
         run_session(TARGETS, [0, 1], backend(), artifacts=store)
     assert sorted((tmp_path / "artifacts").glob("*.json")) == []
+
+
+@pytest.mark.parametrize("where", ["staging", "outcome"])
+def test_on_an_xdist_worker_ctrl_c_inside_a_staging_or_an_outcome_leaves_no_artifact(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    from faults.campaign import artifacts, xdist
+
+    monkeypatch.setattr(artifacts, "CampaignArtifacts", lambda d: StopInside(d, where))
+    payload = {
+        "targets": [CASE.target.as_json()],
+        "seeds": [0, 1],
+        "host": socket.gethostname(),
+        "artifacts": str(tmp_path / "artifacts"),
+    }
+    with pytest.raises(KeyboardInterrupt):
+        xdist.cases_task(payload)
+    assert sorted((tmp_path / "artifacts").glob("*.json")) == []
