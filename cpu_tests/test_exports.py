@@ -4,7 +4,7 @@ importing the package pulls in no heavy dependency.
 
 The packages are found by walking reference, fakes and faults, so a new curated package
 is checked without an entry here. A package's exports are its ``_EXPORTS`` (the names
-it resolves lazily, ``faults._lazy``) where it has them, else the public names its
+it resolves lazily, ``reference._lazy``) where it has them, else the public names its
 ``__init__`` binds (modules left out)."""
 
 from __future__ import annotations
@@ -92,6 +92,16 @@ def test_all_is_sorted_and_lists_exactly_the_exports(name):
     listed, exported = json.loads(_fresh(EXPORTS_OF, name))
     assert listed == sorted(listed)
     assert listed == exported
+
+
+@pytest.mark.parametrize("name", CURATED)
+def test_dir_lists_every_export_before_any_is_used(name):
+    # What completion and help() see: a lazy name is listed before its first use.
+    code = (
+        f"import importlib, json\npkg = importlib.import_module({name!r})\n"
+        "print(json.dumps(sorted(set(pkg.__all__) - set(dir(pkg)))))\n"
+    )
+    assert json.loads(_fresh(code)) == []
 
 
 @pytest.mark.parametrize("name", CURATED)

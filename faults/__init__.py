@@ -10,7 +10,7 @@ Layout (dependencies point down; ``lint-imports`` enforces it):
 - ``runs``: what one run is made from and what it leaves.
 """
 
-from faults._lazy import lazy_exports
+from reference._lazy import lazy_exports
 
 _EXPORTS = {
     "FaultPlan": "faults.injectors.plans",
@@ -27,4 +27,4 @@ _EXPORTS = {
     "select_targets": "faults.campaign.targets",
 }
 __all__ = sorted(_EXPORTS)
-__getattr__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import signal
 
+# The stdlib and nothing else: importing the reference package's ``__init__`` imports
+# none of its modules.
+from reference.signals import STOP_SIGNALS
+
 
 def main() -> int:
     """Hold the stop signals, then run ``faults.cli.main`` (which releases them)."""
     if hasattr(signal, "pthread_sigmask"):
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
+        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     from faults.cli import main as command_line
 
     return command_line()

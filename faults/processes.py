@@ -15,15 +15,12 @@ import time
 from types import FrameType
 from typing import Any, Callable, TypeAlias
 
-# Stdlib only at import (``reference`` is imported where it is used): a command installs
-# its handlers (``Signals``) before it imports anything else, so that a signal in its
-# first milliseconds also ends it with one line.
-
-# The signals that end a command with one line and 128 + signum (130, 143, 129): the
-# three ``reference.signals.STOP_SIGNALS`` holds (a test keeps them the same).
-STOP_SIGNALS = tuple(
-    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
-)
+# Cheap at import (the stdlib and two stdlib-only modules of ``reference``, not the
+# stack): a command installs its handlers (``Signals``) before it imports anything else,
+# so that a signal in its first milliseconds also ends it with one line.
+from reference.pids import running as running
+from reference.signals import STOP_SIGNALS as STOP_SIGNALS  # the signals ending a command
+from reference.signals import stop_signals_held
 
 # What signal.signal takes and returns: a function, SIG_DFL or SIG_IGN, or None (a
 # handler not installed from Python).
@@ -133,16 +130,7 @@ class Signals:
 
     def deferred(self) -> contextlib.AbstractContextManager[None]:
         """A block a stop signal must not cut: the signal is raised when it ends."""
-        from reference.signals import stop_signals_held
-
         return stop_signals_held()
-
-
-def running(pid: int) -> bool:
-    """Whether process ``pid`` runs (``reference.pids.running``)."""
-    from reference.pids import running as pid_running
-
-    return pid_running(pid)
 
 
 def kill_group(proc: subprocess.Popen[Any], grace: float = 2.0, reap_s: float = 30.0) -> None:

@@ -197,16 +197,21 @@ def test_a_signal_inside_deferred_is_raised_when_the_block_ends_and_a_second_is_
     assert steps == ["block ran on", "cleanup ran on"]
 
 
-def test_the_command_can_install_its_handlers_before_importing_the_stack():
-    """``kvfault`` installs ``Signals`` first (a signal during its imports is one line):
-    importing ``faults.processes`` must not import the reference stack, and its stop
-    signals are the ones ``reference.signals`` holds."""
+@pytest.mark.parametrize("module", ["faults.entry", "faults.processes"])
+def test_the_command_can_install_its_handlers_before_importing_the_stack(module):
+    """``kvfault`` blocks the stop signals and installs ``Signals`` first (a signal
+    during its imports is one line): its entry and ``faults.processes`` import the
+    stdlib and no module of kvfault's but the two stdlib-only ones they name."""
     code = (
-        "import sys, faults.processes as p\n"
-        "print(sorted(m for m in sys.modules if m == 'reference' or m.startswith('reference.')))\n"
-        "import reference.signals as r\n"
-        "print(p.STOP_SIGNALS == r.STOP_SIGNALS)"
+        f"import sys, {module}\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('reference', 'faults', 'fakes')))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60, check=True).stdout  # fmt: skip
-    assert out == "[]\nTrue\n", out
+    expected = ["faults", "reference", "reference._lazy", "reference.signals"]
+    if module == "faults.processes":
+        expected += ["faults.processes", "reference.pids"]
+    else:
+        expected += ["faults.entry"]
+    assert out == f"{sorted(expected)}\n", out

@@ -35,7 +35,7 @@ def test_all_names_exactly_the_lazy_exports():
 @pytest.mark.parametrize("name", sorted(device._EXPORTS))
 def test_each_export_is_the_object_its_module_defines(name):
     pytest.importorskip("torch")
-    module = importlib.import_module(f"reference.device.{device._EXPORTS[name]}")
+    module = importlib.import_module(device._EXPORTS[name])
     assert getattr(device, name) is getattr(module, name)
 
 

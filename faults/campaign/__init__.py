@@ -2,7 +2,7 @@
 seeds by one case runner and judged by one judge; the tier is a parameter (an
 ``Executor``)."""
 
-from faults._lazy import lazy_exports
+from reference._lazy import lazy_exports
 
 _EXPORTS = {
     "CampaignError": "faults.campaign.targets",
@@ -37,4 +37,4 @@ _EXPORTS = {
     "run_scenario": "faults.campaign.execute",
 }
 __all__ = sorted(_EXPORTS)
-__getattr__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -2,7 +2,7 @@
 collaborator), fault plans as data (named injectors, parameters, triggers, one seed)
 and the injector catalog."""
 
-from faults._lazy import lazy_exports
+from reference._lazy import lazy_exports
 
 _EXPORTS = {
     "EngineCrash": "faults.injectors.engine",
@@ -37,4 +37,4 @@ _EXPORTS = {
     "wrap_all": "faults.injectors.base",
 }
 __all__ = sorted(_EXPORTS)
-__getattr__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

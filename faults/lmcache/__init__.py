@@ -1,7 +1,7 @@
 """The real-LMCache harness: a server on loopback, a wire proxy with faults, and the
 scenarios and wire faults the campaign runs on the real tier (needs the lmcache extra)."""
 
-from faults._lazy import lazy_exports
+from reference._lazy import lazy_exports
 
 _EXPORTS = {
     "FiredFault": "faults.lmcache.wire_proxy",
@@ -10,4 +10,4 @@ _EXPORTS = {
     "WireProxy": "faults.lmcache.wire_proxy",
 }
 __all__ = sorted(_EXPORTS)
-__getattr__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -1,7 +1,7 @@
 """Properties checked over a run's trace: each is a function of a RunResult that
 returns its violations, with the evidence a reviewer needs."""
 
-from faults._lazy import lazy_exports
+from reference._lazy import lazy_exports
 
 _EXPORTS = {
     "PROPERTIES": "faults.properties.checks",
@@ -21,4 +21,4 @@ _EXPORTS = {
     "usage": "faults.properties.checks",
 }
 __all__ = sorted(_EXPORTS)
-__getattr__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

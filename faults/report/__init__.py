@@ -1,7 +1,7 @@
 """What a run leaves behind: the JSON summary, JUnit XML, replay artifacts and timeline
 pictures."""
 
-from faults._lazy import lazy_exports
+from reference._lazy import lazy_exports
 
 _EXPORTS = {
     "format_campaign": "faults.report.table",
@@ -16,4 +16,4 @@ _EXPORTS = {
     "write_timeline": "faults.report.timeline",
 }
 __all__ = sorted(_EXPORTS)
-__getattr__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -20,8 +20,9 @@ level; the rest of ``reference/`` never does.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from reference._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from reference.device.copy_engine import (
@@ -35,21 +36,21 @@ if TYPE_CHECKING:
     from reference.device.host_pool import HostPage, HostPageBatch, PinnedHostPool, map_pinned
     from reference.device.ticket import RestoreTicket
 
-# public name -> the module (under reference.device) that defines it
+# public name -> the module that defines it
 _EXPORTS = {
-    "PinnedHostPool": "host_pool",
-    "HostPage": "host_pool",
-    "HostPageBatch": "host_pool",
-    "map_pinned": "host_pool",
-    "DeviceKvPages": "device_pages",
-    "device_available": "device_pages",
-    "device_backend": "device_pages",
-    "TorchCopyEngine": "copy_engine",
-    "RestoreTicket": "ticket",
-    "Method": "copy_engine",
-    "Gather": "copy_engine",
-    "DMA_MIN_BLOCK_BYTES": "copy_engine",
-    "word_dtype": "copy_engine",
+    "PinnedHostPool": "reference.device.host_pool",
+    "HostPage": "reference.device.host_pool",
+    "HostPageBatch": "reference.device.host_pool",
+    "map_pinned": "reference.device.host_pool",
+    "DeviceKvPages": "reference.device.device_pages",
+    "device_available": "reference.device.device_pages",
+    "device_backend": "reference.device.device_pages",
+    "TorchCopyEngine": "reference.device.copy_engine",
+    "RestoreTicket": "reference.device.ticket",
+    "Method": "reference.device.copy_engine",
+    "Gather": "reference.device.copy_engine",
+    "DMA_MIN_BLOCK_BYTES": "reference.device.copy_engine",
+    "word_dtype": "reference.device.copy_engine",
 }
 
 __all__ = [
@@ -68,15 +69,4 @@ __all__ = [
     "word_dtype",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS})
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
