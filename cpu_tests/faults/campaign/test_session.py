@@ -208,6 +208,15 @@ class StopInside(CampaignArtifacts):
         super().after(case, outcome, staged)  # type: ignore[arg-type]
 
 
+@pytest.fixture
+def ctrl_c_raises():
+    # Python ignores SIGINT when it starts ignored (a background job of a script, as CI
+    # may run it): make it raise KeyboardInterrupt here, as at a terminal.
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
 BACKENDS = [pytest.param(InProcess, id="in-process")]
 if can_fork():
     BACKENDS.append(pytest.param(lambda: ForkPool(2), id="pool"))
@@ -216,7 +225,7 @@ if can_fork():
 @pytest.mark.parametrize("where", ["staging", "outcome"])
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_ctrl_c_inside_a_staging_or_an_outcome_lands_after_it_and_leaves_no_artifact(
-    tmp_path: Path, backend, where: str
+    tmp_path: Path, backend, where: str, ctrl_c_raises: None
 ) -> None:
     # CI once found a passing case's artifact left after Ctrl-C under -j 2: the signal
     # had landed while the parent recorded the case's outcome, before it dropped it.
@@ -228,7 +237,7 @@ def test_ctrl_c_inside_a_staging_or_an_outcome_lands_after_it_and_leaves_no_arti
 
 @pytest.mark.parametrize("where", ["staging", "outcome"])
 def test_on_an_xdist_worker_ctrl_c_inside_a_staging_or_an_outcome_leaves_no_artifact(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str, ctrl_c_raises: None
 ) -> None:
     from faults.campaign import artifacts, xdist
 
