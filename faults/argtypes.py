@@ -45,8 +45,11 @@ def number_at_least(
 MAX_BUDGETED_SEED_COUNT = 1_000_000
 seed_count = number_at_least(1, "a seed count", maximum=MAX_BUDGETED_SEED_COUNT)
 seed = number_at_least(0, "a seed", maximum=MAX_SEED)
+MAX_TIMEOUT_S = 7 * 24 * 3600.0  # a week
+# A case's --timeout unless one is given (a replay: the one its artifact recorded).
+DEFAULT_CASE_TIMEOUT_S = 600.0
 timeout_seconds = number_at_least(
-    0, "--timeout (seconds, 0: none)", float, maximum=7 * 24 * 3600.0, why=" (a week)"
+    0, "--timeout (seconds, 0: none)", float, maximum=MAX_TIMEOUT_S, why=" (a week)"
 )
 
 

@@ -21,6 +21,7 @@ import sys
 from typing import Any, Callable, NoReturn, Sequence
 
 from faults.argtypes import (
+    DEFAULT_CASE_TIMEOUT_S,
     MAX_SCALE,
     Once,
     duration,
@@ -35,8 +36,6 @@ from faults.argtypes import (
     workers,
 )
 from faults.commands.run import DEFAULT_SEEDS, add_tier_options
-
-DEFAULT_CASE_TIMEOUT_S = 600.0
 
 
 class _Parser(argparse.ArgumentParser):
@@ -210,8 +209,9 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("artifact", type=path, metavar="ARTIFACT", help="a JSON replay artifact")
     replay.add_argument("--timeline", type=path, default=None, metavar="PATH",
                         help="draw the case's timeline (.png, .svg, .pdf or .jpg)")  # fmt: skip
-    replay.add_argument("--timeout", type=timeout_seconds, default=DEFAULT_CASE_TIMEOUT_S, metavar="S",
-                        help="a hang dumps all stacks and exits after S seconds (0: never)")  # fmt: skip
+    replay.add_argument("--timeout", type=timeout_seconds, default=None, metavar="S",
+                        help="a hang dumps all stacks and exits after S seconds (0: never; "
+                             "default: the --timeout the case ran past, else 600)")  # fmt: skip
 
     sweep = sub.add_parser("sweep", help="run pytest once per PYTHONHASHSEED")
     sweep.add_argument("--hashseeds", default="0-15", metavar="RANGE",

@@ -16,12 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from faults.argtypes import DEFAULT_CASE_TIMEOUT_S
 from faults.campaign import Case, CaseOutcome, CaseRunner
 from faults.campaign.artifacts import replay_command, write_artifact
 from faults.campaign.hang_guard import hang_guard
 from faults.verdicts import Verdict
-
-DEFAULT_TIMEOUT_S = 600.0
 
 
 def write_timeline(outcome: CaseOutcome, path: Path) -> str | None:
@@ -65,7 +64,7 @@ class Reproduction:
 def reproduce(
     case: Case,
     artifacts: Path | None,
-    timeout_s: float | None = DEFAULT_TIMEOUT_S,
+    timeout_s: float | None = DEFAULT_CASE_TIMEOUT_S,
     keep_runs: str = "all",
 ) -> Reproduction:
     """Write ``case``'s artifact (unless ``artifacts`` is None), then run the case under

@@ -366,6 +366,10 @@ def artifact(tmp_path) -> Path:
         ("scenario", "two_servers", "'scenario' is 'two_servers' but its target runs 'two_images'"),
         ("pythonhashseed", "abc", "'pythonhashseed' must be null or a whole number"),
         ("pythonhashseed", 2**32, "'pythonhashseed' must be null or a whole number"),
+        ("timeout_s", 0, "'timeout_s' must be null or a number of seconds above 0"),
+        ("timeout_s", True, "'timeout_s' must be null or a number of seconds above 0"),
+        ("timeout_s", "5", "'timeout_s' must be null or a number of seconds above 0"),
+        ("timeout_s", 1e9, "'timeout_s' must be null or a number of seconds above 0 and at most"),
         ("regression", "nope", "'regression' is 'nope' but its target runs 'media_keys'"),
         ("regression", None, "'regression' is None but its target runs 'media_keys'"),
         ("scale", -1, "unknown field 'scale'"),
@@ -389,6 +393,29 @@ def test_replay_refuses_a_target_field_its_target_ignores(artifact, capsys):
     capsys.readouterr()
     code = cli.main(["replay", str(artifact)])
     one_error_line((code, capsys.readouterr().err), "target 'scenario' is 'two_servers'")
+
+
+def test_in_one_process_a_case_past_timeout_keeps_it_in_its_artifact_for_its_replay(tmp_path):
+    # The replay of a case that ran past --timeout runs under the same bound (and
+    # times out again), unless its own --timeout says otherwise.
+    def kvfault(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "faults.cli", *args], cwd=tmp_path,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)},
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+
+    ran = kvfault("run", "-j", "1", "--scenario", "restart_burst", "--timeout", "0.001",
+                  "--no-progress", "--artifacts", "arts")  # fmt: skip
+    assert ran.returncode == 2, ran.stdout + ran.stderr
+    art = tmp_path / "arts" / "scenario-restart_burst-seed0.json"
+    assert json.loads(art.read_text())["timeout_s"] == 0.001
+    assert "  replay: " in ran.stdout and ran.stdout.split("  replay: ")[1].split("\n")[0].endswith(
+        "--scenario restart_burst --timeout 0.001"
+    ), ran.stdout
+    again = kvfault("replay", str(art))
+    assert again.returncode == 2, again.stdout + again.stderr
+    assert again.stderr.startswith("kvfault: error: timed out: a case ran past --timeout 0.001s")
+    unbounded = kvfault("replay", str(art), "--timeout", "0")
+    assert unbounded.returncode == 0, unbounded.stdout + unbounded.stderr
 
 
 def test_a_recorded_hash_seed_is_printed_as_python_takes_it(artifact, capsys):

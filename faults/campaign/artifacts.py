@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
-from faults.argtypes import MAX_SEED
+from faults.argtypes import MAX_SEED, MAX_TIMEOUT_S
 from faults.campaign.outcomes import CaseOutcome
 from faults.campaign.targets import CampaignError, Case, Target
 from faults.errors import KvfaultError
@@ -56,14 +56,22 @@ def hashseed() -> str | None:
         return value
 
 
-def replay_command(case: Case) -> str:
+def replay_command(case: Case, timeout_s: float | None = None) -> str:
     """The case's command, prefixed with the PYTHONHASHSEED it ran under (hash order
-    can matter, e.g. for the restart-numbering regression)."""
+    can matter, e.g. for the restart-numbering regression), and with the ``--timeout``
+    it ran past, if it did (``CaseOutcome.timeout_s``)."""
+    command = case.command
+    if timeout_s is not None:
+        command += f" --timeout {timeout_s:g}"
     hs = hashseed()
-    return f"PYTHONHASHSEED={hs} {case.command}" if hs is not None else case.command
+    return f"PYTHONHASHSEED={hs} {command}" if hs is not None else command
 
 
-def artifact_json(case: Case, path: Path | None = None) -> dict[str, Any]:
+def artifact_json(
+    case: Case, path: Path | None = None, timeout_s: float | None = None
+) -> dict[str, Any]:
+    """What ``case``'s artifact at ``path`` holds; ``timeout_s``: the ``--timeout`` it
+    ran past, which its replay applies too."""
     plan = case.plan()
     return {
         "kvfault_artifact": ARTIFACT_VERSION,
@@ -74,7 +82,8 @@ def artifact_json(case: Case, path: Path | None = None) -> dict[str, Any]:
         "regression": case.target.regression,
         "plan": plan.as_json() if plan is not None else None,
         "pythonhashseed": hashseed(),
-        "command": replay_command(case),
+        "timeout_s": timeout_s,
+        "command": replay_command(case, timeout_s),
         "replay": f"kvfault replay {path}" if path is not None else None,
     }
 
@@ -130,13 +139,15 @@ def _runs(obj: dict[str, Any] | None) -> int:
     return runs if isinstance(runs, int) and not isinstance(runs, bool) and runs > 0 else 0
 
 
-def write_artifact(case: Case, directory: Path) -> Path:
+def write_artifact(case: Case, directory: Path, timeout_s: float | None = None) -> Path:
     """Write ``case``'s replay artifact into ``directory`` (created if needed) and
-    return its path. The file appears whole or not at all, through a private temporary
-    file (``faults.safe_io.write_atomic``); any number of processes may write into one
+    return its path (``timeout_s``: the ``--timeout`` the case ran past). The file
+    appears whole or not at all, through a private temporary file
+    (``faults.safe_io.write_atomic``); any number of processes may write into one
     directory at once."""
     path = artifact_path(case, directory)
-    return _in_directory(directory, lambda: write_atomic(path, _dump(artifact_json(case, path))))
+    obj = artifact_json(case, path, timeout_s)
+    return _in_directory(directory, lambda: write_atomic(path, _dump(obj)))
 
 
 def stage_artifact(case: Case, directory: Path) -> tuple[Path, bytes | None]:
@@ -180,10 +191,11 @@ def drop_artifact(path: Path, previous: bytes | None) -> None:
             drop()
 
 
-def keep_artifact(case: Case, directory: Path) -> Path:
+def keep_artifact(case: Case, directory: Path, timeout_s: float | None = None) -> Path:
     """A case that did not pass keeps its artifact, for good (no campaign run removes
-    it): written again without the count of running campaign runs."""
-    return write_artifact(case, directory)
+    it): written again without the count of running campaign runs, and with the
+    ``--timeout`` it ran past, if it did."""
+    return write_artifact(case, directory, timeout_s)
 
 
 def read_artifact(path: Path) -> tuple[Case, dict[str, Any]]:
@@ -237,6 +249,16 @@ def read_artifact(path: Path) -> tuple[Case, dict[str, Any]]:
             f"{path}: 'pythonhashseed' must be null or a whole number from 0 to "
             f"{MAX_HASHSEED} (what PYTHONHASHSEED accepts), got {recorded!r}"
         )
+    timeout_s = obj.get("timeout_s")
+    if timeout_s is not None and not (
+        isinstance(timeout_s, (int, float))
+        and not isinstance(timeout_s, bool)
+        and 0 < timeout_s <= MAX_TIMEOUT_S
+    ):
+        raise ArtifactError(
+            f"{path}: 'timeout_s' must be null or a number of seconds above 0 and at most "
+            f"{MAX_TIMEOUT_S:g} (what --timeout takes), got {timeout_s!r}"
+        )
     try:
         target = Target.from_json(obj.get("target"))
         plan = None
@@ -272,7 +294,7 @@ def read_artifact(path: Path) -> tuple[Case, dict[str, Any]]:
 # The fields ``artifact_json`` writes, and the campaign's count of runs.
 _FIELDS = frozenset(
     ("kvfault_artifact", "case", "target", "scenario", "seed", "regression", "plan",
-     "pythonhashseed", "command", "replay", RUNS_FIELD)
+     "pythonhashseed", "timeout_s", "command", "replay", RUNS_FIELD)
 )  # fmt: skip
 
 
@@ -330,7 +352,7 @@ class CampaignArtifacts:
             if staged is not None:
                 drop_artifact(*staged)  # an artifact `kvfault repro` wrote stays
         else:
-            self.kept[case.id] = keep_artifact(case, self.directory)
+            self.kept[case.id] = keep_artifact(case, self.directory, outcome.timeout_s)
 
     def abandon(self, staged: tuple[Path, bytes | None]) -> None:
         """Undo the staging of a case that will have no outcome (the campaign was

@@ -52,6 +52,8 @@ class CaseOutcome:
     digest: str = ""
     error: str | None = None
     checked: list[str] = field(default_factory=list)  # properties judged on the fixed run
+    # The --timeout this case ran past (an ERROR: its replay needs the same bound), else None.
+    timeout_s: float | None = None
     # The judged runs (``faults.campaign.execute.CaseResult``, for a timeline); which outcomes
     # keep them is the runner's ``keep_runs``.
     legacy_result: Any = field(default=None, repr=False, compare=False)
@@ -109,6 +111,7 @@ class CaseOutcome:
             "digest": self.digest,
             "error": self.error,
             "properties": self.checked,
+            "timeout_s": self.timeout_s,
             "command": self.case.command,
         }
 
@@ -128,6 +131,7 @@ class CaseOutcome:
             digest=obj.get("digest", ""),
             error=obj.get("error"),
             checked=list(obj.get("properties", [])),
+            timeout_s=obj.get("timeout_s"),
         )
 
 

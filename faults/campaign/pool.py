@@ -30,6 +30,7 @@ import signal
 import sys
 from typing import TYPE_CHECKING, Any, Sequence
 
+from faults.campaign.hang_guard import TIMEOUT_EXIT
 from faults.campaign.outcomes import CaseOutcome
 from faults.campaign.runner import ERROR, CaseRunner
 from faults.campaign.session import Session, guarded
@@ -280,8 +281,9 @@ class ForkPool:
             for i, case in w.unit:
                 if i == failed:
                     how = f"exited with {code}" if code is not None and code >= 0 else "was killed"
-                    cause = f"it {how} (a --timeout hang guard or a crash; its stderr says which)"
-                    session.lost(case, cause)
+                    # Its hang guard exits with TIMEOUT_EXIT; a crash exits otherwise.
+                    hung = code == TIMEOUT_EXIT and w.running is not None
+                    session.lost(case, f"it {how} (a crash: its stderr says why)", timed_out=hung)
                     finished.add(i)
             rest = [(i, c) for i, c in w.unit if i not in finished]
             if rest:

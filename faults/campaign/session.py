@@ -178,10 +178,18 @@ class Session:
             if self.artifacts is not None:
                 self.artifacts.after(case, outcome, token)
 
-    def lost(self, case: Case, cause: str, error: str | None = None) -> None:
-        """The worker running ``case`` died (its hang guard, a crash): an ERROR outcome."""
-        why = f"the worker running it failed: {cause}"
-        self.finished(case, CaseOutcome(case, Verdict.ERROR, signature=why, error=error))
+    def lost(
+        self, case: Case, cause: str, error: str | None = None, timed_out: bool = False
+    ) -> None:
+        """The worker running ``case`` died: an ERROR outcome. ``timed_out``: its hang
+        guard ended it (the case ran past ``timeout_s``), else it crashed (``cause``)."""
+        if timed_out:
+            why = f"ran past --timeout {self.timeout_s or 0.0:g}s (its worker's stacks on stderr)"
+        else:
+            why = f"the worker running it failed: {cause}"
+        timeout = self.timeout_s if timed_out else None
+        outcome = CaseOutcome(case, Verdict.ERROR, signature=why, error=error, timeout_s=timeout)
+        self.finished(case, outcome)
 
     def run_here(self, runner: CaseRunner, case: Case) -> CaseOutcome:
         """Run ``case`` in this process under the hang guard: past ``timeout_s``,
@@ -192,7 +200,10 @@ class Session:
     def _hung(self, case: Case) -> None:
         timeout = self.timeout_s or 0.0
         hung = CaseOutcome(
-            case, Verdict.ERROR, signature=f"ran past --timeout {timeout:g}s (stacks on stderr)"
+            case,
+            Verdict.ERROR,
+            signature=f"ran past --timeout {timeout:g}s (stacks on stderr)",
+            timeout_s=timeout,
         )
         ran = {**self.done, (case.target.id, case.seed): hung}
         failure = CampaignFailure(

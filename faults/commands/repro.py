@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from faults.argtypes import dir_refused
+from faults.argtypes import DEFAULT_CASE_TIMEOUT_S, dir_refused
 from faults.commands.run import bad
 
 
@@ -50,8 +50,12 @@ def replay_command(args: argparse.Namespace) -> int:
             f"PYTHONHASHSEED={recorded} kvfault replay {args.artifact}",
             file=sys.stderr,
         )
-    # The artifact exists already: replay must not rewrite it.
-    rep = reproduce(case, None, args.timeout)
+    # The artifact exists already: replay must not rewrite it. A case that ran past a
+    # --timeout is replayed under that bound, unless --timeout says otherwise.
+    timeout = args.timeout
+    if timeout is None:
+        timeout = obj.get("timeout_s") or DEFAULT_CASE_TIMEOUT_S
+    rep = reproduce(case, None, timeout)
     rep.artifact = args.artifact
     print(format_reproduction(rep))
     return _timeline(args.timeline, rep.outcome, rep.exit_code)

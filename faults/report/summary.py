@@ -140,7 +140,7 @@ def case_json(
         "wall_seconds": round(case.wall_seconds, 4),
         "digest": case.digest,
         "error": case.error,
-        "command": replay_command(case.case),
+        "command": replay_command(case.case, case.timeout_s),
         "plan": case.plan_json(),
         "artifact": None if artifact is None else str(artifact),
         "timeline": None if timeline is None else str(timeline),

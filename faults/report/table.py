@@ -77,7 +77,7 @@ def format_campaign(result: CampaignResult, artifacts: dict[str, Path] | None = 
         if c.ok:
             continue
         out.append(f"\n{c.verdict} {c.case.id}: {c.signature}")
-        out.append(f"  replay: {replay_command(c.case)}")
+        out.append(f"  replay: {replay_command(c.case, c.timeout_s)}")
         if artifacts and c.case.id in artifacts:
             out.append(f"  artifact: {artifacts[c.case.id]}")
     for f in result.failures:

@@ -131,7 +131,11 @@ def test_a_dead_worker_leaves_an_error_case_and_its_artifact_and_the_rest_runs(t
         "--artifacts", "arts", cwd=tmp_path,
     )  # fmt: skip
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert proc.stdout.count("ERROR") >= 3 and "the worker running it failed" in proc.stdout
+    errors = [ln for ln in proc.stdout.splitlines() if ln.startswith("ERROR scenario:")]
+    assert len(errors) == 3, proc.stdout
+    assert all(
+        ln.endswith(": ran past --timeout 0.001s (its worker's stacks on stderr)") for ln in errors
+    )
     assert "3 targets, 3 runs: 0 ok, 3 failed" in proc.stdout
     assert sorted(p.name for p in (tmp_path / "arts").iterdir()) == [
         "scenario-restart_mid_run-seed0.json",
@@ -139,6 +143,14 @@ def test_a_dead_worker_leaves_an_error_case_and_its_artifact_and_the_rest_runs(t
         "scenario-two_servers-seed0.json",
     ]
     assert proc.stderr.count("kvfault: error: timed out: a case ran past --timeout") == 3
+    # Each replay carries the bound the case ran past, so it times out again.
+    replays = [ln for ln in proc.stdout.splitlines() if ln.startswith("  replay: ")]
+    assert len(replays) == 3 and all(ln.endswith(" --timeout 0.001") for ln in replays)
+    art = json.loads((tmp_path / "arts" / "scenario-two_servers-seed0.json").read_text())
+    assert art["timeout_s"] == 0.001 and art["command"].endswith("--timeout 0.001")
+    again = kvfault("replay", "arts/scenario-two_servers-seed0.json", cwd=tmp_path)
+    assert again.returncode == 2, again.stdout + again.stderr
+    assert again.stderr.startswith("kvfault: error: timed out: a case ran past --timeout 0.001s")
 
 
 def test_a_unit_that_kills_every_worker_before_a_case_starts_still_ends(monkeypatch):
