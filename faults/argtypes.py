@@ -101,14 +101,10 @@ repeat = number_at_least(1, "--repeat", maximum=MAX_REPEAT)
 tail_lines = number_at_least(0, "--tail", maximum=100_000)
 
 
-def prove_timeout(text: str) -> float:
-    """prove's ``--timeout``: seconds above zero, at most a week (no inf, no NaN)."""
-    seconds = number_at_least(0, "--timeout", float, maximum=7 * 24 * 3600.0, why=" (a week)")(text)
-    if seconds <= 0:
-        raise argparse.ArgumentTypeError(
-            f"--timeout must be a positive number of seconds, got {text}"
-        )
-    return seconds
+def prove_timeout(text: str) -> float | None:
+    """prove's ``--timeout``: seconds, at most a week (no inf, no NaN); 0 is none (None),
+    as every command's ``--timeout`` takes it."""
+    return timeout_seconds(text) or None
 
 
 _DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?")

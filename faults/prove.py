@@ -402,7 +402,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="S",
         type=argtypes.prove_timeout,
         default=None,
-        help="seconds per run before it is killed (ERROR); default: none",
+        help="seconds per run before it is killed (ERROR); 0 or left out: none",
     )
     parser.add_argument(
         "--tail",

@@ -46,8 +46,8 @@ def one_line(capsys, argv: list[str]) -> str:
         (["run", "--first-seed", "-3"], "argument --first-seed: a seed must be at least 0, got -3"),
         (["prove", "--old", "a", "--new", "b", "--repeat", "100000", "--", "true"], "argument --repeat: --repeat must be at most 1000"),
         (["prove", "--old", "a", "--new", "b", "--tail", "-1", "--", "true"], "argument --tail: --tail must be at least 0"),
-        (["prove", "--old", "a", "--new", "b", "--timeout", "inf", "--", "true"], "argument --timeout: --timeout must be at most"),
-        (["prove", "--old", "a", "--new", "b", "--timeout", "nan", "--", "true"], "argument --timeout: --timeout wants a number"),
+        (["prove", "--old", "a", "--new", "b", "--timeout", "inf", "--", "true"], "argument --timeout: --timeout (seconds, 0: none) must be at most"),
+        (["prove", "--old", "a", "--new", "b", "--timeout", "nan", "--", "true"], "argument --timeout: --timeout (seconds, 0: none) wants a number"),
     ],
 )  # fmt: skip
 def test_refused_in_one_line(capsys, tmp_path, monkeypatch, argv, needle):

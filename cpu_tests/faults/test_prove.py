@@ -170,6 +170,13 @@ def test_fixed(repo: Path, isolated: Path, capsys: pytest.CaptureFixture[str]) -
     assert_clean(repo, isolated)
 
 
+def test_timeout_zero_is_none_as_in_every_command(
+    repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert broken_to_fixed(repo, "--timeout", "0", "--", "sh", "check.sh") == 0
+    assert verdict_line(capsys.readouterr().out).startswith("FIXED: old fails (exit 1)")
+
+
 def test_still_failing(repo: Path, isolated: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli(repo, "--old", "broken", "--new", "broken", "--", "sh", "check.sh") == 1
     assert verdict_line(capsys.readouterr().out).startswith("STILL FAILING: new fails (exit 1)")
@@ -325,8 +332,8 @@ def test_tail_keeps_last_lines(repo: Path) -> None:
             "invalid --expect regex",
         ),
         (
-            ["--old", "broken", "--new", "fixed", "--timeout", "0", "--", "true"],
-            "--timeout must be a positive",
+            ["--old", "broken", "--new", "fixed", "--timeout", "-1", "--", "true"],
+            "--timeout (seconds, 0: none) must be at least 0",
         ),
         (
             ["--old", "broken", "--new", "fixed", "--repeat", "x", "--", "true"],
