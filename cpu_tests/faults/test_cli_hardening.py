@@ -364,6 +364,12 @@ def artifact(tmp_path) -> Path:
         ("seed", -5, "'seed' must be a whole number from 0 to 4294967295, got -5"),
         ("seed", 2**40, "'seed' must be a whole number from 0"),
         ("scenario", "two_servers", "'scenario' is 'two_servers' but its target runs 'two_images'"),
+        ("scenario", None, "'scenario' is None but its target runs 'two_images'"),
+        (
+            "case",
+            "regression:media_keys@seed1",
+            "'case' is 'regression:media_keys@seed1' but its target and seed make 'regression:media_keys@seed0'",
+        ),
         ("pythonhashseed", "abc", "'pythonhashseed' must be null or a whole number"),
         ("pythonhashseed", 2**32, "'pythonhashseed' must be null or a whole number"),
         ("timeout_s", 0, "'timeout_s' must be null or a number of seconds above 0"),
