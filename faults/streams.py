@@ -34,8 +34,10 @@ def _reopen_closed(fd: int) -> bool:
         pass
     null = os.open(os.devnull, os.O_RDWR)
     if null != fd:
-        os.dup2(null, fd)
+        os.dup2(null, fd)  # inheritable, as dup2 makes it
         os.close(null)
+    else:  # os.open's descriptors are not inherited: a child would find fd closed
+        os.set_inheritable(fd, True)
     return True
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -61,6 +62,21 @@ def test_a_closed_stderr_keeps_the_exit_code_and_the_output(tmp_path):
     # An error with nowhere to say it still exits 2.
     code, out, err = _run("kvfault replay absent.json 2>&-", tmp_path)
     assert (code, out, err) == (2, "", "")
+
+
+def test_a_closed_stderr_reopened_on_dev_null_is_open_in_children_too(tmp_path):
+    # A child (prove's command, a sweep's pytest, an xdist worker) must not find its
+    # fd 2 closed, nor a file of ours on it.
+    child = "import sys, os; os.fstat(2); print('child has fd 2')"
+    script = (
+        "import subprocess, sys\n"
+        "from faults.streams import guard_streams\n"
+        "with guard_streams():\n"
+        f"    rc = subprocess.run([sys.executable, '-c', {child!r}]).returncode\n"
+        "print('child exit', rc)\n"
+    )
+    code, out, err = _run(f"{sys.executable} -c {shlex.quote(script)} 2>&-", tmp_path)
+    assert (code, out, err) == (0, "child has fd 2\nchild exit 0\n", "")
 
 
 def test_a_full_stdout_is_one_line_and_exit_2(tmp_path):
