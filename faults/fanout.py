@@ -179,12 +179,14 @@ def fan_out(
                 on_result(result)
 
     controller = _Controller(spec, deadline, ids, report)
+    # No capture: a worker's stderr is then this process's, so what a worker says as it
+    # dies (a hang guard's stacks) reaches the user instead of a capture file.
     # The config file goes as one `--config-file=...` word: for an ssh gateway (or one
     # with a chdir) xdist rewrites every argument naming an existing path relative to an
     # rsync root, and refuses `-c /dev/null` ("not relative to an rsync root").
     args = [
         "-p", __name__, "--pyargs", __name__, "-q", "-p", "no:cacheprovider", "--noconftest",
-        f"--config-file={os.devnull}", *LEAN_SESSION, "--dist", "load",
+        f"--config-file={os.devnull}", *LEAN_SESSION, "--dist", "load", "--capture=no",
     ]  # fmt: skip
     if tx:
         for t in tx:

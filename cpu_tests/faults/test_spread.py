@@ -92,6 +92,9 @@ def test_a_worker_that_dies_leaves_an_error_case_and_its_artifact(tmp_path):
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "ERROR" in proc.stdout and "the worker running it failed" in proc.stdout
     assert (tmp_path / "arts" / "scenario-restart_burst-seed0.json").exists()
+    # The worker's hang guard says why, with every stack, on the command's stderr.
+    assert "kvfault: error: timed out: a case ran past --timeout 0.001s" in proc.stderr
+    assert "most recent call first" in proc.stderr
 
 
 def test_a_budget_starts_no_seed_once_spent_and_finishes_the_running_one():
