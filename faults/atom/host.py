@@ -75,6 +75,11 @@ class Server:
     def quiescent(self) -> None:
         self._call("quiescent")
 
+    def wait_stored(self, tokens: list[int], want: int, limit_s: float) -> bool:
+        """Wait (at most ``limit_s``) until the tier holds ``want`` tokens of ``tokens``
+        from the start; whether it did."""
+        return bool(self._call("wait_stored", tokens, want, limit_s, timeout_s=limit_s + 60.0))
+
     def shut_down(self) -> None:
         """ATOM's engine shutdown (its loop's exit path), then the quiescent record."""
         self._call("shut_down")

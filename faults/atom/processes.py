@@ -128,6 +128,8 @@ def scheduler_main(
             elif cmd == "quiescent":
                 side.quiescent()
                 value = None
+            elif cmd == "wait_stored":
+                value = side.wait_stored(*cmd_args)
             elif cmd == "shut_down":
                 side.shut_down()
                 value = None

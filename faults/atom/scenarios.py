@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from faults.atom.host import AtomHost, Server
 from faults.atom.spec import AtomRequest, FaultSpec, ServerSpec
@@ -63,6 +63,15 @@ class AtomRun:
         meanwhile lands in it; an ATOM that stops polling when idle reports none of it)."""
         time.sleep(seconds)
 
+    def stored(self, server: Server, prompt: Sequence[int]) -> None:
+        """Wait, at most ``SAVE_SETTLE_S``, until the tier holds ``prompt``'s whole
+        chunks: ATOM's worker saves on its own thread, so a request answered is not yet
+        a prompt stored, and an ATOM that stops stepping when idle does not wait for it.
+        A save that never lands (a fault) ends the wait at the bound."""
+        chunk = server.spec.chunk_size
+        want = len(prompt) // chunk * chunk
+        server.wait_stored(list(prompt), want, SAVE_SETTLE_S)
+
     def end(self, *servers: Server) -> None:
         for s in servers:
             s.quiescent()
@@ -73,11 +82,12 @@ Story = Callable[[AtomRun], None]
 
 def prefix_reuse(run: AtomRun) -> None:
     """One server without an HBM prefix cache (every reuse goes through lmcache): a
-    200-token prompt, the same prompt again (loads its 3 chunks), then the prompt with
-    a 40-token suffix."""
+    200-token prompt, the same prompt again once the tier holds it (loads its 3
+    chunks), then the prompt with a 40-token suffix."""
     a = run.server("A", prefix_caching=False)
     p = run.prompt(200)
     run.serve(a, AtomRequest("first", p))
+    run.stored(a, p)  # "again" is to find it in the tier, however fast it comes
     run.serve(a, AtomRequest("again", p))
     run.serve(a, AtomRequest("longer", p + run.prompt(40)))
     run.end(a)

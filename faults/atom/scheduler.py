@@ -350,6 +350,19 @@ class SchedulerProcess:
             self._collect_outputs()
         return False
 
+    def wait_stored(self, tokens: list[int], want: int, limit_s: float) -> bool:
+        """Wait until the tier holds ``want`` tokens of ``tokens`` from the start (a save
+        that ATOM's worker runs on its own thread has landed), at most ``limit_s``;
+        whether it did. Steps nothing: what ATOM reports meanwhile is unchanged."""
+        deadline = time.monotonic() + limit_s
+        while True:
+            have = self.link.call("stored_tokens", tokens)
+            if have is None or have >= want:
+                return have is not None
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.005)
+
     def _client_abort(self) -> None:
         """An abort armed by ``FaultSpec.abort_loading``, through ATOM's own handler of a
         client's ``abort_request`` (between steps, as ATOM's busy loop runs utility

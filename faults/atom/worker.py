@@ -148,6 +148,14 @@ class WorkerProcess:
             return None
         return sum(1 for held in pins.values() if held)
 
+    def stored_tokens(self, tokens: list[int]) -> int | None:
+        """How many of ``tokens``, from the start, the lmcache engine holds (a lookup
+        that pins nothing), or None when this engine cannot say."""
+        lookup = getattr(self.engine, "lookup", None)
+        if lookup is None:
+            return None
+        return int(lookup(tokens=list(tokens), pin=False))
+
     def resident_prefix(self, req: Any, blocks: list[int]) -> int:
         """Tokens of ``req``'s prompt, in whole blocks from its start, whose pages (as a
         cold run computes them) some block of ``blocks`` holds: the prefix HBM still has
