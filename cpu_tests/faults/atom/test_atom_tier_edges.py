@@ -337,3 +337,39 @@ def test_the_lmcache_environment_is_the_spec_s_and_only_the_spec_s(tmp_path, mon
     assert "LMCACHE_REMOTE_URL" not in os.environ
     sized = lmcache_env(ServerSpec("A", local_disk=True, disk_size_gib=0.5), str(tmp_path))
     assert sized["LMCACHE_MAX_LOCAL_DISK_SIZE"] == "0.5"
+
+
+class _Link:
+    """A worker link whose lmcache engine holds ``answers`` tokens, one per call (the
+    last one from then on)."""
+
+    def __init__(self, *answers: int | None):
+        self.answers, self.calls = list(answers), 0
+
+    def call(self, name: str, *args: object) -> int | None:
+        assert name == "stored_tokens"
+        self.calls += 1
+        return self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+
+
+@pytest.mark.parametrize(
+    "answers, landed, calls",
+    [
+        pytest.param((192,), True, 1, id="stored-already"),
+        pytest.param((0, 0, 192), True, 3, id="lands-while-waiting"),
+        pytest.param((64,), False, None, id="never-whole-bounded"),
+        pytest.param((None,), False, 1, id="engine-cannot-say"),
+    ],
+)
+def test_waiting_for_a_save_to_land_is_bounded_and_says_whether_it_did(answers, landed, calls):
+    from types import SimpleNamespace
+
+    from faults.atom.scheduler import SchedulerProcess
+
+    side = SimpleNamespace(link=_Link(*answers))
+    # A chunk that never lands ends the wait at its bound (0.2 s), with False.
+    assert SchedulerProcess.wait_stored(side, list(range(200)), 192, 0.2) is landed  # type: ignore[arg-type]
+    if calls is not None:
+        assert side.link.calls == calls
+    else:
+        assert side.link.calls > 1  # it kept asking until the bound
