@@ -3,9 +3,9 @@ reproductions, each a ``kvfault prove`` of one ATOM fix, parsed from its
 "Reproductions" section. Every command must name a row of the atom tier and, in a
 checkout with ATOM's history, commits that exist; a sample is run every time and must
 say FIXED: the two fixes checked by hand first (4d0b15f, #1882, identity; 9acb084,
-#1725, efficiency) and the refused local disk (15ebe26, #1851, efficiency: a setting,
-no timing). ``KVFAULT_ATOM_HISTORY=all`` runs every reproduction. The lookup-pin leak's
-(7427e05, resources) is not sampled: in CI its old side once passed (docs/atom/history.md)."""
+#1725, efficiency), the lookup-pin leak (7427e05, #1807, resources) and the refused
+local disk (15ebe26, #1851, efficiency: a setting, no timing).
+``KVFAULT_ATOM_HISTORY=all`` runs every reproduction."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import pytest
 from faults.atom.catalog import ROWS
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "atom" / "history.md"
-SAMPLE = ("4d0b15f", "9acb084", "15ebe26")  # proved on every run (CI)
+SAMPLE = ("4d0b15f", "9acb084", "7427e05", "15ebe26")  # proved on every run (CI)
 
 
 def reproductions() -> dict[str, list[str]]:
