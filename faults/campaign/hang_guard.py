@@ -9,6 +9,7 @@ import faulthandler
 import os
 import sys
 import threading
+import time
 from typing import Any, Callable, Iterator
 
 
@@ -26,7 +27,40 @@ TIMEOUT_EXIT = 2
 # faulthandler's own watchdog (a C thread) backs the Python one up this much later,
 # for a hang that never lets a Python thread run; it exits 1.
 _BACKSTOP_S = 60.0
-_guard: threading.Timer | None = None
+
+
+class _Guard:
+    """One armed guard. Firing and disarming exclude each other: once it has fired, a
+    block that ends (a case that finished just past its bound) does not go on to the
+    next case while the process is on its way out; it waits for the exit."""
+
+    def __init__(self, timeout_s: float, last_words: Callable[[], object] | None):
+        self.timeout_s, self.last_words = timeout_s, last_words
+        self.lock = threading.Lock()
+        self.fired = self.disarmed = False
+        self.timer = threading.Timer(timeout_s, self._fire)
+        self.timer.daemon = True
+
+    def _fire(self) -> None:
+        with self.lock:
+            if self.disarmed:  # disarmed after the timer's wait ended: not a timeout
+                return
+            self.fired = True
+        _timed_out(self.timeout_s, self.last_words)
+
+    def disarm(self) -> None:
+        self.timer.cancel()
+        with self.lock:
+            self.disarmed = True
+            fired = self.fired
+        if fired:
+            # The guard thread reports this timeout and ends the process (os._exit);
+            # should its report itself hang, the backstop's bound ends it here.
+            time.sleep(_BACKSTOP_S)
+            os._exit(TIMEOUT_EXIT)
+
+
+_guard: _Guard | None = None
 
 
 def _timed_out(timeout_s: float, last_words: Callable[[], object] | None) -> None:
@@ -51,21 +85,21 @@ def arm_hang_guard(timeout_s: float | None, last_words: Callable[[], object] | N
     """From now on, if ``disarm_hang_guard`` is not called within ``timeout_s``, one
     line and every thread's stack go to stderr, ``last_words()`` runs (on the guard's
     thread: the campaign prints its table and writes its reports), and the process
-    exits with 2 (an ERROR) instead of blocking. None or 0: no guard."""
+    exits with 2 (an ERROR) instead of blocking. None or 0: no guard. A guard that has
+    fired ends the process even if ``disarm_hang_guard`` comes meanwhile."""
     global _guard
     disarm_hang_guard()
     if timeout_s and timeout_s > 0:
-        _guard = threading.Timer(timeout_s, _timed_out, args=(timeout_s, last_words))
-        _guard.daemon = True
-        _guard.start()
+        _guard = _Guard(timeout_s, last_words)
+        _guard.timer.start()
         faulthandler.dump_traceback_later(timeout_s + _BACKSTOP_S, exit=True, file=_stderr_fd())
 
 
 def disarm_hang_guard() -> None:
     global _guard
     if _guard is not None:
-        _guard.cancel()
-        _guard = None
+        guard, _guard = _guard, None
+        guard.disarm()
     faulthandler.cancel_dump_traceback_later()
 
 
