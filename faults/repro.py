@@ -23,23 +23,29 @@ from faults.campaign.hang_guard import hang_guard
 from faults.verdicts import Verdict
 
 
-def write_timeline(outcome: CaseOutcome, path: Path) -> str | None:
+def draw_timeline(outcome: CaseOutcome, path: Path) -> bool:
     """Draw ``outcome``'s timeline picture (legacy above fixed) through
-    ``faults.report.timeline``; returns why not when it cannot (None on success). The path's
-    extension names the format (``faults.report.timeline.FORMATS``)."""
-    try:
-        from faults.report.timeline import write_timeline as draw
-    except ImportError:
-        return "no timeline: faults.report.timeline is not available in this version"
+    ``faults.report.timeline`` at ``path`` (its extension names the format,
+    ``faults.report.timeline.FORMATS``); False when the case kept no run to draw.
+    Raises ``ImportError`` when pictures cannot be drawn here (no matplotlib),
+    ``OSError`` when the file cannot be written, and whatever drawing raised."""
+    from faults.report.timeline import write_timeline as draw
 
     def judged(result: Any) -> Any:
         return result if result is not None and getattr(result, "run", None) is not None else None
 
     legacy, fixed = judged(outcome.legacy_result), judged(outcome.fixed_result)
     if legacy is None and fixed is None:
-        return "no timeline: the case kept no run to draw"
+        return False
+    draw(legacy, fixed, path, title=f"{outcome.case.id}: {outcome.verdict}")
+    return True
+
+
+def write_timeline(outcome: CaseOutcome, path: Path) -> str | None:
+    """``draw_timeline``, with why not as one line when it cannot (None on success)."""
     try:
-        draw(legacy, fixed, path, title=f"{outcome.case.id}: {outcome.verdict}")
+        if not draw_timeline(outcome, path):
+            return "no timeline: the case kept no run to draw"
     except Exception as exc:  # a picture must never turn a verdict into a crash
         return f"no timeline: {type(exc).__name__}: {exc}"
     return None

@@ -158,10 +158,15 @@ def finish(
     print(format_campaign(result, store.kept), flush=True)
     if args.budget is not None:
         print(_budget_line(args, result))
+    unwritten: list[str] = []
     if args.report:
-        write_report(args, result, seeds, store.kept)
+        unwritten = write_report(args, result, seeds, store.kept)
         print(f"report: {args.report / 'summary.json'}, {args.report / 'junit.xml'}", flush=True)
     store.tidy()
+    if unwritten:  # the verdict stands as printed; a report that lost a file is an error
+        more = f" (and {len(unwritten) - 1} more)" if len(unwritten) > 1 else ""
+        print(f"kvfault: error: --report: {unwritten[0]}{more}", file=sys.stderr, flush=True)
+        return 2
     return result.exit_code
 
 
@@ -185,25 +190,21 @@ def _scaled(targets: list[Target], k: int) -> tuple[list[Target], str | None]:
 
 def write_report(
     args: argparse.Namespace, result: CampaignResult, seeds: list[int], kept: dict[str, Path]
-) -> None:
-    """summary.json and junit.xml (``faults.report.summary``), a timeline per failing case.
+) -> list[str]:
+    """summary.json and junit.xml (``faults.report.summary``), a timeline per failing case;
+    returns the timelines that could not be written, each as "PATH: why" (the reports
+    say ``"timeline": null`` for them). Without matplotlib there are no timelines, and
+    one note says so.
 
     The summary's own ``ok`` is per case; ``meta.campaign`` carries the campaign's
     verdict, which judges a regression by its target (caught on some seed)."""
     from faults.campaign.artifacts import hashseed
     from faults.campaign.session import seeds_ran
     from faults.report.summary import write_reports
-    from faults.repro import write_timeline
 
     report: Path = args.report
     report.mkdir(parents=True, exist_ok=True)
-    timelines = {}
-    for c in result.cases:
-        if not c.ok and (c.legacy_result is not None or c.fixed_result is not None):
-            path = report / "timelines" / (c.case.id.replace(":", "-").replace("@", "-") + ".svg")
-            path.parent.mkdir(exist_ok=True)
-            if write_timeline(c, path) is None:
-                timelines[c.case.id] = path
+    timelines, unwritten = _write_timelines(result, report / "timelines")
     campaign = result.as_json()
     for t in campaign["targets"]:
         del t["cases"]  # they are the summary's cases
@@ -222,6 +223,35 @@ def write_report(
     write_reports(
         result.cases, report, result.wall_seconds, meta, result, artifacts=kept, timelines=timelines
     )
+    return unwritten
+
+
+def _write_timelines(result: CampaignResult, where: Path) -> tuple[dict[str, Path], list[str]]:
+    """A timeline in ``where`` per failing case that kept its runs: the ones written, by
+    case id, and the ones that could not be ("PATH: why")."""
+    from faults.repro import draw_timeline
+
+    written: dict[str, Path] = {}
+    unwritten: list[str] = []
+    for c in result.cases:
+        if c.ok or (c.legacy_result is None and c.fixed_result is None):
+            continue
+        path = where / (c.case.id.replace(":", "-").replace("@", "-") + ".svg")
+        try:
+            where.mkdir(exist_ok=True)
+            if draw_timeline(c, path):
+                written[c.case.id] = path
+        except ImportError as exc:  # an optional extra: no pictures, the rest stands
+            print(f"kvfault: note: no timelines: {exc}", file=sys.stderr, flush=True)
+            break
+        except FileExistsError:  # a file or a dangling link where the directory goes
+            unwritten.append(f"{where}: not a directory, so no timeline can go in it")
+        except OSError as exc:
+            at = exc.filename or path
+            unwritten.append(f"{at}: cannot write timeline: {exc.strerror or exc}")
+        except Exception as exc:  # noqa: BLE001 - a picture never turns a verdict into a crash
+            unwritten.append(f"{path}: no timeline: {type(exc).__name__}: {exc}")
+    return written, unwritten
 
 
 def _budget_line(args: argparse.Namespace, result: CampaignResult) -> str:

@@ -311,3 +311,63 @@ def test_artifact_is_on_disk_before_the_case_runs(tmp_path: Path):
     case, _ = read_artifact(path)
     assert case.target.name == "load_bound_without_restart"
     assert not list(tmp_path.glob("*.tmp"))  # no half-written sibling left behind
+
+
+# -- timelines under `kvfault run --report` ---------------------------------------------
+
+LEGACY_RUN = ["run", "--legacy", "load_bound_without_restart", "--scenario", "restart_burst",
+              "--seeds", "1", "-j", "1", "--no-progress", "--report", "rp"]  # fmt: skip
+
+
+def _run_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> tuple[int, str]:
+    from faults import cli
+
+    monkeypatch.chdir(tmp_path)
+    code = cli.main(LEGACY_RUN)
+    err = capsys.readouterr().err
+    summary = json.loads((tmp_path / "rp" / "summary.json").read_text())
+    assert [c["timeline"] for c in summary["cases"]] == [None]  # the reports still appear
+    return code, err
+
+
+def test_a_timeline_place_that_is_not_a_directory_is_one_error_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+):
+    (tmp_path / "rp").mkdir()
+    (tmp_path / "rp" / "timelines").write_text("")
+    code, err = _run_report(tmp_path, monkeypatch, capsys)
+    assert (code, err) == (2, "kvfault: error: --report: rp/timelines: not a directory, "
+                              "so no timeline can go in it\n")  # fmt: skip
+
+
+def test_a_timeline_that_cannot_be_written_is_one_error_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+):
+    import faults.report.timeline as timeline
+
+    def full(legacy, fixed, path, **kw):
+        raise OSError(28, "No space left on device", str(path))
+
+    monkeypatch.setattr(timeline, "write_timeline", full)
+    code, err = _run_report(tmp_path, monkeypatch, capsys)
+    assert code == 2
+    assert err.startswith("kvfault: error: --report: rp/timelines/") and err.endswith(
+        ".svg: cannot write timeline: No space left on device\n"
+    ), err
+
+
+def test_without_matplotlib_there_are_no_timelines_and_the_verdict_stands(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+):
+    import faults.report.timeline as timeline
+
+    def missing(legacy, fixed, path, **kw):
+        raise ImportError("timeline pictures need matplotlib; install the plot extra")
+
+    monkeypatch.setattr(timeline, "write_timeline", missing)
+    code, err = _run_report(tmp_path, monkeypatch, capsys)
+    assert code == 1  # the legacy stack fails: FAIL, as without --report
+    assert (
+        err
+        == "kvfault: note: no timelines: timeline pictures need matplotlib; install the plot extra\n"
+    )
