@@ -74,11 +74,15 @@ def reproduce(
     keep_runs: str = "all",
 ) -> Reproduction:
     """Write ``case``'s artifact (unless ``artifacts`` is None), then run the case under
-    the hang guard."""
+    the hang guard; a case that runs past ``timeout_s`` has its artifact record it."""
     path = write_artifact(case, artifacts) if artifacts is not None else None
     from faults.campaign.tiers import open_executor
 
-    with hang_guard(timeout_s), open_executor(case.target.tier) as executor:
+    def ran_past() -> None:
+        if artifacts is not None:
+            write_artifact(case, artifacts, timeout_s)
+
+    with hang_guard(timeout_s, ran_past), open_executor(case.target.tier) as executor:
         outcome = CaseRunner(keep_runs=keep_runs, executor=executor).run(case)
     return Reproduction(outcome, path)
 

@@ -445,7 +445,9 @@ def test_the_artifact_is_on_disk_before_a_hanging_case_and_the_hang_dumps_stacks
     assert "kvfault: error: timed out: a case ran past --timeout 1s" in proc.stderr
     assert "in hang" in proc.stderr  # the stack of the hanging frame
     artifact = json.loads((tmp_path / "regression-media_keys-seed0.json").read_text())
-    assert artifact["command"] == "kvfault repro media_keys --seed 0"
+    # It records the bound the case ran past: its replay runs under it too.
+    assert artifact["command"] == "kvfault repro media_keys --seed 0 --timeout 1"
+    assert artifact["timeout_s"] == 1.0
 
 
 def test_every_listed_name_runs_by_name_or_names_its_tier(capsys):

@@ -424,6 +424,31 @@ def test_in_one_process_a_case_past_timeout_keeps_it_in_its_artifact_for_its_rep
     assert unbounded.returncode == 0, unbounded.stdout + unbounded.stderr
 
 
+def test_repro_past_its_timeout_records_it_for_the_replay(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "faults.cli", "repro", "restore_deadline_from_submission",
+         "--timeout", "0.01", "--artifacts", "rr"],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    art = json.loads(
+        (tmp_path / "rr" / "regression-restore_deadline_from_submission-seed0.json").read_text()
+    )
+    assert art["timeout_s"] == 0.01 and art["command"].endswith(" --timeout 0.01")
+
+
+@pytest.mark.parametrize("timeout_s, typed", [(0.001, "0.001"), (600.0, "600"),
+                                              (0.0001234567, "0.0001234567"), (1e-320, "1e-320")])  # fmt: skip
+def test_a_replay_line_names_the_very_timeout_its_artifact_records(timeout_s, typed):
+    from faults.campaign import Case
+    from faults.campaign.artifacts import replay_command
+    from faults.campaign.targets import scenario_target
+
+    line = replay_command(Case(scenario_target("two_images"), 0), timeout_s)
+    assert line.endswith(f" --timeout {typed}") and float(line.split()[-1]) == timeout_s
+
+
 def test_a_recorded_hash_seed_is_printed_as_python_takes_it(artifact, capsys):
     obj = json.loads(artifact.read_text())
     obj["pythonhashseed"] = "7"

@@ -62,7 +62,9 @@ def replay_command(case: Case, timeout_s: float | None = None) -> str:
     it ran past, if it did (``CaseOutcome.timeout_s``)."""
     command = case.command
     if timeout_s is not None:
-        command += f" --timeout {timeout_s:g}"
+        # The shortest text of this very number (repr), without a whole number's ".0".
+        whole = float(timeout_s).is_integer()
+        command += f" --timeout {int(timeout_s) if whole else repr(float(timeout_s))}"
     hs = hashseed()
     return f"PYTHONHASHSEED={hs} {command}" if hs is not None else command
 
