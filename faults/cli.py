@@ -388,4 +388,7 @@ def _disarm_guards() -> None:
 
 
 if __name__ == "__main__":
+    from faults.processes import adopt_orphans
+
+    adopt_orphans()  # as the console script does (faults.entry)
     raise SystemExit(main())

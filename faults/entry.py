@@ -20,5 +20,7 @@ def main() -> int:
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     from faults.cli import main as command_line
+    from faults.processes import adopt_orphans
 
+    adopt_orphans()  # the command's own process: what it starts stays below it
     return command_line()

@@ -203,6 +203,21 @@ def descendants(root: int) -> list[int]:
     return out
 
 
+def adopt_orphans() -> bool:
+    """Make this process the one that orphaned descendants are handed to (Linux's
+    child subreaper), instead of init: a process whose parent died first (an inner
+    pytest-xdist worker whose pytest a stop killed) stays below this process, where
+    ``stop_descendants`` finds it. Whether it took (not on other systems). For a
+    command's own process, not a library caller's: it changes who reaps orphans."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        return False
+
+
 def stop_descendants(grace_s: float = 5.0, reap_s: float = 10.0) -> None:
     """After Ctrl-C: stop whatever this process started that is still running (pytest-xdist
     workers of ``-n``/``-j``/``--tx`` and what they run), SIGTERM then, after ``grace_s``,
@@ -220,7 +235,7 @@ def stop_descendants(grace_s: float = 5.0, reap_s: float = 10.0) -> None:
     # SIGKILL lands asynchronously: wait (bounded) until each has ended, so that what
     # runs next (removing the ipc directories of workers that could not) sees them gone.
     wait_ended(killed, reap_s)
-    for pid in procs:  # reap our own children, so none is left a zombie
+    for pid in set(procs + killed):  # reap our children (orphans adopted too): no zombie
         with contextlib.suppress(OSError):
             os.waitpid(pid, os.WNOHANG)
 

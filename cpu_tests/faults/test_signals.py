@@ -29,10 +29,13 @@ MODES = {
     "tx": ["run", "--tx", "2*popen", "--seeds", "20"],
     "sweep": ["sweep", "--hashseeds", "0-3", "--", "-q", "-p", "no:cacheprovider", "test_slow.py"],
     "sweep_j": ["sweep", "--hashseeds", "0-3", "-j", "2", "--", "-q", "test_slow.py"],
+    # Each seed's pytest runs its own xdist workers: a stop that kills a seed's pytest
+    # first orphans them, and the command must still find and stop them.
+    "sweep_j_n": ["sweep", "--hashseeds", "0-3", "-j", "2", "--", "-q", "test_slow.py", "-n", "2"],
     "prove": ["prove", "--old", "HEAD~1", "--new", "HEAD", "--", "sleep 120"],
 }
 # How many descendants show the mode is under way (workers started, a child running).
-READY = {"j1": 0, "j2": 2, "n2": 2, "tx": 2, "sweep": 1, "sweep_j": 2, "prove": 1}
+READY = {"j1": 0, "j2": 2, "n2": 2, "tx": 2, "sweep": 1, "sweep_j": 2, "sweep_j_n": 8, "prove": 1}
 
 
 @pytest.fixture
