@@ -248,14 +248,16 @@ def _command(name: str) -> Any:
     return getattr(importlib.import_module(module), fn)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, program: bool = False) -> int:
     """Run one command. Bad input, an unwritable place, a full disk or an error: one line
     on stderr naming the path, exit 2. SIGINT, SIGTERM or SIGHUP: one line naming it,
     exit 130, 143 or 129, after every process the command started is stopped (as
     ``kvfault prove`` does). A reader that went away (``kvfault list | head -1``): no
     traceback, exit 141, what a shell reports for SIGPIPE. A closed or full stdout: one
     line, exit 2; a closed or full stderr: the exit code stands
-    (``faults.streams``)."""
+    (``faults.streams``). ``program``: this is the process's own command (the console
+    script, ``python -m faults.cli``), which exits next: a stop signal that comes once
+    the command has ended is ignored rather than the handlers put back."""
     import signal
 
     from faults.processes import STOP_SIGNALS, Signals  # stdlib only: cheap
@@ -280,7 +282,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             remove_orphan_rpc_dirs(empty_unowned=stopped)
         except KeyboardInterrupt as exc:  # the first stop came during this cleanup
             late = exc
-        signals.restore()
+        if program:
+            signals.ignore_from_now()
+        else:
+            signals.restore()
     return _stopped(late) if late is not None else code
 
 
@@ -391,4 +396,4 @@ if __name__ == "__main__":
     from faults.processes import adopt_orphans
 
     adopt_orphans()  # as the console script does (faults.entry)
-    raise SystemExit(main())
+    raise SystemExit(main(program=True))

@@ -23,4 +23,4 @@ def main() -> int:
     from faults.processes import adopt_orphans
 
     adopt_orphans()  # the command's own process: what it starts stays below it
-    return command_line()
+    return command_line(program=True)

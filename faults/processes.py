@@ -116,6 +116,15 @@ class Signals:
         self._previous.clear()
         self._swallowed.restore()
 
+    def ignore_from_now(self) -> None:
+        """The command has ended and its process is on its way out: a stop signal
+        from now on is ignored, so the exit status stands (Python's own handlers, and
+        the defaults it restores as it shuts down, would end it by the signal)."""
+        for signum in self._previous:
+            signal.signal(signum, signal.SIG_IGN)
+        self._previous.clear()
+        self._swallowed.restore()
+
     def _handle(self, signum: int, _frame: object) -> None:
         if self._stopping:
             return

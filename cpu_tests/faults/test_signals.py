@@ -216,3 +216,28 @@ def test_a_stop_during_the_last_cleanup_is_still_one_line(monkeypatch, capsys):
     monkeypatch.setattr(lookup_channel, "remove_orphan_rpc_dirs", interrupted)
     assert cli.main(["list", "--faults"]) == 128 + signal.SIGTERM
     assert capsys.readouterr().err == "kvfault: interrupted by SIGTERM\n"
+
+
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM", "SIGHUP"])
+@pytest.mark.parametrize("program", [True, False])
+def test_a_stop_after_the_command_ended_leaves_its_exit_status(signame, program, tmp_path):
+    """The command is done and its process is on its way out when the signal comes: as
+    a program (the console script, ``python -m faults.cli``) its exit status stands;
+    called from Python, the caller's handlers are back and take it."""
+    signum = getattr(signal, signame)
+    code = (
+        "import os, signal, sys\n"
+        "from faults import cli\n"
+        f"code = cli.main(['list', '--faults'], program={program})\n"
+        f"os.kill(os.getpid(), {int(signum)})\n"
+        "print('exiting with', code, flush=True)\n"
+        "sys.exit(code)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    if program:
+        assert (proc.returncode, proc.stdout.splitlines()[-1]) == (0, "exiting with 0")
+    else:  # Python's own (SIGINT: KeyboardInterrupt, and then death by it) or the default
+        assert proc.returncode == -signum
