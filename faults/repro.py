@@ -74,16 +74,38 @@ def reproduce(
     keep_runs: str = "all",
 ) -> Reproduction:
     """Write ``case``'s artifact (unless ``artifacts`` is None), then run the case under
-    the hang guard; a case that runs past ``timeout_s`` has its artifact record it."""
-    path = write_artifact(case, artifacts) if artifacts is not None else None
+    the hang guard; a case that runs past ``timeout_s`` has its artifact record it, and
+    one that crashes keeps it. Interrupted (Ctrl-C, a stop signal), the case has no
+    verdict: an artifact this call wrote goes again, as the campaign's does (one that
+    was there before stays)."""
+    from faults.campaign.artifacts import drop_artifact, keep_artifact, stage_artifact
+    from faults.campaign.session import INTERRUPTS
     from faults.campaign.tiers import open_executor
+    from reference.signals import stop_signals_held
 
     def ran_past() -> None:
         if artifacts is not None:
             write_artifact(case, artifacts, timeout_s)
 
-    with hang_guard(timeout_s, ran_past), open_executor(case.target.tier) as executor:
-        outcome = CaseRunner(keep_runs=keep_runs, executor=executor).run(case)
+    staged = None
+    try:
+        if artifacts is not None:
+            with stop_signals_held():  # a stop lands before the staging or after it
+                staged = stage_artifact(case, artifacts)
+        with hang_guard(timeout_s, ran_past), open_executor(case.target.tier) as executor:
+            outcome = CaseRunner(keep_runs=keep_runs, executor=executor).run(case)
+    except INTERRUPTS:
+        if staged is not None:
+            drop_artifact(*staged)
+        raise
+    except BaseException:
+        if artifacts is not None and staged is not None:
+            keep_artifact(case, artifacts)  # a crash keeps it, for its replay
+        raise
+    path = None
+    if artifacts is not None:
+        with stop_signals_held():
+            path = keep_artifact(case, artifacts)
     return Reproduction(outcome, path)
 
 

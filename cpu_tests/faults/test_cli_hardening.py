@@ -282,16 +282,21 @@ def test_ctrl_c_during_a_sweep_on_xdist_workers_leaves_no_process(tmp_path):
 
 
 def test_ctrl_c_during_repro_and_replay(tmp_path):
+    from faults.campaign.targets import Case, Target
+
     artifact = tmp_path / ".kvfault" / "artifacts" / "regression-restart_all_over_fix-seed0.json"
     # The artifact is written just before the case runs: interrupt the case itself.
     code, err = _interrupt(["repro", "restart_all_over_fix"], tmp_path, lambda e: artifact.exists())
     _one_interrupt_line(code, err)
+    assert not artifact.exists()  # an interrupted case has no verdict: its artifact goes
     # A replay of the same case at 16x its size runs for minutes: interrupt it too.
-    obj = json.loads(artifact.read_text())
+    from faults.campaign.artifacts import write_artifact
+    from faults.campaign.targets import regression_target
+
+    obj = json.loads(write_artifact(Case(regression_target("restart_all_over_fix"), 0),
+                                    artifact.parent).read_text())  # fmt: skip
     obj["target"]["scale"] = 16
     # An artifact is replayed as written: the case it names is the 16x one.
-    from faults.campaign.targets import Case, Target
-
     obj["case"] = Case(Target.from_json(obj["target"]), obj["seed"]).id
     big = tmp_path / "big.json"
     big.write_text(json.dumps(obj))

@@ -251,3 +251,35 @@ def test_on_an_xdist_worker_ctrl_c_inside_a_staging_or_an_outcome_leaves_no_arti
     with pytest.raises(KeyboardInterrupt):
         xdist.cases_task(payload)
     assert sorted((tmp_path / "artifacts").glob("*.json")) == []
+
+
+@pytest.mark.parametrize("escape, kept", ENDINGS)
+def test_kvfault_repro_keeps_its_artifact_after_a_crash_and_an_interrupt_undoes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, escape: BaseException, kept: bool
+) -> None:
+    from faults.repro import reproduce
+
+    def run(self: CaseRunner, case: Case) -> CaseOutcome:
+        raise escape
+
+    monkeypatch.setattr(CaseRunner, "run", run)
+    with pytest.raises(type(escape)):
+        reproduce(CASE, tmp_path / "artifacts")
+    _left(tmp_path / "artifacts", kept)
+
+
+def test_an_interrupted_repro_leaves_an_artifact_that_was_there_before(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from faults.campaign.artifacts import write_artifact
+    from faults.repro import reproduce
+
+    before = write_artifact(CASE, tmp_path).read_bytes()  # a reviewer's, from an earlier repro
+
+    def run(self: CaseRunner, case: Case) -> CaseOutcome:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(CaseRunner, "run", run)
+    with pytest.raises(KeyboardInterrupt):
+        reproduce(CASE, tmp_path)
+    assert artifact_path(CASE, tmp_path).read_bytes() == before
