@@ -137,17 +137,27 @@ def _left(directory: Path, kept: bool) -> None:
     assert case.id == CASE.id
 
 
+def _campaign(where: Path) -> None:
+    run_session([CASE.target], [CASE.seed], InProcess(), artifacts=CampaignArtifacts(where))
+
+
+def _repro(where: Path) -> None:
+    from faults.repro import reproduce
+
+    reproduce(CASE, where)
+
+
+@pytest.mark.parametrize("command", [_campaign, _repro], ids=["run", "repro"])
 @pytest.mark.parametrize("escape, kept", ENDINGS)
 def test_in_process_a_crash_keeps_the_staged_artifact_and_an_interrupt_undoes_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, escape: BaseException, kept: bool
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, escape: BaseException, kept: bool, command
 ) -> None:
     def run(self: CaseRunner, case: Case) -> CaseOutcome:
         raise escape
 
     monkeypatch.setattr(CaseRunner, "run", run)
-    store = CampaignArtifacts(tmp_path / "artifacts")
     with pytest.raises(type(escape)):
-        run_session([CASE.target], [CASE.seed], InProcess(), artifacts=store)
+        command(tmp_path / "artifacts")
     _left(tmp_path / "artifacts", kept)
 
 
@@ -251,21 +261,6 @@ def test_on_an_xdist_worker_ctrl_c_inside_a_staging_or_an_outcome_leaves_no_arti
     with pytest.raises(KeyboardInterrupt):
         xdist.cases_task(payload)
     assert sorted((tmp_path / "artifacts").glob("*.json")) == []
-
-
-@pytest.mark.parametrize("escape, kept", ENDINGS)
-def test_kvfault_repro_keeps_its_artifact_after_a_crash_and_an_interrupt_undoes_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, escape: BaseException, kept: bool
-) -> None:
-    from faults.repro import reproduce
-
-    def run(self: CaseRunner, case: Case) -> CaseOutcome:
-        raise escape
-
-    monkeypatch.setattr(CaseRunner, "run", run)
-    with pytest.raises(type(escape)):
-        reproduce(CASE, tmp_path / "artifacts")
-    _left(tmp_path / "artifacts", kept)
 
 
 def test_an_interrupted_repro_leaves_an_artifact_that_was_there_before(
