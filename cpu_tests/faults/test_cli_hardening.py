@@ -377,6 +377,12 @@ def artifact(tmp_path) -> Path:
         ),
         ("pythonhashseed", "abc", "'pythonhashseed' must be null or a whole number"),
         ("pythonhashseed", 2**32, "'pythonhashseed' must be null or a whole number"),
+        ("pythonhashseed", "\u00b2", "'pythonhashseed' must be null or a whole number"),
+        ("pythonhashseed", "\u0663", "'pythonhashseed' must be null or a whole number"),
+        ("kvfault_artifact", True, "artifact version True; this kvfault reads 1"),
+        ("kvfault_artifact", 1.0, "artifact version 1.0; this kvfault reads 1"),
+        ("campaign_runs", "lots", "'campaign_runs' must be a whole number above 0, got 'lots'"),
+        ("campaign_runs", -3, "'campaign_runs' must be a whole number above 0, got -3"),
         ("timeout_s", 0, "'timeout_s' must be null or a number of seconds above 0"),
         ("timeout_s", True, "'timeout_s' must be null or a number of seconds above 0"),
         ("timeout_s", "5", "'timeout_s' must be null or a number of seconds above 0"),
@@ -452,6 +458,23 @@ def test_a_replay_line_names_the_very_timeout_its_artifact_records(timeout_s, ty
 
     line = replay_command(Case(scenario_target("two_images"), 0), timeout_s)
     assert line.endswith(f" --timeout {typed}") and float(line.split()[-1]) == timeout_s
+
+
+def test_a_number_too_long_to_read_is_one_line(artifact, capsys):
+    artifact.write_text(artifact.read_text().replace('"seed": 0', '"seed": ' + "1" * 5000))
+    capsys.readouterr()
+    code = cli.main(["replay", str(artifact)])
+    one_error_line((code, capsys.readouterr().err), "holds a number too long to read")
+
+
+def test_a_recorded_hash_seed_with_leading_zeros_is_the_same_seed(artifact, capsys, monkeypatch):
+    monkeypatch.setenv("PYTHONHASHSEED", "0")
+    obj = json.loads(artifact.read_text())
+    obj["pythonhashseed"] = "000"  # seed 0, which this process runs under
+    artifact.write_text(json.dumps(obj))
+    capsys.readouterr()
+    assert cli.main(["replay", str(artifact)]) == 0
+    assert "note" not in capsys.readouterr().err
 
 
 def test_a_recorded_hash_seed_is_printed_as_python_takes_it(artifact, capsys):

@@ -227,11 +227,14 @@ def read_artifact(path: Path) -> tuple[Case, dict[str, Any]]:
         raise ArtifactError(f"{path} is not JSON ({exc.msg} at line {exc.lineno})") from None
     except RecursionError:
         raise ArtifactError(f"{path} nests JSON too deeply: not a replay artifact") from None
+    except ValueError as exc:  # a number past Python's digit limit for int()
+        raise ArtifactError(f"{path} holds a number too long to read ({exc})") from None
     if not isinstance(obj, dict) or "kvfault_artifact" not in obj:
         raise ArtifactError(
             f"{path} is not a kvfault replay artifact (no 'kvfault_artifact' field)"
         )
-    if obj["kvfault_artifact"] != ARTIFACT_VERSION:
+    version = obj["kvfault_artifact"]
+    if type(version) is not int or version != ARTIFACT_VERSION:  # not True, not 1.0
         raise ArtifactError(
             f"{path}: artifact version {obj['kvfault_artifact']!r}; this kvfault reads {ARTIFACT_VERSION}"
         )
@@ -244,12 +247,19 @@ def read_artifact(path: Path) -> tuple[Case, dict[str, Any]]:
     recorded = obj.get("pythonhashseed")
     if recorded is not None and not (
         isinstance(recorded, (int, str))
-        and str(recorded).isdigit()
+        and not isinstance(recorded, bool)
+        and re.fullmatch(r"[0-9]+", str(recorded))  # ASCII: what Python's start-up reads
         and int(recorded) <= MAX_HASHSEED
     ):
         raise ArtifactError(
             f"{path}: 'pythonhashseed' must be null or a whole number from 0 to "
             f"{MAX_HASHSEED} (what PYTHONHASHSEED accepts), got {recorded!r}"
+        )
+    if recorded is not None:
+        obj["pythonhashseed"] = str(int(recorded))  # "007" is seed 7
+    if RUNS_FIELD in obj and _runs(obj) == 0:
+        raise ArtifactError(
+            f"{path}: {RUNS_FIELD!r} must be a whole number above 0, got {obj[RUNS_FIELD]!r}"
         )
     timeout_s = obj.get("timeout_s")
     if timeout_s is not None and not (
