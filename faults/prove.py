@@ -138,7 +138,12 @@ def _resolve(repo: Path, which: str, rev: str) -> str:
     # A rev starting with '-' would be parsed by git as an option.
     if not rev or rev.startswith("-"):
         raise ProveError(f"invalid --{which} revision: {rev!r}")
-    proc = _git(repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
+    # Named first, then peeled: ``:/message`` would take a ``^{commit}`` suffix as part
+    # of the message it searches for.
+    proc = _git(repo, "rev-parse", "--verify", "--quiet", "--end-of-options", rev)
+    named = proc.stdout.strip()
+    if proc.returncode == 0 and named:
+        proc = _git(repo, "rev-parse", "--verify", "--quiet", f"{named}^{{commit}}")
     if proc.returncode != 0 or not proc.stdout.strip():
         raise ProveError(f"unknown --{which} revision: {rev!r} is not a commit in {repo}")
     return proc.stdout.strip()
@@ -263,7 +268,7 @@ def _validate(
         return None
     try:
         return re.compile(expect, re.MULTILINE)
-    except re.error as exc:
+    except (re.error, OverflowError, RecursionError) as exc:  # x{99999999999}, deep nesting
         raise ProveError(f"invalid --expect regex {expect!r}: {exc}") from None
 
 

@@ -170,6 +170,11 @@ def test_fixed(repo: Path, isolated: Path, capsys: pytest.CaptureFixture[str]) -
     assert_clean(repo, isolated)
 
 
+def test_a_revision_by_commit_message_is_a_revision(repo: Path, capsys) -> None:
+    assert cli(repo, "--old", ":/broken", "--new", ":/fixed", "--", "sh", "check.sh") == 0
+    assert verdict_line(capsys.readouterr().out).startswith("FIXED: old fails (exit 1)")
+
+
 def test_timeout_zero_is_none_as_in_every_command(
     repo: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -329,6 +334,10 @@ def test_tail_keeps_last_lines(repo: Path) -> None:
         ),
         (
             ["--old", "broken", "--new", "fixed", "--expect", "(unclosed", "--", "true"],
+            "invalid --expect regex",
+        ),
+        (
+            ["--old", "broken", "--new", "fixed", "--expect", "x{99999999999}", "--", "true"],
             "invalid --expect regex",
         ),
         (
