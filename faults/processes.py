@@ -237,16 +237,37 @@ def stop_descendants(grace_s: float = 5.0, reap_s: float = 10.0) -> None:
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGTERM)
     wait_ended(procs, grace_s)
-    killed = [pid for pid in descendants(os.getpid()) + procs if running(pid)]
-    for pid in killed:
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
-    # SIGKILL lands asynchronously: wait (bounded) until each has ended, so that what
-    # runs next (removing the ipc directories of workers that could not) sees them gone.
-    wait_ended(killed, reap_s)
-    for pid in set(procs + killed):  # reap our children (orphans adopted too): no zombie
-        with contextlib.suppress(OSError):
-            os.waitpid(pid, os.WNOHANG)
+    # Until none is left: a dying parent may still start one (pytest-xdist replaces a
+    # worker that died), and what it leaves is adopted here (``adopt_orphans``).
+    deadline = time.monotonic() + reap_s
+    killed: list[int] = []
+    while time.monotonic() < deadline:
+        alive = [pid for pid in descendants(os.getpid()) + procs if running(pid)]
+        if not alive:
+            break
+        for pid in alive:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        killed += alive
+        # SIGKILL lands asynchronously: wait (bounded) until each has ended, so that what
+        # runs next (removing the ipc directories of workers that could not) sees them gone.
+        wait_ended(alive, max(0.0, deadline - time.monotonic()))
+    _reap_children(deadline)
+
+
+def _reap_children(deadline: float) -> None:
+    """Reap every child of this process that has ended, adopted orphans included,
+    until none is left below it or ``deadline`` (a zombie left to an init that reaps
+    lazily would keep the command's process group alive after it)."""
+    while time.monotonic() < deadline:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return  # no child at all
+        if pid == 0:
+            if not descendants(os.getpid()):
+                return
+            time.sleep(0.01)
 
 
 def wait_ended(pids: list[int], within_s: float, poll_s: float = 0.01) -> list[int]:

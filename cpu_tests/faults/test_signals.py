@@ -68,6 +68,24 @@ def _describe(base: Path, names: list[str], kids: list[int]) -> list[str]:
     return out
 
 
+def _in_group(pgid: int, zombies: bool = False) -> list[str]:
+    """The live processes of process group ``pgid`` (Linux: from /proc), with their
+    command lines: whatever outlived the command, to say what it was."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            if int(stat[2]) == pgid and (zombies or stat[0] != "Z"):
+                cmd = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ")
+                what = cmd.decode(errors="replace")[:200]
+                out.append(f"{entry} ({stat[0]}, parent {stat[1]}): {what}")
+        except (OSError, IndexError, ValueError):
+            continue
+    return out
+
+
 def _worktrees(repo: Path) -> list[str]:
     out = subprocess.run(
         ["git", "-C", str(repo), "worktree", "list", "--porcelain"],
@@ -130,8 +148,10 @@ def test_a_signal_ends_every_mode_in_one_line_leaving_nothing(
     time.sleep(0.2)
     left = [p for p in kids + descendants(proc.pid) if running(p)]
     assert left == [], f"processes left: {left}"
+    assert _in_group(proc.pid) == [], "processes left in the command's group"
     with pytest.raises(ProcessLookupError):
         os.killpg(proc.pid, 0)
+        raise AssertionError(f"left in the group: {_in_group(proc.pid, zombies=True)}")
     # pytest-of-USER is pytest's own per-user base, kept by design across runs: only the
     # user's own tests under `kvfault sweep` make one (the campaign's workers do not).
     sweeps = mode.startswith("sweep")
@@ -228,6 +248,8 @@ def test_a_stop_after_the_command_ended_leaves_its_exit_status(signame, program,
     code = (
         "import os, signal, sys\n"
         "from faults import cli\n"
+        # The caller's own handler (the default: it may have started with one ignored).
+        f"signal.signal({int(signum)}, signal.SIG_DFL)\n"
         f"code = cli.main(['list', '--faults'], program={program})\n"
         f"os.kill(os.getpid(), {int(signum)})\n"
         "print('exiting with', code, flush=True)\n"
