@@ -227,12 +227,24 @@ def adopt_orphans() -> bool:
         return False
 
 
-def stop_descendants(grace_s: float = 5.0, reap_s: float = 10.0) -> None:
+def stop_descendants(
+    grace_s: float = 5.0, reap_s: float = 10.0, *, since: set[int] | None = None
+) -> None:
     """After Ctrl-C: stop whatever this process started that is still running (pytest-xdist
     workers of ``-n``/``-j``/``--tx`` and what they run), SIGTERM then, after ``grace_s``,
     SIGKILL, and wait up to ``reap_s`` for the killed to end, so no process outlives the
-    command (children in their own group were stopped already)."""
-    procs = descendants(os.getpid())
+    command (children in their own group were stopped already). ``since``: only the
+    processes that were not below this one then (what a command that has ended left
+    running: daemons it detached, adopted here by ``adopt_orphans``); only those are
+    reaped."""
+
+    def below() -> list[int]:
+        now = descendants(os.getpid())
+        return now if since is None else [p for p in now if p not in since]
+
+    procs = below()
+    if not procs:
+        return
     for pid in procs:
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGTERM)
@@ -242,7 +254,7 @@ def stop_descendants(grace_s: float = 5.0, reap_s: float = 10.0) -> None:
     deadline = time.monotonic() + reap_s
     killed: list[int] = []
     while time.monotonic() < deadline:
-        alive = [pid for pid in descendants(os.getpid()) + procs if running(pid)]
+        alive = [pid for pid in below() + procs if running(pid)]
         if not alive:
             break
         for pid in alive:
@@ -252,7 +264,12 @@ def stop_descendants(grace_s: float = 5.0, reap_s: float = 10.0) -> None:
         # SIGKILL lands asynchronously: wait (bounded) until each has ended, so that what
         # runs next (removing the ipc directories of workers that could not) sees them gone.
         wait_ended(alive, max(0.0, deadline - time.monotonic()))
-    _reap_children(deadline)
+    if since is None:
+        _reap_children(deadline)
+    else:
+        for pid in set(procs + killed):  # those that are ours now (adopted): no zombie
+            with contextlib.suppress(OSError):
+                os.waitpid(pid, os.WNOHANG)
 
 
 def _reap_children(deadline: float) -> None:

@@ -45,8 +45,10 @@ from faults.errors import KvfaultError
 from faults.processes import (
     Interrupted,
     Signals,
+    descendants,
     kill_group,
     reap_group,
+    stop_descendants,
 )
 from faults.proof import ProofResult, SideRun, decide, format_report, outcome
 from faults.verdicts import EXIT_CODES, Verdict
@@ -204,6 +206,7 @@ def _run_once(
     returncode: int | None = None
     # Output goes to a file rather than a pipe: no reader thread, no deadlock on a
     # chatty command, and a crash still leaves it on disk.
+    before = set(descendants(os.getpid()))
     with open(log_path, "wb") as log:
         start = time.monotonic()
         try:
@@ -234,6 +237,9 @@ def _run_once(
                 raise
             finally:
                 reap_group(proc.pid)
+                # What it detached into a session of its own and left running, adopted
+                # here (kvfault's own process): it must not outlive the worktree either.
+                stop_descendants(grace_s=2.0, since=before)
         seconds = time.monotonic() - start
     if shell and returncode in _SHELL_CANNOT_RUN:
         error = f"{_SHELL_CANNOT_RUN[returncode]} (exit {returncode} from /bin/sh)"
@@ -493,4 +499,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from faults.processes import adopt_orphans
+
+    adopt_orphans()  # as kvfault's console script does: what CMD detaches stays below
     sys.exit(main())

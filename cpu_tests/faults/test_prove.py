@@ -404,6 +404,37 @@ def _alive(pid: int) -> bool:
     return not (stat.exists() and stat.read_text().split(") ")[-1].startswith("Z"))
 
 
+DAEMON = r"""
+import os, sys, time
+if os.fork() == 0:
+    os.setsid()  # a session of its own: out of the command's process group
+    if os.fork() == 0:
+        open(sys.argv[1], "a").write(f"{os.getpid()}\n")
+        time.sleep(60)
+    os._exit(0)
+sys.exit(0)
+"""
+
+
+def test_a_daemon_the_command_detaches_does_not_outlive_the_proof(
+    repo: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "daemon.py").write_text(DAEMON)
+    pidfile = tmp_path / "daemon.pid"
+    proc = subprocess.run(
+        module_argv(repo, "--old", "broken", "--new", "fixed", "--repeat", "1", "--",
+                    sys.executable, str(tmp_path / "daemon.py"), str(pidfile)),
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stdout + proc.stderr  # both sides pass: NOT REPRODUCED
+    pids = [int(p) for p in pidfile.read_text().split()]
+    assert len(pids) == 2  # one per side
+    deadline = time.monotonic() + 30  # SIGTERM lands asynchronously; bounded
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert [p for p in pids if _alive(p)] == [], "daemons outlived the proof"
+
+
 @pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_interrupt_removes_worktrees(
     repo: Path, tmp_path: Path, isolated: Path, signum: int, code: int
