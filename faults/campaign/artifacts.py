@@ -18,6 +18,7 @@ from faults.campaign.outcomes import CaseOutcome
 from faults.campaign.targets import CampaignError, Case, Target
 from faults.errors import KvfaultError
 from faults.safe_io import NotARegularFile, locked_dir, read_bounded, write_atomic
+from faults.tiers import DEFAULT_TIER
 
 T = TypeVar("T")
 
@@ -91,11 +92,13 @@ def artifact_json(
 
 
 def artifact_path(case: Case, directory: Path) -> Path:
-    """Where ``case``'s artifact lives in ``directory`` (one file per case)."""
+    """Where ``case``'s artifact lives in ``directory`` (one file per case: the same
+    case on another tier is another case, with its own file)."""
     t = case.target
     at = f"-x{t.scale}" if t.scale != 1 else ""
     at += f"-legacy-{t.stack}" if t.stack else ""  # not the fixed stack's case
-    stem = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{t.kind.name}-{t.name}{at}-seed{case.seed}")
+    tier = f"{t.tier}-" if t.tier != DEFAULT_TIER else ""
+    stem = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{tier}{t.kind.name}-{t.name}{at}-seed{case.seed}")
     return directory / f"{stem}.json"
 
 

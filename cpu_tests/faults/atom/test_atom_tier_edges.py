@@ -191,7 +191,9 @@ def test_run_goes_through_the_one_loop_with_report_budget_and_artifacts(
     assert case["id"] == "atom:scenario:two_servers@seed0" and case["verdict"] == "FAIL"
     assert summary["meta"]["seeds_ran"] == 1 and summary["meta"]["seeds_requested"] == 3
     assert "two_servers" in (report / "junit.xml").read_text()
-    artifact = json.loads((report / "artifacts" / "scenario-two_servers-seed0.json").read_text())
+    artifact = json.loads(
+        (report / "artifacts" / "atom-scenario-two_servers-seed0.json").read_text()
+    )
     assert artifact["target"]["tier"] == "atom"
     # The replay command repeats the tier's own options as given: without --atom-src it
     # would stop at "no ATOM checkout" wherever KVFAULT_ATOM_SRC is not set.

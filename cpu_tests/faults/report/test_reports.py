@@ -371,3 +371,14 @@ def test_without_matplotlib_there_are_no_timelines_and_the_verdict_stands(
         err
         == "kvfault: note: no timelines: timeline pictures need matplotlib; install the plot extra\n"
     )
+
+
+def test_the_same_case_on_each_tier_has_its_own_artifact(tmp_path: Path):
+    # A kept artifact of one tier's case must not be overwritten by another tier's.
+    from faults.campaign.artifacts import artifact_path
+
+    base = scenario_target("two_images")
+    paths = {artifact_path(Case(replace(base, tier=t), 0), tmp_path).name
+             for t in ("memory", "lmcache", "atom")}  # fmt: skip
+    assert paths == {"scenario-two_images-seed0.json", "lmcache-scenario-two_images-seed0.json",
+                     "atom-scenario-two_images-seed0.json"}  # fmt: skip
