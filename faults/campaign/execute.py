@@ -120,9 +120,11 @@ def scenarios_on(tier: str) -> Mapping[str, Any]:
 def _known(name: str, executor: Executor) -> None:
     # Any executor runs any scenario of its tier's catalog; a scenario's ``tiers`` say
     # where the campaign selects it (the catalog answers a CLI name on the wrong tier).
+    from faults.catalog import UnknownName
+
     known = scenarios_on(executor.tier)
     if name not in known:
-        raise KeyError(f"unknown scenario {name!r}; known: {', '.join(known)}")
+        raise UnknownName(f"unknown scenario {name!r}; known: {', '.join(known)}")
 
 
 def run_scenario(

@@ -105,7 +105,7 @@ class Session:
         clock: Callable[[], float] = time.monotonic,
         on_hang: Callable[[CampaignResult], object] | None = None,
     ):
-        self.targets, self.seeds = list(targets), list(seeds)
+        self.targets, self.seeds = list(targets), [_seed(s) for s in seeds]
         self.total = len(self.targets) * len(self.seeds)
         self.artifacts, self.progress, self.on_hang = artifacts, progress, on_hang
         self.budget_s, self.timeout_s, self.clock = budget_s, timeout_s, clock
@@ -228,6 +228,16 @@ class Session:
         ran = [s for s in self.seeds if s in self.started]
         rows = in_campaign_order(self.targets, ran, self.done)
         return CampaignResult(rows, time.perf_counter() - self._t0)
+
+
+def _seed(value: object) -> int:
+    """``value`` as a campaign seed: what ``--seeds`` and ``--first-seed`` take."""
+    from faults.argtypes import MAX_SEED
+    from faults.errors import UsageError
+
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SEED:
+        raise UsageError(f"a seed is a whole number from 0 to {MAX_SEED}, got {value!r}")
+    return value
 
 
 def guarded(runner: CaseRunner, case: Case, timeout_s: float | None) -> CaseOutcome:

@@ -278,3 +278,19 @@ def test_an_interrupted_repro_leaves_an_artifact_that_was_there_before(
     with pytest.raises(KeyboardInterrupt):
         reproduce(CASE, tmp_path)
     assert artifact_path(CASE, tmp_path).read_bytes() == before
+
+
+@pytest.mark.parametrize("seed", [-1, 2**40, "x", True, 1.0])
+def test_the_library_refuses_a_seed_the_command_line_refuses(seed) -> None:
+    from faults.errors import KvfaultError
+
+    with pytest.raises(KvfaultError, match="a seed is a whole number from 0 to 4294967295"):
+        run_session(TARGETS, [0, seed])
+
+
+def test_an_unknown_scenario_is_a_kvfault_error_in_one_line() -> None:
+    from faults.campaign.execute import run_case
+    from faults.catalog import UnknownName
+
+    with pytest.raises(UnknownName, match="unknown scenario 'nope'; known: two_servers"):
+        run_case("nope", 0)
