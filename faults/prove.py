@@ -189,6 +189,39 @@ def _tail(text: str, lines: int) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
+# A regex can backtrack for ever ('(a+)+$' on 32 characters): the search of a run's
+# output runs in a child process, stopped past this bound (the run is then an ERROR).
+EXPECT_SEARCH_S = 30.0
+_SEARCH = (
+    "import re, sys\n"
+    "text = open(sys.argv[2], 'rb').read().decode('utf-8', errors='replace')\n"
+    "sys.exit(0 if re.compile(sys.argv[1], re.MULTILINE).search(text) else 1)\n"
+)
+
+
+def _search(expect: re.Pattern[str], log_path: Path) -> tuple[bool | None, str | None]:
+    """Whether ``expect`` matches the output in ``log_path``; None and why when the
+    search could not finish."""
+    proc = subprocess.Popen(
+        [sys.executable, "-I", "-c", _SEARCH, expect.pattern, str(log_path)],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        code = proc.wait(timeout=EXPECT_SEARCH_S)
+    except BaseException as exc:
+        proc.kill()
+        proc.wait()
+        if not isinstance(exc, subprocess.TimeoutExpired):
+            raise
+        return None, (
+            f"--expect {expect.pattern!r} took over {EXPECT_SEARCH_S:g} s to search the "
+            "output (a regex that backtracks without end?)"
+        )
+    if code not in (0, 1):
+        return None, f"--expect {expect.pattern!r} could not search the output (exit {code})"
+    return code == 0, None
+
+
 def _run_once(
     *,
     command: list[str],
@@ -244,7 +277,10 @@ def _run_once(
     if shell and returncode in _SHELL_CANNOT_RUN:
         error = f"{_SHELL_CANNOT_RUN[returncode]} (exit {returncode} from /bin/sh)"
     text = log_path.read_bytes().decode("utf-8", errors="replace")
-    matched = bool(expect.search(text)) if expect is not None else None
+    matched = None
+    if expect is not None:
+        matched, why = _search(expect, log_path)
+        error = error or why
     return SideRun(
         rev=rev,
         sha=sha,

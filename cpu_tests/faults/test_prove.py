@@ -542,3 +542,15 @@ def test_argparse_keeps_double_dash() -> None:
     args = parser.parse_args(["--old", "a", "--new", "b", "--", "pytest", "-x", "--", "y"])
     assert args.cmd == ["--", "pytest", "-x", "--", "y"]
     assert (args.repeat, args.timeout, args.expect, args.repo) == (1, None, None, ".")
+
+
+def test_an_expect_that_backtracks_for_ever_is_an_error_not_a_hang(
+    repo: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import faults.prove as prove_module
+
+    monkeypatch.setattr(prove_module, "EXPECT_SEARCH_S", 0.5)
+    rc = cli(repo, "--old", "broken", "--new", "fixed", "--expect", "(a+)+$", "--",
+             "sh", "-c", "printf aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaab")  # fmt: skip
+    assert rc == 2
+    assert "took over 0.5 s to search the output" in capsys.readouterr().out
