@@ -20,7 +20,8 @@ each written once here:
 
 A *backend* only says where the cases run and calls the session's hooks
 (``may_start``, ``stage``, ``starting``, ``run_here`` or its workers' ``guarded``,
-``finished``, ``lost``); an interrupt out of ``run`` is the session's to clean up:
+``finished``, ``lost``). An interrupt that comes out of a backend's ``run`` is the
+session's to clean up (``interrupted``). The backends:
 
 - ``InProcess`` (``-j 1``, ``--tier lmcache``): this process, on a tier's executor;
 - ``faults.campaign.pool.ForkPool`` (``-j N``): forked workers on this machine;
