@@ -39,6 +39,7 @@ import gc
 import time
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Protocol, Sequence
 
+from faults.argtypes import MAX_SEED
 from faults.campaign.hang_guard import hang_guard
 from faults.campaign.outcomes import (
     CampaignFailure,
@@ -48,6 +49,7 @@ from faults.campaign.outcomes import (
 )
 from faults.campaign.runner import CaseRunner
 from faults.campaign.targets import Case, Target
+from faults.errors import UsageError
 from faults.verdicts import Verdict
 from reference.signals import stop_signals_held
 
@@ -106,7 +108,7 @@ class Session:
         clock: Callable[[], float] = time.monotonic,
         on_hang: Callable[[CampaignResult], object] | None = None,
     ):
-        self.targets, self.seeds = list(targets), [_seed(s) for s in seeds]
+        self.targets, self.seeds = list(targets), _seeds(seeds)
         self.total = len(self.targets) * len(self.seeds)
         self.artifacts, self.progress, self.on_hang = artifacts, progress, on_hang
         self.budget_s, self.timeout_s, self.clock = budget_s, timeout_s, clock
@@ -231,14 +233,13 @@ class Session:
         return CampaignResult(rows, time.perf_counter() - self._t0)
 
 
-def _seed(value: object) -> int:
-    """``value`` as a campaign seed: what ``--seeds`` and ``--first-seed`` take."""
-    from faults.argtypes import MAX_SEED
-    from faults.errors import UsageError
-
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SEED:
-        raise UsageError(f"a seed is a whole number from 0 to {MAX_SEED}, got {value!r}")
-    return value
+def _seeds(seeds: Sequence[int]) -> list[int]:
+    """``seeds`` as campaign seeds: only what ``--seeds`` and ``--first-seed`` take."""
+    out = list(seeds)
+    for value in out:
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SEED:
+            raise UsageError(f"a seed is a whole number from 0 to {MAX_SEED}, got {value!r}")
+    return out
 
 
 def guarded(runner: CaseRunner, case: Case, timeout_s: float | None) -> CaseOutcome:

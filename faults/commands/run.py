@@ -233,19 +233,27 @@ def _write_timelines(result: CampaignResult, where: Path) -> tuple[dict[str, Pat
 
     written: dict[str, Path] = {}
     unwritten: list[str] = []
-    for c in result.cases:
-        if c.ok or (c.legacy_result is None and c.fixed_result is None):
-            continue
+    drawn = [
+        c
+        for c in result.cases
+        if not c.ok and (c.legacy_result is not None or c.fixed_result is not None)
+    ]
+    if not drawn:
+        return written, unwritten
+    try:
+        where.mkdir(exist_ok=True)
+    except FileExistsError:  # a file or a dangling link where the directory goes
+        return written, [f"{where}: not a directory, so no timeline can go in it"]
+    except OSError as exc:
+        return written, [f"{where}: cannot make it: {exc.strerror or exc}"]
+    for c in drawn:
         path = where / (c.case.id.replace(":", "-").replace("@", "-") + ".svg")
         try:
-            where.mkdir(exist_ok=True)
             if draw_timeline(c, path):
                 written[c.case.id] = path
         except ImportError as exc:  # an optional extra: no pictures, the rest stands
             print(f"kvfault: note: no timelines: {exc}", file=sys.stderr, flush=True)
             break
-        except FileExistsError:  # a file or a dangling link where the directory goes
-            unwritten.append(f"{where}: not a directory, so no timeline can go in it")
         except OSError as exc:
             at = exc.filename or path
             unwritten.append(f"{at}: cannot write timeline: {exc.strerror or exc}")
