@@ -404,14 +404,21 @@ def _alive(pid: int) -> bool:
     return not (stat.exists() and stat.read_text().split(") ")[-1].startswith("Z"))
 
 
+# The command ends only once its daemon has recorded its pid: otherwise the proof
+# may stop the daemon before it writes, and the test would count one side short.
 DAEMON = r"""
 import os, sys, time
+r, w = os.pipe()
 if os.fork() == 0:
     os.setsid()  # a session of its own: out of the command's process group
     if os.fork() == 0:
-        open(sys.argv[1], "a").write(f"{os.getpid()}\n")
+        with open(sys.argv[1], "a") as f:
+            f.write(f"{os.getpid()}\n")
+        os.write(w, b"+")
         time.sleep(60)
     os._exit(0)
+os.close(w)
+os.read(r, 1)  # bounded: the daemon writes, or dies and closes its end
 sys.exit(0)
 """
 
