@@ -183,10 +183,38 @@ def _remove_worktrees(repo: Path, paths: Sequence[Path], tmp: Path | None) -> No
 # ------------------------------------------------------------------ running CMD
 
 
-def _tail(text: str, lines: int) -> str:
+# The tail is read from the end of the log, never the whole of it: a run may print
+# gigabytes. Past this many bytes the first line shown is cut (marked with "...").
+TAIL_MAX_BYTES = 1 << 20
+_TAIL_BLOCK = 1 << 16
+
+
+def _tail(log_path: Path, lines: int, max_bytes: int = TAIL_MAX_BYTES) -> str:
+    """The last ``lines`` lines of the output in ``log_path`` (lines as
+    ``str.splitlines`` counts them), reading at most ``max_bytes`` from its end."""
     if lines <= 0:
         return ""
-    return "\n".join(text.splitlines()[-lines:])
+    with open(log_path, "rb") as log:
+        end = log.seek(0, os.SEEK_END)
+        floor = max(0, end - max_bytes)
+        data, pos = b"", end
+        # One line more than asked: the earliest line read may have started earlier.
+        while pos > floor and data.count(b"\n") <= lines:
+            step = min(_TAIL_BLOCK, pos - floor)
+            pos -= step
+            log.seek(pos)
+            data = log.read(step) + data
+        if pos > 0:
+            log.seek(pos - 1)
+            cut = log.read(1) != b"\n"  # the earliest line read started before pos
+        else:
+            cut = False
+    shown = data.decode("utf-8", errors="replace").splitlines()
+    cut = cut and len(shown) <= lines  # else that line is not shown anyway
+    shown = shown[-lines:]
+    if cut and shown:
+        shown[0] = "..." + shown[0]
+    return "\n".join(shown)
 
 
 # A regex can backtrack for ever ('(a+)+$' on 32 characters): the search of a run's
@@ -276,7 +304,6 @@ def _run_once(
         seconds = time.monotonic() - start
     if shell and returncode in _SHELL_CANNOT_RUN:
         error = f"{_SHELL_CANNOT_RUN[returncode]} (exit {returncode} from /bin/sh)"
-    text = log_path.read_bytes().decode("utf-8", errors="replace")
     matched = None
     if expect is not None:
         matched, why = _search(expect, log_path)
@@ -286,7 +313,7 @@ def _run_once(
         sha=sha,
         returncode=returncode,
         seconds=seconds,
-        tail=_tail(text, tail_lines),
+        tail=_tail(log_path, tail_lines),
         matched=matched,
         error=error,
     )

@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from faults import prove as prove_mod
 from faults.prove import ProofResult, SideRun, Verdict, decide, main, prove
@@ -311,6 +313,35 @@ def test_tail_keeps_last_lines(repo: Path) -> None:
         result.new[0].tail.splitlines()
         == ["97", "98", "99", "100", "checking keys", "all good"][-5:]
     )
+
+
+# Output with every kind of line end, and UTF-8 that a block boundary can split.
+_OUTPUT = st.lists(
+    st.sampled_from([b"\n", b"\r\n", b"\r", b"a", b"bc", "\u00e9\u2028\x85".encode(), b"\xff"]),
+    max_size=60,
+).map(b"".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=_OUTPUT, lines=st.integers(0, 8), block=st.integers(1, 9))
+def test_tail_reads_the_end_as_splitlines_would(data: bytes, lines: int, block: int) -> None:
+    with tempfile.NamedTemporaryFile() as f:
+        f.write(data)
+        f.flush()
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(prove_mod, "_TAIL_BLOCK", block)
+            got = prove_mod._tail(Path(f.name), lines)
+    text = data.decode("utf-8", errors="replace")
+    assert got == ("\n".join(text.splitlines()[-lines:]) if lines else "")
+
+
+def test_tail_reads_at_most_its_bound_from_the_end(tmp_path: Path) -> None:
+    log = tmp_path / "log"
+    log.write_bytes(b"x" * 5000 + b"\nlast\n")
+    assert prove_mod._tail(log, 3, max_bytes=100) == "..." + "x" * 94 + "\nlast"
+    # A line that starts exactly at the bound is whole: no mark.
+    log.write_bytes(b"x" * 5000 + b"\n" + b"y" * 95 + b"\nlast\n")
+    assert prove_mod._tail(log, 3, max_bytes=101) == "y" * 95 + "\nlast"
 
 
 # -------------------------------------------------------------- bad arguments
