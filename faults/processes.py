@@ -111,17 +111,18 @@ class Signals:
         self._swallowed.install()
 
     def restore(self) -> None:
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
-        self._previous.clear()
-        self._swallowed.restore()
+        """Put back the handlers ``install`` replaced."""
+        self._uninstall(lambda previous: previous)
 
     def ignore_from_now(self) -> None:
         """The command has ended and its process is on its way out: a stop signal
         from now on is ignored, so the exit status stands (Python's own handlers, and
         the defaults it restores as it shuts down, would end it by the signal)."""
-        for signum in self._previous:
-            signal.signal(signum, signal.SIG_IGN)
+        self._uninstall(lambda _previous: signal.SIG_IGN)
+
+    def _uninstall(self, handler: Callable[[Handler], Handler]) -> None:
+        for signum, previous in self._previous.items():
+            signal.signal(signum, handler(previous))
         self._previous.clear()
         self._swallowed.restore()
 
