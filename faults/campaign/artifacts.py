@@ -203,6 +203,42 @@ def keep_artifact(case: Case, directory: Path, timeout_s: float | None = None) -
     return write_artifact(case, directory, timeout_s)
 
 
+_ABSENT = object()
+
+
+def _whole(value: object) -> bool:
+    return type(value) is int  # not True, not 1.0
+
+
+def _hash_seed(value: object) -> bool:
+    return (
+        isinstance(value, (int, str))
+        and not isinstance(value, bool)
+        and re.fullmatch(r"[0-9]+", str(value)) is not None  # ASCII: what Python reads
+        and int(value) <= MAX_HASHSEED
+    )
+
+
+def _seconds(value: object) -> bool:
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and 0 < value <= MAX_TIMEOUT_S
+    )
+
+
+# The artifact's scalar fields: (field, whether a value is valid, what a valid one is).
+# _ABSENT: the field is missing. The limits are the command line's (faults.argtypes).
+_FIELD_RULES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
+    ("seed", lambda v: _whole(v) and 0 <= v <= MAX_SEED, f"a whole number from 0 to {MAX_SEED}"),
+    ("pythonhashseed", lambda v: v is _ABSENT or v is None or _hash_seed(v),
+     f"null or a whole number from 0 to {MAX_HASHSEED} (what PYTHONHASHSEED accepts)"),
+    (RUNS_FIELD, lambda v: v is _ABSENT or (_whole(v) and v > 0), "a whole number above 0"),
+    ("timeout_s", lambda v: v is _ABSENT or v is None or _seconds(v),
+     f"null or a number of seconds above 0 and at most {MAX_TIMEOUT_S:g} (what --timeout takes)"),
+)  # fmt: skip
+
+
 def read_artifact(path: Path) -> tuple[Case, dict[str, Any]]:
     """Read an artifact back into the case it names; raises ``ArtifactError`` with one
     clear line for anything malformed."""
@@ -241,39 +277,12 @@ def read_artifact(path: Path) -> tuple[Case, dict[str, Any]]:
         raise ArtifactError(
             f"{path}: artifact version {obj['kvfault_artifact']!r}; this kvfault reads {ARTIFACT_VERSION}"
         )
-    seed = obj.get("seed")
-    # The same limits as the command line's --seed (faults.argtypes).
-    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed <= MAX_SEED:
-        raise ArtifactError(
-            f"{path}: 'seed' must be a whole number from 0 to {MAX_SEED}, got {seed!r}"
-        )
-    recorded = obj.get("pythonhashseed")
-    if recorded is not None and not (
-        isinstance(recorded, (int, str))
-        and not isinstance(recorded, bool)
-        and re.fullmatch(r"[0-9]+", str(recorded))  # ASCII: what Python's start-up reads
-        and int(recorded) <= MAX_HASHSEED
-    ):
-        raise ArtifactError(
-            f"{path}: 'pythonhashseed' must be null or a whole number from 0 to "
-            f"{MAX_HASHSEED} (what PYTHONHASHSEED accepts), got {recorded!r}"
-        )
+    for field, valid, what in _FIELD_RULES:
+        if not valid(obj.get(field, _ABSENT)):
+            raise ArtifactError(f"{path}: {field!r} must be {what}, got {obj.get(field)!r}")
+    seed, recorded = obj["seed"], obj.get("pythonhashseed")
     if recorded is not None:
         obj["pythonhashseed"] = str(int(recorded))  # "007" is seed 7
-    if RUNS_FIELD in obj and _runs(obj) == 0:
-        raise ArtifactError(
-            f"{path}: {RUNS_FIELD!r} must be a whole number above 0, got {obj[RUNS_FIELD]!r}"
-        )
-    timeout_s = obj.get("timeout_s")
-    if timeout_s is not None and not (
-        isinstance(timeout_s, (int, float))
-        and not isinstance(timeout_s, bool)
-        and 0 < timeout_s <= MAX_TIMEOUT_S
-    ):
-        raise ArtifactError(
-            f"{path}: 'timeout_s' must be null or a number of seconds above 0 and at most "
-            f"{MAX_TIMEOUT_S:g} (what --timeout takes), got {timeout_s!r}"
-        )
     try:
         target = Target.from_json(obj.get("target"))
         plan = None
