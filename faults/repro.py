@@ -17,9 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from faults.argtypes import DEFAULT_CASE_TIMEOUT_S
-from faults.campaign import Case, CaseOutcome, CaseRunner
-from faults.campaign.artifacts import replay_command, write_artifact
-from faults.campaign.hang_guard import hang_guard
+from faults.campaign import Case, CaseOutcome
+from faults.campaign.artifacts import replay_command
 from faults.verdicts import Verdict
 
 
@@ -73,40 +72,23 @@ def reproduce(
     timeout_s: float | None = DEFAULT_CASE_TIMEOUT_S,
     keep_runs: str = "all",
 ) -> Reproduction:
-    """Write ``case``'s artifact (unless ``artifacts`` is None), then run the case under
-    the hang guard; a case that runs past ``timeout_s`` has its artifact record it, and
-    one that crashes keeps it. Interrupted (Ctrl-C, a stop signal), the case has no
-    verdict: an artifact this call wrote goes again, as the campaign's does (one that
-    was there before stays)."""
-    from faults.campaign.artifacts import drop_artifact, keep_artifact, stage_artifact
-    from faults.campaign.session import INTERRUPTS
-    from faults.campaign.tiers import open_executor
-    from reference.signals import stop_signals_held
+    """Run ``case`` through the campaign's own loop (``faults.campaign.session``), with
+    its artifact in ``artifacts`` (None: none) kept whatever the verdict: written
+    before the case runs, so a crash or a hang leaves it; a case that runs past
+    ``timeout_s`` has its artifact record it. Interrupted (Ctrl-C, a stop signal), the
+    case has no verdict: an artifact this call wrote goes again, as the campaign's does
+    (one that was there before stays)."""
+    from faults.campaign.artifacts import CampaignArtifacts
+    from faults.campaign.session import open_backend, run_session
 
-    def ran_past() -> None:
-        if artifacts is not None:
-            write_artifact(case, artifacts, timeout_s)
-
-    staged = None
-    try:
-        if artifacts is not None:
-            with stop_signals_held():  # a stop lands before the staging or after it
-                staged = stage_artifact(case, artifacts)
-        with hang_guard(timeout_s, ran_past), open_executor(case.target.tier) as executor:
-            outcome = CaseRunner(keep_runs=keep_runs, executor=executor).run(case)
-    except INTERRUPTS:
-        if staged is not None:
-            drop_artifact(*staged)
-        raise
-    except BaseException:
-        if artifacts is not None and staged is not None:
-            keep_artifact(case, artifacts)  # a crash keeps it, for its replay
-        raise
-    path = None
-    if artifacts is not None:
-        with stop_signals_held():
-            path = keep_artifact(case, artifacts)
-    return Reproduction(outcome, path)
+    store = CampaignArtifacts(artifacts, keep_passing=True) if artifacts is not None else None
+    targets, seeds = [case.target], [case.seed]
+    with open_backend(case.target.tier, targets, seeds, jobs=1) as backend:
+        result = run_session(
+            targets, seeds, backend, artifacts=store, timeout_s=timeout_s, keep_runs=keep_runs
+        )
+    (outcome,) = result.targets[0].cases
+    return Reproduction(outcome, store.kept.get(case.id) if store is not None else None)
 
 
 def wanted_hash_seed(command: str, artifact: Path | None = None) -> str | None:

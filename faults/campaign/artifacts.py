@@ -333,10 +333,11 @@ class CampaignArtifacts:
     """A campaign's artifacts: each case's is written before it runs and kept only if
     the case did not pass (so a crash or hang leaves it, and a green campaign leaves
     nothing, not even the directories it made; an artifact another command wrote for
-    the same case stays)."""
+    the same case stays). ``keep_passing``: a passing case keeps its artifact too
+    (``kvfault repro``: the reviewer is handed its replay line either way)."""
 
-    def __init__(self, directory: Path):
-        self.directory = directory
+    def __init__(self, directory: Path, keep_passing: bool = False):
+        self.directory, self.keep_passing = directory, keep_passing
         self.kept: dict[str, Path] = {}
         # The directories this run will create (the missing tail of the path), deepest
         # first: only those are removed again.
@@ -356,7 +357,7 @@ class CampaignArtifacts:
         """Drop the staged artifact of a case that passed; keep (write again) that of
         one that did not. ``staged`` None: the case ran where this process staged
         nothing (a worker on another host), so only a failing case's is written."""
-        if outcome.ok:
+        if outcome.ok and not self.keep_passing:
             if staged is not None:
                 drop_artifact(*staged)  # an artifact `kvfault repro` wrote stays
         else:

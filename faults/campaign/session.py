@@ -1,4 +1,6 @@
-"""The one campaign loop: every ``kvfault run`` goes through a ``Session``.
+"""The one campaign loop: every ``kvfault run``, ``repro`` and ``replay`` goes through a
+``Session`` (``repro`` keeps a passing case's artifact too), and so does each work
+item on a pytest-xdist worker.
 
 A session owns every job around a case that does not depend on where the case runs,
 each written once here:
@@ -19,7 +21,7 @@ each written once here:
   (target by target, each over its seeds), whatever order they arrived in.
 
 A *backend* only says where the cases run and calls the session's hooks
-(``may_start``, ``stage``, ``starting``, ``run_here`` or its workers' ``guarded``,
+(``may_start``, ``stage``, ``starting``, ``run_here`` or its pool workers' ``guarded``,
 ``finished``, ``lost``). An interrupt that comes out of a backend's ``run`` is the
 session's to clean up (``interrupted``). The backends:
 

@@ -17,43 +17,26 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from faults.campaign.outcomes import CaseOutcome
-from faults.campaign.runner import CaseRunner
-from faults.campaign.session import INTERRUPTS, Session, guarded
+from faults.campaign.session import InProcess, Session, run_session
 from faults.campaign.targets import Case, Target
 
 
 def cases_task(payload: dict[str, Any]) -> list[dict[str, Any]]:
     """A work item on a fan-out worker: every target of the item on each of its seeds,
-    judged as in-process, under the hang guard; the outcomes as JSON. On the host that
-    started the campaign, each case's replay artifact is staged before it runs and
-    kept or dropped as in-process (``CampaignArtifacts``)."""
+    through the campaign's own loop in this process (``run_session``, so judged, hang
+    guarded and staged as in-process); the outcomes as JSON. Only on the host that
+    started the campaign are the replay artifacts staged, kept or dropped here."""
     from faults.campaign.artifacts import CampaignArtifacts
-    from reference.signals import stop_signals_held
 
     targets = [Target.from_json(t) for t in payload["targets"]]
     here = payload.get("host") == socket.gethostname()
     where = payload.get("artifacts")
     store = CampaignArtifacts(Path(where)) if here and where else None
-    out = []
-    for seed in payload["seeds"]:
-        runner = CaseRunner(digests=payload.get("digests", True))
-        for t in targets:
-            case = Case(t, seed)
-            staged = None
-            try:
-                # Held: a stop lands before the staging or after it is known, never inside.
-                with stop_signals_held():
-                    staged = store.before(case) if store is not None else None
-                outcome = guarded(runner, case, payload.get("timeout_s"))
-            except INTERRUPTS:  # a crash keeps its staged artifact, for its replay
-                if store is not None and staged is not None:
-                    store.abandon(staged)  # interrupted: the case has no verdict to keep
-                raise
-            if store is not None:
-                with stop_signals_held():
-                    store.after(case, outcome, staged)
-            out.append(outcome.as_json())
-    return out
+    result = run_session(
+        targets, payload["seeds"], InProcess(),
+        artifacts=store, timeout_s=payload.get("timeout_s"), digests=payload.get("digests", True),
+    )  # fmt: skip
+    return [o.as_json() for t in result.targets for o in t.cases]
 
 
 # Seeds in the first wave of a budgeted campaign (then 2x, 4x, ...).

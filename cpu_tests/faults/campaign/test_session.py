@@ -167,10 +167,10 @@ def test_on_an_xdist_worker_a_crash_keeps_the_staged_artifact_and_an_interrupt_u
 ) -> None:
     from faults.campaign import xdist
 
-    def guarded(runner: CaseRunner, case: Case, timeout_s: float | None) -> CaseOutcome:
+    def run(self: CaseRunner, case: Case) -> CaseOutcome:
         raise escape
 
-    monkeypatch.setattr(xdist, "guarded", guarded)
+    monkeypatch.setattr(CaseRunner, "run", run)
     payload = {
         "targets": [CASE.target.as_json()],
         "seeds": [CASE.seed],
