@@ -265,6 +265,10 @@ def stop_descendants(
         # SIGKILL lands asynchronously: wait (bounded) until each has ended, so that what
         # runs next (removing the ipc directories of workers that could not) sees them gone.
         wait_ended(alive, max(0.0, deadline - time.monotonic()))
+    # Two ways to reap, on purpose. Without ``since`` the command is ending and nothing of
+    # ours waits on a child: reap every child, also zombies adopted after the listing.
+    # With it the command goes on, and waitpid(-1) could take the exit status of a child
+    # a ``subprocess.Popen`` still waits for: reap only what was stopped here.
     if since is None:
         _reap_children(deadline)
     else:
