@@ -75,15 +75,19 @@ def reproduce(
     """Run ``case`` through the campaign's own loop (``faults.campaign.session``), with
     its artifact in ``artifacts`` (None: none) kept whatever the verdict: written
     before the case runs, so a crash or a hang leaves it; a case that runs past
-    ``timeout_s`` has its artifact record it. Interrupted (Ctrl-C, a stop signal), the
+    ``timeout_s`` has its artifact record it. The tier opens with the target's own
+    options (``--atom-src``, ``--property``), as the case ran. Interrupted (Ctrl-C, a stop signal), the
     case has no verdict: an artifact this call wrote goes again, as the campaign's does
     (one that was there before stays)."""
     from faults.campaign.artifacts import CampaignArtifacts
     from faults.campaign.session import open_backend, run_session
+    from faults.tiers import Tiers
 
     store = CampaignArtifacts(artifacts, keep_passing=True) if artifacts is not None else None
-    targets, seeds = [case.target], [case.seed]
-    with open_backend(case.target.tier, targets, seeds, jobs=1) as backend:
+    t = case.target
+    targets, seeds = [t], [case.seed]
+    options = Tiers.installed()[t.tier].opener_options(t.options)  # --atom-src, as it ran
+    with open_backend(t.tier, targets, seeds, jobs=1, options=options) as backend:
         result = run_session(
             targets, seeds, backend, artifacts=store, timeout_s=timeout_s, keep_runs=keep_runs
         )

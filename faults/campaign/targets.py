@@ -4,6 +4,7 @@ artifact records."""
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -97,9 +98,10 @@ class Target:
         if not isinstance(name, str):
             raise CampaignError("target 'name' must be a string")
         tier = obj.get("tier", DEFAULT_TIER)
-        names = Tiers.installed().names
-        if tier not in names:
-            raise CampaignError(f"target tier must be one of {', '.join(names)}, got {tier!r}")
+        installed = Tiers.installed()
+        if tier not in installed.names:
+            names = ", ".join(installed.names)
+            raise CampaignError(f"target tier must be one of {names}, got {tier!r}")
         pinned = obj.get("pinned") or []
         if not isinstance(pinned, list) or not all(isinstance(p, str) for p in pinned):
             raise CampaignError("target 'pinned' must be a list of injector names")
@@ -118,6 +120,14 @@ class Target:
         options = obj.get("options") or []
         if not isinstance(options, list) or not all(isinstance(o, str) for o in options):
             raise CampaignError("target 'options' must be a list of command-line words")
+        # Its replay opens the tier with them: each must be one the tier takes, as given.
+        try:
+            given = installed[tier].opener_options(options)
+        except ValueError as exc:
+            raise CampaignError(f"target 'options': {exc}") from None
+        why = installed[tier].refused(argparse.Namespace(**given, scenario=[name]))
+        if why:
+            raise CampaignError(f"target 'options': {why}")
         target = kind.build(name, tier, {**obj, "pinned": pinned})
         return replace(target, scale=scale, stack=stack, options=tuple(options))
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -138,6 +138,27 @@ class Tier:
         from faults.scenarios import SCENARIOS
 
         return SCENARIOS
+
+    def opener_options(self, words: Sequence[str]) -> dict[str, Any]:
+        """The keywords this tier's opener takes, read back from its options as
+        command-line words (``FLAG VALUE`` pairs, as a target records them).
+        ``ValueError`` with one line for a word that is no option of this tier."""
+        by_flag = {o.flag: o for o in self.options}
+        if len(words) % 2:
+            raise ValueError(f"options {list(words)!r} are not FLAG VALUE pairs")
+        kwargs: dict[str, Any] = {}
+        for flag, value in zip(words[::2], words[1::2], strict=True):
+            opt = by_flag.get(flag)
+            if opt is None:
+                takes = f"it takes {', '.join(by_flag)}" if by_flag else "it takes none"
+                raise ValueError(f"{flag!r} is no option of tier {self.name} ({takes})")
+            if opt.repeat:
+                kwargs.setdefault(opt.dest, []).append(value)
+            elif opt.dest in kwargs:
+                raise ValueError(f"{flag} is given twice")
+            else:
+                kwargs[opt.dest] = value
+        return kwargs
 
     def refused(self, args: Any) -> str | None:
         """What this tier cannot run of the parsed ``kvfault run`` arguments, in one

@@ -25,7 +25,7 @@ import contextlib
 from dataclasses import dataclass
 
 from faults.runs import Expect
-from faults.tiers import Row, Tier
+from faults.tiers import Row, Tier, TierOption
 
 
 class ToyExecutor:
@@ -42,7 +42,10 @@ class ToyExecutor:
 
 
 @contextlib.contextmanager
-def open_toy():
+def open_toy(toy_log=None):
+    if toy_log is not None:  # its own option: where it says it opened
+        with open(toy_log, "a") as log:
+            log.write("opened\\n")
     yield ToyExecutor()
 
 
@@ -99,6 +102,7 @@ TIER = Tier(
     opener="toy_tier:open_toy",
     catalog="toy_tier:rows",
     faults="toy_tier:FAULTS",
+    options=(TierOption("--toy-log", "a file the toy tier says it opened in", metavar="PATH"),),
     rank=90,
 )
 '''
@@ -206,3 +210,44 @@ def test_a_bad_plugin_is_one_line_and_exit_2(
         lines = out.stderr.strip().splitlines()
         assert len(lines) == 1 and says in lines[0], (argv, out.stderr)
         assert "Traceback" not in out.stderr
+
+
+# An artifact of a toy-tier case run with --toy-log, written as the campaign writes it.
+_WRITE_ARTIFACT = """
+import sys
+from pathlib import Path
+from faults.campaign import Case
+from faults.campaign.artifacts import write_artifact
+from faults.campaign.targets import Target
+
+target = Target.from_json({"kind": "scenario", "name": "small_restart_burst", "tier": "toy",
+                           "options": ["--toy-log", sys.argv[2]]})
+print(write_artifact(Case(target, 0), Path(sys.argv[1])))
+"""
+
+
+def test_a_replay_opens_the_tier_with_the_options_the_case_ran_with(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    _dist(site, "toy_tier", "[kvfault.tiers]\ntoy = toy_tier:TIER\n", TOY_TIER)
+    log = tmp_path / "toy.log"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)])}
+    written = subprocess.run(
+        [sys.executable, "-c", _WRITE_ARTIFACT, str(tmp_path / "artifacts"), str(log)],
+        capture_output=True, text=True, env=env, timeout=120, check=True,
+    )  # fmt: skip
+    artifact = written.stdout.strip()
+    assert " --toy-log " in json.loads(Path(artifact).read_text())["command"]
+    replay = _kvfault(site, "replay", artifact)
+    assert replay.returncode == 0, replay.stdout + replay.stderr
+    assert log.read_text() == "opened\n"  # the tier opened with --toy-log, as it ran
+    # An option the tier does not take is refused before anything runs, in one line.
+    obj = json.loads(Path(artifact).read_text())
+    obj["target"]["options"] = ["--atom-src", "."]
+    Path(artifact).write_text(json.dumps(obj))
+    replay = _kvfault(site, "replay", artifact)
+    assert replay.returncode == 2
+    assert replay.stderr.strip().splitlines() == [
+        f"kvfault: error: {artifact}: target 'options': '--atom-src' is no option of tier toy "
+        "(it takes --toy-log)"
+    ], replay.stderr
+    assert log.read_text() == "opened\n"

@@ -157,3 +157,38 @@ def test_a_target_on_a_tier_without_plans_is_built_by_its_catalog() -> None:
     assert targets[0].plan(0) is None  # its tier's catalog builds it, not a plan
     (memory,) = select_targets(faults=["lost_completion"])
     assert memory.plan(0) is not None
+
+
+@pytest.mark.parametrize(
+    ("tier", "options", "says"),
+    [
+        ("memory", ["--atom-src", "x"], "'--atom-src' is no option of tier memory (it takes none)"),
+        ("atom", ["--atom-src"], "options ['--atom-src'] are not FLAG VALUE pairs"),
+        ("atom", ["--atom-src", "/a", "--atom-src", "/b"], "--atom-src is given twice"),
+        (
+            "atom",
+            ["--pin", "x"],
+            "'--pin' is no option of tier atom (it takes --atom-src, --property)",
+        ),
+        ("atom", ["--property", "nope"], "--property 'nope' is no property; known: correctness"),
+    ],
+)
+def test_a_target_takes_only_options_its_tier_takes(
+    tier: str, options: list[str], says: str
+) -> None:
+    # A replay opens the tier with the target's options: what its tier would not take
+    # is refused when the target is read back (an artifact), not ignored.
+    from faults.campaign import CampaignError
+    from faults.campaign.targets import Target
+
+    name = "prefix_reuse" if tier == "atom" else "two_servers"
+    with pytest.raises(CampaignError) as caught:
+        Target.from_json({"kind": "scenario", "name": name, "tier": tier, "options": options})
+    assert str(caught.value).startswith(f"target 'options': {says}"), str(caught.value)
+
+
+def test_the_options_a_tier_takes_are_read_back_by_keyword() -> None:
+    atom = Tiers.installed()["atom"]
+    words = ["--property", "keys", "--atom-src", "/a", "--property", "correctness"]
+    assert atom.opener_options(words) == {"property": ["keys", "correctness"], "atom_src": "/a"}
+    assert atom.opener_options([]) == {}
