@@ -40,6 +40,7 @@ NOT_KVFAULT_ERRORS = {
     "faults.injectors.engine.EngineCrash": "the simulated engine's crash, inside a run",
     "faults.processes.Interrupted": "a signal (KeyboardInterrupt): exit 128 + its number",
     "faults.campaign.pool._Unwind": "a pool worker's SIGTERM (SystemExit): never leaves it",
+    "faults.pytest_plugin.NotExercised": "a warning (UserWarning) in a user's pytest run",
 }
 
 

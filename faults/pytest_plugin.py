@@ -13,16 +13,18 @@ Fixtures (all simulated, virtual time):
 - ``kv_engine`` — a factory of engines on ``kv_world`` under ``kv_rules`` and
   ``fault_plan``.
 - ``kv_scenario`` — runs and judges a named scenario: ``kv_scenario("restart_burst")``
-  returns a ``faults.campaign.execute.CaseResult``.
+  returns a ``faults.campaign.execute.CaseResult``; a planned fault that never fired
+  warns ``NotExercised``.
 
 Markers ``gpu``, ``lmcache`` and ``slow`` are registered. A project that sets the ini
-value ``kv_hypothesis_profile`` gets the hypothesis profiles ``dev``, ``ci`` and
-``nightly`` (``faults.hypothesis_profiles``): the ini value picks one, and
+value ``kv_hypothesis_profile`` gets the hypothesis profiles ``dev``, ``ci``,
+``nightly`` and ``mutation`` (``faults.hypothesis_profiles``): the ini value picks one, and
 ``HYPOTHESIS_PROFILE`` another; a project that does not set it is left alone (its
 profiles, its ``HYPOTHESIS_PROFILE``, its header). ``--hashseed-sweep RANGE``
 runs the whole session once per PYTHONHASHSEED in subprocesses (``faults.sweep``).
 A failing test that used a kvfault fixture gets a "kvfault replay" section with the
-command that reruns it under the same seed, faults and hash seed.
+command that reruns it under the same seed, faults and hash seed, and for each scenario
+it ran the ``kvfault run`` that reruns that very case, or why no command does.
 
 Importing this plugin imports neither torch, zmq nor faker (a GPU host may lack them,
 and every pytest run pays for what it imports); the fixtures import lazily.
@@ -33,6 +35,8 @@ from __future__ import annotations
 import os
 import shlex
 import sys
+import warnings
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Generator, Sequence
 
 import pytest
@@ -285,15 +289,39 @@ def kv_engine(kv_world: SimWorld, kv_rules: Rules, fault_plan: FaultPlan) -> Cal
     return make
 
 
+class NotExercised(UserWarning):
+    """A fault that ``kv_scenario`` ran never fired: the test proved nothing about it
+    (the campaign's NOT EXERCISED). ``-W error::faults.pytest_plugin.NotExercised``
+    makes it fail the test."""
+
+
+@dataclass(frozen=True)
+class _Call:
+    """One ``kv_scenario`` call, for the replay section: what ran, and whether the
+    test brought rules or a plan of its own (which no kvfault command can name)."""
+
+    scenario: str
+    seed: int
+    plan: FaultPlan
+    own_rules: bool
+    own_plan: bool
+
+
 @pytest.fixture
 def kv_scenario(
     request: pytest.FixtureRequest, kv_seed: int, kv_rules: Rules, fault_plan: FaultPlan
 ) -> Callable[..., CaseResult]:
     """``kv_scenario(name, seed=None, *, rules=None, plan=None, properties=None)``: run
-    scenario ``name`` (defaults: ``kv_seed``, ``kv_rules``, ``fault_plan``) at the
-    plan's scale and judge it with its properties; returns the ``CaseResult``
-    (``.ok``, ``.violations``)."""
+    scenario ``name`` (defaults: ``kv_seed``, ``kv_rules``, ``fault_plan``) under the
+    plan as the campaign runs a plan (its injectors, the request ids it salts, its
+    scale; a scenario of fixed size runs at scale 1) and judge it by its properties
+    (``properties``: only these; an unknown name raises ``UnknownName``). Returns the
+    ``CaseResult`` (``.ok``, ``.violations``, ``.fired``, ``.not_exercised``); a
+    planned fault that never fired also warns (``NotExercised``)."""
+    from dataclasses import replace
+
     from faults.campaign.execute import run_case
+    from faults.scenarios import SCENARIOS
 
     calls = request.node.stash.setdefault(_CALLS, [])
 
@@ -307,15 +335,28 @@ def kv_scenario(
     ) -> CaseResult:
         s = kv_seed if seed is None else seed
         p = fault_plan if plan is None else plan
-        calls.append((name, s, [f.injector for f in p.faults], p.scale))
-        return run_case(
+        if name in SCENARIOS and not SCENARIOS[name].scales and p.scale != 1:
+            p = replace(p, scale=1)  # as the campaign runs it: a fixed size does not grow
+        calls.append(_Call(name, s, p, rules is not None, plan is not None))
+        result = run_case(
             name,
             s,
             rules=rules if rules is not None else kv_rules,
             injectors=p.injectors,
             properties=properties,
+            request_map=p.request_map(),
+            replay_map=p.replay_map(),
             scale=p.scale,
         )
+        if result.not_exercised:
+            warnings.warn(
+                NotExercised(
+                    f"kvfault: {', '.join(result.not_exercised)} never fired in {name} "
+                    f"(seed {s}): NOT EXERCISED"
+                ),
+                stacklevel=2,
+            )
+        return result
 
     return run
 
@@ -361,20 +402,35 @@ def replay_text(item: pytest.Item) -> str:
             "(PYTHONHASHSEED was random: if this is hash-order dependent, find a failing "
             "seed with --hashseed-sweep 0-15)"
         )
-    for name, s, faults, k in item.stash.get(_CALLS, []):
-        regression = config.getoption("kv_regression")
-        at = f" --scale {k}" if k != 1 else ""
-        if regression and not at:
-            lines.append(f"scenario {name}: kvfault repro {regression} --seed {s}")
-        elif regression:
-            lines.append(
-                f"scenario {name}: kvfault run --regression {regression} --first-seed {s} --seeds 1{at}"
-            )
-        elif faults:
-            extra = " ".join(f"--fault {f}" for f in faults)
-            lines.append(f"scenario {name}: kvfault run --first-seed {s} --seeds 1{at} {extra}")
-        else:
-            lines.append(
-                f"scenario {name}: kvfault run --scenario {name} --first-seed {s} --seeds 1{at}"
-            )
+    regression = config.getoption("kv_regression")
+    lines += [
+        f"scenario {c.scenario}: {_kvfault_line(c, regression)}" for c in item.stash.get(_CALLS, [])
+    ]
     return "\n".join(lines)
+
+
+def _kvfault_line(call: _Call, regression: str | None) -> str:
+    """The ``kvfault run`` that reruns ``call`` as it ran, or why there is none (the
+    pytest line reruns it): a campaign row runs one fault at a time, with its catalog
+    defaults, on the scenario where the catalog exercises it, seeded by the case."""
+    from faults.injectors.catalog import INJECTORS
+
+    none = "no kvfault command runs {}; the pytest line above reruns it"
+    plan = call.plan
+    if call.own_rules:
+        return none.format("the test's own rules")
+    if call.own_plan and plan.faults:
+        return none.format("the test's own plan")
+    common = ["--first-seed", str(call.seed), "--seeds", "1"]
+    common += ["--legacy", regression] if regression else []
+    common += ["--scale", str(plan.scale)] if plan.scale != 1 else []
+    if not plan.faults:
+        return shlex.join(["kvfault", "run", "--scenario", call.scenario, *common])
+    (fault, *more) = plan.faults
+    info = INJECTORS[fault.injector]
+    if more or plan.seed != call.seed or info.scenario != call.scenario:
+        what = "these faults together" if more else f"{fault.injector} on {call.scenario}"
+        if not more and plan.seed != call.seed:
+            what = f"{fault.injector} seeded apart from its case"
+        return none.format(what)
+    return shlex.join(["kvfault", "run", "--fault", fault.injector, *common])

@@ -155,11 +155,112 @@ def test_a_failing_kvfault_test_prints_its_replay_line(pytester, monkeypatch):
         [
             "*- kvfault replay -*",
             "PYTHONHASHSEED=5 python* -m pytest test_user.py::test_burst --kv-seed 2 --kv-fault slow_forward",
-            "scenario chunk_aligned_hybrid: kvfault run --first-seed 2 --seeds 1 --fault slow_forward",
+            # slow_forward's campaign row runs it on restart_burst, not here.
+            "scenario chunk_aligned_hybrid: no kvfault command runs slow_forward on "
+            "chunk_aligned_hybrid; the pytest line above reruns it",
             "*- kvfault replay -*",
             "PYTHONHASHSEED=5 python* -m pytest test_user.py::test_burst --kv-seed 3 --kv-fault slow_forward",
         ]
     )
+
+
+_REPLAYED = """
+import pytest
+from faults.injectors.plans import FaultPlan, FaultSpec
+
+@pytest.mark.parametrize("name", ["restart_burst", "two_images"])
+def test_fault(kv_scenario, name):
+    kv_scenario(name)
+    assert False
+
+def test_own_plan(kv_scenario):
+    kv_scenario("two_images", plan=FaultPlan((FaultSpec.of("lost_tier_reply", nth=[3]),), seed=5))
+    assert False
+
+def test_other_seed(kv_scenario):
+    kv_scenario("restart_burst", seed=9)
+    assert False
+"""
+
+
+def test_a_replay_line_names_a_kvfault_command_only_where_one_reruns_the_same_case(
+    pytester, monkeypatch
+):
+    monkeypatch.setenv("PYTHONHASHSEED", "0")
+    result = _run(pytester, _REPLAYED, "--kv-fault", "slow_forward", "--kv-scale", "2",
+                  "--kv-regression", "media_keys", "-W", "ignore::UserWarning")  # fmt: skip
+    result.assert_outcomes(failed=4)
+    lines = [line for line in result.stdout.lines if line.startswith("scenario ")]
+    assert lines == [
+        # slow_forward's own row, at the scale asked, on media_keys' legacy rules.
+        "scenario restart_burst: kvfault run --fault slow_forward --first-seed 0 --seeds 1 "
+        "--legacy media_keys --scale 2",
+        "scenario two_images: no kvfault command runs slow_forward on two_images; the pytest "
+        "line above reruns it",
+        "scenario two_images: no kvfault command runs the test's own plan; the pytest line "
+        "above reruns it",
+        "scenario restart_burst: no kvfault command runs slow_forward seeded apart from its "
+        "case; the pytest line above reruns it",
+    ], result.stdout.str()
+
+
+def test_a_plain_scenario_line_reruns_the_same_row(pytester, monkeypatch, capsys):
+    from faults.cli import main
+
+    monkeypatch.setenv("PYTHONHASHSEED", "0")
+    source = "def test_x(kv_scenario):\n    kv_scenario('two_images')\n    assert False\n"
+    result = _run(pytester, source, "--kv-seed", "3", "--kv-scale", "4",
+                  "--kv-regression", "media_keys")  # fmt: skip
+    (line,) = [line for line in result.stdout.lines if line.startswith("scenario ")]
+    # two_images has a fixed size: it ran at scale 1, and the line says no --scale.
+    assert line == (
+        "scenario two_images: kvfault run --scenario two_images --first-seed 3 --seeds 1 "
+        "--legacy media_keys"
+    )
+    capsys.readouterr()
+    argv = line.split(": ", 1)[1].split()[1:]
+    code = main([*argv, "--no-progress", "--artifacts", str(pytester.path / "artifacts")])
+    table = capsys.readouterr().out
+    assert code == 1  # media_keys' legacy rules fail two_images, in pytest and here
+    rows = [r.split()[:4] for r in table.splitlines()]
+    assert ["scenario", "two_images", "two_images", "3"] in rows, table
+
+
+def test_kv_scenario_runs_a_plan_as_the_campaign_does(pytester):
+    # hash_order_shuffle salts request ids through the plan's request map: kv_scenario
+    # must pass it, or the fault never fires and the test passes on nothing.
+    result = _run(
+        pytester,
+        """
+        import pytest
+        from faults.catalog import UnknownName
+
+        def test_fires(kv_scenario):
+            r = kv_scenario("small_restart_burst")
+            assert r.fired["hash_order_shuffle"] > 0 and r.not_exercised == []
+
+        def test_misspelt_property(kv_scenario):
+            with pytest.raises(UnknownName, match="unknown property 'nope'"):
+                kv_scenario("two_images", properties=["nope"])
+        """,
+        "--kv-fault", "hash_order_shuffle", "--kv-seeds", "2",
+    )  # fmt: skip
+    result.assert_outcomes(passed=4)  # each test on seeds 0 and 1
+
+
+def test_a_fault_that_never_fired_warns_not_exercised(pytester):
+    source = """
+        def test_quiet(kv_scenario):
+            r = kv_scenario("two_images")
+            assert r.ok and r.not_exercised == ["lost_completion"]
+        """
+    result = _run(pytester, source, "--kv-fault", "lost_completion")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*NotExercised: kvfault: lost_completion never fired in "
+                                 "two_images (seed 0): NOT EXERCISED*"])  # fmt: skip
+    strict = _run(pytester, source, "--kv-fault", "lost_completion",
+                  "-W", "error::faults.pytest_plugin.NotExercised")  # fmt: skip
+    strict.assert_outcomes(failed=1)
 
 
 def test_replay_line_under_a_random_hash_seed_says_how_to_find_one(pytester, monkeypatch):

@@ -91,7 +91,15 @@ class CaseResult:
 
     @property
     def ok(self) -> bool:
+        """No property was violated (whether the faults fired: ``not_exercised``)."""
         return not self.violations
+
+    @property
+    def not_exercised(self) -> list[str]:
+        """The planned faults that never fired in this run (sorted)."""
+        from faults.injectors.plans import not_exercised
+
+        return not_exercised(self.fired)
 
     @property
     def digest(self) -> str:
@@ -125,6 +133,16 @@ def _known(name: str, executor: Executor) -> None:
     known = scenarios_on(executor.tier)
     if name not in known:
         raise UnknownName(f"unknown scenario {name!r}; known: {', '.join(known)}")
+
+
+def _known_properties(names: Sequence[str]) -> None:
+    # A misspelt property would check nothing and pass: refuse it.
+    from faults.catalog import UnknownName
+
+    known = [*PROPERTIES, "determinism"]
+    for n in names:
+        if n not in known:
+            raise UnknownName(f"unknown property {n!r}; known: {', '.join(known)}")
 
 
 def run_scenario(
@@ -193,6 +211,8 @@ def run_case(
     hash-order shuffle can compare two salts."""
     executor = executor or MemoryExecutor()
     _known(name, executor)
+    if properties is not None:
+        _known_properties(properties)
     props = list(properties or properties_of(name, executor))
     if not executor.deterministic:
         props = [p for p in props if p != "determinism"]
