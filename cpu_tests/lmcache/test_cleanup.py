@@ -183,3 +183,41 @@ def test_clear_error_without_lmcache(tmp_path: Path) -> None:
         LMCacheNotInstalled, match=r"pip install -c constraints/ci.txt '\.\[lmcache\]'"
     ):
         LMCacheServer(python=python).start()
+
+
+_FAILING_SERVER = """#!/bin/sh
+# Answers the "is lmcache installed?" probe as the real interpreter does; the server
+# itself exits 1 as it starts.
+case "$1" in -c) exec {python} "$@";; esac
+echo "the server failed to start" >&2
+exit 1
+"""
+
+
+@pytest.mark.parametrize("how", ["server-exits", "interrupted"])
+def test_a_session_whose_start_fails_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    import tempfile
+
+    from faults.lmcache.server import LMCacheServerError
+    from faults.lmcache.session import LMCacheSession
+
+    place = tmp_path / "tmp"
+    place.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(place))
+    python = tmp_path / "python"
+    python.write_text(_FAILING_SERVER.format(python=sys.executable))
+    python.chmod(0o755)
+    session = LMCacheSession(python=str(python))
+    if how == "interrupted":  # Ctrl-C while the server starts
+        monkeypatch.setattr(LMCacheSession, "ensure_server", _interrupt)
+    with pytest.raises(KeyboardInterrupt if how == "interrupted" else LMCacheServerError):
+        with session:
+            pass
+    assert sorted(p.name for p in place.iterdir()) == []  # no kvfault-client-* left
+    assert session.leftovers() == []
+
+
+def _interrupt(self: object) -> None:
+    raise KeyboardInterrupt

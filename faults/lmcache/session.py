@@ -319,17 +319,23 @@ class LMCacheSession:
         # the server starts, so it is not charged to the first run's wall time.
         import tempfile
 
-        self._logdir = tempfile.mkdtemp(prefix="kvfault-client-")
-        early = _log_file(Path(self._logdir) / "client.log")
-        warm = threading.Thread(
-            target=_import_client, args=(early,), name="kvfault-import", daemon=True
-        )
-        warm.start()
+        # A start that fails or is interrupted leaves nothing: ``with`` calls no
+        # ``__exit__`` when ``__enter__`` raises.
         try:
-            self.ensure_server()
-        finally:
-            warm.join()
-        self.client_context = ClientContext()
+            self._logdir = tempfile.mkdtemp(prefix="kvfault-client-")
+            early = _log_file(Path(self._logdir) / "client.log")
+            warm = threading.Thread(
+                target=_import_client, args=(early,), name="kvfault-import", daemon=True
+            )
+            warm.start()
+            try:
+                self.ensure_server()
+            finally:
+                warm.join()
+            self.client_context = ClientContext()
+        except BaseException:
+            self.close()
+            raise
         return self
 
     def ensure_server(self) -> LMCacheServer:
