@@ -123,10 +123,19 @@ class Tier:
         return [r for r in _load(self, self.catalog)() if r.kind == kind]
 
     def fault(self, name: str) -> TierFault:
-        """Fault ``name`` of this tier's catalog (``KeyError`` when it has none)."""
+        """Fault ``name`` of this tier's catalog; ``TierError`` in one line when the
+        tier declares no fault catalog, or its catalog lacks a fault its rows name."""
         if not self.faults:
-            raise KeyError(f"tier {self.name!r} declares no fault catalog")
-        return _load(self, self.faults)[name]
+            raise TierError(
+                f"tier {self.name!r} lists fault {name!r} but declares no fault catalog"
+            )
+        try:
+            return _load(self, self.faults)[name]
+        except KeyError:
+            raise TierError(
+                f"tier {self.name!r} lists fault {name!r} but its fault catalog "
+                f"({self.faults}) has no such fault"
+            ) from None
 
     def fault_catalog(self) -> Mapping[str, TierFault]:
         return _load(self, self.faults) if self.faults else {}
@@ -171,7 +180,16 @@ class Tier:
         if not self.opener:
             raise TierError(f"tier {self.name!r} declares no opener: it cannot run cases")
         opener: Callable[..., Any] = _load(self, self.opener)
-        with opener(**options) as executor:
+        with contextlib.ExitStack() as stack:
+            try:
+                executor = stack.enter_context(opener(**options))
+            except KvfaultError:
+                raise  # the tier's own error, already one line
+            except Exception as exc:  # a bug in the plugin: one line that names it
+                raise TierError(
+                    f"tier {self.name!r} could not open ({self.opener}): "
+                    f"{type(exc).__name__}: {exc}"
+                ) from exc
             yield executor
 
     def own_listing(self) -> Any | None:

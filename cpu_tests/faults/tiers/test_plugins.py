@@ -251,3 +251,42 @@ def test_a_replay_opens_the_tier_with_the_options_the_case_ran_with(tmp_path: Pa
         "(it takes --toy-log)"
     ], replay.stderr
     assert log.read_text() == "opened\n"
+
+
+_BOOM_TIER = """
+import contextlib
+from faults.tiers import Row, Tier
+
+
+@contextlib.contextmanager
+def open_boom():
+    raise RuntimeError("boom in opener")
+    yield
+
+
+def rows():
+    return [Row("scenario", "small_restart_burst", "a small restart burst", "small_restart_burst"),
+            Row("fault", "ghost", "a fault its tier has no catalog for", "small_restart_burst")]
+
+
+BOOM = Tier(name="boom", description="opens with a bug", opener="boom_tier:open_boom",
+            catalog="boom_tier:rows")
+"""
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--scenario", "small_restart_burst"],
+         "kvfault: error: tier 'boom' could not open (boom_tier:open_boom): "
+         "RuntimeError: boom in opener"),
+        (["--fault", "ghost"],
+         "kvfault: error: tier 'boom' lists fault 'ghost' but declares no fault catalog"),
+    ],
+    ids=["opener-raises", "fault-without-catalog"],
+)  # fmt: skip
+def test_a_plugin_bug_is_one_line_and_exit_2(tmp_path: Path, argv: list[str], says: str) -> None:
+    site = tmp_path / "site"
+    _dist(site, "boom_tier", "[kvfault.tiers]\nboom = boom_tier:BOOM\n", _BOOM_TIER)
+    run = _kvfault(site, "run", "--tier", "boom", "--no-progress", *argv)
+    assert (run.returncode, run.stderr.strip().splitlines()) == (2, [says]), run.stderr
