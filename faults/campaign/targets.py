@@ -259,6 +259,8 @@ def select_targets(
         replace(t, scale=scale, stack=stack, options=tuple(options))
         for t in {t.id: t for t in out}.values()
     ]
+    if not unique:  # a campaign of nothing would pass: "everything holds" of nothing
+        raise CampaignError(f"--tier {tier} has nothing to run: its catalog lists no row")
     if not on.plans:
         unique.sort(key=lambda t: (t.kind.rank, t.kind.restarts_server(t)))
     return unique

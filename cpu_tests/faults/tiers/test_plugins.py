@@ -290,3 +290,22 @@ def test_a_plugin_bug_is_one_line_and_exit_2(tmp_path: Path, argv: list[str], sa
     _dist(site, "boom_tier", "[kvfault.tiers]\nboom = boom_tier:BOOM\n", _BOOM_TIER)
     run = _kvfault(site, "run", "--tier", "boom", "--no-progress", *argv)
     assert (run.returncode, run.stderr.strip().splitlines()) == (2, [says]), run.stderr
+
+
+def test_a_tier_with_nothing_to_run_is_refused_not_passed(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    empty = (
+        "from faults.tiers import Tier\n"
+        "def rows():\n    return []\n"
+        "EMPTY = Tier(name='empty', description='lists nothing', opener='x:y', "
+        "catalog='empty_tier:rows')\n"
+    )
+    _dist(site, "empty_tier", "[kvfault.tiers]\nempty = empty_tier:EMPTY\n", empty)
+    run = _kvfault(site, "run", "--tier", "empty", "--no-progress", "--report", "r")
+    assert (run.returncode, run.stderr.strip().splitlines()) == (
+        2,
+        [
+            "kvfault: error: --tier empty has nothing to run: its catalog lists no row; see `kvfault list`"
+        ],
+    ), run.stdout + run.stderr
+    assert not (site / "r").exists()
