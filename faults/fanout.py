@@ -15,8 +15,9 @@ and the plugin turns them into pytest items when pytest collects this very modul
 (``--pyargs faults.fanout``). Every worker collects the same node ids, whatever its
 host or install path (xdist insists on that).
 
-A deadline stops *starting* items: a worker skips an item once the deadline has passed,
-except its first one, and finishes the item it is running. Deadlines travel as seconds
+A deadline stops *starting* items: a worker skips an item once the deadline has passed
+(except the one item named ``always``, which runs whatever the time), and finishes the
+item it is running. Deadlines travel as seconds
 left, not clock readings, so hosts need no common clock.
 
 Importing this module imports neither pytest nor xdist (the CLI imports it cheaply);
@@ -147,13 +148,14 @@ def fan_out(
     tx: Sequence[str] = (),
     rsyncdirs: Sequence[str] = (),
     deadline_s: float | None = None,
+    always: str | None = None,
     on_result: Callable[[ItemResult], None] | None = None,
 ) -> tuple[list[ItemResult], str]:
     """Run ``task`` on every item's payload over xdist workers: ``workers`` local ones
     (a count or ``auto``), or one per execnet gateway spec in ``tx`` (``N*SPEC`` for N
     of them); ``rsyncdirs`` are sent to the remote gateways first. With ``deadline_s``,
-    workers start no item later than that many seconds from now (each still runs its
-    first). ``on_result`` sees each result as it arrives, in completion order.
+    workers start no item later than that many seconds from now, except the item whose
+    id is ``always`` (a budgeted campaign's first seed). ``on_result`` sees each result as it arrives, in completion order.
 
     Returns the results in ``items`` order (an item that never reported has an
     ``error``) and the session's own output, for diagnostics. Raises ``FanoutError``
@@ -169,7 +171,7 @@ def fan_out(
         raise FanoutError("no workers: give a number of workers or gateway specs (--tx)")
     import pytest
 
-    spec = {"task": task, "items": [[i.id, i.payload] for i in items]}
+    spec = {"task": task, "items": [[i.id, i.payload] for i in items], "always": always}
     deadline = None if deadline_s is None else time.monotonic() + deadline_s
     stdout, stderr = sys.stdout, sys.stderr
 
@@ -287,7 +289,7 @@ class _WorkerState:
         self.items: list[list[Any]] = spec["items"]
         left = spec.get("seconds_left")
         self.deadline = None if left is None else time.monotonic() + left
-        self.started = False
+        self.always: str | None = spec.get("always")
 
 
 _STATE: dict[int, _WorkerState] = {}  # id(config) -> state: one per worker session
@@ -353,10 +355,9 @@ def _collector() -> type[pytest.File]:
 
             def runtest(self) -> None:
                 state = _STATE[id(self.config)]
-                if state.started and state.deadline is not None:
+                if state.deadline is not None and self.name != state.always:
                     if time.monotonic() >= state.deadline:
                         pytest.skip("the deadline had passed")
-                state.started = True
                 value = state.task(self.payload)
                 self.user_properties.append((_PROP, json.dumps(value)))
 

@@ -3,7 +3,7 @@
 The session's cases go out as work items of ``faults.fanout`` (local workers with
 ``workers``, other hosts with execnet gateway specs in ``tx``): one item per case, or
 one per seed under a budget (the fan-out's deadline is the budget: workers start no
-seed after it, and each runs at least one). A worker runs each case exactly as the
+seed after it, but the first seed always runs). A worker runs each case exactly as the
 in-process campaign does (``cases_task``); the outcomes come back as JSON over xdist's
 channel and the session puts them in campaign order, so the table, the summary and
 the exit status are those of a run in one process.
@@ -94,7 +94,7 @@ class Xdist:
             # What runs now is the workers' to know: name none (r.id has finished).
             session.show(len(session.done), session.total, "")
 
-        def wave(part: list[WorkItem], deadline_s: float | None) -> None:
+        def wave(part: list[WorkItem], deadline_s: float | None, always: str | None = None) -> None:
             workers = self.workers
             if workers is not None and workers.isdigit() and int(workers) > len(part):
                 workers = str(len(part))  # a worker with nothing to do only costs its start-up
@@ -105,6 +105,7 @@ class Xdist:
                 tx=self.tx,
                 rsyncdirs=self.rsyncdirs,
                 deadline_s=deadline_s,
+                always=always,
                 on_result=arrived,
             )
 
@@ -114,9 +115,11 @@ class Xdist:
         # In a budget, seeds go out in waves that double: a worker skips an item once
         # the budget is spent, but collecting and skipping 100,000 items is itself
         # minutes; no wave starts once the budget is spent.
+        # The first seed runs whatever the budget (as in-process); no other starts past it.
         end = time.monotonic() + session.budget_s
         size = FIRST_WAVE
-        while items and time.monotonic() < end:
+        always: str | None = items[0].id
+        while items and (always is not None or time.monotonic() < end):
             part, items = items[:size], items[size:]
-            wave(part, end - time.monotonic())
-            size *= 2
+            wave(part, max(0.0, end - time.monotonic()), always)
+            size, always = size * 2, None
