@@ -225,8 +225,8 @@ class TargetOutcome:
 class CampaignFailure:
     """A failure of the campaign as a whole rather than of one of its cases (plain
     data). ``kind`` names it: ``not_exercised`` (injectors swarm runs enabled that never
-    fired in any of them) or ``timeout`` (a case ran past ``--timeout`` and ended a run
-    in one process); ``verdict`` is what it counts as; ``message`` says it in one line."""
+    fired in any of them), ``timeout`` (a case ran past ``--timeout`` and ended a run
+    in one process) or ``interrupted`` (Ctrl-C or a stop signal ended it); ``verdict`` is what it counts as; ``message`` says it in one line."""
 
     kind: str
     verdict: str

@@ -94,7 +94,9 @@ class Session:
     """One campaign run: the targets over the seeds, and the hooks every backend calls.
     ``on_hang(result)`` sees the run cut short by a case of this process that ran past
     ``timeout_s`` (that case an ERROR, a ``timeout`` campaign failure) before the
-    process exits with 2."""
+    process exits with 2; ``on_interrupt(result)`` sees what had finished when a stop
+    signal or Ctrl-C ended the campaign (an ``interrupted`` campaign failure), before
+    the interrupt goes on up."""
 
     def __init__(
         self,
@@ -109,10 +111,12 @@ class Session:
         digests: bool = True,
         clock: Callable[[], float] = time.monotonic,
         on_hang: Callable[[CampaignResult], object] | None = None,
+        on_interrupt: Callable[[CampaignResult], object] | None = None,
     ):
         self.targets, self.seeds = list(targets), _seeds(seeds)
         self.total = len(self.targets) * len(self.seeds)
         self.artifacts, self.progress, self.on_hang = artifacts, progress, on_hang
+        self.on_interrupt = on_interrupt
         self.budget_s, self.timeout_s, self.clock = budget_s, timeout_s, clock
         self.keep_runs, self.digests = keep_runs, digests
         self.done: dict[tuple[str, int], CaseOutcome] = {}
@@ -210,20 +214,42 @@ class Session:
             signature=f"ran past --timeout {timeout:g}s (stacks on stderr)",
             timeout_s=timeout,
         )
-        ran = {**self.done, (case.target.id, case.seed): hung}
-        failure = CampaignFailure(
+        result = self.cut_short(
             "timeout",
-            Verdict.ERROR,
-            f"{case.id} ran past --timeout {timeout:g}s and ended the run: "
-            f"{self.total - len(ran)} of {self.total} cases never ran",
+            f"{case.id} ran past --timeout {timeout:g}s and ended the run",
+            {(case.target.id, case.seed): hung},
         )
-        rows = [t for t in in_campaign_order(self.targets, self.seeds, ran) if t.cases]
-        result = CampaignResult(rows, time.perf_counter() - self._t0, stopped=[failure])
         token = self._staged.pop((case.target.id, case.seed), None)
         if self.artifacts is not None:
             self.artifacts.after(case, hung, token)
         if self.on_hang is not None:
             self.on_hang(result)
+
+    def cut_short(
+        self, kind: str, why: str, more: Mapping[tuple[str, int], CaseOutcome] | None = None
+    ) -> CampaignResult:
+        """What had finished (and ``more``) when the campaign ended early: a campaign
+        failure ``kind`` (an ERROR) that says ``why`` and how many cases never ran."""
+        ran = {**self.done, **(more or {})}
+        message = f"{why}: {self.total - len(ran)} of {self.total} cases never ran"
+        failure = CampaignFailure(kind, Verdict.ERROR, message)
+        rows = [t for t in in_campaign_order(self.targets, self.seeds, ran) if t.cases]
+        return CampaignResult(rows, time.perf_counter() - self._t0, stopped=[failure])
+
+    def report_interrupt(self, exc: BaseException) -> None:
+        """Hand ``on_interrupt`` what had finished when ``exc`` (an ``INTERRUPTS``)
+        ended the campaign. A report that cannot be written (a closed stdout) does
+        not replace the interrupt."""
+        if self.on_interrupt is None:
+            return
+        import signal
+
+        signum = getattr(
+            exc, "signum", signal.SIGINT if isinstance(exc, KeyboardInterrupt) else None
+        )
+        by = f"interrupted by {signal.Signals(signum).name}" if signum else "stopped"
+        with contextlib.suppress(OSError):
+            self.on_interrupt(self.cut_short("interrupted", by))
 
     def result(self) -> CampaignResult:
         """What ran, in campaign order over the seeds that started."""
@@ -289,13 +315,14 @@ def run_session(
 ) -> CampaignResult:
     """Run every target over every seed on ``backend`` (default: ``InProcess()``);
     ``settings`` are ``Session``'s (artifacts, progress, budget_s, timeout_s,
-    keep_runs, digests, clock, on_hang)."""
+    keep_runs, digests, clock, on_hang, on_interrupt)."""
     session = Session(targets, seeds, **settings)
     with few_collections():
         try:
             (backend or InProcess()).run(session)
-        except INTERRUPTS:
+        except INTERRUPTS as exc:
             session.interrupted()
+            session.report_interrupt(exc)
             raise
     return session.result()
 

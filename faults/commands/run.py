@@ -144,6 +144,9 @@ def command(args: argparse.Namespace) -> int:
             # A case that hangs in this process ends the run: before it goes, the
             # table and the reports of what ran say so (a campaign failure, exit 2).
             on_hang=lambda cut: finish(args, cut, seeds, store),
+            # Ctrl-C or a stop signal: the table and reports of what had finished (the
+            # exit status stays the signal's).
+            on_interrupt=lambda cut: finish(args, cut, seeds, store),
         )  # fmt: skip
     return finish(args, result, seeds, store)
 
