@@ -43,6 +43,8 @@ class _Parser(argparse.ArgumentParser):
     late_options: Callable[[argparse.ArgumentParser], None] | None = None
 
     def error(self, message: str) -> NoReturn:  # one clear line, exit 2, no usage dump
+        if re.match(r"ambiguous option: --seed[ =]", message):  # repro's spelling, on run
+            message += "; for one seed give --first-seed N --seeds 1"
         print(f"kvfault: error: {message}", file=sys.stderr)
         raise SystemExit(2)
 

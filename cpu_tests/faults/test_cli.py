@@ -139,6 +139,11 @@ def test_list_shows_every_section(capsys):
         (["sweep", "--tx", "popen", "-j", "2", "--", "x"], "give -j or --tx, not both"),
         (["run", "--bogus"], "unrecognized arguments: --bogus"),
         (
+            ["run", "--seed", "5"],  # repro's spelling
+            "ambiguous option: --seed could match --seed-count, --seeds; "
+            "for one seed give --first-seed N --seeds 1",
+        ),
+        (
             ["run", "--legacy", "media_keys", "--legacy", "side_chain_seed"],
             "--legacy takes one value; given twice",
         ),

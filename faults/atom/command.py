@@ -48,7 +48,8 @@ def list_command(args: Any) -> int:
     from faults.properties.checks import PROPERTIES
 
     show_all = not any(
-        getattr(args, k, False) for k in ("scenarios", "properties", "faults", "regressions")
+        getattr(args, k, False)
+        for k in ("scenarios", "properties", "faults", "regressions", "tiers")
     )
     if show_all or args.scenarios:
         print("scenarios (--tier atom):")
@@ -71,4 +72,10 @@ def list_command(args: Any) -> int:
         print("not on --tier atom:")
         for what, why in NOT_HERE.items():
             print(f"  {what}: {why}")
+    if show_all or getattr(args, "tiers", False):
+        from faults.tiers import Tiers
+
+        print("tiers:")
+        for t in Tiers.installed():
+            print(f"  {t.name}  {t.description}")
     return 0

@@ -28,7 +28,10 @@ class AtomSource:
     def find(cls, given: str | None = None) -> AtomSource:
         """The checkout at ``given``, else at ``$KVFAULT_ATOM_SRC``; ``AtomSourceMissing``
         when neither names a directory with ATOM's scheduler and offload connector."""
-        raw = given or os.environ.get(ENV)
+        if given is not None and not given.strip():
+            raise AtomSourceMissing("--atom-src: an empty path; give the ATOM checkout's")
+        raw = given if given is not None else os.environ.get(ENV)
+        named = f"--atom-src {given}" if given is not None else f"{ENV}={raw}"
         if not raw:
             raise AtomSourceMissing(
                 f"the atom tier needs an ATOM checkout: pass --atom-src PATH or set {ENV}"
@@ -37,7 +40,6 @@ class AtomSource:
         missing = [p for p in _NEEDED if not (path / p).exists()]
         if missing:
             raise AtomSourceMissing(
-                f"--atom-src {raw}: not an ATOM checkout with an offload connector "
-                f"(no {missing[0]})"
+                f"{named}: not an ATOM checkout with an offload connector (no {missing[0]})"
             )
         return cls(path)

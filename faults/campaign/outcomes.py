@@ -267,11 +267,17 @@ class CampaignResult:
         return sorted(n for n in enabled if not fired.get(n))
 
     @property
+    def draws(self) -> bool:
+        """Whether a swarm row drew its injectors (one with ``--pin`` draws none: it
+        enables exactly the pinned ones)."""
+        return any(t.target.kind.draws_faults and not t.target.pinned for t in self.targets)
+
+    @property
     def never_drawn(self) -> list[str]:
-        """Injectors no swarm run enabled (more seeds draw more)."""
+        """Injectors no drawing swarm run enabled (more seeds draw more)."""
         from faults.injectors.catalog import INJECTORS
 
-        if not any(t.target.kind.draws_faults for t in self.targets):
+        if not self.draws:
             return []
         enabled, _ = self._swarm_counts()
         return sorted(n for n in INJECTORS if n not in enabled)

@@ -86,7 +86,7 @@ def format_campaign(result: CampaignResult, artifacts: dict[str, Path] | None = 
         out.append(
             f"note: no swarm run drew {', '.join(result.never_drawn)} (more seeds draw more)"
         )
-    if result.unexercised or result.never_drawn:
+    if result.draws and (result.unexercised or result.never_drawn):
         from faults.injectors.plans import swarm_seeds_to_cover
 
         n = swarm_seeds_to_cover()

@@ -63,6 +63,18 @@ def test_a_directory_without_atom_is_refused(tmp_path):
         AtomSource.find(str(tmp_path))
 
 
+def test_a_bad_checkout_is_named_as_the_user_gave_it(tmp_path, monkeypatch):
+    # From the environment, the line names the variable, not a flag never given.
+    monkeypatch.setenv(ENV, str(tmp_path))
+    with pytest.raises(AtomSourceMissing, match=f"^{ENV}={tmp_path}: not an ATOM checkout"):
+        AtomSource.find(None)
+    with pytest.raises(AtomSourceMissing, match=f"^--atom-src {tmp_path}: not an ATOM checkout"):
+        AtomSource.find(str(tmp_path))
+    # An empty --atom-src is a mistake, not "use the environment's".
+    with pytest.raises(AtomSourceMissing, match="^--atom-src: an empty path"):
+        AtomSource.find("")
+
+
 def test_a_checkout_is_found_from_the_environment(tmp_path, monkeypatch):
     (tmp_path / "atom/model_engine").mkdir(parents=True)
     (tmp_path / "atom/model_engine/scheduler.py").write_text("")
@@ -105,6 +117,13 @@ def test_list_names_every_row_and_why_the_rest_does_not_run(capsys):
     for name in catalog.ROWS:
         assert f"  {name}  " in out
     assert "not on --tier atom:" in out and "regressions:" in out
+
+
+def test_list_of_the_atom_tier_takes_tiers_as_the_others_do(capsys):
+    assert main(["list", "--tier", "atom", "--tiers"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "tiers:" and any(line.startswith("  atom  ") for line in out), out
+    assert not any(line.startswith("scenarios") for line in out), out
 
 
 def _run(events, faults=(), hung=False):

@@ -258,8 +258,18 @@ def test_a_swarm_injector_enabled_but_never_fired_fails_the_campaign():
     ]
     result = CampaignResult([TargetOutcome(t, runs)])
     assert result.unexercised == ["lost_completion"]
-    assert "engine_restart" in result.never_drawn  # informative, not a failure
+    # A pinned swarm draws nothing: "no swarm run drew X" would be false of it.
+    assert result.never_drawn == [] and not result.draws
     assert not result.ok
+
+
+def test_a_drawing_swarm_names_the_injectors_none_of_its_runs_drew():
+    t = cm.swarm_target("restart_burst")
+    runs = [_outcome(t, s, Verdict.PASS) for s in (0, 1)]
+    drawn = {f.injector for s in (0, 1) for f in Case(t, s).plan().faults}  # type: ignore[union-attr]
+    result = CampaignResult([TargetOutcome(t, runs)])
+    assert result.draws and result.never_drawn == sorted(set(INJECTORS) - drawn)
+    assert result.never_drawn  # two runs draw some of the injectors, not all
 
 
 def test_outcomes_round_trip_through_json():
