@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -37,7 +39,32 @@ def _head(src: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def table(atom_src: str, pytestconfig: pytest.Config) -> dict[str, tuple[str, str]]:
+def campaign(
+    atom_src: str, pytestconfig: pytest.Config
+) -> tuple[dict[str, tuple[str, str]], list[str]]:
+    """The whole campaign's table, and what it left in a $TMPDIR of its own (short:
+    the ipc sockets live there)."""
+    tmp = tempfile.mkdtemp(prefix="kva", dir="/tmp")
+    try:
+        rows = _campaign(atom_src, pytestconfig, {**os.environ, "TMPDIR": tmp})
+        return rows, sorted(os.listdir(tmp))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def table(campaign: tuple[dict[str, tuple[str, str]], list[str]]) -> dict[str, tuple[str, str]]:
+    return campaign[0]
+
+
+def test_the_campaign_leaves_nothing_in_its_temporary_directory(campaign) -> None:
+    # torch's inductor cache directory (torchinductor_USER) was left there too.
+    assert campaign[1] == []
+
+
+def _campaign(
+    atom_src: str, pytestconfig: pytest.Config, env: dict[str, str]
+) -> dict[str, tuple[str, str]]:
     proc = subprocess.run(
         [
             sys.executable,
@@ -53,7 +80,7 @@ def table(atom_src: str, pytestconfig: pytest.Config) -> dict[str, tuple[str, st
         capture_output=True,
         text=True,
         timeout=900,
-        env=dict(os.environ),
+        env=env,
     )
     reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:  # the campaign table in the test log

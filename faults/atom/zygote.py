@@ -15,6 +15,7 @@ Host side: ``Zygote`` (start, ``fork(role, args)``, close). Zygote side: ``main`
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -60,6 +61,10 @@ class Zygote:
         # What the zygote and its servers print goes to a file nobody has to drain
         # (a pipe would block them once full); its last line explains a failed start.
         self.log = tempfile.TemporaryFile()
+        # torch's inductor makes its cache directory (torchinductor_USER) in $TMPDIR as
+        # ATOM imports; give it one of ours instead, removed with the zygote.
+        self.cache = tempfile.mkdtemp(prefix="kvfault-zygote-")
+        env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(self.cache, "inductor")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "faults.atom.zygote", atom_src, str(theirs.fileno())],
             env=env,
@@ -110,6 +115,7 @@ class Zygote:
             self.proc.wait(timeout=5)
         self.log.close()
         self.conn.close()
+        shutil.rmtree(self.cache, ignore_errors=True)
 
 
 def main(argv: list[str]) -> int:
