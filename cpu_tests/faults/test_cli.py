@@ -384,6 +384,23 @@ def test_replay_of_a_fault_case(tmp_path, capsys):
     assert "replay: kvfault run --first-seed 1 --seeds 1 --fault fence_failure" in out
 
 
+def test_a_replayed_plan_its_command_would_not_run_is_said(tmp_path, capsys):
+    # An artifact replays the plan it records (an older kvfault may have drawn another);
+    # its printed command draws today's: when the two differ, replay says so.
+    from faults.campaign import Case, fault_target
+    from faults.report import write_artifact
+
+    path = write_artifact(Case(fault_target("fence_failure"), 1), tmp_path)
+    note = "kvfault: note: the artifact's fault plan is not the one its target draws now"
+    assert cli.main(["replay", str(path)]) == 0
+    assert note not in capsys.readouterr().err
+    obj = json.loads(path.read_text())
+    obj["plan"]["faults"][0]["params"] = {"nth": [3]}  # the catalog says [2]
+    path.write_text(json.dumps(obj))
+    cli.main(["replay", str(path)])
+    assert note in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     "content, message",
     [

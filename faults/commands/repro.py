@@ -42,6 +42,16 @@ def replay_command(args: argparse.Namespace) -> int:
     why = _timeline_refused(args.timeline)
     if why:
         return bad(why)
+    if case.recorded is not None:
+        from dataclasses import replace
+
+        drawn = replace(case, recorded=None).plan()
+        if drawn is None or drawn.as_json() != case.recorded.as_json():
+            print(
+                "kvfault: note: the artifact's fault plan is not the one its target draws "
+                "now; replaying the artifact's plan, which its command line would not run",
+                file=sys.stderr,
+            )
     recorded = obj.get("pythonhashseed")
     if recorded is not None and str(recorded) != str(hashseed()):
         print(
