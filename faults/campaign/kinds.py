@@ -34,6 +34,7 @@ import shlex
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Sequence
 
+from faults.errors import KvfaultError
 from faults.tiers import DEFAULT_TIER, Tiers
 from faults.verdicts import Verdict, worst
 
@@ -44,6 +45,11 @@ if TYPE_CHECKING:
     from faults.campaign.targets import Case, Target
     from faults.injectors.plans import FaultPlan
     from faults.runs import Expect
+
+
+class UndeclaredEnding(KvfaultError, ValueError):
+    """A catalog entry (scenario, fault, regression) that declares no expected ending:
+    no run can be judged against it, so its case is an ERROR, not a FAIL."""
 
 
 class TargetKind:
@@ -467,10 +473,11 @@ def _plan_map(plan: FaultPlan, which: str) -> Any:
 
 def _unmet_expect(expect: Expect | None, who: str, res: CaseResult) -> str | None:
     """How the run's ending differs from ``expect``, the ending ``who``'s catalog entry
-    declares for the fixed stack (None: as declared). An entry that declares nothing
-    fails: no row accepts anything."""
+    declares for the fixed stack (None: as declared). An entry that declares nothing is
+    a catalog mistake, not a fault of the stack: ``UndeclaredEnding`` (the case is an
+    ERROR)."""
     if expect is None:
-        return f"{who}: its catalog entry declares no expected ending"
+        raise UndeclaredEnding(f"{who}: its catalog entry declares no expected ending")
     got = res.ending
     if got is None:
         return f"{who}: the run left no ending to judge"
@@ -487,7 +494,7 @@ def _unmet_scenario(scenario: str, res: CaseResult, tier: str) -> str | None:
 def _unmet_legacy(reg: Any, res: CaseResult) -> str | None:
     """How a regression's legacy run ended otherwise than its entry declares."""
     if not reg.legacy_expect:
-        return f"{reg.name}: its catalog entry declares no expected legacy ending"
+        raise UndeclaredEnding(f"{reg.name}: its catalog entry declares no expected legacy ending")
     got = res.ending
     if got is None or all(e.unmet(got) for e in reg.legacy_expect):
         want = " or ".join(str(e) for e in reg.legacy_expect)

@@ -128,11 +128,19 @@ def test_a_fault_that_must_stop_fails_when_the_stack_runs_on():
     assert "it stopped with LoadNotTerminal on a load" in out.signature
 
 
-def test_an_entry_without_an_expectation_fails(monkeypatch):
+def test_an_entry_without_an_expectation_is_an_error_not_a_fail(monkeypatch):
+    # A catalog mistake (exit 2), not a fault of the stack under test (exit 1).
     entry = dataclasses.replace(SCENARIOS["two_images"], expect=None)
     monkeypatch.setitem(SCENARIOS, "two_images", entry)
     out = _judge(cm.scenario_target("two_images"))
-    assert out.verdict == Verdict.FAIL and "declares no expected ending" in out.signature
+    assert out.verdict == Verdict.ERROR, out.signature
+    assert out.signature == (
+        "UndeclaredEnding: two_images: its catalog entry declares no expected ending"
+    )
+    info = INJECTORS["slow_forward"]
+    monkeypatch.setitem(INJECTORS, "slow_forward", dataclasses.replace(info, expect=None))
+    out = _judge(cm.fault_target("slow_forward"))
+    assert out.verdict == Verdict.ERROR and "declares no expected ending" in out.signature
 
 
 def test_a_legacy_run_that_ends_otherwise_is_not_reproduced(monkeypatch):
