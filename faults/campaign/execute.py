@@ -213,7 +213,8 @@ def run_case(
     _known(name, executor)
     if properties is not None:
         _known_properties(properties)
-    props = list(properties or properties_of(name, executor))
+    # None: the scenario's own properties; an empty list judges none (a bare run).
+    props = list(properties) if properties is not None else list(properties_of(name, executor))
     if not executor.deterministic:
         props = [p for p in props if p != "determinism"]
 
