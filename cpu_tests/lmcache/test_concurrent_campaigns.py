@@ -36,6 +36,13 @@ def test_two_real_tier_campaigns_at_once_both_pass(tmp_path):
         assert p.returncode == 0, out + err
         assert "1 targets, 1 runs: 1 ok, 0 failed" in out
         assert "LMCache INFO" not in err  # lmcache's client lines go to the server log
-    waits = [line for _, err in results for line in err.splitlines() if line.startswith(WAIT_LINE)]
-    assert len(waits) == 1, [err for _, err in results]
-    assert str(runs[0].pid) in waits[0] or str(runs[1].pid) in waits[0]
+    said = [[ln for ln in err.splitlines() if ln.startswith(WAIT_LINE)] for _, err in results]
+    assert all(len(w) <= 1 for w in said), said  # one line, however long the wait
+    waits = [w for lines in said for w in lines]
+    assert waits, "the two ran at once"
+    # Another real-tier campaign on this host (the lock is the host's) may hold the
+    # lock first: then both wait for it. Otherwise exactly one waits, for the other.
+    ours = {str(runs[0].pid), str(runs[1].pid)}
+    named = {w[len(WAIT_LINE) :].split(")")[0] for w in waits}
+    if named <= ours:
+        assert len(waits) == 1, said
