@@ -95,7 +95,7 @@ def command(args: argparse.Namespace) -> int:
     """Run the campaign the arguments name; print its table; write its reports."""
     from faults.campaign import CampaignError, select_targets
     from faults.campaign.artifacts import CampaignArtifacts, artifact_dir
-    from faults.campaign.session import open_backend, run_session
+    from faults.campaign.session import INTERRUPTS, Session, open_backend, run_session
     from faults.report.progress import progress_mode, show
     from faults.tiers import DEFAULT_TIER, Tiers
 
@@ -131,23 +131,34 @@ def command(args: argparse.Namespace) -> int:
             return bad(why)
     store = CampaignArtifacts(artifact_dir(args.artifacts))
     mode = progress_mode(args.no_progress)
-    with open_backend(
-        args.tier, targets, seeds, jobs=args.jobs, workers=args.numprocesses, tx=args.tx,
-        rsyncdirs=args.rsyncdir, options=tier_options(args),
-    ) as backend:  # fmt: skip
-        result = run_session(
-            targets, seeds, backend, artifacts=store, budget_s=args.budget,
-            timeout_s=args.timeout,
-            progress=lambda i, total, label: show(mode, i, total, label),
-            # Only summary.json shows a trace digest: without --report none is made.
-            digests=args.report is not None,
-            # A case that hangs in this process ends the run: before it goes, the
-            # table and the reports of what ran say so (a campaign failure, exit 2).
-            on_hang=lambda cut: finish(args, cut, seeds, store),
-            # Ctrl-C or a stop signal: the table and reports of what had finished (the
-            # exit status stays the signal's).
-            on_interrupt=lambda cut: finish(args, cut, seeds, store),
-        )  # fmt: skip
+    reported: list[CampaignResult] = []
+
+    def interrupted(cut: CampaignResult) -> None:
+        # Ctrl-C or a stop signal: the table and reports of what had finished (the exit
+        # status stays the signal's).
+        reported.append(cut)
+        finish(args, cut, seeds, store)
+
+    try:
+        with open_backend(
+            args.tier, targets, seeds, jobs=args.jobs, workers=args.numprocesses, tx=args.tx,
+            rsyncdirs=args.rsyncdir, options=tier_options(args),
+        ) as backend:  # fmt: skip
+            result = run_session(
+                targets, seeds, backend, artifacts=store, budget_s=args.budget,
+                timeout_s=args.timeout,
+                progress=lambda i, total, label: show(mode, i, total, label),
+                # Only summary.json shows a trace digest: without --report none is made.
+                digests=args.report is not None,
+                # A case that hangs in this process ends the run: before it goes, the
+                # table and the reports of what ran say so (a campaign failure, exit 2).
+                on_hang=lambda cut: finish(args, cut, seeds, store),
+                on_interrupt=interrupted,
+            )  # fmt: skip
+    except INTERRUPTS as exc:
+        if not reported:  # stopped before any case could start (a tier opening, its lock)
+            Session(targets, seeds, on_interrupt=interrupted).report_interrupt(exc)
+        raise
     return finish(args, result, seeds, store)
 
 

@@ -309,3 +309,56 @@ def test_a_tier_with_nothing_to_run_is_refused_not_passed(tmp_path: Path) -> Non
         ],
     ), run.stdout + run.stderr
     assert not (site / "r").exists()
+
+
+_SLOW_TIER = """
+import contextlib, os, time
+from faults.tiers import Row, Tier
+
+
+@contextlib.contextmanager
+def open_slow():
+    open(os.environ["SLOW_TIER_MARK"], "w").close()  # opening: a server starting, a lock
+    time.sleep(60)
+    yield None
+
+
+def rows():
+    return [Row("scenario", "small_restart_burst", "a small restart burst", "small_restart_burst")]
+
+
+SLOW = Tier(name="slow", description="opens slowly", opener="slow_tier:open_slow",
+            catalog="slow_tier:rows")
+"""
+
+
+def test_a_run_interrupted_while_its_tier_opens_still_reports(tmp_path: Path) -> None:
+    # Nothing ran, but a CI job cancelled there still gets its table and junit.xml.
+    import signal
+    import time
+
+    site = tmp_path / "site"
+    _dist(site, "slow_tier", "[kvfault.tiers]\nslow = slow_tier:SLOW\n", _SLOW_TIER)
+    mark = tmp_path / "opening"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)]),
+           "SLOW_TIER_MARK": str(mark)}  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "faults.cli", "run", "--tier", "slow", "--no-progress",
+         "--report", "r"],
+        cwd=site, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not mark.exists() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        assert mark.exists(), proc.communicate()
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert (proc.returncode, err.strip().splitlines()) == (143, ["kvfault: interrupted by SIGTERM"])
+    assert "ERROR: interrupted by SIGTERM: 2 of 2 cases never ran" in out, out
+    summary = json.loads((site / "r" / "summary.json").read_text())
+    assert summary["verdict"] == "ERROR" and summary["cases"] == []
+    assert (site / "r" / "junit.xml").exists()
