@@ -215,9 +215,30 @@ def test_a_session_whose_start_fails_leaves_nothing(
     with pytest.raises(KeyboardInterrupt if how == "interrupted" else LMCacheServerError):
         with session:
             pass
-    assert sorted(p.name for p in place.iterdir()) == []  # no kvfault-client-* left
+    assert sorted(p.name for p in place.iterdir()) == []  # no client log directory left
     assert session.leftovers() == []
 
 
 def _interrupt(self: object) -> None:
     raise KeyboardInterrupt
+
+
+def test_a_killed_sessions_client_directory_is_swept_by_the_next_start(tmp_path: Path) -> None:
+    # SIGKILL leaves the session's client log directory; it is named for its process,
+    # so a later start sees its owner gone and removes it (it had stayed for ever).
+    body = (
+        "import json, os, signal, sys\n"
+        "from faults.lmcache.session import LMCacheSession\n"
+        "s = LMCacheSession().start()\n"
+        "print(json.dumps({'logdir': s._logdir}), flush=True)\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, "-c", body], capture_output=True, text=True,
+                          env=env, timeout=300)  # fmt: skip
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    logdir = json.loads(proc.stdout.splitlines()[-1])["logdir"]
+    assert Path(logdir).exists()
+    removed = sweep_stale_segments()
+    # A test process running beside this one sweeps too, and may have come first.
+    assert logdir in removed or not Path(logdir).exists()

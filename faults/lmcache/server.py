@@ -190,7 +190,8 @@ def sweep_stale_segments() -> list[str]:
     owning process is gone (it was SIGKILLed, so no finalizer ran).
 
     Names look like ``lmcache_l1_pool_kvfault_<owner pid>_<hex>`` and
-    ``kvfault-lmcache-<owner pid>-<random>``. Returns what was removed. Leftovers of
+    ``kvfault-lmcache-<owner pid>-<random>`` (a server's, or ``...-client-<random>``, a
+    session's client log). Returns what was removed. Leftovers of
     live owners (other test processes) are left alone.
     """
     removed: list[str] = []

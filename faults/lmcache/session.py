@@ -43,6 +43,7 @@ the same case runner and judge as the in-process tier, only the executor differs
 from __future__ import annotations
 
 import itertools
+import os
 import sys
 import threading
 import time
@@ -51,7 +52,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from faults.injectors.base import Injector
-from faults.lmcache.server import LMCacheServer, LMCacheServerWedged
+from faults.lmcache.server import TMP_PREFIX, LMCacheServer, LMCacheServerWedged
 from faults.lmcache.wire_faults import WireInjector
 from faults.runs import RunContext
 from reference.clock import RealClock
@@ -322,7 +323,9 @@ class LMCacheSession:
         # A start that fails or is interrupted leaves nothing: ``with`` calls no
         # ``__exit__`` when ``__enter__`` raises.
         try:
-            self._logdir = tempfile.mkdtemp(prefix="kvfault-client-")
+            # Named for this process, as a server's directory is: should it be killed
+            # (SIGKILL: no clean-up), the next server start sweeps it away.
+            self._logdir = tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{os.getpid()}-client-")
             early = _log_file(Path(self._logdir) / "client.log")
             warm = threading.Thread(
                 target=_import_client, args=(early,), name="kvfault-import", daemon=True
