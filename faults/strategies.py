@@ -10,7 +10,7 @@ simplest case: no faults, seed 0, the first scenario, each injector's catalog de
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from hypothesis import strategies as st
 
@@ -71,9 +71,16 @@ def _spec_for(name: str) -> st.SearchStrategy[FaultSpec]:
     return st.fixed_dictionaries(choices).map(build)
 
 
+def _names(who: str, names: Sequence[str] | None, known: Mapping[str, Any]) -> list[str]:
+    # A bare string is a sequence of letters: name it as the mistake it is.
+    if isinstance(names, str):
+        raise ValueError(f"{who}: give a list of names, not the string {names!r}")
+    return list(names) if names is not None else list(known)
+
+
 def fault_specs(names: Sequence[str] | None = None) -> st.SearchStrategy[FaultSpec]:
     """One fault of any injector in ``names`` (default: every registered injector)."""
-    pool = list(names) if names is not None else list(INJECTORS)
+    pool = _names("fault_specs", names, INJECTORS)
     unknown = [n for n in pool if n not in INJECTORS]
     if unknown or not pool:
         raise ValueError(f"fault_specs: unknown injector {unknown[:1] or pool!r}")
@@ -107,7 +114,7 @@ def workload_params(
     scenario and seed 0."""
     from faults.scenarios import SCENARIOS
 
-    pool = list(scenarios) if scenarios is not None else list(SCENARIOS)
+    pool = _names("workload_params", scenarios, SCENARIOS)
     unknown = [s for s in pool if s not in SCENARIOS]
     if unknown or not pool:
         raise ValueError(f"workload_params: unknown scenario {unknown[:1] or pool!r}")

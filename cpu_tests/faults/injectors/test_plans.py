@@ -230,10 +230,15 @@ def test_strategies_draw_valid_data(spec: FaultSpec, work: WorkloadParams) -> No
 
 
 def test_strategies_reject_unknown_names() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"fault_specs: unknown injector \['nope'\]"):
         fault_specs(["nope"])
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"workload_params: unknown scenario \['nope'\]"):
         workload_params(["nope"])
+    # One name alone, not in a list, is said as such (not "unknown injector ['l']").
+    with pytest.raises(ValueError, match="give a list of names, not the string 'lost_completion'"):
+        fault_specs("lost_completion")
+    with pytest.raises(ValueError, match="give a list of names, not the string 'two_servers'"):
+        workload_params("two_servers")
 
 
 class _Found(Exception):
