@@ -5,6 +5,7 @@ module picks the targets, the seeds and the backend, and renders what came back.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -254,6 +255,7 @@ def _write_timelines(result: CampaignResult, where: Path) -> tuple[dict[str, Pat
     ]
     if not drawn:
         return written, unwritten
+    made = not where.exists()
     try:
         where.mkdir(exist_ok=True)
     except FileExistsError:  # a file or a dangling link where the directory goes
@@ -267,6 +269,9 @@ def _write_timelines(result: CampaignResult, where: Path) -> tuple[dict[str, Pat
                 written[c.case.id] = path
         except ImportError as exc:  # an optional extra: no pictures, the rest stands
             print(f"kvfault: note: no timelines: {exc}", file=sys.stderr, flush=True)
+            if made and not written:  # no empty timelines/ beside the reports
+                with contextlib.suppress(OSError):
+                    where.rmdir()
             break
         except OSError as exc:
             at = exc.filename or path

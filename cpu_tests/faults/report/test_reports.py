@@ -371,6 +371,7 @@ def test_without_matplotlib_there_are_no_timelines_and_the_verdict_stands(
         err
         == "kvfault: note: no timelines: timeline pictures need matplotlib; install the plot extra\n"
     )
+    assert not (tmp_path / "rp" / "timelines").exists()  # no empty directory beside them
 
 
 def test_the_same_case_on_each_tier_has_its_own_artifact(tmp_path: Path):
