@@ -68,7 +68,7 @@ violation as one line of text)::
 JUnit XML (``write_junit``): one ``<testsuite name="kvfault">`` inside ``<testsuites>``;
 one ``<testcase classname=SCENARIO name=CASE_ID time=WALL>`` per case; a case that is not
 ok has ``<failure type=VERDICT message=SIGNATURE>`` listing its violations (``<error>``
-for ERROR; ``<skipped>`` for a tolerated one); every case has ``<system-out>`` with its
+when its verdict exits 2: ERROR, NOT REPRODUCED; ``<skipped>`` for a tolerated one); every case has ``<system-out>`` with its
 replay command (and artifact and timeline paths when known). Each campaign failure is
 one more ``<testcase classname="kvfault.campaign" name="campaign:KIND">`` with its
 ``<failure>`` (``<error>`` when its verdict exits 2). So failures + errors is 0 exactly
@@ -266,7 +266,9 @@ def _junit_root(
     rendered = _rendered(cases, campaign, artifacts, timelines)
     _, _, failures = _verdict([r for _, r in rendered], campaign)
     bad = [r for _, r in rendered if not r["ok"] and not r["tolerated"]]
-    errors = sum(1 for r in bad if r["verdict"] == "ERROR") + sum(
+    # One rule for cases and campaign failures: what exits 2 (the run proved nothing:
+    # ERROR, NOT REPRODUCED) is an <error>, what exits 1 a <failure>.
+    errors = sum(1 for r in bad if Verdict(r["verdict"]).exit_code == 2) + sum(
         1 for f in failures if Verdict(f["verdict"]).exit_code == 2
     )
     walls = [r["wall_seconds"] for _, r in rendered]
@@ -291,7 +293,7 @@ def _junit_root(
             },
         )
         if not r["ok"]:
-            tag = "error" if r["verdict"] == "ERROR" else "failure"
+            tag = "error" if Verdict(r["verdict"]).exit_code == 2 else "failure"
             tag = "skipped" if r["tolerated"] else tag
             message = c.signature or (str(c.violations[0]) if c.violations else r["verdict"])
             el = ET.SubElement(

@@ -24,6 +24,7 @@ from faults.campaign import (
 from faults.campaign.artifacts import ArtifactError, read_artifact, write_artifact
 from faults.properties import Violation
 from faults.report.summary import SUMMARY_SCHEMA, summary_json, write_junit, write_reports
+from faults.verdicts import Verdict
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -157,6 +158,18 @@ def test_junit_parses_with_the_right_counts(tmp_path: Path):
     for c in cases:
         assert c.find("system-out").text.startswith("replay: kvfault ")
         float(c.get("time"))
+
+
+def test_junit_tags_what_exits_2_as_an_error_for_cases_as_for_the_campaign(tmp_path: Path):
+    # NOT REPRODUCED proved nothing (exit 2), as a campaign failure that exits 2 does.
+    t = regression_target("media_keys")
+    case = CaseOutcome(Case(t, 0), Verdict.NOT_REPRODUCED, signature="legacy passed")
+    root = ET.parse(write_junit([case], tmp_path / "junit.xml")).getroot()
+    (suite,) = root.findall("testsuite")
+    assert (suite.get("failures"), suite.get("errors")) == ("0", "1")
+    (tc,) = suite.findall("testcase")
+    assert tc.find("failure") is None
+    assert tc.find("error").get("type") == "NOT REPRODUCED"
 
 
 def test_junit_validates_with_junitparser(tmp_path: Path):
