@@ -286,7 +286,9 @@ class CampaignResult:
     def failures(self) -> list[CampaignFailure]:
         """The campaign-level failures: what fails the campaign beyond its rows."""
         out = list(self.stopped)
-        if self.unexercised:
+        # A campaign cut short (a timeout, an interrupt) ran too few runs to say which
+        # enabled injectors never fire.
+        if self.unexercised and not self.stopped:
             out.append(
                 CampaignFailure(
                     "not_exercised",

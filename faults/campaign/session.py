@@ -242,14 +242,8 @@ class Session:
         not replace the interrupt."""
         if self.on_interrupt is None:
             return
-        import signal
-
-        signum = getattr(
-            exc, "signum", signal.SIGINT if isinstance(exc, KeyboardInterrupt) else None
-        )
-        by = f"interrupted by {signal.Signals(signum).name}" if signum else "stopped"
         with contextlib.suppress(OSError):
-            self.on_interrupt(self.cut_short("interrupted", by))
+            self.on_interrupt(self.cut_short("interrupted", interrupted_by(exc)))
 
     def result(self) -> CampaignResult:
         """What ran, in campaign order over the seeds that started."""
@@ -259,6 +253,14 @@ class Session:
         ran = [s for s in self.seeds if s in self.started]
         rows = in_campaign_order(self.targets, ran, self.done)
         return CampaignResult(rows, time.perf_counter() - self._t0)
+
+
+def interrupted_by(exc: BaseException) -> str:
+    """What ended a campaign, for its ``interrupted`` failure: the signal's name."""
+    import signal
+
+    signum = getattr(exc, "signum", signal.SIGINT if isinstance(exc, KeyboardInterrupt) else None)
+    return f"interrupted by {signal.Signals(signum).name}" if signum else "stopped"
 
 
 def _seeds(seeds: Sequence[int]) -> list[int]:

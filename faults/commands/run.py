@@ -94,11 +94,22 @@ def tier_words(args: argparse.Namespace) -> list[str]:
 
 def command(args: argparse.Namespace) -> int:
     """Run the campaign the arguments name; print its table; write its reports."""
+    from dataclasses import replace
+
     from faults.campaign import CampaignError, select_targets
     from faults.campaign.artifacts import CampaignArtifacts, artifact_dir
-    from faults.campaign.session import INTERRUPTS, Session, open_backend, run_session
+    from faults.campaign.outcomes import CampaignFailure
+    from faults.campaign.session import (
+        INTERRUPTS,
+        Session,
+        interrupted_by,
+        open_backend,
+        run_session,
+    )
     from faults.report.progress import progress_mode, show
     from faults.tiers import DEFAULT_TIER, Tiers
+    from faults.verdicts import Verdict
+    from reference.signals import stop_signals_held
 
     if args.tier is None:
         args.tier = DEFAULT_TIER
@@ -133,6 +144,7 @@ def command(args: argparse.Namespace) -> int:
     store = CampaignArtifacts(artifact_dir(args.artifacts))
     mode = progress_mode(args.no_progress)
     reported: list[CampaignResult] = []
+    ended: list[CampaignResult] = []  # run_session's result, once every case has ended
 
     def interrupted(cut: CampaignResult) -> None:
         # Ctrl-C or a stop signal: the table and reports of what had finished (the exit
@@ -156,11 +168,21 @@ def command(args: argparse.Namespace) -> int:
                 on_hang=lambda cut: finish(args, cut, seeds, store),
                 on_interrupt=interrupted,
             )  # fmt: skip
+            ended.append(result)
     except INTERRUPTS as exc:
-        if not reported:  # stopped before any case could start (a tier opening, its lock)
+        if reported:
+            raise
+        if ended:  # every case had ended; the tier was closing
+            why = f"{interrupted_by(exc)} as the tier closed, after every case had ended"
+            stop = CampaignFailure("interrupted", Verdict.ERROR, why)
+            with contextlib.suppress(OSError):
+                interrupted(replace(ended[0], stopped=[*ended[0].stopped, stop]))
+        else:  # stopped before any case could start (a tier opening, its lock)
             Session(targets, seeds, on_interrupt=interrupted).report_interrupt(exc)
         raise
-    return finish(args, result, seeds, store)
+    # Held while the table and reports go out: a stop then lands once they are whole.
+    with stop_signals_held():
+        return finish(args, result, seeds, store)
 
 
 def finish(

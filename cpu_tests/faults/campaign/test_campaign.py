@@ -23,6 +23,7 @@ from faults.campaign import (
     run_campaign,
     select_targets,
 )
+from faults.campaign.outcomes import CampaignFailure
 from faults.injectors import INJECTORS
 from faults.properties import PROPERTIES, Violation
 from faults.regressions import REGRESSIONS, Regression
@@ -263,6 +264,15 @@ def test_a_swarm_injector_enabled_but_never_fired_fails_the_campaign():
     # A pinned swarm draws nothing: "no swarm run drew X" would be false of it.
     assert result.never_drawn == [] and not result.draws
     assert not result.ok
+
+
+def test_a_campaign_cut_short_claims_no_injector_never_fires():
+    t = cm.swarm_target("restart_burst", ("slow_forward", "lost_completion"))
+    runs = [_outcome(t, 0, Verdict.PASS, fired={"slow_forward": 2, "lost_completion": 0})]
+    cut = CampaignFailure("interrupted", Verdict.ERROR, "interrupted by SIGINT: 9 of 10 ...")
+    result = CampaignResult([TargetOutcome(t, runs)], stopped=[cut])
+    assert result.unexercised == ["lost_completion"]  # in the runs that ran
+    assert [f.kind for f in result.failures] == ["interrupted"]  # but not claimed
 
 
 def test_a_drawing_swarm_names_the_injectors_none_of_its_runs_drew():

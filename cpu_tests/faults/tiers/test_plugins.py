@@ -362,3 +362,49 @@ def test_a_run_interrupted_while_its_tier_opens_still_reports(tmp_path: Path) ->
     summary = json.loads((site / "r" / "summary.json").read_text())
     assert summary["verdict"] == "ERROR" and summary["cases"] == []
     assert (site / "r" / "junit.xml").exists()
+
+
+_CLOSING_TIER = _SLOW_TIER.replace(
+    """    open(os.environ["SLOW_TIER_MARK"], "w").close()  # opening: a server starting, a lock
+    time.sleep(60)
+    yield None""",
+    """    from faults.campaign.execute import MemoryExecutor
+
+    yield MemoryExecutor()
+    open(os.environ["SLOW_TIER_MARK"], "w").close()  # closing: every case has ended
+    time.sleep(60)""",
+)
+
+
+def test_a_run_interrupted_while_its_tier_closes_reports_the_cases_that_ran(
+    tmp_path: Path,
+) -> None:
+    import signal
+    import time
+
+    site = tmp_path / "site"
+    _dist(site, "slow_tier", "[kvfault.tiers]\nslow = slow_tier:SLOW\n", _CLOSING_TIER)
+    mark = tmp_path / "closing"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)]),
+           "SLOW_TIER_MARK": str(mark)}  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "faults.cli", "run", "--tier", "slow", "--no-progress",
+         "--report", "r"],
+        cwd=site, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not mark.exists() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        assert mark.exists(), proc.communicate()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert (proc.returncode, err.strip().splitlines()) == (130, ["kvfault: interrupted by SIGINT"])
+    # The two cases ran: the table says so, not "2 of 2 never ran".
+    assert "1 targets, 2 runs: 1 ok" in out, out
+    assert "interrupted by SIGINT as the tier closed, after every case had ended" in out, out
+    summary = json.loads((site / "r" / "summary.json").read_text())
+    assert len(summary["cases"]) == 2 and summary["verdict"] == "ERROR"
