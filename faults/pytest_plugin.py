@@ -305,6 +305,7 @@ class _Call:
     plan: FaultPlan
     own_rules: bool
     own_plan: bool
+    own_properties: bool = False
 
 
 @pytest.fixture
@@ -337,7 +338,6 @@ def kv_scenario(
         p = fault_plan if plan is None else plan
         if name in SCENARIOS and not SCENARIOS[name].scales and p.scale != 1:
             p = replace(p, scale=1)  # as the campaign runs it: a fixed size does not grow
-        calls.append(_Call(name, s, p, rules is not None, plan is not None))
         result = run_case(
             name,
             s,
@@ -348,6 +348,9 @@ def kv_scenario(
             replay_map=p.replay_map(),
             scale=p.scale,
         )
+        # Only a call that ran gets a replay line; one judged by a few of its properties
+        # is the test's own judgement.
+        calls.append(_Call(name, s, p, rules is not None, plan is not None, properties is not None))
         if result.not_exercised:
             warnings.warn(
                 NotExercised(
@@ -417,8 +420,18 @@ def _kvfault_line(call: _Call, regression: str | None) -> str:
 
     none = "no kvfault command runs {}; the pytest line above reruns it"
     plan = call.plan
+    from faults.argtypes import MAX_SEED
+    from faults.scenarios import SCENARIOS
+    from faults.tiers import DEFAULT_TIER
+
     if call.own_rules:
         return none.format("the test's own rules")
+    if call.own_properties:
+        return none.format("the test's own choice of properties")
+    if not 0 <= call.seed <= MAX_SEED:
+        return none.format(f"seed {call.seed}")
+    if DEFAULT_TIER not in SCENARIOS[call.scenario].tiers:  # a real tier's scenario
+        return none.format(f"{call.scenario} in this process")
     if call.own_plan and plan.faults:
         return none.format("the test's own plan")
     common = ["--first-seed", str(call.seed), "--seeds", "1"]

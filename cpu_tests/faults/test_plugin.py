@@ -387,3 +387,26 @@ def test_an_unknown_hypothesis_profile_is_one_clear_line(pytester, monkeypatch):
     res = _run(pytester, _PROFILE_PROBE)
     assert res.ret == pytest.ExitCode.USAGE_ERROR
     res.stderr.fnmatch_lines(["*HYPOTHESIS_PROFILE='weekly' is not a kvfault profile*"])
+
+
+def test_no_kvfault_line_for_a_call_no_command_reruns(pytester, monkeypatch):
+    monkeypatch.setenv("PYTHONHASHSEED", "0")
+    source = """
+        import pytest
+        from faults.catalog import UnknownName
+
+        def test_x(kv_scenario):
+            kv_scenario("two_images", properties=["correctness"])
+            kv_scenario("real_restart_burst")
+            with pytest.raises(UnknownName):
+                kv_scenario("nope")
+            assert False
+        """
+    result = _run(pytester, source)
+    lines = [line for line in result.stdout.lines if line.startswith("scenario ")]
+    assert lines == [
+        "scenario two_images: no kvfault command runs the test's own choice of properties; "
+        "the pytest line above reruns it",
+        "scenario real_restart_burst: no kvfault command runs real_restart_burst in this "
+        "process; the pytest line above reruns it",
+    ], result.stdout.str()
