@@ -29,7 +29,7 @@ class AtomSource:
         """The checkout at ``given``, else at ``$KVFAULT_ATOM_SRC``; ``AtomSourceMissing``
         when neither names a directory with ATOM's scheduler and offload connector."""
         if given is not None and not given.strip():
-            raise AtomSourceMissing("--atom-src: an empty path; give the ATOM checkout's")
+            raise AtomSourceMissing("--atom-src: an empty path; give the path of an ATOM checkout")
         raw = given if given is not None else os.environ.get(ENV)
         named = f"--atom-src {given}" if given is not None else f"{ENV}={raw}"
         if not raw:

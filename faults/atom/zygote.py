@@ -14,6 +14,7 @@ Host side: ``Zygote`` (start, ``fork(role, args)``, close). Zygote side: ``main`
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -65,6 +66,22 @@ class Zygote:
         # ATOM imports; give it one of ours instead, removed with the zygote.
         self.cache = tempfile.mkdtemp(prefix="kvfault-zygote-")
         env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(self.cache, "inductor")
+        try:
+            self._start(atom_src, env, theirs, ours, start_timeout_s)
+        except BaseException:  # a failed or interrupted start leaves nothing either
+            theirs.close()
+            ours.close()
+            self.close()
+            raise
+
+    def _start(
+        self,
+        atom_src: str,
+        env: dict[str, str],
+        theirs: socket.socket,
+        ours: socket.socket,
+        start_timeout_s: float,
+    ) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "faults.atom.zygote", atom_src, str(theirs.fileno())],
             env=env,
@@ -76,14 +93,12 @@ class Zygote:
         theirs.close()
         self.conn = Connection(ours.detach())
         if not self.conn.poll(start_timeout_s):
-            self.close()
             raise ZygoteError(f"the atom tier's zygote did not start within {start_timeout_s:g}s")
         try:
             ok, detail = self.conn.recv()
         except EOFError:
             ok, detail = False, self._stderr_tail()
         if not ok:
-            self.close()
             raise ZygoteError(f"the atom tier cannot import ATOM from {atom_src}: {detail}")
 
     def _stderr_tail(self) -> str:
@@ -104,17 +119,20 @@ class Zygote:
         return int(self.conn.recv())
 
     def close(self) -> None:
-        try:
-            self.conn.send(("exit", None, None))
-        except (OSError, ValueError):
-            pass
-        try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=5)
+        """Stop the zygote and remove what it made; safe on a zygote half started."""
+        conn, proc = getattr(self, "conn", None), getattr(self, "proc", None)
+        if conn is not None:
+            with contextlib.suppress(OSError, ValueError):
+                conn.send(("exit", None, None))
+        if proc is not None:
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=5)
         self.log.close()
-        self.conn.close()
+        if conn is not None:
+            conn.close()
         shutil.rmtree(self.cache, ignore_errors=True)
 
 
