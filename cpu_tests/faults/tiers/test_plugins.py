@@ -332,14 +332,16 @@ SLOW = Tier(name="slow", description="opens slowly", opener="slow_tier:open_slow
 """
 
 
-def test_a_run_interrupted_while_its_tier_opens_still_reports(tmp_path: Path) -> None:
-    # Nothing ran, but a CI job cancelled there still gets its table and junit.xml.
-    import signal
+def _signalled_at_the_mark(
+    tmp_path: Path, tier_source: str, signum: int
+) -> tuple[int, str, str, Path]:
+    """``kvfault run --tier slow --report r`` with ``tier_source`` as the slow tier,
+    sent ``signum`` once the tier writes its mark: (exit code, stdout, stderr, site)."""
     import time
 
     site = tmp_path / "site"
-    _dist(site, "slow_tier", "[kvfault.tiers]\nslow = slow_tier:SLOW\n", _SLOW_TIER)
-    mark = tmp_path / "opening"
+    _dist(site, "slow_tier", "[kvfault.tiers]\nslow = slow_tier:SLOW\n", tier_source)
+    mark = tmp_path / "mark"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)]),
            "SLOW_TIER_MARK": str(mark)}  # fmt: skip
     proc = subprocess.Popen(
@@ -348,16 +350,24 @@ def test_a_run_interrupted_while_its_tier_opens_still_reports(tmp_path: Path) ->
         cwd=site, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 120
         while not mark.exists() and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.05)
         assert mark.exists(), proc.communicate()
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(signum)
         out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert (proc.returncode, err.strip().splitlines()) == (143, ["kvfault: interrupted by SIGTERM"])
+    return proc.returncode, out, err, site
+
+
+def test_a_run_interrupted_while_its_tier_opens_still_reports(tmp_path: Path) -> None:
+    # Nothing ran, but a CI job cancelled there still gets its table and junit.xml.
+    import signal
+
+    code, out, err, site = _signalled_at_the_mark(tmp_path, _SLOW_TIER, signal.SIGTERM)
+    assert (code, err.strip().splitlines()) == (143, ["kvfault: interrupted by SIGTERM"])
     assert "ERROR: interrupted by SIGTERM: 2 of 2 cases never ran" in out, out
     summary = json.loads((site / "r" / "summary.json").read_text())
     assert summary["verdict"] == "ERROR" and summary["cases"] == []
@@ -380,29 +390,9 @@ def test_a_run_interrupted_while_its_tier_closes_reports_the_cases_that_ran(
     tmp_path: Path,
 ) -> None:
     import signal
-    import time
 
-    site = tmp_path / "site"
-    _dist(site, "slow_tier", "[kvfault.tiers]\nslow = slow_tier:SLOW\n", _CLOSING_TIER)
-    mark = tmp_path / "closing"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)]),
-           "SLOW_TIER_MARK": str(mark)}  # fmt: skip
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "faults.cli", "run", "--tier", "slow", "--no-progress",
-         "--report", "r"],
-        cwd=site, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 120
-        while not mark.exists() and time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.05)
-        assert mark.exists(), proc.communicate()
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert (proc.returncode, err.strip().splitlines()) == (130, ["kvfault: interrupted by SIGINT"])
+    code, out, err, site = _signalled_at_the_mark(tmp_path, _CLOSING_TIER, signal.SIGINT)
+    assert (code, err.strip().splitlines()) == (130, ["kvfault: interrupted by SIGINT"])
     # The two cases ran: the table says so, not "2 of 2 never ran".
     assert "1 targets, 2 runs: 1 ok" in out, out
     assert "interrupted by SIGINT as the tier closed, after every case had ended" in out, out
