@@ -176,7 +176,10 @@ class TargetKind:
         what ran, how it ended, the verdict."""
         case = out.case
         plan = case.plan()
-        faults = ", ".join(f.injector for f in plan.faults) if plan is not None else "no fault"
+        if plan is not None:
+            faults = ", ".join(f.injector for f in plan.faults)
+        else:  # a tier's own fault is no plan; a plain scenario has none
+            faults = case.target.injector or "no fault"
         lines = [f"replay {case.id}: {case.target.scenario} under {faults}"]
         # The stack the case ran: the fixed one, or a regression's legacy rules (--legacy).
         side = f"legacy {case.target.stack}" if case.target.stack else "fixed"

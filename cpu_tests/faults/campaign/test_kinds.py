@@ -133,3 +133,13 @@ def test_the_scan_finds_a_comparison_when_one_is_planted():
     planted += 'if case.target.kind.name != "swarm":\n    pass\n'
     assert _kind_compares(ast.parse(planted)) == [1, 3, 4]
     assert _kind_compares(ast.parse('if ev.kind == "dispatch":\n    pass\n')) == []
+
+
+def test_a_reproduction_names_a_tier_fault_that_is_no_plan():
+    # An atom or lmcache fault is its tier's own, not a plan: the header had said "no fault".
+    from faults.campaign import CaseOutcome, fault_target
+    from faults.verdicts import Verdict
+
+    target = fault_target("wire_kill", "lmcache")
+    lines = target.kind.reproduction(CaseOutcome(Case(target, 0), Verdict.PASS))
+    assert lines[0] == f"replay {target.id}@seed0: {target.scenario} under wire_kill"
