@@ -26,7 +26,6 @@ FINDINGS = {
     "lost_completion": "liveness",
     "store_failure": "efficiency",
     "reload_twice": "resources",
-    "hbm_partial_deferred": "correctness",
 }
 BUNDLED_HEAD = "ffdf3bb5d"
 

@@ -189,10 +189,9 @@ def _partial_handoff(
 def hbm_partial_deferred(run: AtomRun) -> None:
     """``hbm_partial`` on a server whose runner defers its output, as ATOM's does with
     one pipeline stage: the resent prompt's head, computed up to the chunk boundary, is
-    a partial prefill parked for the load of the rest, alone: no forward runs while it
-    is parked, so the runner still holds the head's sampled token (a middle chunk's,
-    meaningless) and surfaces it at the resumed request's next forward. It must not
-    become the first output."""
+    a partial prefill parked for the load of the rest, alone (a batch of middle chunks:
+    ATOM's runner samples nothing for it). Its first output after the load must be the
+    cold run's (ATOM's #1807, 7427e05: before, the park dropped it)."""
     _partial_handoff(run, deferred=True)
 
 

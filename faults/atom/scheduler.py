@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from faults.atom import pipe
 from faults.atom.event_log import EventLog, op_of
+from faults.atom.runner_rules import pure_middle_chunk_rule
 from faults.atom.server_config import atom_config, use_lmcache_env
 from faults.atom.spec import AtomRequest, ServerSpec
 
@@ -105,6 +106,9 @@ class SchedulerProcess:
         # Deferred output (ATOM's model runner with one pipeline stage): what the last
         # forward sampled, surfaced by the next one.
         self.sampled: tuple[list[Any], list[tuple[int, ...]]] = ([], [])
+        # ATOM's own rule for a forward that samples nothing (its runner returns before
+        # postprocess for a batch of prefill middle chunks); None: every forward samples.
+        self.pure_middle_chunk = pure_middle_chunk_rule()
         self.aborted: set[str] = set()
         self._next_id = 1
         self._observe()
@@ -292,6 +296,10 @@ class SchedulerProcess:
             req = Request(name, r.prompt, r.cache_seed, max_output_tokens=r.max_tokens)
             items.append((seq_id, req, start, end, list(seq.block_table), k))
         tokens = self.link.call("forward", items, self.names)
+        if self.pure_middle_chunk is not None and self.pure_middle_chunk(batch):
+            # As ATOM's ModelRunner.forward: the KV is written, nothing is sampled, and
+            # a deferred runner still holds what the last sampling forward sampled.
+            return ScheduledBatchOutput(list(batch.req_ids), [], None, None, None)
         sampled: tuple[list[Any], list[tuple[int, ...]]] = (
             list(batch.req_ids),
             [(int(t),) for t in tokens],
