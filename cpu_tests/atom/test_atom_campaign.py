@@ -22,9 +22,7 @@ FINDINGS = {
     "chunk_aligned": "efficiency",
     "two_images": "correctness",
     "two_servers": "identity",
-    "port_zero_ids": "identity",
     "lost_completion": "liveness",
-    "store_failure": "efficiency",
     "reload_twice": "resources",
 }
 BUNDLED_HEAD = "ffdf3bb5d"

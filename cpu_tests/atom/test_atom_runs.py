@@ -138,3 +138,19 @@ def test_two_servers_pass_when_the_engine_id_carries_the_port(atom_src, tmp_path
             reporter.write_line(line)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert "FIXED" in proc.stdout.splitlines()[-1]
+
+
+def test_a_failed_store_is_judged_by_what_atom_promises(executor):
+    """ATOM reports a failed store as a finished save (its contract: the blocks may be
+    freed; no data is promised): the report records what lmcache holds (``stored=0``),
+    so efficiency claims no silent miss for chunks never stored, and the row passes."""
+    row = catalog.ROWS["store_failure"]
+    res = run_case(row.scenario, 0, injectors=lambda: [row.factory(0)], executor=executor)
+    assert res.fired == {"store_failure": 1}
+    saves = [
+        e.data.get("stored")
+        for e in res.run.trace.events
+        if e.kind.value == "finished_reported" and e.op is not None and e.op.kind.value == "save"
+    ]
+    assert saves and saves[0] == 0 and saves[-1] > 0, saves
+    assert res.ok, [str(v) for v in res.violations]

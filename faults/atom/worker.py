@@ -84,9 +84,13 @@ class WorkerProcess:
             raise RuntimeError("this ATOM's offload worker has no codec/GPU connector to place")
         self.impl = getattr(self.connector, "_impl", self.connector)
         self.engine = getattr(self.impl, "_engine", None)
+        # The tier's own reads of what lmcache holds use its lookup as it is, before a
+        # fault wraps it (they are no lookup of ATOM's: no fault may count them).
+        self._peek = getattr(self.engine, "lookup", None)
         self.faults = WorkerFaults(spec.faults, self, log)
         self.outputs: dict[str, tuple[int, ...]] = {}
         self.loads: dict[Any, tuple[list[int], int, int]] = {}
+        self.saves: dict[Any, list[int]] = {}  # save in flight -> its token ids
         self.forwards = 0
         server = getattr(self.impl, "_lookup_server", None)
         self.socket = _server_socket(server)
@@ -103,6 +107,9 @@ class WorkerProcess:
     def process_kvconnector_output(self, meta: Any) -> None:
         self.faults.before_call()
         for req in getattr(meta, "requests", ()) or ():
+            if getattr(req, "save_spec", None) is not None:
+                key = getattr(req, "save_operation", None) or req.req_id
+                self.saves[key] = [int(t) for t in req.token_ids]
             ls = getattr(req, "load_spec", None)
             if ls is not None:
                 key = getattr(req, "load_operation", None) or req.req_id
@@ -151,10 +158,9 @@ class WorkerProcess:
     def stored_tokens(self, tokens: list[int]) -> int | None:
         """How many of ``tokens``, from the start, the lmcache engine holds (a lookup
         that pins nothing), or None when this engine cannot say."""
-        lookup = getattr(self.engine, "lookup", None)
-        if lookup is None:
+        if self._peek is None:
             return None
-        return int(lookup(tokens=list(tokens), pin=False))
+        return int(self._peek(tokens=list(tokens), pin=False))
 
     def resident_prefix(self, req: Any, blocks: list[int]) -> int:
         """Tokens of ``req``'s prompt, in whole blocks from its start, whose pages (as a
@@ -185,6 +191,15 @@ class WorkerProcess:
                     bs = self.spec.block_size
                     pages = [self.kv.read(b) for b in blocks[start // bs : end // bs]]
                     self.log.record("copy_complete", op=op, digest=page_digest(pages))
+                tokens = self.saves.pop(value, None) if kind == "save" else None
+                if tokens is not None:
+                    # ATOM's contract: a finished save means its blocks may be freed,
+                    # not that the data is stored (a failed store is reported finished
+                    # too). What the tier holds is lmcache's own answer, read now.
+                    stored = self.stored_tokens(tokens)
+                    if stored is not None:
+                        self.log.record("finished_reported", op=op, outcome=outcome, stored=stored)
+                        continue
                 self.log.record("finished_reported", op=op, outcome=outcome)
         # Faults act on the way to the scheduler: a dropped completion was reported.
         return self.faults.finished(out, names)

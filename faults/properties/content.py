@@ -37,7 +37,9 @@ class TierAccount:
     (fed every event in order with ``feed``).
 
     A save the worker reports finished (``finished_reported``: the poll that saw the
-    tier write it) adds the chunks the tier does not hold yet, visible from then on, or
+    tier write it; where the engine's finished save promises only that its blocks may
+    be freed, the report's ``stored`` says how many tokens from the start the tier
+    really holds, and only those count) adds the chunks the tier does not hold yet, visible from then on, or
     from ``delay_s`` later when a fault event reports late visibility for it; a store of
     a chunk already held writes nothing, so the chunk keeps the visibility of the save
     that first put it there. A fault event naming a dropped ``chunk`` removes it."""
@@ -71,7 +73,10 @@ class TierAccount:
             assert ev.req_id is not None  # an event that names an op names its request
             visible = self.visible_at(ev)
             chain = self.chains.of(ev.req_id)
-            for i in range(rng[0] // self.chunk, min(rng[1] // self.chunk, len(chain))):
+            # A tier whose engine promises no data with a finished save (ATOM's frees
+            # blocks) records what the store holds: ``stored`` tokens from the start.
+            end = min(rng[1], ev.data.get("stored", rng[1]))
+            for i in range(rng[0] // self.chunk, min(end // self.chunk, len(chain))):
                 self.held.setdefault(chain[i], visible)
 
     def visible_at(self, report: TraceEvent) -> float:
