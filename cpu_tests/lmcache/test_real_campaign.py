@@ -4,7 +4,9 @@ run there (legacy fails with its signature, fixed passes) and every wire fault, 
 with the ending it must have; then nothing of the campaign survives it: no server
 process, no /dev/shm segment, no temporary directory, no listening socket.
 
-The campaign runs once for the module (one server start, ~2 min on two cores).
+The campaign runs once for the module (one server start, ~4 min on two cores), with
+what the README's command runs: ``kvfault run --tier lmcache`` parsed by kvfault's own
+parser, so every seed its default covers.
 """
 
 from __future__ import annotations
@@ -115,6 +117,27 @@ def _snapshot() -> dict[str, object]:
     }
 
 
+README_COMMAND = "kvfault run --tier lmcache"
+
+
+def _readme_seeds() -> list[int]:
+    """The seeds the README's command runs, as ``kvfault run`` picks them."""
+    from faults.cli import build_parser
+    from faults.commands.run import default_seed_count
+
+    assert f"`{README_COMMAND}`" in (Path(__file__).parents[2] / "README.md").read_text()
+    args = build_parser().parse_args(README_COMMAND.split()[1:])
+    count = args.seeds if args.seeds is not None else default_seed_count(args.tier)
+    return list(range(args.first_seed, args.first_seed + count))
+
+
+SEEDS = _readme_seeds()
+
+
+def test_the_campaign_runs_every_seed_the_readme_command_runs() -> None:
+    assert SEEDS == [0, 1]  # the default today; the fixture below follows it
+
+
 @pytest.fixture(scope="module")
 def campaign() -> Campaign:
     before = _snapshot()
@@ -122,7 +145,7 @@ def campaign() -> Campaign:
     with open_executor("lmcache") as executor:
         result = run_campaign(
             lmcache_targets(),
-            [0],
+            SEEDS,
             progress=lambda done, total, label: progress.append((done, total, label)),
             keep_runs="all",  # the tests below read each case's runs
             executor=executor,
@@ -132,10 +155,10 @@ def campaign() -> Campaign:
 
 def test_every_target_runs_once_per_seed_in_order(campaign: Campaign) -> None:
     ids = [o.case.id for o in campaign.outcomes]
-    assert ids == [f"{t.id}@seed0" for t in lmcache_targets()]
+    assert ids == [f"{t.id}@seed{s}" for t in lmcache_targets() for s in SEEDS]
     kinds = [o.case.target.kind.name for o in campaign.outcomes]
     assert kinds == sorted(kinds, key=["scenario", "regression", "fault"].index)
-    assert ids[-1] == "lmcache:fault:wire_kill@seed0"  # the one that kills goes last
+    assert ids[-1] == f"lmcache:fault:wire_kill@seed{SEEDS[-1]}"  # the kill goes last
     total = len(ids)
     assert [p[:2] for p in campaign.progress] == [(i, total) for i in range(total)] + [
         (total, total)
@@ -151,35 +174,38 @@ def test_the_whole_campaign_passes(campaign: Campaign) -> None:
     assert summary["ok"] and summary["total"] == len(campaign.outcomes)
 
 
+@pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("name", REAL_SCENARIOS)
-def test_scenarios_pass_on_the_fixed_stack(campaign: Campaign, name: str) -> None:
-    o = campaign.outcome(f"lmcache:scenario:{name}@seed0")
+def test_scenarios_pass_on_the_fixed_stack(campaign: Campaign, name: str, seed: int) -> None:
+    o = campaign.outcome(f"lmcache:scenario:{name}@seed{seed}")
     assert o.verdict == Verdict.PASS, o.signature
     res = o.fixed_result
     assert res is not None and "determinism" not in res.checked
     assert res.notes["tier"] == "lmcache"
 
 
+@pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("name", sorted(REAL_REGRESSIONS))
 def test_regressions_legacy_fails_with_its_signature_fixed_passes(
-    campaign: Campaign, name: str
+    campaign: Campaign, name: str, seed: int
 ) -> None:
     from faults.regressions import REGRESSIONS
 
-    o = campaign.outcome(f"lmcache:regression:{name}@seed0")
+    o = campaign.outcome(f"lmcache:regression:{name}@seed{seed}")
     assert o.verdict == Verdict.FIXED, o.signature
     assert o.signature.startswith(REGRESSIONS[name].signature + ":")
     assert o.case.target.scenario == REAL_REGRESSIONS[name]
     assert not o.violations and o.legacy_violations
     assert o.case.command == (
-        f"kvfault run --tier lmcache --first-seed 0 --seeds 1 --regression {name}"
+        f"kvfault run --tier lmcache --first-seed {seed} --seeds 1 --regression {name}"
     )
 
 
+@pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("name", list(WIRE_FAULTS))
-def test_wire_fault_fires_and_ends_as_it_must(campaign: Campaign, name: str) -> None:
+def test_wire_fault_fires_and_ends_as_it_must(campaign: Campaign, name: str, seed: int) -> None:
     info = WIRE_FAULTS[name]
-    o = campaign.outcome(f"lmcache:fault:{name}@seed0")
+    o = campaign.outcome(f"lmcache:fault:{name}@seed{seed}")
     assert o.verdict == Verdict.PASS, o.signature
     assert o.fired.get(name, 0) >= 1  # it fired, and says so
     res = o.fixed_result

@@ -22,6 +22,16 @@ def rand_ids(seed: int) -> tuple[int, ...]:
     return tuple(rng.randrange(2**32) for _ in range(CS))
 
 
+def wait_until(cond: Callable[[], bool], limit_s: float = SAFETY_NET_S) -> bool:
+    """Whether ``cond`` held within ``limit_s`` (a safety net, never a timing claim)."""
+    deadline = time.monotonic() + limit_s
+    while not cond():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True
+
+
 def store_via(tier: Any, ids: tuple[int, ...], limit_s: float = SAFETY_NET_S) -> Any:
     rng = random.Random(ids[0])
     ticket = tier.submit_store(OperationId("w", ids[0], OpKind.SAVE), ids, 0, CS,
@@ -46,9 +56,22 @@ def test_drop_chosen_reply_by_index(lmcache_server: LMCacheServer,
     # The second commit_store reply (index 1) is dropped; the first and third pass.
     with WireProxy(lmcache_server.url, [WireFault("drop", op="commit_store", index=1)]) as p:
         tier = make_tier(p.url)
-        results = [store_via(tier, rand_ids(10 + i), limit_s=2.0) for i in range(3)]
-        assert [r is not None and r.ok for _, r in results] == [True, False, True]
-        assert results[1][0].stage == "commit_store"  # pending on the dropped reply
+        first = store_via(tier, rand_ids(10))
+        # The dropped one: no answer is ever coming, so wait for the drop itself (not
+        # for a time a loaded machine may overrun), then see the ticket still pending.
+        dropped = store_via(tier, rand_ids(11), limit_s=0.0)[0]
+        early = []
+
+        def dropped_yet() -> bool:
+            reply = tier.poll(dropped)  # the ticket advances only when polled
+            early.extend([reply] if reply is not None else [])
+            return bool(early) or p.fired_actions() == ["drop"]
+
+        assert wait_until(dropped_yet) and not early
+        assert wait_reply(tier, dropped, 0.2) is None
+        third = store_via(tier, rand_ids(12))
+        assert [r is not None and r.ok for _, r in (first, third)] == [True, True]
+        assert dropped.stage == "commit_store"  # pending on the dropped reply
         assert [(f.action, f.op, f.index) for f in p.fired] == [("drop", "commit_store", 1)]
         # The server did the work; only the answer was lost.
         assert tier.lookup(LookupQuery(rand_ids(11))).kv_hit == CS
@@ -93,14 +116,39 @@ def test_probability_is_seeded(lmcache_server: LMCacheServer,
     assert 0 < len(a) < 21
 
 
-def test_kill_server_on_request(fresh_server: LMCacheServer,
-                                make_tier: Callable[..., Any]) -> None:  # fmt: skip
+class SlowToKill:
+    """The server, whose ``kill`` starts late: the proxy's thread descheduled between
+    the fault and the signal, as on a loaded machine."""
+
+    def __init__(self, server: LMCacheServer, late_s: float):
+        self.server, self.late_s = server, late_s
+        self.url = server.url
+
+    def kill(self) -> None:
+        time.sleep(self.late_s)
+        self.server.kill()
+
+    def pause(self) -> None:
+        self.server.pause()
+
+    def resume(self) -> None:
+        self.server.resume()
+
+
+@pytest.mark.parametrize("late_s", [0.0, 0.5])
+def test_kill_server_on_request(fresh_server: LMCacheServer, make_tier: Callable[..., Any],
+                                late_s: float) -> None:  # fmt: skip
+    """The request the kill fires on is never answered, however late the signal lands
+    (with 0.5 s, the proxy that forwarded first let ``prepare_store`` be answered and
+    the store stuck one stage later, on ``commit_store``)."""
     fault = WireFault("kill", op="prepare_store", index=0)
-    with WireProxy(fresh_server.url, [fault], server=fresh_server) as proxy:
+    server = SlowToKill(fresh_server, late_s)
+    with WireProxy(fresh_server.url, [fault], server=server) as proxy:
         tier = make_tier(proxy.url)
-        ticket, reply = store_via(tier, rand_ids(40), limit_s=2.0)
-        assert reply is None and ticket.stage == "prepare_store"
-        assert not fresh_server.alive()
+        ticket = store_via(tier, rand_ids(40), limit_s=0.0)[0]
+        assert wait_until(lambda: not fresh_server.alive())
+        assert wait_reply(tier, ticket, 0.2 + late_s) is None
+        assert ticket.stage == "prepare_store"
         assert [f.action for f in proxy.fired] == ["kill"]
 
 

@@ -56,6 +56,14 @@ def refused(args: argparse.Namespace) -> str | None:
     return on.refused(args)
 
 
+def default_seed_count(tier: str) -> int:
+    """How many seeds per target ``kvfault run --tier TIER`` runs without ``--seeds``:
+    the tier's declared count, else ``DEFAULT_SEEDS``."""
+    from faults.tiers import Tiers
+
+    return Tiers.installed()[tier].seeds or DEFAULT_SEEDS
+
+
 def add_tier_options(parser: argparse.ArgumentParser) -> None:
     """Each option a registered tier declares (``faults.tiers.TierOption``), once, with
     the tier named in its help: ``kvfault run``'s parser adds them when it first parses."""
@@ -107,15 +115,14 @@ def command(args: argparse.Namespace) -> int:
         run_session,
     )
     from faults.report.progress import progress_mode, show
-    from faults.tiers import DEFAULT_TIER, Tiers
+    from faults.tiers import DEFAULT_TIER
     from faults.verdicts import Verdict
     from reference.signals import stop_signals_held
 
     if args.tier is None:
         args.tier = DEFAULT_TIER
-    on = Tiers.installed()[args.tier]
     if args.seeds is None:
-        args.seeds = on.seeds or DEFAULT_SEEDS
+        args.seeds = default_seed_count(args.tier)
     why = refused(args)
     if why:
         return bad(why)

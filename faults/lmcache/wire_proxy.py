@@ -13,8 +13,10 @@ operation over all clients; ``None`` = every one) and a probability drawn from t
 proxy's seeded RNG. Reply faults act on the server's answer: ``drop`` (never
 forwarded), ``delay`` (forwarded ``delay_s`` later), ``duplicate`` (forwarded twice).
 Server faults act when the matching *request* arrives, before it is forwarded, so it
-is in flight when they fire: ``kill`` (SIGKILL the server) and ``pause`` (SIGSTOP, and
-SIGCONT ``delay_s`` later when ``delay_s > 0``, else on ``resume_server()``).
+is in flight when they fire: ``kill`` (SIGKILL the server and wait for it to die, then
+forward the request: the request that triggered it is never answered, however the
+machine schedules the two processes) and ``pause`` (SIGSTOP, and SIGCONT ``delay_s``
+later when ``delay_s > 0``, else on ``resume_server()``).
 Every fault that fires is appended to ``fired`` (and never silently skipped), so a
 plan can report which injectors fired.
 """
@@ -254,8 +256,11 @@ class WireProxy:
                 f = self.faults[i]
                 assert self.server is not None
                 if f.action == "kill":
-                    self._send_back(c, rest)  # in flight when the server dies
+                    # Dead first: forwarded before the kill, a request could be answered
+                    # while the signal is on its way (seen at load 2: the kill landed one
+                    # request later than the fault said).
                     self.server.kill()
+                    self._send_back(c, rest)  # in flight to a dead server: never answered
                     return
                 self.server.pause()
                 if f.delay_s > 0:

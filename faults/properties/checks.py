@@ -226,7 +226,11 @@ def hybrid(run: RunResult) -> list[Violation]:
     the same content is visible, at or below the KV prefix the tier holds visible. No
     claim is the whole prompt. Every state image a save asks for lies where some hit
     can use it: on the tier's state grid, below the prompt end and within the KV the
-    tier can hold for the prompt (its full chunks)."""
+    tier can hold for the prompt (its full chunks).
+
+    A save reported failed may have written its chunks and images anyway (its answer was
+    lost, or it failed part-way): a claim beyond the joint boundary is also accepted at
+    a grid position that such writes could have made one."""
     from faults.properties.content import ContentChains, TierAccount
 
     geo = run.config.geometry
@@ -235,6 +239,7 @@ def hybrid(run: RunResult) -> list[Violation]:
     account = TierAccount(run)
     blocks = ContentChains(run, bs)  # a state image at p names the prefix [0, p)
     states: dict[int, float] = {}  # content of an image's prefix -> visible from
+    maybe_states: dict[int, float] = {}  # ... written by a save reported failed, perhaps
     asked: dict[object, list[int]] = {}  # save op -> positions of the images it stores
     out = []
     kept_grid: dict[object, int] = {}  # save op -> the grid the tier keeps images on
@@ -277,12 +282,20 @@ def hybrid(run: RunResult) -> list[Violation]:
                 ),
                 default=0,
             )
-            if d["claim"] != joint:
+            claim = d["claim"]
+            if claim != joint and not (
+                joint < claim <= min(account.visible_prefix(ev.req_id, ev.t, True), n - 1)
+                and claim % grid == 0
+                and min(
+                    states.get(chain[claim // bs - 1], float("inf")),
+                    maybe_states.get(chain[claim // bs - 1], float("inf")),
+                )
+                <= ev.t
+            ):
                 out.append(
                     Violation(
                         "hybrid",
-                        f"{ev.req_id} claims {d['claim']} of {n} tokens; the joint boundary "
-                        f"is {joint}",
+                        f"{ev.req_id} claims {claim} of {n} tokens; the joint boundary is {joint}",
                         t=ev.t,
                     )
                 )
@@ -291,14 +304,17 @@ def hybrid(run: RunResult) -> list[Violation]:
                 kept_grid[ev.op] = chunk if ev.data["state_grid"] == "chunk" else bs
         else:
             if kind is Ev.FINISHED_REPORTED and ev.op in asked:
-                if ev.data.get("outcome") == "finished":
-                    assert ev.req_id is not None  # a report names its save's request
-                    # The tier keeps an image on its grid and stamps each write anew.
-                    chain = blocks.of(ev.req_id)
-                    step = kept_grid.get(ev.op, grid)
-                    for p in asked[ev.op]:
-                        if p % step == 0 and 0 < p <= len(chain) * bs:
-                            states[chain[p // bs - 1]] = account.visible_at(ev)
+                assert ev.req_id is not None  # a report names its save's request
+                # The tier keeps an image on its grid and stamps each write anew.
+                chain = blocks.of(ev.req_id)
+                step = kept_grid.get(ev.op, grid)
+                for p in asked[ev.op]:
+                    if p % step or not 0 < p <= len(chain) * bs:
+                        continue
+                    if ev.data.get("outcome") == "finished":
+                        states[chain[p // bs - 1]] = account.visible_at(ev)
+                    else:
+                        maybe_states.setdefault(chain[p // bs - 1], account.maybe_from(ev))
             account.feed(ev)
     return out
 

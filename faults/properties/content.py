@@ -42,7 +42,12 @@ class TierAccount:
     really holds, and only those count) adds the chunks the tier does not hold yet, visible from then on, or
     from ``delay_s`` later when a fault event reports late visibility for it; a store of
     a chunk already held writes nothing, so the chunk keeps the visibility of the save
-    that first put it there. A fault event naming a dropped ``chunk`` removes it."""
+    that first put it there. A fault event naming a dropped ``chunk`` removes it.
+
+    A save reported failed may still have written some or all of its chunks: its answer
+    can be lost after the tier kept the data (a dropped reply), or it can fail part-way.
+    Its chunks the tier does not surely hold are ``maybe`` held, from the save's
+    submission on: a lookup may find them or not, and neither is a fault of the stack."""
 
     KINDS = (Ev.SAVE, Ev.FAULT, Ev.FINISHED_REPORTED)  # the events ``feed`` reads
 
@@ -51,7 +56,9 @@ class TierAccount:
         self.chunk = run.config.geometry.chunk_size
         self.chains = chains or ContentChains(run)
         self.held: dict[int, float] = {}  # content key -> when it became visible
+        self.maybe: dict[int, float] = {}  # content key -> visible at the earliest
         self._save_range: dict[OperationId, tuple[int, int]] = {}
+        self._submitted: dict[OperationId, float] = {}
         self._late: dict[OperationId, float] = {}  # save op -> visible at
 
     def feed(self, ev: TraceEvent) -> None:
@@ -59,6 +66,7 @@ class TierAccount:
         if kind is Ev.SAVE:
             assert ev.op is not None  # a save names its operation
             self._save_range[ev.op] = (ev.data["start"], ev.data["end"])
+            self._submitted[ev.op] = ev.t
         elif kind is Ev.FAULT and ev.op is not None:
             if "delay_s" in ev.data:
                 self._late[ev.op] = ev.t + ev.data["delay_s"]
@@ -66,29 +74,45 @@ class TierAccount:
                 chain = self.chains.of(ev.req_id)
                 if ev.data["chunk"] < len(chain):
                     self.held.pop(chain[ev.data["chunk"]], None)
+                    self.maybe.pop(chain[ev.data["chunk"]], None)
         elif kind is Ev.FINISHED_REPORTED and ev.op is not None:
             rng = self._save_range.get(ev.op)
-            if rng is None or ev.data.get("outcome") != "finished":
+            if rng is None:
                 return
             assert ev.req_id is not None  # an event that names an op names its request
-            visible = self.visible_at(ev)
             chain = self.chains.of(ev.req_id)
             # A tier whose engine promises no data with a finished save (ATOM's frees
             # blocks) records what the store holds: ``stored`` tokens from the start.
-            end = min(rng[1], ev.data.get("stored", rng[1]))
-            for i in range(rng[0] // self.chunk, min(end // self.chunk, len(chain))):
-                self.held.setdefault(chain[i], visible)
+            if ev.data.get("outcome") == "finished":
+                visible = self.visible_at(ev)
+                end = min(rng[1], ev.data.get("stored", rng[1]))
+                for key in chain[rng[0] // self.chunk : min(end // self.chunk, len(chain))]:
+                    self.held.setdefault(key, visible)
+                    self.maybe.pop(key, None)
+            else:
+                for key in chain[rng[0] // self.chunk : min(rng[1] // self.chunk, len(chain))]:
+                    if key not in self.held:
+                        self.maybe.setdefault(key, self.maybe_from(ev))
 
     def visible_at(self, report: TraceEvent) -> float:
         """When what the save reported finished by ``report`` wrote becomes visible."""
         late = self._late.get(report.op) if report.op is not None else None
         return report.t if late is None else late
 
-    def visible_prefix(self, req_id: str, t: float) -> int:
-        """Tokens of the request's prefix held and visible at ``t`` (whole chunks)."""
+    def maybe_from(self, report: TraceEvent) -> float:
+        """The earliest a failed save's chunks may be visible: its submission."""
+        assert report.op is not None  # a report names its operation
+        return self._submitted.get(report.op, report.t)
+
+    def visible_prefix(self, req_id: str, t: float, possibly: bool = False) -> int:
+        """Tokens of the request's prefix held and visible at ``t`` (whole chunks); with
+        ``possibly``, also the chunks failed saves may have written."""
         n = 0
         for key in self.chains.of(req_id):
-            if self.held.get(key, float("inf")) > t:
+            at = self.held.get(key, float("inf"))
+            if possibly:
+                at = min(at, self.maybe.get(key, float("inf")))
+            if at > t:
                 break
             n += self.chunk
         return n

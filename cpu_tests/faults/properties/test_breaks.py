@@ -335,3 +335,45 @@ def test_the_joint_boundary_counts_only_images_the_tier_keeps():
     run = SCENARIOS["chunk_aligned_hybrid"].run(ctx)
     assert run.notes["second_send_loaded"] == 1792
     assert hybrid(run) == []
+
+
+def _lost_store_answer_tier(world, config):  # type: ignore[no-untyped-def]
+    """A MemoryTier whose first store past the first chunk that carries state images
+    keeps its data and answers failure: the answer lost after the write, as a dropped
+    ``commit_store`` reply does on the real server (issue 34, item 15)."""
+    from fakes import MemoryTier
+    from reference.interfaces import TierReply
+
+    class LostAnswer(MemoryTier):
+        lost: object = None
+
+        def submit_store(self, op, tier_ids, start, end, pages, states):  # type: ignore[no-untyped-def]
+            ticket = super().submit_store(op, tier_ids, start, end, pages, states)
+            if self.lost is None and states and start > 0:
+                self.lost = ticket
+            return ticket
+
+        def poll(self, ticket):  # type: ignore[no-untyped-def]
+            reply = super().poll(ticket)
+            if reply is not None and ticket is self.lost:
+                return TierReply(ok=False, error="store not answered")
+            return reply
+
+    return LostAnswer(world.clock, config.geometry, "chunk")
+
+
+def test_a_hit_on_what_a_failed_save_wrote_is_no_hybrid_violation():
+    """A save reported failed may have written anyway: a later hit that claims the
+    images it wrote is right (the outputs are), and the boundary it claims is one such
+    writes could make. Before the fix the judge counted only finished saves and failed
+    the fixed stack (``claims 1792 ...; the joint boundary is 256``)."""
+    from faults.properties import correctness, hybrid
+    from faults.runs import RunContext
+    from faults.scenarios import SCENARIOS
+
+    ctx = RunContext(seed=0)
+    ctx.tier_factory = _lost_store_answer_tier
+    run = SCENARIOS["chunk_aligned_hybrid"].run(ctx)
+    assert run.notes["second_send_loaded"] == 1792  # the hit used the failed save's data
+    assert correctness(run) == []
+    assert hybrid(run) == []
