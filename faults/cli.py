@@ -231,6 +231,16 @@ def build_parser() -> argparse.ArgumentParser:
     from faults.prove import add_arguments  # stdlib only: cheap
 
     add_arguments(prove)
+
+    review = sub.add_parser(
+        "review",
+        help="a pull request's per-row verdict: the tier's campaign at BASE and HEAD, "
+        "compared row by row (run inside the checkout under test)",
+    )
+    from faults.review import add_arguments as add_review_arguments
+
+    add_review_arguments(review)
+    review.late_options = add_tier_options  # --property, ...: passed on to both sides
     return parser
 
 
@@ -242,6 +252,7 @@ COMMANDS = {
     "replay": "faults.commands.repro:replay_command",
     "sweep": "faults.commands.sweep:command",
     "prove": "faults.prove:run",
+    "review": "faults.review:run",
 }
 
 

@@ -127,6 +127,11 @@ def format_reproduction(rep: Reproduction) -> str:
     lines = case.target.kind.reproduction(o)
     if o.signature:
         lines.append(f"signature: {o.signature}")
+    from faults.campaign.artifacts import case_code
+
+    code = case_code(case)
+    if code is not None:
+        lines.append(f"code: {code.describe()}")
     lines.append(f"replay: {replay_command(case)}")
     if rep.artifact is not None:
         lines.append(f"artifact: {rep.artifact} (kvfault replay {rep.artifact})")

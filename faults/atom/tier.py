@@ -29,6 +29,8 @@ TIER = Tier(
             "the ATOM checkout under test (default: $KVFAULT_ATOM_SRC)",
             metavar="PATH",
             elsewhere="--atom-src names the ATOM checkout of --tier atom; add --tier atom",
+            env="KVFAULT_ATOM_SRC",
+            path=True,
         ),
         TierOption(
             "--property",
@@ -43,4 +45,8 @@ TIER = Tier(
     listing="faults.atom.command:list_command",
     rank=20,
     seeds=1,
+    source="--atom-src",
+    engine="ATOM",
+    own_hash_seeds=True,  # a row's seed is every server's PYTHONHASHSEED
+    findings="docs/atom/findings.md",
 )

@@ -17,6 +17,7 @@ from faults.argtypes import MAX_SEED, MAX_TIMEOUT_S
 from faults.campaign.outcomes import CaseOutcome
 from faults.campaign.targets import CampaignError, Case, Target
 from faults.errors import KvfaultError
+from faults.provenance import Code, of_target
 from faults.safe_io import NotARegularFile, locked_dir, read_bounded, write_atomic
 from faults.tiers import DEFAULT_TIER
 
@@ -57,17 +58,43 @@ def hashseed() -> str | None:
         return value
 
 
+def case_hashseed(case: Case) -> str | None:
+    """The PYTHONHASHSEED that matters for ``case``'s replay: this process's, unless the
+    case's tier runs its code under test under the row's own hash seed (the atom tier:
+    the seed in its command line is every server's), then None."""
+    from faults.tiers import Tiers
+
+    if Tiers.installed()[case.target.tier].own_hash_seeds:
+        return None
+    return hashseed()
+
+
+def case_code(case: Case) -> Code | None:
+    """The engine checkout ``case`` runs (``faults.provenance.of_target``): its absolute
+    path, commit and whether its tree is dirty; None for kvfault's own stack."""
+    return of_target(case.target.tier, case.target.options)
+
+
 def replay_command(case: Case, timeout_s: float | None = None) -> str:
-    """The case's command, prefixed with the PYTHONHASHSEED it ran under (hash order
-    can matter, e.g. for the restart-numbering regression), and with the ``--timeout``
-    it ran past, if it did (``CaseOutcome.timeout_s``)."""
+    """The case's command, prefixed with the PYTHONHASHSEED it ran under where that
+    matters (hash order can, e.g. for the restart-numbering regression), with the
+    ``--timeout`` it ran past, if it did (``CaseOutcome.timeout_s``), and, for an
+    engine checkout, a trailing shell comment naming the commit it ran and whether the
+    tree was dirty (``# ATOM ffdf3bb5d2c1 (clean)``)."""
     command = case.command
     if timeout_s is not None:
         # The shortest text of this very number (repr), without a whole number's ".0".
         whole = float(timeout_s).is_integer()
         command += f" --timeout {int(timeout_s) if whole else repr(float(timeout_s))}"
-    hs = hashseed()
-    return f"PYTHONHASHSEED={hs} {command}" if hs is not None else command
+    hs = case_hashseed(case)
+    command = f"PYTHONHASHSEED={hs} {command}" if hs is not None else command
+    code = case_code(case)
+    if code is not None:
+        state = {True: " (dirty tree)", False: " (clean)", None: ""}[code.dirty]
+        command += (
+            f"  # {code.engine} {code.commit[:12] if code.commit else 'no git commit'}{state}"
+        )
+    return command
 
 
 def artifact_json(
@@ -76,7 +103,9 @@ def artifact_json(
     """What ``case``'s artifact at ``path`` holds; ``timeout_s``: the ``--timeout`` it
     ran past, which its replay applies too."""
     plan = case.plan()
+    code = case_code(case)
     return {
+        **({"code": code.as_json()} if code is not None else {}),
         "kvfault_artifact": ARTIFACT_VERSION,
         "case": case.id,
         "target": case.target.as_json(),
@@ -84,7 +113,7 @@ def artifact_json(
         "seed": case.seed,
         "regression": case.target.regression,
         "plan": plan.as_json() if plan is not None else None,
-        "pythonhashseed": hashseed(),
+        "pythonhashseed": case_hashseed(case),
         "timeout_s": timeout_s,
         "command": replay_command(case, timeout_s),
         "replay": f"kvfault replay {path}" if path is not None else None,
@@ -296,6 +325,11 @@ def read_artifact(path: Path) -> tuple[Case, dict[str, Any]]:
             f"seed {seed} and scale {target.scale}; an artifact is replayed as written or "
             "not at all"
         )
+    if "code" in obj:
+        try:
+            Code.from_json(obj["code"])
+        except ValueError as exc:
+            raise ArtifactError(f"{path}: {exc}") from None
     case = Case(target, seed, recorded=plan)
     why = _not_as_written(obj, case)
     if why:
@@ -307,7 +341,8 @@ def _not_as_written(obj: dict[str, Any], case: Case) -> str:
     """What in ``obj`` the case it replays would not have written (an unknown field, a
     target field the target ignores, a copy that disagrees with it), or ""."""
     written = artifact_json(case)
-    unknown = sorted(set(obj) - set(written) - {RUNS_FIELD})
+    # "code" is what ran then, not what the case would write now (a replay compares).
+    unknown = sorted(set(obj) - set(written) - {RUNS_FIELD, "code"})
     if unknown:
         return f"unknown field {unknown[0]!r}"
     given, rebuilt = obj["target"], written["target"]

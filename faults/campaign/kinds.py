@@ -182,7 +182,11 @@ class TargetKind:
             faults = case.target.injector or "no fault"
         lines = [f"replay {case.id}: {case.target.scenario} under {faults}"]
         # The stack the case ran: the fixed one, or a regression's legacy rules (--legacy).
-        side = f"legacy {case.target.stack}" if case.target.stack else "fixed"
+        # A tier's engine (ATOM) is the code under test, not kvfault's fixed stack.
+        from faults.tiers import Tiers
+
+        engine = Tiers.installed()[case.target.tier].engine
+        side = f"legacy {case.target.stack}" if case.target.stack else engine or "fixed"
         lines.append(f"  {side:<9}  {out.verdict}  {out.signature or _held_text(out.fired)}")
         if out.stop and out.verdict == Verdict.PASS:
             lines.append(f"             stopped correctly: {out.stop}")

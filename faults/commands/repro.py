@@ -52,6 +52,18 @@ def replay_command(args: argparse.Namespace) -> int:
                 "now; replaying the artifact's plan, which its command line would not run",
                 file=sys.stderr,
             )
+    if "code" in obj:
+        from faults.campaign.artifacts import case_code
+        from faults.provenance import Code
+
+        then, now = Code.from_json(obj["code"]), case_code(case)
+        why = then.differs(now) if now is not None else f"recorded at {then.describe()}"
+        if why:
+            print(
+                f"kvfault: note: this replay runs other code than the artifact's case: {why}",
+                file=sys.stderr,
+                flush=True,
+            )
     recorded = obj.get("pythonhashseed")
     if recorded is not None and str(recorded) != str(hashseed()):
         print(

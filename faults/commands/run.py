@@ -88,14 +88,22 @@ def tier_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def tier_words(args: argparse.Namespace) -> list[str]:
-    """The chosen tier's own options as command-line words, as given (a replay command
-    repeats them)."""
+    """The chosen tier's own options as command-line words (a replay command repeats
+    them): as given, except that a path is made absolute, and the checkout under test
+    that only its environment variable named (``KVFAULT_ATOM_SRC``) is written out, so
+    the replay line runs the same checkout from any directory and any environment."""
+    import os
+
     from faults.tiers import Tiers
 
     words: list[str] = []
     for opt in Tiers.installed()[args.tier].options:
         value = getattr(args, opt.dest, None)
+        if value is None and opt.env and os.environ.get(opt.env, "").strip():
+            value = os.environ[opt.env]
         for v in (value or []) if opt.repeat else ([] if value is None else [value]):
+            if opt.path and str(v).strip():
+                v = os.path.abspath(os.path.expanduser(str(v)))
             words += [opt.flag, str(v)]
     return words
 

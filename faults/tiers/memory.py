@@ -35,4 +35,5 @@ TIER = Tier(
     plans=True,
     parallel=True,
     scales=True,
+    source="kvfault",
 )

@@ -57,6 +57,13 @@ class TierOption:
     metavar: str = "VALUE"
     repeat: bool = False
     elsewhere: str = ""
+    # The environment variable that stands in for the option when it is not given
+    # (``KVFAULT_ATOM_SRC``): ``kvfault prove``/``review`` point it at each side's
+    # worktree, whatever the caller exported.
+    env: str = ""
+    # The value is a path: a target records it absolute, so its replay line works from
+    # any directory (``--atom-src .`` is recorded as the checkout's absolute path).
+    path: bool = False
 
     @property
     def dest(self) -> str:
@@ -99,7 +106,16 @@ class Tier:
     Capabilities: ``plans`` (its faults are in-process fault plans: ``--swarm``,
     ``--pin`` and ``--legacy`` run here), ``parallel`` (its cases may run in many
     processes: ``-j``, ``-n``, ``--tx``), ``scales`` (``--scale``). ``seeds``: its
-    default seeds per target (None: the campaign's)."""
+    default seeds per target (None: the campaign's).
+
+    ``source``: where the code under test comes from, for ``kvfault review`` and for the
+    commit a replay artifact records (``faults.provenance``): ``"kvfault"`` (kvfault's
+    own reference stack: each side of a review runs its own checkout's kvfault), the
+    flag of one of ``options`` that names a checkout (``"--atom-src"``), or ``""``
+    (installed packages: nothing to check out). ``engine``: how reports name that code
+    (``"ATOM"``; ``""``: kvfault's fixed stack). ``own_hash_seeds``: every process that
+    runs the code under test takes its ``PYTHONHASHSEED`` from the row's seed, so the
+    campaign process's own hash seed is no part of a replay."""
 
     name: str
     description: str
@@ -115,6 +131,17 @@ class Tier:
     parallel: bool = False
     scales: bool = False
     seeds: int | None = None
+    source: str = ""
+    engine: str = ""
+    own_hash_seeds: bool = False
+    # The page of kvfault's docs whose headings name the rows that fail on purpose
+    # (``docs/atom/findings.md``): ``kvfault review`` points a known row at its entry.
+    findings: str = ""
+
+    @property
+    def source_option(self) -> TierOption | None:
+        """The option that names the checkout under test (None: ``source`` names none)."""
+        return next((o for o in self.options if o.flag == self.source), None)
 
     def rows(self, kind: str) -> list[Row]:
         """The ``Row``s of ``kind`` this tier runs, in its catalog's order."""

@@ -1,0 +1,229 @@
+"""``kvfault review`` (faults/review.py, faults/review_diff.py): the per-row diff, its
+verdict and exit codes, and whole reviews on the in-process tier against a scratch
+kvfault repository (issue 34, items 2, 6, 7, 13 and "a review command")."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from faults import review_diff as rd
+from faults.review_diff import Row, decide, diff, finding_anchor, markdown
+from faults.verdicts import Verdict
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def row(verdict: str, name: str = "x", prop: str | None = None) -> Row:
+    return Row(f"scenario:{name}", {"kind": "scenario", "name": name}, verdict, prop, "msg")
+
+
+def never(_row: Row) -> tuple[list[str], list[str]]:
+    raise AssertionError("a row that agrees on both sides is not re-run")
+
+
+def reruns(base: list[str], head: list[str]):
+    calls: list[str] = []
+
+    def rerun(r: Row) -> tuple[list[str], list[str]]:
+        calls.append(r.id)
+        return base, head
+
+    return rerun, calls
+
+
+def test_a_stable_change_breaks_or_fixes():
+    rerun, calls = reruns(["pass", "pass"], ["fail", "fail"])
+    (d,) = diff({"a": row("PASS")}, {"a": row("FAIL", prop="identity")}, rerun)
+    assert d.status == rd.BREAKS and calls == ["scenario:x"]
+    assert d.base_runs == ["pass"] * 3 and d.head_runs == ["fail"] * 3
+    rerun, _ = reruns(["fail", "fail"], ["pass", "pass"])
+    (d,) = diff({"a": row("FAIL")}, {"a": row("PASS")}, rerun)
+    assert d.status == rd.FIXES
+
+
+def test_a_row_that_flips_on_identical_runs_is_unstable_never_a_change():
+    rerun, _ = reruns(["pass", "pass"], ["pass", "fail"])
+    (d,) = diff({"a": row("PASS")}, {"a": row("FAIL")}, rerun)
+    assert d.status == rd.UNSTABLE
+    # Both sides flip the same way on their re-runs: noise, not a change.
+    rerun, _ = reruns(["fail", "fail"], ["pass", "pass"])
+    (d,) = diff({"a": row("PASS")}, {"a": row("FAIL")}, rerun)
+    assert d.status == rd.UNSTABLE
+    v, _ = decide([d], None)
+    assert v == Verdict.UNCHANGED
+
+
+def test_failing_on_both_is_known_and_error_is_not_judged():
+    rows = diff(
+        {"a": row("FAIL", "a"), "b": row("ERROR", "b"), "c": row("PASS", "c")},
+        {"a": row("FAIL", "a"), "b": row("FAIL", "b"), "c": row("PASS", "c")},
+        never,
+    )
+    assert [d.status for d in rows] == [rd.KNOWN, rd.UNJUDGED_ROW, rd.SAME]
+    assert decide(rows, None)[0] == Verdict.COULD_NOT_JUDGE
+
+
+@pytest.mark.parametrize(
+    "statuses, unjudged, verdict, code",
+    [
+        ([rd.BREAKS, rd.FIXES, rd.UNJUDGED_ROW], None, Verdict.REGRESSED, 1),
+        ([rd.FIXES, rd.KNOWN], None, Verdict.FIXED, 0),
+        ([rd.KNOWN, rd.SAME, rd.UNSTABLE], None, Verdict.UNCHANGED, 3),
+        ([rd.FIXES, rd.UNJUDGED_ROW], None, Verdict.COULD_NOT_JUDGE, 2),
+        ([], "base could not import ATOM", Verdict.COULD_NOT_JUDGE, 2),
+    ],
+)
+def test_the_verdict_and_its_exit_code(statuses, unjudged, verdict, code):
+    rows = [rd.RowDiff(f"r{i}", s, None, None) for i, s in enumerate(statuses)]
+    got, _ = decide(rows, unjudged)
+    assert got == verdict and got.exit_code == code
+
+
+def test_a_known_row_points_at_its_finding(tmp_path):
+    doc = tmp_path / "findings.md"
+    doc.write_text(
+        "# F\n\n## 6. A failed store is reported as a finished save (`store_failure`, efficiency)\n"
+    )
+    assert finding_anchor(doc, "store_failure", "docs/atom/findings.md") == (
+        "docs/atom/findings.md#6-a-failed-store-is-reported-as-a-finished-save-store_failure-efficiency"
+    )
+    assert finding_anchor(doc, "store", "d.md") is None
+
+
+def test_the_markdown_names_each_change_and_ends_with_the_verdict():
+    d = rd.RowDiff("fault:f", rd.BREAKS, row("PASS"), row("FAIL", prop="liveness"),
+                   ["pass"] * 3, ["fail"] * 3)  # fmt: skip
+    text = markdown(command="kvfault review a b", sides=[], rows=[d],
+                    verdict=Verdict.REGRESSED, reason="1 breaking")  # fmt: skip
+    assert "**This PR breaks** (1)" in text
+    assert "| `fault:f` | PASS 3/3 | FAIL 3/3 | liveness | msg |" in text
+    assert text.splitlines()[-1] == "**REGRESSED**: 1 breaking"
+
+
+# ------------------------------------------------------------ whole reviews
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.com",
+         "-c", "commit.gpgsign=false", *args],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+
+
+IDENTITY = "reference/rules/identity.py"
+WITH_PORT = "        if port > 0:\n"
+
+
+@pytest.fixture(scope="module")
+def kv_repo(tmp_path_factory) -> Path:
+    """A scratch git repository of kvfault's packages: the fixed stack (main), the
+    engine id without its port (broken), a docs-only change (docs), and a syntax
+    error in the command line (unimportable)."""
+    repo = tmp_path_factory.mktemp("kv") / "repo"
+    repo.mkdir()
+    for part in ("faults", "reference", "fakes", "_backend"):
+        if (ROOT / part).exists():
+            shutil.copytree(ROOT / part, repo / part,
+                            ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+    (repo / "NOTES.md").write_text("notes\n")
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "fixed")
+    git(repo, "tag", "fixed")
+    src = (repo / IDENTITY).read_text()
+    assert WITH_PORT in src
+    (repo / IDENTITY).write_text(src.replace(WITH_PORT, "        if port > 0 and False:\n"))
+    git(repo, "commit", "-q", "-am", "engine id without port")
+    git(repo, "tag", "broken")
+    (repo / IDENTITY).write_text(src)
+    git(repo, "commit", "-q", "-am", "fix it again")
+    git(repo, "tag", "refixed")
+    (repo / "NOTES.md").write_text("notes, edited\n")
+    git(repo, "commit", "-q", "-am", "docs only")
+    git(repo, "tag", "docs")
+    (repo / "faults" / "cli.py").write_text("def broken(:\n")
+    git(repo, "commit", "-q", "-am", "syntax error")
+    git(repo, "tag", "unimportable")
+    return repo
+
+
+def review(
+    repo: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "faults.cli", "review", "-C", str(repo), "-k", "1",
+            "--scenario", "two_servers", "--scenario", "two_images", "--seeds", "1", *args]  # fmt: skip
+    run_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    return subprocess.run(argv, cwd=ROOT, env=run_env, capture_output=True, text=True, timeout=600)
+
+
+def verdict_line(out: str) -> str:
+    return out.strip().splitlines()[-1]
+
+
+def test_review_says_what_a_commit_breaks_fixes_or_leaves(kv_repo, tmp_path):
+    got = review(kv_repo, "fixed", "broken", "--report", str(tmp_path / "rep"))
+    assert got.returncode == 1, got.stdout + got.stderr
+    assert "| `scenario:two_servers` | PASS 2/2 | FAIL 2/2 |" in got.stdout
+    assert verdict_line(got.stdout).startswith("report:")
+    assert "**REGRESSED**: 1 breaking" in got.stdout
+    for side in ("base", "head"):
+        assert (tmp_path / "rep" / side / "summary.json").is_file()
+    assert (tmp_path / "rep" / "review.md").read_text().startswith("### kvfault review: REGRESSED")
+
+    got = review(kv_repo, "broken", "refixed")
+    assert got.returncode == 0, got.stdout + got.stderr
+    assert "**This PR fixes** (1)" in got.stdout and "EngineIdentityConflict" in got.stdout
+
+    got = review(kv_repo, "refixed", "docs")
+    assert got.returncode == 3, got.stdout + got.stderr
+    assert verdict_line(got.stdout).startswith("**UNCHANGED**")
+    assert "2 rows pass on both sides." in got.stdout
+    assert git(kv_repo, "worktree", "list").count("\n") == 1  # the worktrees are gone
+
+
+def test_a_side_that_cannot_import_its_code_is_could_not_judge_never_fixed(kv_repo):
+    got = review(kv_repo, "unimportable", "docs")
+    assert got.returncode == 2, got.stdout + got.stderr
+    last = verdict_line(got.stdout)
+    assert last.startswith("**COULD NOT JUDGE**: cannot import kvfault at unimportable")
+    assert "FIXED" not in got.stdout
+
+
+def test_one_commit_two_argument_sets_is_an_a_b_of_one_change(kv_repo):
+    """The sides differ by their arguments only: the same commit, one line saying so."""
+    got = review(kv_repo, "docs", "docs", "--head-args", "--legacy engine_id_without_port")
+    assert got.returncode == 1, got.stdout + got.stderr
+    assert "both sides run commit" in got.stdout
+    assert "| `scenario:two_servers` |" in got.stdout
+
+
+def test_same_commit_dirty_tree_and_shallow_clone_each_get_one_line(kv_repo, tmp_path):
+    (kv_repo / "NOTES.md").write_text("dirty\n")
+    try:
+        got = review(kv_repo, "docs", "docs", "--scenario", "two_images")
+    finally:
+        git(kv_repo, "checkout", "--", "NOTES.md")
+    assert "same commit" in got.stderr and "uncommitted changes" in got.stderr
+    assert got.returncode == 3, got.stdout + got.stderr
+    shallow = tmp_path / "shallow"
+    subprocess.run(["git", "clone", "-q", "--depth", "1", f"file://{kv_repo}", str(shallow)],
+                   check=True, capture_output=True)  # fmt: skip
+    got = review(shallow, "HEAD~1", "HEAD")
+    assert got.returncode == 2
+    assert got.stderr.strip().count("\n") == 0 and "shallow" in got.stderr, got.stderr
+
+
+def test_bad_arguments_are_one_line(kv_repo):
+    got = review(kv_repo, "fixed", "nope")
+    assert got.returncode == 2 and "unknown --head revision: 'nope'" in got.stderr
+    got = review(kv_repo, "fixed", "docs", "--tier", "atom", "--atom-src", "/x")
+    assert got.returncode == 2 and "drop --atom-src" in got.stderr
+    got = review(kv_repo, "fixed", "docs", "--tier", "lmcache")
+    assert got.returncode == 2 and "tests installed packages" in got.stderr
