@@ -217,7 +217,9 @@ def test_run_goes_through_the_one_loop_with_report_budget_and_artifacts(
     # The replay command repeats the tier's own options as given: without --atom-src it
     # would stop at "no ATOM checkout" wherever KVFAULT_ATOM_SRC is not set.
     replay = "kvfault run --tier atom --first-seed 0 --seeds 1 --atom-src /somewhere"
-    assert artifact["command"].endswith(replay + " --scenario two_servers"), artifact["command"]
+    # ... and names the code it ran (here no git checkout), after a shell comment mark.
+    pinned = " --scenario two_servers  # ATOM no git commit"
+    assert artifact["command"].endswith(replay + pinned), artifact["command"]
     assert replay in out and artifact["command"].endswith(case["command"])
 
 
