@@ -80,7 +80,8 @@ def reproduce(
     case has no verdict: an artifact this call wrote goes again, as the campaign's does
     (one that was there before stays)."""
     from faults.campaign.artifacts import CampaignArtifacts
-    from faults.campaign.session import open_backend, run_session
+    from faults.campaign.backends import open_backend
+    from faults.campaign.session import run_session
     from faults.tiers import Tiers
 
     store = CampaignArtifacts(artifacts, keep_passing=True) if artifacts is not None else None

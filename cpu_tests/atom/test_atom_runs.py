@@ -19,7 +19,7 @@ from faults.atom.executor import atom_executor
 from faults.atom.spec import FaultSpec
 from faults.campaign import Case, CaseRunner
 from faults.campaign.execute import run_case
-from faults.campaign.targets import scenario_target
+from faults.campaign.kinds import scenario_target
 from faults.verdicts import Verdict
 
 

@@ -84,7 +84,7 @@ def test_n_is_capped_at_the_work_there_is(monkeypatch):
         seen["workers"], seen["items"] = workers, len(items)
         return [], ""
 
-    monkeypatch.setattr("faults.fanout.fan_out", fake_fan_out)
+    monkeypatch.setattr("faults.campaign.xdist.fan_out", fake_fan_out)
     from faults.campaign.session import run_session
     from faults.campaign.xdist import Xdist
 

@@ -282,7 +282,8 @@ def test_ctrl_c_during_a_sweep_on_xdist_workers_leaves_no_process(tmp_path):
 
 
 def test_ctrl_c_during_repro_and_replay(tmp_path):
-    from faults.campaign.targets import Case, Target
+    from faults.campaign.reading import target_from_json
+    from faults.campaign.targets import Case
 
     artifact = tmp_path / ".kvfault" / "artifacts" / "regression-restart_all_over_fix-seed0.json"
     # The artifact is written just before the case runs: interrupt the case itself.
@@ -291,13 +292,13 @@ def test_ctrl_c_during_repro_and_replay(tmp_path):
     assert not artifact.exists()  # an interrupted case has no verdict: its artifact goes
     # A replay of the same case at 16x its size runs for minutes: interrupt it too.
     from faults.campaign.artifacts import write_artifact
-    from faults.campaign.targets import regression_target
+    from faults.campaign.kinds import regression_target
 
     obj = json.loads(write_artifact(Case(regression_target("restart_all_over_fix"), 0),
                                     artifact.parent).read_text())  # fmt: skip
     obj["target"]["scale"] = 16
     # An artifact is replayed as written: the case it names is the 16x one.
-    obj["case"] = Case(Target.from_json(obj["target"]), obj["seed"]).id
+    obj["case"] = Case(target_from_json(obj["target"]), obj["seed"]).id
     big = tmp_path / "big.json"
     big.write_text(json.dumps(obj))
     t0 = time.monotonic()
@@ -454,7 +455,7 @@ def test_repro_past_its_timeout_records_it_for_the_replay(tmp_path):
 def test_a_replay_line_names_the_very_timeout_its_artifact_records(timeout_s, typed):
     from faults.campaign import Case
     from faults.campaign.artifacts import replay_command
-    from faults.campaign.targets import scenario_target
+    from faults.campaign.kinds import scenario_target
 
     line = replay_command(Case(scenario_target("two_images"), 0), timeout_s)
     assert line.endswith(f" --timeout {typed}") and float(line.split()[-1]) == timeout_s

@@ -15,11 +15,13 @@ from typing import Any, Callable, TypeVar
 
 from faults.argtypes import MAX_SEED, MAX_TIMEOUT_S
 from faults.campaign.outcomes import CaseOutcome
-from faults.campaign.targets import CampaignError, Case, Target
+from faults.campaign.reading import target_from_json
+from faults.campaign.targets import CampaignError, Case
 from faults.errors import KvfaultError
+from faults.injectors.plans import FaultPlan
 from faults.provenance import Code, of_target
 from faults.safe_io import NotARegularFile, locked_dir, read_bounded, write_atomic
-from faults.tiers import DEFAULT_TIER
+from faults.tiers import DEFAULT_TIER, Tiers
 
 T = TypeVar("T")
 
@@ -62,8 +64,6 @@ def case_hashseed(case: Case) -> str | None:
     """The PYTHONHASHSEED that matters for ``case``'s replay: this process's, unless the
     case's tier runs its code under test under the row's own hash seed (the atom tier:
     the seed in its command line is every server's), then None."""
-    from faults.tiers import Tiers
-
     if Tiers.installed()[case.target.tier].own_hash_seeds:
         return None
     return hashseed()
@@ -271,8 +271,6 @@ _FIELD_RULES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
 def read_artifact(path: Path) -> tuple[Case, dict[str, Any]]:
     """Read an artifact back into the case it names; raises ``ArtifactError`` with one
     clear line for anything malformed."""
-    from faults.injectors.plans import FaultPlan
-
     try:
         raw = read_bounded(path, MAX_ARTIFACT_BYTES)
     except NotARegularFile as exc:
@@ -313,7 +311,7 @@ def read_artifact(path: Path) -> tuple[Case, dict[str, Any]]:
     if recorded is not None:
         obj["pythonhashseed"] = str(int(recorded))  # "007" is seed 7
     try:
-        target = Target.from_json(obj.get("target"))
+        target = target_from_json(obj.get("target"))
         plan = None
         if obj.get("plan") is not None and target.kind.replays_plan:
             plan = FaultPlan.from_json(obj["plan"])

@@ -17,8 +17,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
+from faults.catalog import UnknownName
 from faults.injectors.base import Injector
-from faults.injectors.plans import fired_report
+from faults.injectors.plans import fired_report, not_exercised
 from faults.properties.checks import PROPERTIES, Violation
 from faults.runs import Ending, RunContext, RunResult
 from faults.scenarios import SCENARIOS
@@ -97,8 +98,6 @@ class CaseResult:
     @property
     def not_exercised(self) -> list[str]:
         """The planned faults that never fired in this run (sorted)."""
-        from faults.injectors.plans import not_exercised
-
         return not_exercised(self.fired)
 
     @property
@@ -128,8 +127,6 @@ def scenarios_on(tier: str) -> Mapping[str, Any]:
 def _known(name: str, executor: Executor) -> None:
     # Any executor runs any scenario of its tier's catalog; a scenario's ``tiers`` say
     # where the campaign selects it (the catalog answers a CLI name on the wrong tier).
-    from faults.catalog import UnknownName
-
     known = scenarios_on(executor.tier)
     if name not in known:
         raise UnknownName(f"unknown scenario {name!r}; known: {', '.join(known)}")
@@ -137,8 +134,6 @@ def _known(name: str, executor: Executor) -> None:
 
 def _known_properties(names: Sequence[str]) -> None:
     # A misspelt property would check nothing and pass: refuse it.
-    from faults.catalog import UnknownName
-
     known = [*PROPERTIES, "determinism"]
     for n in names:
         if n not in known:

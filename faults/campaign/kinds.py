@@ -32,18 +32,23 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Sequence
 
+from faults.campaign.execute import CaseResult, properties_of, run_case, scenarios_on
+from faults.campaign.outcomes import CaseOutcome, TargetOutcome, signature
+from faults.campaign.targets import CampaignError, Case, Target
+from faults.catalog import UnknownName, close_matches, resolve
 from faults.errors import KvfaultError
+from faults.injectors.catalog import INJECTORS
+from faults.injectors.plans import FaultPlan, FaultSpec, fired_report
+from faults.injectors.plans import swarm_plan as draw_swarm
+from faults.regressions.legacy import REGRESSIONS
 from faults.tiers import DEFAULT_TIER, Tiers
 from faults.verdicts import Verdict, worst
 
 if TYPE_CHECKING:
-    from faults.campaign.execute import CaseResult
-    from faults.campaign.outcomes import CaseOutcome, TargetOutcome
     from faults.campaign.runner import CaseRunner
-    from faults.campaign.targets import Case, Target
-    from faults.injectors.plans import FaultPlan
+    from faults.regressions.legacy import Regression as PlantedRegression
     from faults.runs import Expect
 
 
@@ -84,9 +89,10 @@ class TargetKind:
 
     # -- a target of this kind -------------------------------------------------------
 
-    def build(self, name: str, tier: str, obj: dict[str, Any]) -> Target:
+    def build(self, name: str, tier: str, obj: Mapping[str, Any] | None = None) -> Target:
         """The target ``name`` on ``tier`` (``obj``: the rest of its JSON); raises
-        ``CampaignError`` with one line for a name this version does not know."""
+        ``CampaignError`` with one line for a name this version does not know or
+        ``tier`` does not run."""
         raise NotImplementedError
 
     def plan(self, target: Target, seed: int) -> FaultPlan | None:
@@ -110,8 +116,6 @@ class TargetKind:
     def judge(self, runner: CaseRunner, case: Case) -> CaseOutcome:
         """Run ``case`` on ``runner``'s tier and judge it: every property must hold and
         the run must end as ``unmet_ending`` allows."""
-        from faults.campaign.outcomes import CaseOutcome, signature
-
         res, fired = self.run(runner, case)
         out = CaseOutcome.of_run(case, res, fired, digest=runner.digests)
         if not res.ok:
@@ -124,8 +128,6 @@ class TargetKind:
 
     def run(self, runner: CaseRunner, case: Case) -> tuple[CaseResult, dict[str, int]]:
         """The judged run of ``case`` and how often each of its faults fired."""
-        from faults.campaign.execute import run_case
-
         t = case.target
         plan = case.plan()
         if plan is None:
@@ -183,8 +185,6 @@ class TargetKind:
         lines = [f"replay {case.id}: {case.target.scenario} under {faults}"]
         # The stack the case ran: the fixed one, or a regression's legacy rules (--legacy).
         # A tier's engine (ATOM) is the code under test, not kvfault's fixed stack.
-        from faults.tiers import Tiers
-
         engine = Tiers.installed()[case.target.tier].engine
         side = f"legacy {case.target.stack}" if case.target.stack else engine or "fixed"
         lines.append(f"  {side:<9}  {out.verdict}  {out.signature or _held_text(out.fired)}")
@@ -199,10 +199,8 @@ class Regression(TargetKind):
     takes_legacy_stack = False
     rank = 1
 
-    def build(self, name: str, tier: str, obj: dict[str, Any]) -> Target:
-        from faults.campaign.targets import regression_target
-
-        return regression_target(name, tier)
+    def build(self, name: str, tier: str, obj: Mapping[str, Any] | None = None) -> Target:
+        return Target(self, name, _resolve(self, name, tier), regression=name, tier=tier)
 
     def command(self, target: Target, seed: int) -> str:
         if target.tier == DEFAULT_TIER and target.scale == 1:
@@ -216,10 +214,6 @@ class Regression(TargetKind):
         """A/B: the legacy rules must fail with the regression's signature property and
         end as its entry declares; the fixed stack must hold every property and end as
         its scenario declares."""
-        from faults.campaign.execute import properties_of, run_case
-        from faults.campaign.outcomes import CaseOutcome, signature
-        from faults.regressions.legacy import REGRESSIONS
-
         reg = REGRESSIONS[str(case.target.regression)]
         scenario = case.target.scenario
         props = properties_of(scenario, runner.executor)
@@ -266,8 +260,6 @@ class Regression(TargetKind):
         return out
 
     def reproduction(self, out: CaseOutcome) -> list[str]:
-        from faults.regressions.legacy import REGRESSIONS
-
         t, seed = out.case.target, out.case.seed
         reg = REGRESSIONS[t.name]
         lines = [f"repro {t.name} (seed {seed}): {reg.description}"]
@@ -302,8 +294,6 @@ class Regression(TargetKind):
         return bad or (Verdict.FIXED if caught else Verdict.NOT_REPRODUCED)
 
     def detail(self, row: TargetOutcome) -> str:
-        from faults.regressions.legacy import REGRESSIONS
-
         sig = REGRESSIONS[row.target.name].signature
         text = f"{sig} caught on {row.caught}/{len(row.cases)} seeds"
         if row.caught and row.caught < len(row.cases):
@@ -317,17 +307,12 @@ class Fault(TargetKind):
     replays_plan = True
     rank = 2
 
-    def build(self, name: str, tier: str, obj: dict[str, Any]) -> Target:
-        from faults.campaign.targets import fault_target
-
-        return fault_target(name, tier)
+    def build(self, name: str, tier: str, obj: Mapping[str, Any] | None = None) -> Target:
+        return Target(self, name, _resolve(self, name, tier), injector=name, tier=tier)
 
     def plan(self, target: Target, seed: int) -> FaultPlan | None:
         if not Tiers.installed()[target.tier].plans:
             return None  # built by its tier's fault catalog, not a plan
-        from faults.injectors.catalog import INJECTORS
-        from faults.injectors.plans import FaultPlan, FaultSpec
-
         assert target.injector is not None
         spec = FaultSpec.of(target.injector, **INJECTORS[target.injector].defaults)
         return FaultPlan((spec,), seed, target.scale)
@@ -343,8 +328,6 @@ class Fault(TargetKind):
         t = case.target
         if case.plan() is not None:
             return super().run(runner, case)
-        from faults.campaign.execute import run_case
-
         # A fault of a tier whose faults are not plans: its own catalog builds it.
         info = Tiers.installed()[t.tier].fault(str(t.injector))
         rec = _Recording(lambda: [info.factory(case.seed)])
@@ -372,10 +355,8 @@ class Fault(TargetKind):
 class Scenario(TargetKind):
     name = "scenario"
 
-    def build(self, name: str, tier: str, obj: dict[str, Any]) -> Target:
-        from faults.campaign.targets import scenario_target
-
-        return scenario_target(name, tier)
+    def build(self, name: str, tier: str, obj: Mapping[str, Any] | None = None) -> Target:
+        return Target(self, name, _resolve(self, name, tier), tier=tier)
 
     def unmet_ending(self, target: Target, res: CaseResult) -> tuple[Verdict, str] | None:
         unmet = _unmet_scenario(target.scenario, res, target.tier)
@@ -388,17 +369,18 @@ class Swarm(TargetKind):
     replays_plan = True
     rank = 3
 
-    def build(self, name: str, tier: str, obj: dict[str, Any]) -> Target:
-        from faults.campaign.targets import CampaignError, swarm_target
-
-        scenario = obj.get("scenario")
+    def build(self, name: str, tier: str, obj: Mapping[str, Any] | None = None) -> Target:
+        scenario = name if obj is None else obj.get("scenario")
         if not isinstance(scenario, str):
             raise CampaignError("swarm target needs a 'scenario' name")
-        return swarm_target(scenario, tuple(obj.get("pinned") or ()))
+        pinned = tuple((obj or {}).get("pinned") or ())
+        _resolve(SCENARIO, scenario, DEFAULT_TIER)
+        for p in pinned:
+            if p not in INJECTORS:
+                raise CampaignError(f"unknown fault {p!r} in --pin{close_matches(p, INJECTORS)}")
+        return Target(self, scenario, scenario, pinned=pinned)
 
     def plan(self, target: Target, seed: int) -> FaultPlan | None:
-        from faults.campaign.targets import swarm_plan
-
         return replace(swarm_plan(seed, target.scenario, target.pinned), scale=target.scale)
 
     def selection(self, target: Target) -> list[str]:
@@ -420,6 +402,41 @@ def kind_named(name: object) -> TargetKind:
             return kind
     names = ", ".join(k.name for k in KINDS)
     raise ValueError(f"target kind must be one of {names}, got {name!r}")
+
+
+def regression_target(name: str, tier: str = DEFAULT_TIER) -> Target:
+    """The planted regression ``name`` on ``tier`` (one-line ``CampaignError``)."""
+    return REGRESSION.build(name, tier)
+
+
+def fault_target(name: str, tier: str = DEFAULT_TIER) -> Target:
+    """The fault ``name`` on ``tier`` (one-line ``CampaignError``)."""
+    return FAULT.build(name, tier)
+
+
+def scenario_target(name: str, tier: str = DEFAULT_TIER) -> Target:
+    """The plain scenario ``name`` on ``tier`` (one-line ``CampaignError``)."""
+    return SCENARIO.build(name, tier)
+
+
+def swarm_target(scenario: str, pinned: Sequence[str] = ()) -> Target:
+    """A swarm: random subsets of the in-process injectors on ``scenario``."""
+    return SWARM.build(scenario, DEFAULT_TIER, {"scenario": scenario, "pinned": tuple(pinned)})
+
+
+def swarm_plan(seed: int, scenario: str, pinned: Sequence[str] = ()) -> FaultPlan:
+    """The swarm plan of one run on ``scenario``: a random subset of injectors drawn
+    from ``seed`` and the scenario (``pinned`` fixes the subset), as
+    ``faults.injectors.plans.swarm_plan`` draws it."""
+    return draw_swarm(seed, pinned=tuple(pinned) or None, scenario=scenario)
+
+
+def _resolve(kind: TargetKind, name: str, tier: str) -> str:
+    """The scenario ``name`` runs on with ``tier``; one-line ``CampaignError`` else."""
+    try:
+        return resolve(kind.name, name, tier).scenarios[tier]
+    except UnknownName as exc:
+        raise CampaignError(str(exc)) from None
 
 
 # -- helpers of the judges ------------------------------------------------------------
@@ -468,8 +485,6 @@ class _Recording:
         return injs
 
     def fired(self) -> dict[str, int]:
-        from faults.injectors.plans import fired_report
-
         return fired_report(self.made[0] if self.made else [])
 
 
@@ -493,12 +508,10 @@ def _unmet_expect(expect: Expect | None, who: str, res: CaseResult) -> str | Non
 
 
 def _unmet_scenario(scenario: str, res: CaseResult, tier: str) -> str | None:
-    from faults.campaign.execute import scenarios_on
-
     return _unmet_expect(scenarios_on(tier)[scenario].expect, scenario, res)
 
 
-def _unmet_legacy(reg: Any, res: CaseResult) -> str | None:
+def _unmet_legacy(reg: PlantedRegression, res: CaseResult) -> str | None:
     """How a regression's legacy run ended otherwise than its entry declares."""
     if not reg.legacy_expect:
         raise UndeclaredEnding(f"{reg.name}: its catalog entry declares no expected legacy ending")
@@ -515,6 +528,4 @@ def _fault_expect(target: Target) -> Expect | None:
     tier = Tiers.installed()[target.tier]
     if not tier.plans:
         return tier.fault(str(target.injector)).expect
-    from faults.injectors.catalog import INJECTORS
-
     return INJECTORS[str(target.injector)].expect

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from faults.campaign.targets import CampaignError, Case, Target
+from faults.injectors.catalog import INJECTORS
 from faults.properties.violation import Violation
 from faults.verdicts import OK, Verdict, exit_code, worst
 
@@ -92,7 +93,7 @@ class CaseOutcome:
         return plan.as_json() if plan is not None else None
 
     def as_json(self) -> dict[str, Any]:
-        """The record as plain JSON, for another process (``from_json`` reads it)."""
+        """The record as plain JSON, for another process (``faults.campaign.reading`` reads it)."""
         return {
             "id": self.case.id,
             "target": self.case.target.as_json(),
@@ -114,25 +115,6 @@ class CaseOutcome:
             "timeout_s": self.timeout_s,
             "command": self.case.command,
         }
-
-    @classmethod
-    def from_json(cls, obj: dict[str, Any]) -> CaseOutcome:
-        return cls(
-            case=Case(Target.from_json(obj["target"]), int(obj["seed"])),
-            verdict=obj["verdict"],
-            signature=obj.get("signature", ""),
-            violations=[Violation.from_json(v) for v in obj.get("violations", [])],
-            legacy_violations=[Violation.from_json(v) for v in obj.get("legacy_violations", [])],
-            stop=obj.get("stop"),
-            legacy_stop=obj.get("legacy_stop"),
-            fired=dict(obj.get("fired", {})),
-            wall_seconds=float(obj.get("wall_seconds", 0.0)),
-            sim_seconds=float(obj.get("sim_seconds", 0.0)),
-            digest=obj.get("digest", ""),
-            error=obj.get("error"),
-            checked=list(obj.get("properties", [])),
-            timeout_s=obj.get("timeout_s"),
-        )
 
 
 def signature(result: CaseResult, prop: str | None = None) -> str:
@@ -214,12 +196,6 @@ class TargetOutcome:
             "cases": [c.as_json() for c in self.cases],
         }
 
-    @classmethod
-    def from_json(cls, obj: dict[str, Any]) -> TargetOutcome:
-        return cls(
-            Target.from_json(obj["target"]), [CaseOutcome.from_json(c) for c in obj["cases"]]
-        )
-
 
 @dataclass(frozen=True)
 class CampaignFailure:
@@ -275,8 +251,6 @@ class CampaignResult:
     @property
     def never_drawn(self) -> list[str]:
         """Injectors no drawing swarm run enabled (more seeds draw more)."""
-        from faults.injectors.catalog import INJECTORS
-
         if not self.draws:
             return []
         enabled, _ = self._swarm_counts()

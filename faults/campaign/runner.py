@@ -18,14 +18,11 @@ from __future__ import annotations
 
 import time
 import traceback
-from typing import TYPE_CHECKING
 
+from faults.campaign.execute import CaseResult, Executor, MemoryExecutor, run_case
 from faults.campaign.outcomes import CaseOutcome
 from faults.campaign.targets import Case, Target
 from faults.verdicts import Verdict
-
-if TYPE_CHECKING:
-    from faults.campaign.execute import CaseResult, Executor
 
 ERROR = Verdict.ERROR
 
@@ -44,8 +41,6 @@ class CaseRunner:
     def __init__(
         self, keep_runs: str = "failing", executor: Executor | None = None, digests: bool = True
     ):
-        from faults.campaign.execute import MemoryExecutor
-
         if keep_runs not in ("failing", "all", "none"):
             raise ValueError(f"keep_runs must be failing, all or none, got {keep_runs!r}")
         self.keep_runs = keep_runs
@@ -58,8 +53,6 @@ class CaseRunner:
     ) -> CaseResult:
         """The plain run of ``scenario`` by the stack under test (``stack``'s: the fixed
         stack by default), computed once per runner."""
-        from faults.campaign.execute import run_case
-
         key = (scenario, seed, scale, stack.stack if stack is not None else None)
         if key not in self._fixed:
             rules = stack.rules() if stack is not None else None

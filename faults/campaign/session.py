@@ -38,10 +38,12 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import signal
 import time
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Protocol, Sequence
+from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence
 
 from faults.argtypes import MAX_SEED
+from faults.campaign.execute import Executor
 from faults.campaign.hang_guard import hang_guard
 from faults.campaign.outcomes import (
     CampaignFailure,
@@ -54,9 +56,6 @@ from faults.campaign.targets import Case, Target
 from faults.errors import UsageError
 from faults.verdicts import Verdict
 from reference.signals import stop_signals_held
-
-if TYPE_CHECKING:
-    from faults.campaign.execute import Executor
 
 # (cases done, cases in all, the case starting ("" where unknown), or "done" at the end)
 Progress = Callable[[int, int, str], None]
@@ -257,8 +256,6 @@ class Session:
 
 def interrupted_by(exc: BaseException) -> str:
     """What ended a campaign, for its ``interrupted`` failure: the signal's name."""
-    import signal
-
     signum = getattr(exc, "signum", signal.SIGINT if isinstance(exc, KeyboardInterrupt) else None)
     return f"interrupted by {signal.Signals(signum).name}" if signum else "stopped"
 
@@ -357,51 +354,3 @@ def few_collections() -> Iterator[None]:
     finally:
         gc.set_threshold(*old)
         gc.unfreeze()
-
-
-@contextlib.contextmanager
-def open_backend(
-    tier: str,
-    targets: Sequence[Target],
-    seeds: Sequence[int],
-    *,
-    jobs: int | str | None = None,
-    workers: str | None = None,
-    tx: Sequence[str] = (),
-    rsyncdirs: Sequence[str] = (),
-    options: Mapping[str, Any] | None = None,
-) -> Iterator[Backend]:
-    """The backend ``kvfault run`` asks for: pytest-xdist with ``workers`` (``-n``,
-    not 0) or ``tx``; a forked pool when ``jobs`` (``-j``, default ``auto``) gives the
-    in-process tier more than one process (``jobs_here``); else this process, on
-    ``tier``'s executor, opened here with ``options`` (the tier's own, as its
-    ``TierOption``s name them) and closed on exit (``open_executor``)."""
-    if tx or workers not in (None, "0"):
-        from faults.campaign.xdist import Xdist
-
-        yield Xdist(workers, tx, rsyncdirs)
-        return
-    from faults.tiers import Tiers
-
-    n = jobs_here(jobs, targets, seeds) if Tiers.installed()[tier].parallel else 1
-    if n > 1:
-        from faults.campaign.pool import ForkPool
-
-        yield ForkPool(n)
-        return
-    from faults.campaign.tiers import open_executor
-
-    with open_executor(tier, **(options or {})) as executor:
-        yield InProcess(executor)
-
-
-def jobs_here(jobs: int | str | None, targets: Sequence[Target], seeds: Sequence[int]) -> int:
-    """``-j``: processes for the in-process tier; ``auto`` (the default) is one per
-    usable CPU; never more than the campaign's units of work (one unit: this process
-    alone), and 1 where workers cannot be forked."""
-    from faults.campaign.pool import can_fork, units, usable_cpus
-
-    if not can_fork():
-        return 1
-    wanted = usable_cpus() if jobs in (None, "auto") else int(jobs)
-    return min(wanted, len(units(targets, seeds)))

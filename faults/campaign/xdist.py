@@ -16,9 +16,11 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from faults.campaign.outcomes import CaseOutcome
+from faults.campaign.artifacts import CampaignArtifacts
+from faults.campaign.reading import outcome_from_json, target_from_json
 from faults.campaign.session import InProcess, Session, run_session
-from faults.campaign.targets import Case, Target
+from faults.campaign.targets import Case
+from faults.fanout import ItemResult, WorkItem, fan_out
 
 
 def cases_task(payload: dict[str, Any]) -> list[dict[str, Any]]:
@@ -26,9 +28,7 @@ def cases_task(payload: dict[str, Any]) -> list[dict[str, Any]]:
     through the campaign's own loop in this process (``run_session``, so judged, hang
     guarded and staged as in-process); the outcomes as JSON. Only on the host that
     started the campaign are the replay artifacts staged, kept or dropped here."""
-    from faults.campaign.artifacts import CampaignArtifacts
-
-    targets = [Target.from_json(t) for t in payload["targets"]]
+    targets = [target_from_json(t) for t in payload["targets"]]
     here = payload.get("host") == socket.gethostname()
     where = payload.get("artifacts")
     store = CampaignArtifacts(Path(where)) if here and where else None
@@ -56,8 +56,6 @@ class Xdist:
         self.workers, self.tx, self.rsyncdirs = workers, list(tx), list(rsyncdirs)
 
     def run(self, session: Session) -> None:
-        from faults.fanout import ItemResult, WorkItem, fan_out
-
         store = session.artifacts
         common = {
             "artifacts": str(Path(store.directory).resolve()) if store is not None else None,
@@ -84,7 +82,7 @@ class Xdist:
                 return
             ts, ss = by_id[r.id]
             if r.value is not None:
-                for o in (CaseOutcome.from_json(o) for o in r.value):
+                for o in (outcome_from_json(o) for o in r.value):
                     session.finished(o.case, o)
             else:
                 why = (r.error or "").strip().splitlines()

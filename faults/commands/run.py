@@ -114,14 +114,9 @@ def command(args: argparse.Namespace) -> int:
 
     from faults.campaign import CampaignError, select_targets
     from faults.campaign.artifacts import CampaignArtifacts, artifact_dir
+    from faults.campaign.backends import open_backend
     from faults.campaign.outcomes import CampaignFailure
-    from faults.campaign.session import (
-        INTERRUPTS,
-        Session,
-        interrupted_by,
-        open_backend,
-        run_session,
-    )
+    from faults.campaign.session import INTERRUPTS, Session, interrupted_by, run_session
     from faults.report.progress import progress_mode, show
     from faults.tiers import DEFAULT_TIER
     from faults.verdicts import Verdict

@@ -17,7 +17,7 @@ from faults.atom.runs import result_of
 from faults.atom.source import ENV, AtomSource, AtomSourceMissing
 from faults.atom.spec import AtomRequest, RawEvent
 from faults.campaign import Case, CaseRunner
-from faults.campaign.targets import fault_target, scenario_target
+from faults.campaign.kinds import fault_target, scenario_target
 from faults.cli import main
 from faults.verdicts import Verdict
 from reference.types import Geometry

@@ -24,6 +24,7 @@ from faults.campaign import (
     select_targets,
 )
 from faults.campaign.outcomes import CampaignFailure
+from faults.campaign.reading import row_from_json, target_from_json
 from faults.injectors import INJECTORS
 from faults.properties import PROPERTIES, Violation
 from faults.regressions import REGRESSIONS, Regression
@@ -89,13 +90,13 @@ def test_swarm_targets_draw_their_plan_from_the_seed():
 
 def test_targets_round_trip_through_json_and_name_their_replay_command():
     for t in select_targets(swarm=False) + [cm.swarm_target("two_images", ("slow_forward",))]:
-        assert Target.from_json(json.loads(json.dumps(t.as_json()))) == t
+        assert target_from_json(json.loads(json.dumps(t.as_json()))) == t
     assert cm.regression_target("media_keys").command(2) == "kvfault repro media_keys --seed 2"
     assert cm.fault_target("slow_forward").command(1) == (
         "kvfault run --first-seed 1 --seeds 1 --fault slow_forward"
     )
     with pytest.raises(CampaignError, match="target kind"):
-        Target.from_json({"kind": "bogus", "name": "x"})
+        target_from_json({"kind": "bogus", "name": "x"})
 
 
 # -- judging cases -----------------------------------------------------------------------
@@ -289,7 +290,7 @@ def test_outcomes_round_trip_through_json():
     out = TargetOutcome(
         t, [_outcome(t, 0, Verdict.PASS, fired={"slow_forward": 4}, stop=None, digest="ab")]
     )
-    back = TargetOutcome.from_json(json.loads(json.dumps(out.as_json())))
+    back = row_from_json(json.loads(json.dumps(out.as_json())))
     assert back.as_json() == out.as_json()
 
 

@@ -23,6 +23,7 @@ from faults.campaign import (
     scenario_target,
     swarm_target,
 )
+from faults.campaign.reading import target_from_json
 
 ROOT = Path(__file__).resolve().parents[3]
 NAMES = ("regression", "fault", "scenario", "swarm")
@@ -52,7 +53,7 @@ def test_each_target_holds_its_kind_and_artifacts_carry_its_name():
         assert t.kind is kind_named(name)
         obj = json.loads(json.dumps(t.as_json()))  # a plain string in JSON
         assert obj["kind"] == name and t.id.startswith(f"{name}:")
-        assert Target.from_json(obj) == t and Target.from_json(obj).kind is t.kind
+        assert target_from_json(obj) == t and target_from_json(obj).kind is t.kind
         # A case that crossed a process boundary keeps its kind (the pool pickles cases).
         assert pickle.loads(pickle.dumps(Case(t, 3))).target.kind is t.kind
 
@@ -74,7 +75,7 @@ def test_each_kind_answers_for_its_own_targets():
 def test_an_unknown_kind_in_an_artifact_is_one_line():
     obj = {**scenario_target("two_images").as_json(), "kind": "plan"}
     with pytest.raises(CampaignError, match="^target kind must be one of regression, fault"):
-        Target.from_json(obj)
+        target_from_json(obj)
 
 
 # -- no string comparisons of kinds outside the kind classes ------------------------------

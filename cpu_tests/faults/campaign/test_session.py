@@ -94,7 +94,6 @@ def test_xdist_in_a_budget_sends_seeds_in_waves_and_none_once_spent(monkeypatch)
     from types import SimpleNamespace
 
     import faults.campaign.xdist as xdist
-    import faults.fanout
 
     now = [0.0]
     waves = []
@@ -103,7 +102,7 @@ def test_xdist_in_a_budget_sends_seeds_in_waves_and_none_once_spent(monkeypatch)
         waves.append((len(items), deadline_s))
         now[0] += 0.2
 
-    monkeypatch.setattr(faults.fanout, "fan_out", fan_out)
+    monkeypatch.setattr(xdist, "fan_out", fan_out)
     monkeypatch.setattr(xdist, "time", SimpleNamespace(monotonic=lambda: now[0]))
     xdist.Xdist(workers="2").run(Session(TARGETS, range(100_000), budget_s=0.3))
     assert waves == [(xdist.FIRST_WAVE, 0.3), (2 * xdist.FIRST_WAVE, pytest.approx(0.1))]
@@ -249,9 +248,9 @@ def test_ctrl_c_inside_a_staging_or_an_outcome_lands_after_it_and_leaves_no_arti
 def test_on_an_xdist_worker_ctrl_c_inside_a_staging_or_an_outcome_leaves_no_artifact(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str, ctrl_c_raises: None
 ) -> None:
-    from faults.campaign import artifacts, xdist
+    from faults.campaign import xdist
 
-    monkeypatch.setattr(artifacts, "CampaignArtifacts", lambda d: StopInside(d, where))
+    monkeypatch.setattr(xdist, "CampaignArtifacts", lambda d: StopInside(d, where))
     payload = {
         "targets": [CASE.target.as_json()],
         "seeds": [0, 1],

@@ -22,6 +22,7 @@ from faults.campaign import (
     swarm_target,
 )
 from faults.campaign.artifacts import ArtifactError, read_artifact, write_artifact
+from faults.campaign.reading import outcome_from_json
 from faults.properties import Violation
 from faults.report.summary import SUMMARY_SCHEMA, summary_json, write_junit, write_reports
 from faults.verdicts import Verdict
@@ -218,7 +219,7 @@ def test_a_case_is_rendered_from_its_one_record():
     assert {k: rep[k] for k in shared} == {k: obj[k] for k in shared}
     assert (rep["kind"], rep["name"], rep["scenario"]) == ("regression", "media_keys", "two_images")
     # The record crosses a process boundary as JSON (-n/--tx) and comes back whole.
-    back = CaseOutcome.from_json(obj)
+    back = outcome_from_json(obj)
     assert back.violations == out.violations and back.legacy_violations == out.legacy_violations
 
 

@@ -15,7 +15,8 @@ import pytest
 
 from faults import SCENARIOS, RunContext
 from faults.argtypes import MAX_SCALE, check_scale, scales
-from faults.campaign import Target, run_case, run_scenario, scenario_target, select_targets
+from faults.campaign import run_case, run_scenario, scenario_target, select_targets
+from faults.campaign.reading import target_from_json
 from faults.injectors import INJECTORS, FaultPlan, FaultSpec
 from reference import Ev
 
@@ -93,7 +94,7 @@ def test_a_target_with_a_bad_scale_is_one_clear_error():
     from faults.campaign import CampaignError
 
     with pytest.raises(CampaignError, match="target scale must be from 1 to 256, got 0"):
-        Target.from_json({"kind": "scenario", "name": "restart_burst", "scale": 0})
+        target_from_json({"kind": "scenario", "name": "restart_burst", "scale": 0})
     with pytest.raises(CampaignError, match="scale must be from 1"):
         select_targets(scenarios=["restart_burst"], scale=0)
 
@@ -115,7 +116,7 @@ def test_a_target_carries_its_scale_into_its_id_plan_command_and_json():
     assert t.scale == 3 and t.id == "fault:slow_forward-x3"
     assert t.plan(0).scale == 3
     assert "--scale 3" in t.command(0)
-    assert Target.from_json(json.loads(json.dumps(t.as_json()))) == t
+    assert target_from_json(json.loads(json.dumps(t.as_json()))) == t
     plain = scenario_target("restart_burst")
     assert "scale" not in plain.as_json() and "--scale" not in plain.command(0)
     reg = select_targets(regressions=["load_bound_without_restart"], scale=2)[0]

@@ -218,9 +218,9 @@ import sys
 from pathlib import Path
 from faults.campaign import Case
 from faults.campaign.artifacts import write_artifact
-from faults.campaign.targets import Target
+from faults.campaign.reading import target_from_json
 
-target = Target.from_json({"kind": "scenario", "name": "small_restart_burst", "tier": "toy",
+target = target_from_json({"kind": "scenario", "name": "small_restart_burst", "tier": "toy",
                            "options": ["--toy-log", sys.argv[2]]})
 print(write_artifact(Case(target, 0), Path(sys.argv[1])))
 """

@@ -179,11 +179,11 @@ def test_a_target_takes_only_options_its_tier_takes(
     # A replay opens the tier with the target's options: what its tier would not take
     # is refused when the target is read back (an artifact), not ignored.
     from faults.campaign import CampaignError
-    from faults.campaign.targets import Target
+    from faults.campaign.reading import target_from_json
 
     name = "prefix_reuse" if tier == "atom" else "two_servers"
     with pytest.raises(CampaignError) as caught:
-        Target.from_json({"kind": "scenario", "name": name, "tier": tier, "options": options})
+        target_from_json({"kind": "scenario", "name": name, "tier": tier, "options": options})
     assert str(caught.value).startswith(f"target 'options': {says}"), str(caught.value)
 
 
