@@ -51,6 +51,9 @@ class ProofResult:
     old_sha: str = ""
     new_sha: str = ""
     repo: str = ""
+    # One line each: the same commit on both sides, a dirty working tree, the worktree
+    # paths a side's output names (removed after the proof).
+    notes: list[str] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
@@ -83,15 +86,29 @@ def _describe_counts(runs: Sequence[SideRun]) -> str:
     return ", ".join(f"{n}x {name}" for name, n in counts.most_common())
 
 
-def decide(old: Sequence[SideRun], new: Sequence[SideRun]) -> tuple[Verdict, str]:
+# The exit status with which a command says it could not run the code under test
+# (kvfault's "proved nothing": an import that fails, a tier that refuses the checkout).
+UNJUDGED_EXITS = frozenset({2})
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[-1] if lines else "no output"
+
+
+def decide(
+    old: Sequence[SideRun], new: Sequence[SideRun], unjudged: frozenset[int] = UNJUDGED_EXITS
+) -> tuple[Verdict, str]:
     """The verdict rule, as a pure function of the runs of both sides.
 
     In order: any run that could not run (error), or a side without runs, gives ERROR
-    (a proof stops at its first error, so the other side may have no runs); a side whose
-    runs disagree
-    gives FLAKY naming the side(s); new failing gives STILL FAILING (even when old
-    passed: then the new head regressed); old passing, or old failing without matching
-    ``--expect``, gives NOT REPRODUCED; otherwise FIXED. Returns (verdict, reason).
+    (a proof stops at its first error, so the other side may have no runs); any run
+    that exits with a status in ``unjudged`` (default 2: the command could not run the
+    code under test) gives COULD NOT JUDGE, never a failure of that side; a side whose
+    runs disagree gives FLAKY naming the side(s); new failing gives STILL FAILING (even
+    when old passed: then the new head regressed); old passing, or old failing without
+    matching ``--expect``, gives NOT REPRODUCED; otherwise FIXED. Returns (verdict,
+    reason).
     """
     for side, runs in (("old", old), ("new", new)):
         for r in runs:
@@ -99,6 +116,13 @@ def decide(old: Sequence[SideRun], new: Sequence[SideRun]) -> tuple[Verdict, str
                 return Verdict.ERROR, f"{side} ({r.rev} @ {r.sha[:12]}): {r.error}"
     if not old or not new:
         return Verdict.ERROR, "a side has no runs"
+    for side, runs in (("old", old), ("new", new)):
+        for r in runs:
+            if r.returncode in unjudged:
+                return Verdict.COULD_NOT_JUDGE, (
+                    f"{side} ({r.rev} @ {r.sha[:12]}) exited {r.returncode}: it could not "
+                    f"run the code under test ({_last_line(r.tail)})"
+                )
 
     flaky = [
         (side, runs)
@@ -153,6 +177,7 @@ def format_report(result: ProofResult) -> str:
     ]
     if result.expect is not None:
         out.append(f"  expect:  /{result.expect}/")
+    out.extend(f"  note:    {n}" for n in result.notes)
     for side, runs in (("old", result.old), ("new", result.new)):
         first_run_of: dict[str, int] = {}
         for i, r in enumerate(runs, 1):

@@ -10,6 +10,7 @@ verdict         exit meaning
 FIXED           0    old fails (and matches ``--expect`` when given), new passes
 STILL FAILING   1    new fails (whatever old did)
 NOT REPRODUCED  2    old passes, or old fails without matching ``--expect``
+COULD NOT JUDGE 2    a side exited 2 (``--unjudged-exits``): it could not run the code
 FLAKY           2    with ``--repeat``: a side disagrees with itself (named)
 ERROR           2    bad rev, not a repository, command not found, timeout, ...
 =============== ==== ==============================================================
@@ -50,7 +51,7 @@ from faults.processes import (
     reap_group,
     stop_descendants,
 )
-from faults.proof import ProofResult, SideRun, decide, format_report, outcome
+from faults.proof import UNJUDGED_EXITS, ProofResult, SideRun, decide, format_report, outcome
 from faults.verdicts import EXIT_CODES, Verdict
 
 __all__ = [
@@ -147,8 +148,54 @@ def _resolve(repo: Path, which: str, rev: str) -> str:
     if proc.returncode == 0 and named:
         proc = _git(repo, "rev-parse", "--verify", "--quiet", f"{named}^{{commit}}")
     if proc.returncode != 0 or not proc.stdout.strip():
-        raise ProveError(f"unknown --{which} revision: {rev!r} is not a commit in {repo}")
+        why = f"unknown --{which} revision: {rev!r} is not a commit in {repo}"
+        if _git(repo, "rev-parse", "--is-shallow-repository").stdout.strip() == "true":
+            why += (
+                ": this clone is shallow (its history is cut), so older commits are "
+                "missing; fetch them with `git fetch --unshallow`"
+            )
+        raise ProveError(why)
     return proc.stdout.strip()
+
+
+def notes(repo: Path, old: tuple[str, str], new: tuple[str, str]) -> list[str]:
+    """One line each for what makes a two-head comparison weaker than it looks: both
+    sides at one commit (``old``/``new``: the side's name and commit), uncommitted
+    changes in the working tree (never part of it)."""
+    out = []
+    if old[1] == new[1]:
+        out.append(
+            f"{old[0]} and {new[0]} are the same commit ({old[1][:12]}): any difference "
+            "between them is the command's own instability"
+        )
+    status = _git(repo, "status", "--porcelain", "--untracked-files=no")
+    if status.returncode == 0 and status.stdout.strip():
+        out.append(
+            "the working tree has uncommitted changes: they are not part of this "
+            "(each side is a clean checkout of its commit)"
+        )
+    return out
+
+
+def source_env(worktree: Path) -> dict[str, str]:
+    """The environment variables that name an engine checkout (``KVFAULT_ATOM_SRC``, a
+    registered tier's source option's), each pointing at ``worktree``: inside a proof or
+    a review, a side's checkout is its worktree whatever the caller exported."""
+    try:
+        from faults.tiers import Tiers
+
+        tiers = list(Tiers.installed())
+    except Exception:  # noqa: BLE001 - no usable tier registry: nothing to point
+        return {}
+    return {o.env: str(worktree) for t in tiers for o in t.options if o.env}
+
+
+def hide_worktree(text: str, worktree: Path, side: str) -> str:
+    """``text`` with the path of a side's worktree (removed after the run) written as
+    ``<SIDE worktree>``: a replay line must not point at a directory that is gone."""
+    for form in {str(worktree), os.path.realpath(worktree)}:
+        text = text.replace(form, f"<{side} worktree>")
+    return text
 
 
 def _listed_worktrees(repo: Path) -> set[str]:
@@ -352,6 +399,7 @@ def prove(
     timeout: float | None = None,
     tail_lines: int = DEFAULT_TAIL,
     progress: TextIO | None = None,
+    unjudged: frozenset[int] = UNJUDGED_EXITS,
 ) -> ProofResult:
     """Run COMMAND at revisions OLD and NEW of the repository at REPO and decide.
 
@@ -375,6 +423,11 @@ def prove(
     new_sha = _resolve(repo_path, "new", new)
     sides = (("old", old, old_sha), ("new", new, new_sha))
     runs: dict[str, list[SideRun]] = {"old": [], "new": []}
+    shown: dict[str, str] = {}  # the sides whose output named their worktree
+    said = notes(repo_path, ("old", old_sha), ("new", new_sha))
+    if progress is not None:
+        for n in said:
+            print(f"kvfault prove: note: {n}", file=progress, flush=True)
 
     signals = Signals()
     tmp: Path | None = None
@@ -402,6 +455,7 @@ def prove(
                         KVFAULT_PROVE_REV=rev,
                         KVFAULT_PROVE_SHA=sha,
                         KVFAULT_PROVE_RUN=str(i),
+                        **source_env(tmp / side),
                     )
                     r = _run_once(
                         command=command,
@@ -415,6 +469,9 @@ def prove(
                         rev=rev,
                         sha=sha,
                     )
+                    hidden = hide_worktree(r.tail, tmp / side, side)
+                    if hidden != r.tail:
+                        r.tail, shown[side] = hidden, sha
                     runs[side].append(r)
                     if r.error is not None:  # the verdict is ERROR whatever comes next
                         stop = True
@@ -427,7 +484,12 @@ def prove(
     finally:
         signals.restore()
 
-    verdict, reason = decide(runs["old"], runs["new"])
+    for side, sha in shown.items():
+        said.append(
+            f"<{side} worktree> is {side}'s checkout, removed after the proof; make it "
+            f"again with: git worktree add --detach DIR {sha[:12]}"
+        )
+    verdict, reason = decide(runs["old"], runs["new"], unjudged)
     return ProofResult(
         verdict=verdict,
         old=runs["old"],
@@ -441,6 +503,7 @@ def prove(
         old_sha=old_sha,
         new_sha=new_sha,
         repo=str(repo_path),
+        notes=said,
     )
 
 
@@ -486,6 +549,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"output lines shown per run (default {DEFAULT_TAIL})",
     )
     parser.add_argument(
+        "--unjudged-exits",
+        metavar="CODES",
+        type=unjudged_exits,
+        default=UNJUDGED_EXITS,
+        help="exit statuses with which CMD says it could not run the code under test "
+        "(COULD NOT JUDGE, never a failing side): comma-separated, or 'none' "
+        "(default 2: kvfault's; make's 2 is a failure, so give 'none' there)",
+    )
+    parser.add_argument(
         "-C",
         dest="repo",
         metavar="DIR",
@@ -498,6 +570,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="-- CMD ...",
         help="the command; one quoted word runs through /bin/sh -c",
     )
+
+
+def unjudged_exits(text: str) -> frozenset[int]:
+    """A ``type=`` for ``--unjudged-exits``: ``none`` or exit statuses 1-255, comma-separated."""
+    if text.strip().lower() == "none":
+        return frozenset()
+    try:
+        codes = frozenset(int(w) for w in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--unjudged-exits takes exit statuses like 2 or 2,3, or none; got {text!r}"
+        ) from None
+    if not codes or not all(1 <= c <= 255 for c in codes):
+        raise argparse.ArgumentTypeError(f"--unjudged-exits: statuses are 1 to 255, got {text!r}")
+    return codes
 
 
 def _command_from(raw: Sequence[str]) -> list[str]:
@@ -532,6 +619,7 @@ def run(args: argparse.Namespace) -> int:
             timeout=args.timeout,
             tail_lines=args.tail,
             progress=sys.stderr,
+            unjudged=args.unjudged_exits,
         )
     except ProveError as exc:
         print(f"kvfault prove: error: {exc}", file=sys.stderr)

@@ -35,6 +35,7 @@ from faults.prove import (
     _remove_worktrees,
     _resolve,
     _run_once,
+    notes,
 )
 from faults.review_diff import (
     KNOWN,
@@ -297,37 +298,12 @@ class Reviewer:
 
 
 def _notes(repo: Path, base: SideSpec, head: SideSpec) -> list[str]:
-    """One line each: the same commit on both sides, a dirty working tree."""
-    notes = []
-    if base.sha == head.sha:
-        if base.args == head.args:
-            notes.append(
-                f"base and head are the same commit ({base.sha[:12]}) with the same arguments: "
-                "any difference is instability"
-            )
-        else:
-            notes.append(f"both sides run commit {base.sha[:12]}; they differ by their arguments")
-    status = _git(repo, "status", "--porcelain", "--untracked-files=no")
-    if status.returncode == 0 and status.stdout.strip():
-        notes.append(
-            "the working tree has uncommitted changes: they are not reviewed "
-            "(each side is a clean checkout of its commit)"
-        )
-    return notes
-
-
-def resolve(repo: Path, which: str, rev: str) -> str:
-    """``rev``'s commit; one line naming a shallow clone when that is why it is missing."""
-    try:
-        return _resolve(repo, which, rev)
-    except ProveError as exc:
-        shallow = _git(repo, "rev-parse", "--is-shallow-repository").stdout.strip() == "true"
-        if shallow:
-            raise ReviewError(
-                f"{exc}: this clone is shallow (its history is cut), so older commits are "
-                "missing; fetch them with `git fetch --unshallow`"
-            ) from None
-        raise
+    """One line each (``faults.prove.notes``): the same commit on both sides (an A/B of
+    arguments when their arguments differ), a dirty working tree."""
+    said = notes(repo, ("base", base.sha), ("head", head.sha))
+    if base.sha == head.sha and base.args != head.args:
+        said[0] = f"both sides run commit {base.sha[:12]}; they differ by their arguments"
+    return said
 
 
 def review(
@@ -364,8 +340,8 @@ def review(
     top = _git(repo_path, "rev-parse", "--show-toplevel").stdout.strip()
     repo_path = Path(top) if top else repo_path
     specs = (
-        SideSpec("base", base, resolve(repo_path, "base", base), list(base_args)),
-        SideSpec("head", head, resolve(repo_path, "head", head), list(head_args)),
+        SideSpec("base", base, _resolve(repo_path, "base", base), list(base_args)),
+        SideSpec("head", head, _resolve(repo_path, "head", head), list(head_args)),
     )
     notes = _notes(repo_path, *specs)
     for n in notes:

@@ -121,7 +121,10 @@ def side(rc: int | None, matched: bool | None = None, error: str | None = None) 
         ([side(1, True)], [side(0, False)], Verdict.FIXED, "matches --expect"),
         ([side(1, False)], [side(0)], Verdict.NOT_REPRODUCED, "does not match --expect"),
         ([side(0)], [side(0)], Verdict.NOT_REPRODUCED, "old passes"),
-        ([side(1)], [side(2)], Verdict.STILL_FAILING, "new fails (exit 2)"),
+        ([side(1)], [side(3)], Verdict.STILL_FAILING, "new fails (exit 3)"),
+        # Exit 2: the side could not run the code under test, never a failing side.
+        ([side(2)], [side(0)], Verdict.COULD_NOT_JUDGE, "old (r @ 000000000000) exited 2"),
+        ([side(1)], [side(2)], Verdict.COULD_NOT_JUDGE, "new (r @"),
         ([side(0)], [side(1)], Verdict.STILL_FAILING, "regressed"),
         ([side(None, error="timed out after 1 s")], [], Verdict.ERROR, "timed out"),
         ([side(1)], [side(0), side(None, error="command not found: x")], Verdict.ERROR, "new"),
@@ -592,3 +595,52 @@ def test_an_expect_that_backtracks_for_ever_is_an_error_not_a_hang(
              "sh", "-c", "printf aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaab")  # fmt: skip
     assert rc == 2
     assert "took over 0.5 s to search the output" in capsys.readouterr().out
+
+
+# ------------------------------------------------- issue 34: proofs that cannot be fooled
+
+
+def test_exit_2_counts_as_a_failure_only_when_told(repo: Path, capsys) -> None:
+    """Item 2: a side whose command exits 2 (kvfault: it could not run the code under
+    test) is COULD NOT JUDGE, never the failing old side of a FIXED; `--unjudged-exits
+    none` gives exit 2 back to commands (make) whose 2 is a failure."""
+    script = 'test "$KVFAULT_PROVE_SIDE" = old && { echo "cannot import ATOM"; exit 2; }; exit 0'
+    assert broken_to_fixed(repo, "--", script) == 2
+    last = verdict_line(capsys.readouterr().out)
+    assert last.startswith("COULD NOT JUDGE: old (broken @ "), last
+    assert "cannot import ATOM" in last
+    assert broken_to_fixed(repo, "--unjudged-exits", "none", "--", script) == 0
+    assert verdict_line(capsys.readouterr().out).startswith("FIXED")
+
+
+def test_each_side_engine_checkout_is_its_worktree_whatever_the_env_says(
+    repo: Path, monkeypatch, capsys
+) -> None:
+    """Item 1: an exported KVFAULT_ATOM_SRC does not reach the sides: each side's is its
+    own worktree, and the output names it by side and commit, never by a removed path."""
+    monkeypatch.setenv("KVFAULT_ATOM_SRC", "/somewhere/else")
+    script = 'echo "src=$KVFAULT_ATOM_SRC"; test "$KVFAULT_ATOM_SRC" = "$PWD" || exit 1; echo "replay: --atom-src $PWD"; ./check.sh'
+    assert broken_to_fixed(repo, "--", script) == 0
+    out = capsys.readouterr().out
+    assert "/somewhere/else" not in out
+    assert "src=<old worktree>" in out and "replay: --atom-src <new worktree>" in out
+    assert "note:    <old worktree> is old's checkout, removed after the proof" in out
+    assert "kvfault-prove-" not in out  # no path into the removed worktrees
+
+
+def test_same_commit_dirty_tree_and_shallow_clone_each_get_one_line(
+    repo: Path, tmp_path: Path, capsys
+) -> None:
+    """Item 13."""
+    (repo / "notes.txt").write_text("edited\n")
+    assert cli(repo, "--old", "fixed", "--new", "fixed", "--", "./check.sh") == 2
+    got = capsys.readouterr()
+    assert "note: old and new are the same commit" in got.err
+    assert "note: the working tree has uncommitted changes" in got.err
+    assert "  note:    old and new are the same commit" in got.out
+    shallow = tmp_path / "shallow"
+    subprocess.run(["git", "clone", "-q", "--depth", "1", f"file://{repo}", str(shallow)],
+                   check=True, capture_output=True)  # fmt: skip
+    assert cli(shallow, "--old", "HEAD~1", "--new", "HEAD", "--", "true") == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "this clone is shallow" in err and "git fetch --unshallow" in err

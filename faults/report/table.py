@@ -94,8 +94,24 @@ def format_campaign(result: CampaignResult, artifacts: dict[str, Path] | None = 
             f"note: a swarm over every scenario with --seeds {n} gives each injector a turn "
             "on its own scenario at its catalog defaults"
         )
+    out.extend(f"code: {c}" for c in _codes(result))
     out.append("\n" + footer(result))
     return "\n".join(out)
+
+
+def _codes(result: CampaignResult) -> list[str]:
+    """The engine checkouts the rows ran (``faults.provenance``), each in one phrase
+    with its commit and whether its tree was dirty: the output names the code it
+    judged. None for kvfault's own stack."""
+    from faults.campaign import Case
+    from faults.campaign.artifacts import case_code
+
+    seen: list[str] = []
+    for t in result.targets:
+        code = case_code(Case(t.target, 0))
+        if code is not None and code.describe() not in seen:
+            seen.append(code.describe())
+    return seen
 
 
 def footer(result: CampaignResult) -> str:

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
+import faults.atom.executor
 from faults.atom import catalog
 from faults.atom.catalog import ServerFault
 from faults.atom.executor import count_firings
@@ -19,6 +22,7 @@ from faults.atom.spec import AtomRequest, RawEvent
 from faults.campaign import Case, CaseRunner
 from faults.campaign.kinds import fault_target, scenario_target
 from faults.cli import main
+from faults.provenance import checkout
 from faults.verdicts import Verdict
 from reference.types import Geometry
 
@@ -396,3 +400,117 @@ def test_waiting_for_a_save_to_land_is_bounded_and_says_whether_it_did(answers, 
         assert side.link.calls == calls
     else:
         assert side.link.calls > 1  # it kept asking until the bound
+
+
+# --------------------------------------------------------------------------------------
+# Issue 34, item 8: a replay is pinned to the code it ran. The artifact and the replay
+# line record the engine checkout's absolute path, its commit and whether its tree was
+# dirty; no random campaign PYTHONHASHSEED where the row's seed is the one that matters
+# (the atom tier's servers take it); a replay against other code says so before it runs;
+# the atom tier's replay names ATOM, not kvfault's "fixed" stack.
+
+SHARED = [_ev(1.0, "bind", server="A", path="x"), _ev(2.0, "bind", server="B", path="x")]
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.com",
+         "-c", "commit.gpgsign=false", *args],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+
+
+@pytest.fixture
+def atom_checkout(tmp_path, monkeypatch) -> Path:
+    repo = tmp_path / "ATOM"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "scheduler.py").write_text("v1\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "one")
+
+    @contextlib.contextmanager
+    def recorded(atom_src=None, property=None):
+        yield Recorded(SHARED)
+
+    monkeypatch.setattr(faults.atom.executor, "atom_executor", recorded)
+    monkeypatch.delenv("KVFAULT_ATOM_SRC", raising=False)
+    monkeypatch.setenv("PYTHONHASHSEED", "1234")  # a campaign's random one
+    checkout.cache_clear()
+    return repo
+
+
+def run_here(report: Path, *extra: str) -> int:
+    return main(["run", "--tier", "atom", "--scenario", "two_servers", "--report", str(report),
+                 "--no-progress", *extra])  # fmt: skip
+
+
+def artifact(report: Path) -> dict:
+    return json.loads((report / "artifacts" / "atom-scenario-two_servers-seed0.json").read_text())
+
+
+def test_the_artifact_and_replay_line_pin_path_commit_dirty_and_the_rows_hash_seed(
+    atom_checkout, tmp_path, monkeypatch, capsys
+):
+    monkeypatch.chdir(atom_checkout)
+    sha = git(atom_checkout, "rev-parse", "HEAD")
+    assert run_here(tmp_path / "r", "--atom-src", ".") == 1
+    out = capsys.readouterr().out
+    art = artifact(tmp_path / "r")
+    where = str(atom_checkout.resolve())
+    assert art["target"]["options"] == ["--atom-src", where]  # not "." as typed
+    assert art["code"] == {"engine": "ATOM", "path": where, "commit": sha, "dirty": False}
+    assert art["pythonhashseed"] is None  # the servers run under the row's seed
+    assert not art["command"].startswith("PYTHONHASHSEED")
+    assert art["command"].endswith(
+        f"--atom-src {where} --scenario two_servers  # ATOM {sha[:12]} (clean)"
+    )
+    assert f"replay: {art['command']}" in out
+    assert f"code: ATOM {sha[:12]} (clean) at {where}" in out
+
+
+def test_a_checkout_named_only_by_the_environment_is_written_out(
+    atom_checkout, tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setenv("KVFAULT_ATOM_SRC", str(atom_checkout))
+    (atom_checkout / "scheduler.py").write_text("edited\n")
+    checkout.cache_clear()
+    assert run_here(tmp_path / "r") == 1
+    art = artifact(tmp_path / "r")
+    assert art["target"]["options"] == ["--atom-src", str(atom_checkout.resolve())]
+    assert art["code"]["dirty"] is True and art["command"].endswith("(dirty tree)")
+
+
+def test_a_replay_against_other_code_says_so_before_it_runs_and_names_atom(
+    atom_checkout, tmp_path, capsys
+):
+    assert run_here(tmp_path / "r", "--atom-src", str(atom_checkout)) == 1
+    old = git(atom_checkout, "rev-parse", "HEAD")
+    capsys.readouterr()
+    path = tmp_path / "r" / "artifacts" / "atom-scenario-two_servers-seed0.json"
+    assert main(["replay", str(path)]) == 1
+    same = capsys.readouterr()
+    assert "other code" not in same.err
+    assert "  ATOM       FAIL" in same.out and "fixed" not in same.out, same.out
+
+    (atom_checkout / "scheduler.py").write_text("v2\n")
+    git(atom_checkout, "commit", "-q", "-am", "two")
+    checkout.cache_clear()
+    new = git(atom_checkout, "rev-parse", "HEAD")
+    assert main(["replay", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert (
+        f"kvfault: note: this replay runs other code than the artifact's case: recorded at "
+        f"ATOM {old[:12]} (clean) at {atom_checkout.resolve()}, this run has ATOM {new[:12]} (clean)"
+    ) in err, err
+
+
+def test_an_artifact_whose_code_is_malformed_is_one_line(atom_checkout, tmp_path, capsys):
+    assert run_here(tmp_path / "r", "--atom-src", str(atom_checkout)) == 1
+    path = tmp_path / "r" / "artifacts" / "atom-scenario-two_servers-seed0.json"
+    obj = json.loads(path.read_text())
+    obj["code"]["commit"] = "not hex"
+    path.write_text(json.dumps(obj))
+    capsys.readouterr()
+    assert main(["replay", str(path)]) == 2
+    assert "'code' commit must be null or a hex commit id" in capsys.readouterr().err
