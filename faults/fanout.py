@@ -155,7 +155,7 @@ def fan_out(
     (a count or ``auto``), or one per execnet gateway spec in ``tx`` (``N*SPEC`` for N
     of them); ``rsyncdirs`` are sent to the remote gateways first. With ``deadline_s``,
     workers start no item later than that many seconds from now, except the item whose
-    id is ``always`` (a budgeted campaign's first seed). ``on_result`` sees each result as it arrives, in completion order.
+    id is ``always`` (a budgeted campaign's ``Session.always_runs`` seed). ``on_result`` sees each result as it arrives, in completion order.
 
     Returns the results in ``items`` order (an item that never reported has an
     ``error``) and the session's own output, for diagnostics. Raises ``FanoutError``

@@ -6,7 +6,8 @@ A session owns every job around a case that does not depend on where the case ru
 each written once here:
 
 - **budget**: no seed starts once ``budget_s`` seconds (by ``clock``) have passed; a
-  seed that started runs whole (every target), and the first seed always runs;
+  seed that started runs whole (every target), and the first seed always runs
+  (``always_runs``: the one place that rule is written; the backends ask for it);
 - **artifacts**: a case's replay artifact is staged before it runs and kept or dropped
   when its outcome is back (``faults.campaign.artifacts.CampaignArtifacts``); when the
   campaign is interrupted, every staged case with no outcome has its staging undone.
@@ -128,12 +129,18 @@ class Session:
 
     # -- the hooks ---------------------------------------------------------------------
 
+    @property
+    def always_runs(self) -> int | None:
+        """The seed that runs whatever the budget: the first (a spent budget still
+        judges one seed, so a campaign never passes on nothing). None: no seeds."""
+        return self.seeds[0] if self.seeds else None
+
     def may_start(self, seed: int) -> bool:
         """Whether a case of ``seed`` may start now (the budget), marking it started."""
         if (
             self.budget_s is not None
             and seed not in self.started
-            and self.started
+            and seed != self.always_runs
             and self.clock() - self._start >= self.budget_s
         ):
             return False

@@ -3,7 +3,7 @@
 The session's cases go out as work items of ``faults.fanout`` (local workers with
 ``workers``, other hosts with execnet gateway specs in ``tx``): one item per case, or
 one per seed under a budget (the fan-out's deadline is the budget: workers start no
-seed after it, but the first seed always runs). A worker runs each case exactly as the
+seed after it, but the session's ``always_runs`` seed always runs). A worker runs each case exactly as the
 in-process campaign does (``cases_task``); the outcomes come back as JSON over xdist's
 channel and the session puts them in campaign order, so the table, the summary and
 the exit status are those of a run in one process.
@@ -113,10 +113,10 @@ class Xdist:
         # In a budget, seeds go out in waves that double: a worker skips an item once
         # the budget is spent, but collecting and skipping 100,000 items is itself
         # minutes; no wave starts once the budget is spent.
-        # The first seed runs whatever the budget (as in-process); no other starts past it.
+        # The session's always_runs seed runs whatever the budget; no other starts past it.
         end = time.monotonic() + session.budget_s
         size = FIRST_WAVE
-        always: str | None = items[0].id
+        always = next((i.id for i in items if by_id[i.id][1] == [session.always_runs]), None)
         while items and (always is not None or time.monotonic() < end):
             part, items = items[:size], items[size:]
             wave(part, max(0.0, end - time.monotonic()), always)
