@@ -9,7 +9,7 @@ import contextlib
 from collections.abc import Iterator, Sequence
 
 from faults.atom.catalog import SCENARIOS, ServerFault
-from faults.atom.host import AtomHost, ServerRefused, ZygotePool
+from faults.atom.host import AtomHost, ServerHung, ServerRefused, ZygotePool
 from faults.atom.runs import result_of
 from faults.atom.scenarios import AtomRun
 from faults.atom.source import AtomSource
@@ -51,8 +51,14 @@ class AtomExecutor:
         )
         expect = row.expect if row is not None else SCENARIOS[scenario].expect
         refused = None
+        hang: dict[str, object] = {}
         try:
             SCENARIOS[scenario].story(run)
+        except ServerHung as exc:
+            # A call into ATOM's worker that never returned: the run ends there, a hang
+            # of the code under test (liveness), with where it hung.
+            run.hung = True
+            hang = {"hung_in": str(exc), "hung_stack": exc.evidence["stack"]}
         except ServerRefused as exc:
             # A row that expects a refusal (a server must refuse an incomplete setup)
             # judges it as an ending. Any other row's server that does not start (an
@@ -69,8 +75,9 @@ class AtomExecutor:
             scenario, ctx.seed, host.events, host.t0, run.requests, GEOMETRY, run.hung,
             refused, names,
         )  # fmt: skip
+        result.notes.update(hang)
         count_firings(result, faults)
-        return result, {"tier": "atom"}
+        return result, {"tier": "atom", **hang}
 
     def case_done(self) -> None:
         pass

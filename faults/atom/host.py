@@ -36,6 +36,15 @@ class ServerRefused(KvfaultError, RuntimeError):
         self.error = error
 
 
+class ServerHung(KvfaultError, RuntimeError):
+    """A call into a server's worker did not return within its run's bound: the code
+    under test hung. ``evidence``: the call, one line, and the worker's stack."""
+
+    def __init__(self, server: str, evidence: dict[str, Any]):
+        super().__init__(f"{server}: {evidence['hung']}")
+        self.evidence = evidence
+
+
 class ZygotePool:
     """Warm interpreters by hash seed, started on first use, closed together."""
 
@@ -62,7 +71,10 @@ class Server:
         self.closed = False
 
     def _call(self, cmd: str, *args: Any, timeout_s: float = 60.0) -> Any:
-        return pipe.call(self.conn, cmd, args, timeout_s, self.host.events, self.spec.name)
+        value = pipe.call(self.conn, cmd, args, timeout_s, self.host.events, self.spec.name)
+        if isinstance(value, dict) and "hung" in value:  # the scheduler's WorkerHung
+            raise ServerHung(self.spec.name, value)
+        return value
 
     def submit(self, requests: list[AtomRequest]) -> None:
         self._call("submit", requests)

@@ -47,6 +47,11 @@ def _connect(address: str, authkey: bytes, timeout_s: float = 30.0) -> Any:
             time.sleep(0.01)
 
 
+def stack_path(address: str) -> str:
+    """Where the worker listening for ``address``'s scheduler writes its stack."""
+    return address + ".stack"
+
+
 def child_main(role: str, args: dict[str, Any]) -> int:
     if role == "scheduler":
         return scheduler_main(**args)
@@ -56,17 +61,24 @@ def child_main(role: str, args: dict[str, Any]) -> int:
 
 
 def worker_main(spec: ServerSpec, address: str, authkey: bytes, socket_dir: str) -> int:
+    import faulthandler
+    import signal
+
     from faults.atom.event_log import EventLog
     from faults.atom.worker import WorkerProcess
 
     conn = _connect(address, authkey)
     log = EventLog()
+    # A call that hangs in the code under test: the scheduler asks (SIGUSR1) for this
+    # thread's stack, written from the signal handler however the thread is blocked.
+    stack_file = open(stack_path(address), "w")  # noqa: SIM115  lives as the process does
+    faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=False)
     try:
         worker = WorkerProcess(spec, log, socket_dir)
     except Exception as e:  # noqa: BLE001  reported to the scheduler in one line
         conn.send((False, _refusal(e), log.take()))
         return 1
-    conn.send((True, None, log.take()))
+    conn.send((True, os.getpid(), log.take()))
     while True:
         try:
             name, call_args = conn.recv()
@@ -88,7 +100,7 @@ def scheduler_main(
     spec: ServerSpec, host: str, listen: str, authkey: bytes, socket_dir: str
 ) -> int:
     from faults.atom.event_log import EventLog
-    from faults.atom.scheduler import SchedulerProcess, WorkerLink
+    from faults.atom.scheduler import SchedulerProcess, WorkerHung, WorkerLink
 
     conn = _connect(host, authkey)
     log = EventLog()
@@ -105,7 +117,8 @@ def scheduler_main(
         if not ok:
             error, line = detail
             raise _WorkerRefused(line, error)
-        side = SchedulerProcess(spec, log, WorkerLink(wconn, log), socket_dir)
+        link = WorkerLink(wconn, log, pid=detail, stack_path=stack_path(listen))
+        side = SchedulerProcess(spec, log, link, socket_dir)
     except Exception as e:  # noqa: BLE001  the host turns this into a refusal
         error, line = (e.error, f"{e} (worker)") if isinstance(e, _WorkerRefused) else _refusal(e)
         if os.environ.get("KVFAULT_ATOM_DEBUG"):
@@ -134,11 +147,15 @@ def scheduler_main(
                 side.shut_down()
                 value = None
             elif cmd == "close":
-                side.link.call("close")
+                if side.link.hung is None:  # a hung worker answers nothing: the host kills it
+                    side.link.call("close")
                 conn.send((True, None, log.take()))
                 break
             else:
                 raise ValueError(f"unknown command {cmd!r}")
+        except WorkerHung as e:  # the code under test hung: the host's evidence
+            conn.send((True, e.evidence(), log.take()))
+            continue
         except Exception as e:  # noqa: BLE001
             conn.send((False, _one_line(e) + "\n" + traceback.format_exc(), log.take()))
             continue

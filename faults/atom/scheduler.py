@@ -12,7 +12,9 @@ to the worker over a pipe instead of shared memory.
 from __future__ import annotations
 
 import os
+import signal
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 from faults.atom import pipe
@@ -20,17 +22,83 @@ from faults.atom.event_log import EventLog, op_of
 from faults.atom.runner_rules import pure_middle_chunk_rule
 from faults.atom.server_config import atom_config, use_lmcache_env
 from faults.atom.spec import AtomRequest, ServerSpec
+from faults.errors import KvfaultError
+
+# How long past its run's limit a call into the worker may take before it has hung.
+HANG_GRACE_S = 1.0
+
+
+class WorkerHung(KvfaultError):
+    """The worker did not answer ``call`` within ``after_s``: the code under test hung
+    there. ``stack``: the worker's stack at that moment (innermost call last)."""
+
+    def __init__(self, call: str, after_s: float, stack: list[str]):
+        where = f"; in {stack[-1]}" if stack else ""
+        super().__init__(f"the worker's {call} did not return within {after_s:.1f}s{where}")
+        self.call, self.after_s, self.stack = call, after_s, stack
+
+    def evidence(self) -> dict[str, Any]:
+        """What the host records of the hang (plain data)."""
+        return {"hung": str(self), "call": self.call, "stack": self.stack}
+
+
+def _frames(dump: str) -> list[str]:
+    """faulthandler's dump of one thread as frames, outermost first."""
+    frames = [line.strip() for line in dump.splitlines() if line.strip().startswith("File ")]
+    return frames[::-1]
 
 
 class WorkerLink:
     """The scheduler's end of the pipe to one worker process: a call and its reply,
-    with a bound on every wait."""
+    with a bound on every wait. While ``deadline`` is set (a run's), a call waits at
+    most until it plus ``HANG_GRACE_S``; a call not answered in time has hung
+    (``WorkerHung``, with the stack of the worker, process ``pid``, read from
+    ``stack_path``), and every later call raises the same at once."""
 
-    def __init__(self, conn: Any, log: EventLog, timeout_s: float = 30.0):
+    def __init__(
+        self,
+        conn: Any,
+        log: EventLog,
+        timeout_s: float = 30.0,
+        pid: int | None = None,
+        stack_path: str | None = None,
+    ):
         self.conn, self.log, self.timeout_s = conn, log, timeout_s
+        self.pid, self.stack_path = pid, stack_path
+        self.deadline: float | None = None
+        self.hung: WorkerHung | None = None
 
     def call(self, name: str, *args: Any) -> Any:
-        return pipe.call(self.conn, name, args, self.timeout_s, self.log.events, "worker")
+        if self.hung is not None:
+            raise self.hung
+        timeout = self.timeout_s
+        if self.deadline is not None:
+            timeout = min(timeout, max(0.0, self.deadline - time.monotonic()) + HANG_GRACE_S)
+        try:
+            return pipe.call(self.conn, name, args, timeout, self.log.events, "worker")
+        except TimeoutError:
+            self.hung = WorkerHung(name, timeout, self._stack())
+            raise self.hung from None
+
+    def _stack(self, limit_s: float = 2.0) -> list[str]:
+        """The worker's stack, as its signal handler writes it (bounded wait)."""
+        if self.pid is None or self.stack_path is None:
+            return []
+        try:
+            os.kill(self.pid, signal.SIGUSR1)
+        except OSError:
+            return []
+        deadline, text = time.monotonic() + limit_s, ""
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+            try:
+                now = Path(self.stack_path).read_text(errors="replace")
+            except OSError:
+                continue
+            if now and now == text:  # written whole: unchanged since the last look
+                break
+            text = now
+        return _frames(text)
 
 
 class _RunnerManager:
@@ -338,6 +406,15 @@ class SchedulerProcess:
         passes (False: the run hung); with ``until_answered``, until no request is
         unfinished (a shutdown arriving right after the last answer)."""
         deadline = time.monotonic() + limit_s
+        self.link.deadline = deadline  # a call into the worker past it has hung
+        try:
+            return self._run(deadline, until_answered)
+        finally:
+            self.link.deadline = None
+            if self.link.hung is not None:  # also when ATOM's step swallowed it
+                raise self.link.hung
+
+    def _run(self, deadline: float, until_answered: bool) -> bool:
         # An ATOM whose busy loop does not drain KV work once the queues are empty
         # (older commits have no has_pending_kv_work) stops stepping there, as here.
         pending = getattr(self, "has_pending_kv_work", None)

@@ -22,7 +22,9 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any
 
 from faults.errors import KvfaultError
@@ -43,6 +45,22 @@ _PRELOAD = (
     "faults.atom.scheduler",
     "faults.atom.processes",
 )
+
+
+# An import that uses under STALL_CPU_S of CPU over STALL_S of wall time has blocked:
+# at load 35 on two cores a runnable process still gets over 1 s of CPU in 20 s.
+STALL_S = 20.0
+STALL_CPU_S = 0.05
+
+
+def _cpu_s(pid: int) -> float | None:
+    """CPU seconds process ``pid`` has used (all its threads), from /proc."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class ZygoteError(KvfaultError, RuntimeError):
@@ -92,14 +110,56 @@ class Zygote:
         )
         theirs.close()
         self.conn = Connection(ours.detach())
-        if not self.conn.poll(start_timeout_s):
-            raise ZygoteError(f"the atom tier's zygote did not start within {start_timeout_s:g}s")
+        if not self._wait_started(start_timeout_s):
+            raise ZygoteError(
+                f"the atom tier cannot import ATOM from {atom_src}: {self._stalled_where()}"
+            )
         try:
             ok, detail = self.conn.recv()
         except EOFError:
             ok, detail = False, self._stderr_tail()
         if not ok:
             raise ZygoteError(f"the atom tier cannot import ATOM from {atom_src}: {detail}")
+
+    def _wait_started(self, limit_s: float) -> bool:
+        """Wait for the zygote's answer; False when it did not come within ``limit_s``,
+        or its import stopped using the CPU for ``STALL_S`` (it sleeps or waits: a
+        slow machine still gives it some CPU, a blocked import none)."""
+        deadline = time.monotonic() + limit_s
+        last, still_since = _cpu_s(self.proc.pid), time.monotonic()
+        self.stalled = False
+        while not self.conn.poll(min(1.0, max(0.0, deadline - time.monotonic()))):
+            now = time.monotonic()
+            if now >= deadline:
+                return False
+            used = _cpu_s(self.proc.pid)
+            if used is None or last is None or used - last > STALL_CPU_S:
+                last, still_since = used, now
+            elif now - still_since >= STALL_S:
+                self.stalled = True
+                return False
+        return True
+
+    def _stalled_where(self) -> str:
+        """Why the start was given up, with where the import was (its stack, written
+        by the zygote's faulthandler on SIGUSR1)."""
+        what = (
+            f"the import blocked (no CPU used for {STALL_S:g}s)"
+            if self.stalled
+            else "the import did not finish within its bound"
+        )
+        with contextlib.suppress(OSError):
+            self.log.seek(0, os.SEEK_END)
+            mark = self.log.tell()
+            os.kill(self.proc.pid, signal.SIGUSR1)
+            time.sleep(0.5)
+            self.log.seek(mark)
+            dump = self.log.read().decode(errors="replace")
+            frames = [ln.strip() for ln in dump.splitlines() if ln.strip().startswith("File ")]
+            mine = [f for f in frames if "<frozen " not in f]
+            if mine:
+                return f"{what}; in {mine[0]}"
+        return what
 
     def _stderr_tail(self) -> str:
         try:
@@ -137,8 +197,12 @@ class Zygote:
 
 
 def main(argv: list[str]) -> int:
+    import faulthandler
+
     atom_src, fd = argv[0], int(argv[1])
     conn = Connection(fd)
+    # An import that blocks: the host asks (SIGUSR1) where, into the zygote's log.
+    faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=False)
     sys.path.insert(0, atom_src)
     try:
         import importlib

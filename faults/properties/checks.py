@@ -413,8 +413,13 @@ def liveness(run: RunResult) -> list[Violation]:
     """Nothing hangs; a load never reported terminal stops the engine, with an error
     naming it, within one bound after the last load dispatched before it finished."""
     if run.hung:
+        where = run.notes.get("hung_in")  # a real tier's hung call, with its innermost frame
         return [
-            Violation("liveness", "the engine neither finished nor stopped within the run's limit")
+            Violation(
+                "liveness",
+                "the engine neither finished nor stopped within the run's limit"
+                + (f": {where}" if where else ""),
+            )
         ]
     lives = _load_lives(run)
     stop = next(iter(run.trace.of(Ev.STOP)), None)
