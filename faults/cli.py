@@ -313,6 +313,11 @@ def _command_line(argv: Sequence[str] | None, signals: Any) -> int:
         # held, a signal cannot land between the two and leave the probe behind.
         with signals.deferred():
             tempfile.gettempdir()
+        # A path with a byte that is not UTF-8 (``--report $'rep\xff'``) reaches us as a
+        # lone surrogate: printed, it is that byte again, never an encoding traceback.
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(AttributeError, ValueError):
+                stream.reconfigure(errors="surrogateescape")  # type: ignore[union-attr]
         with guard_streams():  # argparse's own error line too
             parser = build_parser()
             args = parser.parse_args(argv)

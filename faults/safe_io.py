@@ -89,9 +89,11 @@ def write_atomic(path: str | os.PathLike[str], data: bytes | str, mode: int | No
     with a whole file). The directory must exist. The file gets ``mode`` (default: what
     a new file gets under the umask). Returns ``path``; on failure (a full disk, a
     directory that cannot be written) raises ``OSError`` naming ``path`` and leaves no
-    temporary file."""
+    temporary file. Text is written as UTF-8; a character UTF-8 cannot hold (a path's
+    undecodable byte, which Python keeps as a lone surrogate) is written as its escape
+    (``\\udcff``), so a report that names such a path is still whole and readable."""
     target = Path(path)
-    raw = data.encode("utf-8") if isinstance(data, str) else data
+    raw = data.encode("utf-8", "backslashreplace") if isinstance(data, str) else data
     try:
         # mkstemp: O_CREAT | O_EXCL, mode 0600, a random name: nothing planted is opened.
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
