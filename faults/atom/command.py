@@ -8,17 +8,18 @@ from dataclasses import replace
 from typing import Any
 
 from faults.atom.catalog import NOT_HERE, ROWS, AtomRow
+from faults.tiers import Selection
 
 
-def refused(args: Any) -> str | None:
-    """What ``--tier atom`` cannot run of the parsed arguments, as one line: a
-    ``--property`` that is no property or that a chosen row is not judged by. Names
-    that are no row of the tier (a planted regression) are the campaign's to answer,
-    with the tier they run on."""
-    judged = getattr(args, "property", None)
+def refused(selection: Selection) -> str | None:
+    """What ``--tier atom`` cannot run of ``selection``, as one line: a ``--property``
+    that is no property or that a chosen row is not judged by. Names that are no row
+    of the tier (a planted regression) are the campaign's to answer, with the tier
+    they run on."""
+    judged = selection.options.get("property")
     if not judged:
         return None
-    names = list(getattr(args, "scenario", None) or []) + list(getattr(args, "fault", None) or [])
+    names = [*selection.scenarios, *selection.faults]
     chosen = [ROWS[n] for n in names if n in ROWS] if names else list(ROWS.values())
     try:
         judged_by(chosen, judged)

@@ -15,12 +15,13 @@ from faults.atom.scenarios import AtomRun
 from faults.atom.source import AtomSource
 from faults.atom.spec import FaultSpec
 from faults.runs import REFUSE, RunContext, RunResult
+from faults.tiers import Executor
 from reference.types import Geometry
 
 GEOMETRY = Geometry(block_size=16, chunk_size=64, prefill_budget=512)
 
 
-class AtomExecutor:
+class AtomExecutor(Executor):
     """Runs the tier's stories on ``pool``'s warm processes. Not deterministic: real
     processes in real time. ``judged_by``: the properties every run is judged by,
     when ``--property`` narrows them (None: each story's own).

@@ -32,7 +32,7 @@ _EXPORTS = {
     "run_session": "faults.campaign.session",
     "seeds_ran": "faults.campaign.session",
     "CaseResult": "faults.campaign.execute",
-    "Executor": "faults.campaign.execute",
+    "Executor": "faults.tiers.executor",
     "MemoryExecutor": "faults.campaign.execute",
     "check": "faults.campaign.execute",
     "properties_of": "faults.campaign.execute",

@@ -15,7 +15,7 @@ import contextlib
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from faults.catalog import UnknownName
 from faults.injectors.base import Injector
@@ -23,7 +23,7 @@ from faults.injectors.plans import fired_report, not_exercised
 from faults.properties.checks import PROPERTIES, Violation
 from faults.runs import Ending, RunContext, RunResult
 from faults.scenarios import SCENARIOS
-from faults.tiers import DEFAULT_TIER, Tiers
+from faults.tiers import DEFAULT_TIER, Executor, Tiers
 from reference.rules import Rules
 from reference.types import Request
 
@@ -31,27 +31,7 @@ InjectorFactory = Callable[[], Sequence[Injector]]
 RequestMap = Callable[[Request], Request]
 
 
-class Executor(Protocol):
-    """Runs scenarios on one tier. ``tier`` names it (``faults.tiers.Tier.name``);
-    ``deterministic`` says whether the same seed must give the same trace there. An
-    executor may also narrow the properties its runs are judged by: a ``judged_by``
-    attribute naming them (absent or None: every property of the scenario)."""
-
-    tier: str
-    deterministic: bool
-
-    def execute(self, scenario: str, ctx: RunContext) -> tuple[RunResult, dict[str, object]]:
-        """Run ``scenario`` from ``ctx`` on this tier (the context's tier and clock are
-        the executor's); return the run and notes about the tier. Whatever the run
-        opened on the tier is closed before this returns."""
-        ...
-
-    def case_done(self) -> None:
-        """A case (one or more runs) is over: release what it may have left."""
-        ...
-
-
-class MemoryExecutor:
+class MemoryExecutor(Executor):
     """The in-process tier (``fakes.memory_tier``) in virtual time: deterministic."""
 
     tier = DEFAULT_TIER
@@ -59,9 +39,6 @@ class MemoryExecutor:
 
     def execute(self, scenario: str, ctx: RunContext) -> tuple[RunResult, dict[str, object]]:
         return SCENARIOS[scenario].run(ctx), {}
-
-    def case_done(self) -> None:
-        pass
 
 
 @contextlib.contextmanager
@@ -165,7 +142,7 @@ def properties_of(name: str, executor: Executor | None = None) -> list[str]:
     deterministic, and only those the executor's ``judged_by`` names, if it does."""
     deterministic = executor is None or executor.deterministic
     known = scenarios_on(executor.tier) if executor is not None else SCENARIOS
-    judged = getattr(executor, "judged_by", None)
+    judged = executor.judged_by if executor is not None else None
     return [
         p
         for p in known[name].properties

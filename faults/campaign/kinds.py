@@ -139,8 +139,8 @@ class TargetKind:
             rules=t.rules(),
             injectors=rec,
             # The hash-order shuffle salts request ids: the plan says how.
-            request_map=_plan_map(plan, "request_map"),
-            replay_map=_plan_map(plan, "replay_map"),
+            request_map=plan.request_map(),
+            replay_map=plan.replay_map(),
             executor=runner.executor,
             scale=plan.scale,
         )
@@ -486,11 +486,6 @@ class _Recording:
 
     def fired(self) -> dict[str, int]:
         return fired_report(self.made[0] if self.made else [])
-
-
-def _plan_map(plan: FaultPlan, which: str) -> Any:
-    fn = getattr(plan, which, None)
-    return fn() if fn is not None else None
 
 
 def _unmet_expect(expect: Expect | None, who: str, res: CaseResult) -> str | None:

@@ -4,7 +4,6 @@ registered tiers know: one line (``CampaignError``) for what it cannot use."""
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import replace
 from typing import Any
 
@@ -15,7 +14,7 @@ from faults.campaign.select import legacy_stack
 from faults.campaign.targets import CampaignError, Case, Target
 from faults.injectors.catalog import INJECTORS
 from faults.properties.violation import Violation
-from faults.tiers import DEFAULT_TIER, Tiers
+from faults.tiers import DEFAULT_TIER, Selection, Tiers
 
 
 def target_from_json(obj: Any) -> Target:
@@ -56,7 +55,7 @@ def target_from_json(obj: Any) -> Target:
         given = installed[tier].opener_options(options)
     except ValueError as exc:
         raise CampaignError(f"target 'options': {exc}") from None
-    why = installed[tier].refused(argparse.Namespace(**given, scenario=[name]))
+    why = installed[tier].refused(Selection(scenarios=(name,), options=given))
     if why:
         raise CampaignError(f"target 'options': {why}")
     target = kind.build(name, tier, {**obj, "pinned": pinned})

@@ -33,7 +33,7 @@ def refused(args: argparse.Namespace) -> str | None:
     checked by its argument type, ``faults.argtypes``): an option another tier
     declares (``faults.tiers.TierOption``), what the chosen tier cannot run (its
     capabilities, its own ``Tier.refused``)."""
-    from faults.tiers import Tiers
+    from faults.tiers import Selection, Tiers
 
     bad_here = seeds_refused(args.first_seed, args.seeds, args.budget) or hosts_refused(
         args.tx, args.rsyncdir
@@ -53,7 +53,14 @@ def refused(args: argparse.Namespace) -> str | None:
         return f"--tier {on.name} runs in one process: drop -n/--tx/-j"
     if not on.scales and args.scale != 1:
         return f"--scale is for the simulated tier; --tier {on.name} runs at scale 1"
-    return on.refused(args)
+    return on.refused(
+        Selection(
+            scenarios=tuple(args.scenario or ()),
+            faults=tuple(args.fault or ()),
+            regressions=tuple(args.regression or ()),
+            options={o.dest: getattr(args, o.dest, None) for o in on.options},
+        )
+    )
 
 
 def default_seed_count(tier: str) -> int:

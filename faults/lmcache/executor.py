@@ -20,9 +20,10 @@ from faults.lmcache.session import (
 )
 from faults.runs import RunContext, RunResult
 from faults.scenarios import SCENARIOS
+from faults.tiers import Executor
 
 
-class LMCacheExecutor:
+class LMCacheExecutor(Executor):
     """Runs scenarios on ``session``'s server. Not deterministic: reply times, and so
     the steps at which things happen, differ between runs of one seed.
 

@@ -2,11 +2,13 @@
 (``Tiers``, read from the ``kvfault.tiers`` entry-point group when first needed).
 Importing this package imports no tier."""
 
+from faults.tiers.executor import Executor
 from faults.tiers.registry import GROUP, Tiers
 from faults.tiers.tier import (
     DEFAULT_TIER,
     KINDS,
     Row,
+    Selection,
     Tier,
     TierError,
     TierFault,
@@ -16,9 +18,11 @@ from faults.tiers.tier import (
 
 __all__ = [
     "DEFAULT_TIER",
+    "Executor",
     "GROUP",
     "KINDS",
     "Row",
+    "Selection",
     "Tier",
     "TierError",
     "TierFault",

@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from faults.errors import KvfaultError
@@ -70,6 +70,18 @@ class TierOption:
         return self.flag.lstrip("-").replace("-", "_")
 
 
+@dataclass(frozen=True)
+class Selection:
+    """What a campaign asks a tier to run, as its ``refuses`` check reads it: the names
+    chosen, by kind (empty: none named), and the tier's own options by
+    ``TierOption.dest`` (``--property`` is ``options["property"]``)."""
+
+    scenarios: tuple[str, ...] = ()
+    faults: tuple[str, ...] = ()
+    regressions: tuple[str, ...] = ()
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
 class TierFault(Protocol):
     """A fault of a tier whose faults are not in-process plans (``Tier.plans`` False):
     built from a seed, and how the fixed stack must end under it."""
@@ -97,8 +109,9 @@ class Tier:
     ``"module:attribute"`` of the tier's own scenario catalog, a mapping of name to an
     entry with ``properties``, ``expect`` and ``scales`` (default: the shared
     ``faults.scenarios.SCENARIOS``). ``options``: the ``TierOption``s it takes, handed
-    to its opener. ``refuses``: ``"module:function"`` that reads the parsed ``kvfault
-    run`` arguments and returns one line for what this tier cannot run (None: it can).
+    to its opener. ``refuses``: ``"module:function"`` that reads a ``Selection`` (what
+    ``kvfault run`` or a replayed target asks for) and returns one line for what this
+    tier cannot run (None: it can).
     ``listing``: ``"module:function"`` taking the parsed arguments that ``kvfault list
     --tier NAME`` hands over to (the tier's own list). ``rank`` orders tiers in lists
     and ``--tier`` choices.
@@ -196,10 +209,13 @@ class Tier:
                 kwargs[opt.dest] = value
         return kwargs
 
-    def refused(self, args: Any) -> str | None:
-        """What this tier cannot run of the parsed ``kvfault run`` arguments, in one
-        line (None: nothing, or it declares no check)."""
-        return _load(self, self.refuses)(args) if self.refuses else None
+    def refused(self, selection: Selection) -> str | None:
+        """What this tier cannot run of ``selection``, in one line (None: nothing, or
+        it declares no check)."""
+        if not self.refuses:
+            return None
+        check: Callable[[Selection], str | None] = _load(self, self.refuses)
+        return check(selection)
 
     @contextlib.contextmanager
     def open(self, **options: Any) -> Iterator[Any]:

@@ -25,10 +25,10 @@ import contextlib
 from dataclasses import dataclass
 
 from faults.runs import Expect
-from faults.tiers import Row, Tier, TierOption
+from faults.tiers import Executor, Row, Tier, TierOption
 
 
-class ToyExecutor:
+class ToyExecutor(Executor):
     tier = "toy"
     deterministic = True
 
@@ -36,9 +36,6 @@ class ToyExecutor:
         from faults.scenarios import SCENARIOS
 
         return SCENARIOS[scenario].run(ctx), {"toy_executor": True}
-
-    def case_done(self):
-        pass
 
 
 @contextlib.contextmanager
