@@ -363,7 +363,11 @@ def review(
                 repo=repo_path, tier=tier, run_words=list(run_words), reruns=reruns,
                 side_timeout=side_timeout, report=report, tmp=tmp, progress=progress,
             )  # fmt: skip
-            sides = [rv.side(s) for s in specs]
+            # The head first: a pull request that breaks the checkout is told in
+            # seconds, and then the base's campaign is not run at all.
+            head_side = rv.side(specs[1])
+            base_side = rv.side(specs[0]) if not head_side.unjudged else SideResult(specs[0])
+            sides = [base_side, head_side]
             unjudged = "; ".join(s.unjudged for s in sides if s.unjudged)
             rows: list[RowDiff] = []
             if not unjudged:

@@ -227,3 +227,13 @@ def test_bad_arguments_are_one_line(kv_repo):
     assert got.returncode == 2 and "drop --atom-src" in got.stderr
     got = review(kv_repo, "fixed", "docs", "--tier", "lmcache")
     assert got.returncode == 2 and "tests installed packages" in got.stderr
+
+
+def test_a_head_that_cannot_run_is_told_without_running_the_base(kv_repo):
+    got = review(kv_repo, "docs", "unimportable")
+    assert got.returncode == 2, got.stdout + got.stderr
+    assert "- **base** `docs`" in got.stdout and "(did not run)" in got.stdout
+    assert "base docs" not in got.stderr  # its campaign never started
+    assert verdict_line(got.stdout).startswith(
+        "**COULD NOT JUDGE**: cannot import kvfault at unimportable"
+    )

@@ -52,6 +52,16 @@ def letters(props: list[str]) -> str:
     return "".join(PROPERTY_LETTERS.get(p, "?") for p in props) or "-"
 
 
+# The detail column's width: a longer detail ends in "..." and is whole in the failing
+# case's lines under the table. Violations listed per failing case, at most.
+DETAIL_WIDTH = 100
+MAX_LISTED = 20
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
 def format_campaign(result: CampaignResult, artifacts: dict[str, Path] | None = None) -> str:
     """The results table, then each failing case's signature and replay command."""
 
@@ -65,7 +75,7 @@ def format_campaign(result: CampaignResult, artifacts: dict[str, Path] | None = 
             t.verdict,
             f"{t.sim_seconds:.1f}",
             f"{t.wall_seconds:.2f}",
-            t.detail()[:100],
+            _cut(t.detail(), DETAIL_WIDTH),
         ]
         for t in result.targets
     ]
@@ -77,6 +87,13 @@ def format_campaign(result: CampaignResult, artifacts: dict[str, Path] | None = 
         if c.ok:
             continue
         out.append(f"\n{c.verdict} {c.case.id}: {c.signature}")
+        # The signature names the first violation and "(+N more)": the others are read
+        # here, not only in summary.json.
+        viols = list(c.violations) or list(c.legacy_violations)
+        if len(viols) > 1:
+            out.extend(f"  - {v}" for v in viols[:MAX_LISTED])
+            if len(viols) > MAX_LISTED:
+                out.append(f"  (+{len(viols) - MAX_LISTED} more in summary.json)")
         out.append(f"  replay: {replay_command(c.case, c.timeout_s)}")
         if artifacts and c.case.id in artifacts:
             out.append(f"  artifact: {artifacts[c.case.id]}")
