@@ -22,7 +22,8 @@ FINDINGS = {
     "chunk_aligned": "efficiency",
     "two_images": "correctness",
     "two_servers": "identity",
-    "lost_completion": "liveness",
+    "two_images_hbm": "correctness",
+    "hung_retrieve": "liveness",
     "reload_twice": "resources",
 }
 BUNDLED_HEAD = "ffdf3bb5d"

@@ -142,6 +142,12 @@ ROWS: dict[str, AtomRow] = {
         _scenario(
             "two_images", s.two_images, _ONE, "same text and placeholders, different pictures"
         ),
+        _scenario(
+            "two_images_hbm",
+            s.two_images_hbm,
+            _ONE,
+            "two_images with ATOM's HBM prefix cache on: HBM must not share the blocks either",
+        ),
         _scenario("hbm_pressure", s.hbm_pressure, _ONE, "a prompt pushed out of HBM, then resent"),
         _scenario(
             "hbm_partial",
@@ -221,11 +227,12 @@ ROWS: dict[str, AtomRow] = {
             FaultSpec(slow_first_forward_s=2.0),
         ),
         _fault(
-            "lost_completion",
-            s.reuse_once,
+            "hung_retrieve",
+            s.two_loads_behind_one,
             _ONE,
-            "the first finished load is dropped from get_finished",
-            FaultSpec(drop_finished=("load", 1)),
+            "lmcache's first retrieve never answers and the client aborts its request: "
+            "the other request's load waits behind it on ATOM's one load thread",
+            FaultSpec(hang_retrieve=1, abort_loading=1),
         ),
         _fault(
             "duplicate_completion",
@@ -307,8 +314,8 @@ NOT_HERE: dict[str, str] = {
     "DSV4 transfer regions this tier does not build",
     "determinism": "real processes in real time: the same seed need not give the same trace",
     "restart_burst, lost_completion_burst and other bound/deadline stories": "ATOM's offload "
-    "has no transfer deadline or load bound to judge; its lost completion is the "
-    "lost_completion row",
+    "has no transfer deadline or load bound to judge; a retrieve that never answers is the "
+    "hung_retrieve row",
     "fence_failure, late_visibility, lost_save_completion, late_completion": "they wrap the "
     "reference stack's copy engine and completion channel, which ATOM does not have",
 }

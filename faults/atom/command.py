@@ -12,10 +12,16 @@ from faults.tiers import Selection
 
 
 def refused(selection: Selection) -> str | None:
-    """What ``--tier atom`` cannot run of ``selection``, as one line: a ``--property``
-    that is no property or that a chosen row is not judged by. Names that are no row
-    of the tier (a planted regression) are the campaign's to answer, with the tier
-    they run on."""
+    """What ``--tier atom`` cannot run of ``selection``, as one line: an ``--atom-fix``
+    that is no fix, a ``--property`` that is no property or that a chosen row is not
+    judged by. Names that are no row of the tier (a planted regression) are the
+    campaign's to answer, with the tier they run on."""
+    from faults.atom.fixes import fixes
+
+    try:
+        fixes(tuple(selection.options.get("atom_fix") or ()))
+    except KeyError as e:
+        return str(e.args[0])
     judged = selection.options.get("property")
     if not judged:
         return None
@@ -69,6 +75,12 @@ def list_command(args: Any) -> int:
             if p in used:
                 doc = " ".join((PROPERTIES[p].__doc__ or "").split()).split(". ")[0]
                 print(f"  {p}  {doc}")
+    if show_all or args.faults:
+        from faults.atom.fixes import FIXES
+
+        print("candidate fixes of ATOM (--atom-fix NAME, named for the finding's row):")
+        for f in FIXES.values():
+            print(f"  {f.name}  {f.description} [{f.target}]")
     if show_all or args.regressions:
         print("not on --tier atom:")
         for what, why in NOT_HERE.items():

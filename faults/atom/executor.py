@@ -34,9 +34,17 @@ class AtomExecutor(Executor):
     tier = "atom"
     deterministic = False
 
-    def __init__(self, pool: ZygotePool, judged_by: Sequence[str] | None = None):
+    def __init__(
+        self,
+        pool: ZygotePool,
+        judged_by: Sequence[str] | None = None,
+        fixes: Sequence[str] = (),
+        record_path: str | None = None,
+    ):
         self.pool = pool
         self.judged_by = tuple(judged_by) if judged_by else None
+        self.fixes = tuple(fixes)
+        self.record_path = record_path  # a directory: each run's ATOM lines, one file
 
     def execute(self, scenario: str, ctx: RunContext) -> tuple[RunResult, dict[str, object]]:
         faults = [i for i in ctx.injectors if isinstance(i, ServerFault)]
@@ -49,6 +57,8 @@ class AtomExecutor(Executor):
             faulted=row.faulted if row is not None else (),
             spec_changes=dict(row.spec_changes) if row is not None else {},
             injector=row.name if row is not None and row.spec_changes else None,
+            fixes=self.fixes,
+            record_path=bool(self.record_path),
         )
         expect = row.expect if row is not None else SCENARIOS[scenario].expect
         refused = None
@@ -78,10 +88,25 @@ class AtomExecutor(Executor):
         )  # fmt: skip
         result.notes.update(hang)
         count_firings(result, faults)
+        if self.record_path:
+            name = row.name if row is not None else scenario
+            executed = sorted((*key, k) for key, k in host.executed.items())
+            write_path(self.record_path, f"{name}-seed{ctx.seed}", executed)
         return result, {"tier": "atom", **hang}
 
     def case_done(self) -> None:
         pass
+
+
+def write_path(directory: str, run: str, executed: list[tuple[str, str, int, int]]) -> None:
+    """``directory/run.json``: the ATOM lines a run executed, ``[file, function, line,
+    times]`` each (``faults.atom.fix_proof`` reads it)."""
+    import json
+    import os
+
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, f"{run}.json"), "w") as f:
+        json.dump([list(x) for x in executed], f)
 
 
 def count_firings(result: RunResult, faults: Sequence[ServerFault]) -> None:
@@ -93,17 +118,22 @@ def count_firings(result: RunResult, faults: Sequence[ServerFault]) -> None:
 
 @contextlib.contextmanager
 def atom_executor(
-    atom_src: str | None = None, property: Sequence[str] | None = None
+    atom_src: str | None = None,
+    property: Sequence[str] | None = None,
+    atom_fix: Sequence[str] | None = None,
+    atom_record_path: str | None = None,
 ) -> Iterator[AtomExecutor]:
     """The tier's opener: an ``AtomExecutor`` on the checkout at ``atom_src`` (default:
     ``$KVFAULT_ATOM_SRC``; ``AtomSourceMissing`` in one line without one), judged by
-    ``property`` only when given. One warm interpreter is started on entry, so an ATOM
+    ``property`` only when given, every server running the candidate fixes named in
+    ``atom_fix`` (``faults.atom.fixes``); with ``atom_record_path``, each run's
+    executed ATOM lines are written there (``write_path``). One warm interpreter is started on entry, so an ATOM
     that does not import is one line (``ZygoteError``) before any case; every warm
     process is stopped on exit."""
     source = AtomSource.find(atom_src)
     pool = ZygotePool(str(source.path))
     try:
         pool.get(0)
-        yield AtomExecutor(pool, property)
+        yield AtomExecutor(pool, property, tuple(atom_fix or ()), atom_record_path)
     finally:
         pool.close()

@@ -16,6 +16,7 @@ import shutil
 import signal
 import tempfile
 import time
+from collections import Counter
 from dataclasses import replace
 from multiprocessing.connection import Listener
 from typing import Any
@@ -101,9 +102,11 @@ class Server:
             return
         self.closed = True
         try:
-            self._call("close", timeout_s=30.0)
+            executed = self._call("close", timeout_s=30.0)
         except (OSError, EOFError, TimeoutError, RuntimeError):
-            pass
+            executed = None
+        for f, fn, line, times in executed or ():
+            self.host.executed[(f, fn, line)] += times
         self.conn.close()
 
 
@@ -125,6 +128,8 @@ class AtomHost:
         self.t0 = time.monotonic()
         self.events: list[RawEvent] = []
         self.servers: list[Server] = []
+        # ATOM's lines its servers executed (ServerSpec.record_path), and how often
+        self.executed: Counter[tuple[str, str, int]] = Counter()
 
     def start(self, spec: ServerSpec, timeout_s: float = 180.0) -> Server:
         """Start ``spec``'s worker and scheduler; return when ATOM's scheduler side is

@@ -52,6 +52,17 @@ def stack_path(address: str) -> str:
     return address + ".stack"
 
 
+def _recorder(spec: ServerSpec) -> Any:
+    """A started ``LineRecorder`` over ATOM's checkout when ``spec.record_path``."""
+    if not spec.record_path:
+        return None
+    from faults.atom.line_record import LineRecorder, atom_root
+
+    recorder = LineRecorder(atom_root())
+    recorder.start()
+    return recorder
+
+
 def child_main(role: str, args: dict[str, Any]) -> int:
     if role == "scheduler":
         return scheduler_main(**args)
@@ -73,6 +84,7 @@ def worker_main(spec: ServerSpec, address: str, authkey: bytes, socket_dir: str)
     # thread's stack, written from the signal handler however the thread is blocked.
     stack_file = open(stack_path(address), "w")  # noqa: SIM115  lives as the process does
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=False)
+    recorder = _recorder(spec)
     try:
         worker = WorkerProcess(spec, log, socket_dir)
     except Exception as e:  # noqa: BLE001  reported to the scheduler in one line
@@ -86,7 +98,7 @@ def worker_main(spec: ServerSpec, address: str, authkey: bytes, socket_dir: str)
             return 1
         if name == "close":
             worker.close()
-            conn.send((True, None, log.take()))
+            conn.send((True, recorder.take() if recorder else None, log.take()))
             return 0
         try:
             value = getattr(worker, name)(*call_args)
@@ -104,6 +116,7 @@ def scheduler_main(
 
     conn = _connect(host, authkey)
     log = EventLog()
+    recorder = _recorder(spec)
     listener = Listener(listen, family="AF_UNIX", authkey=authkey)
     conn.send(("listening", spec.name, os.getpid()))
     # bounded wait for the worker: Listener.accept takes no timeout, its socket does
@@ -147,9 +160,11 @@ def scheduler_main(
                 side.shut_down()
                 value = None
             elif cmd == "close":
+                executed = []
                 if side.link.hung is None:  # a hung worker answers nothing: the host kills it
-                    side.link.call("close")
-                conn.send((True, None, log.take()))
+                    executed = list(side.link.call("close") or [])
+                executed += recorder.take() if recorder else []
+                conn.send((True, executed, log.take()))
                 break
             else:
                 raise ValueError(f"unknown command {cmd!r}")

@@ -35,6 +35,8 @@ class AtomRun:
     faulted: tuple[str, ...] = ()
     spec_changes: dict = field(default_factory=dict)
     injector: str | None = None  # the fault row's name: applied spec changes fire it
+    fixes: tuple[str, ...] = ()  # candidate fixes of ATOM every server runs with
+    record_path: bool = False  # servers record ATOM's lines they execute
     requests: list[AtomRequest] = field(default_factory=list)
     hung: bool = False
 
@@ -45,7 +47,7 @@ class AtomRun:
         return tuple(self.rng.randrange(3, 30000) for _ in range(n))
 
     def server(self, name: str, **spec: Any) -> Server:
-        s = ServerSpec(name, **spec)
+        s = ServerSpec(name, fixes=self.fixes, record_path=self.record_path, **spec)
         if not self.faulted or name in self.faulted:
             s = replace(s, faults=self.faults, **self.spec_changes)
             if self.spec_changes and self.injector:
@@ -118,6 +120,19 @@ def reuse_after_abort(run: AtomRun) -> None:
     run.end(a)
 
 
+def two_loads_behind_one(run: AtomRun) -> None:
+    """One server without an HBM prefix cache stores two 200-token prompts, then gets
+    both again at once: two loads, which ATOM's worker runs one after another on its
+    one load thread (a fault may hang the first and abort its request)."""
+    a = run.server("A", prefix_caching=False)
+    p, q = run.prompt(200), run.prompt(200)
+    run.serve(a, AtomRequest("first", p))
+    run.serve(a, AtomRequest("second", q))
+    run.stored(a, q)
+    run.serve(a, AtomRequest("again", p), AtomRequest("again2", q))
+    run.end(a)
+
+
 def concurrent_loads(run: AtomRun) -> None:
     """One server without an HBM prefix cache stores a 200-token prompt, then gets four
     requests at once that extend it: four loads in flight together (ATOM's worker has
@@ -144,6 +159,16 @@ def two_images(run: AtomRun) -> None:
     (ATOM is told each carries multimodal data; the model folds the picture into the
     KV), on one server without an HBM prefix cache."""
     a = run.server("A", prefix_caching=False)
+    p = run.prompt(200)
+    run.serve(a, AtomRequest("cat", p, cache_seed=0x5EED01, mm=True))
+    run.serve(a, AtomRequest("dog", p, cache_seed=0x5EED02, mm=True))
+    run.end(a)
+
+
+def two_images_hbm(run: AtomRun) -> None:
+    """``two_images`` on a server with ATOM's HBM prefix cache on (its default): the
+    second picture's request must not reuse the first's blocks from HBM either."""
+    a = run.server("A")
     p = run.prompt(200)
     run.serve(a, AtomRequest("cat", p, cache_seed=0x5EED01, mm=True))
     run.serve(a, AtomRequest("dog", p, cache_seed=0x5EED02, mm=True))

@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 from faults.atom import pipe
 from faults.atom.event_log import EventLog, op_of
+from faults.atom.fixes import fixes
 from faults.atom.runner_rules import pure_middle_chunk_rule
 from faults.atom.server_config import atom_config, use_lmcache_env
 from faults.atom.spec import AtomRequest, ServerSpec
@@ -153,6 +154,9 @@ class SchedulerProcess:
 
         self.spec, self.log, self.link = spec, log, link
         self.config = atom_config(spec)
+        chosen = fixes(spec.fixes)
+        for fix in chosen:
+            fix.before_build("scheduler")
         self.scheduler = Scheduler(self.config)
         self.connector = self.scheduler.kv_connector
         if self.connector is None:
@@ -167,6 +171,7 @@ class SchedulerProcess:
         self.requests: dict[str, AtomRequest] = {}
         self.seqs: dict[str, Any] = {}
         self.pending_lookup: dict[str, int] = {}  # sid -> what lmcache's lookup answered
+        self.sent: dict[str, list[int]] = {}  # sid -> the token ids its lookup sent lmcache
         self.looked_up: set[str] = set()
         self.resident: dict[str, int] = {}  # sid -> prompt tokens free HBM blocks hold
         self.loads_dispatched = 0
@@ -180,6 +185,8 @@ class SchedulerProcess:
         self.aborted: set[str] = set()
         self._next_id = 1
         self._observe()
+        for fix in chosen:  # outside the observers: the trace shows what lmcache said
+            fix.scheduler(self)
         _bind_engine_core(type(self))
 
     # -- observation (wrappers that record, then call ATOM's method unchanged) --------
@@ -194,6 +201,7 @@ class SchedulerProcess:
                 hit = lookup(token_ids, *args, **kwargs)
                 sid = kwargs.get("lookup_id", args[0] if args else None)
                 raw[str(sid)] = int(hit or 0)
+                self.sent[str(sid)] = list(token_ids)
                 return hit
 
             client.lookup = observed_lookup
@@ -279,15 +287,15 @@ class SchedulerProcess:
         return str(seq.id) in (getattr(self.impl, "_handoff_loads", None) or ())
 
     def _first_key(self, seq: Any) -> str | None:
-        """The key lmcache's lookup gives the prompt's first chunk (what ATOM's lookup
-        sends is the prompt's token ids): its chunk hash, then the namespace (the model
+        """The key lmcache's lookup gives the prompt's first chunk (of the token ids
+        ATOM's lookup sent, else the prompt's): its chunk hash, then the namespace (the model
         name ATOM gives lmcache) where the lookup client knows it; None for a prompt
         shorter than a chunk."""
         client = getattr(self.impl, "_lookup_client", None)
         tdb = getattr(client, "token_database", None)
         if tdb is None:
             return None
-        tokens = list(seq.token_ids[: seq.num_prompt_tokens])
+        tokens = self.sent.get(str(seq.id)) or list(seq.token_ids[: seq.num_prompt_tokens])
         namespace = getattr(getattr(tdb, "metadata", None), "model_name", None)
         for _start, _end, key in tdb.process_tokens(tokens, make_key=False):
             text = f"{key:x}" if isinstance(key, int) else str(key)

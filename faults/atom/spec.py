@@ -16,8 +16,6 @@ class FaultSpec:
     """The faults one server's processes carry, as data. Every field off by default.
 
     - ``slow_first_forward_s``: the worker's first forward takes this long.
-    - ``drop_finished``: the worker drops the n-th (1-based) completion it would
-      report from ``get_finished`` (``("load", 1)``: the first finished load).
     - ``duplicate_finished``: the worker reports the n-th completion in two polls.
     - ``fail_retrieve`` / ``fail_store``: lmcache's n-th retrieve / store raises.
     - ``evict_after_lookup``: right after the n-th lookup answered a hit, the worker's
@@ -29,13 +27,14 @@ class FaultSpec:
     - ``slow_save_s`` / ``slow_retrieve_s``: every lmcache store / retrieve waits this
       long before it reads or writes ATOM's KV blocks (a slow tier; ATOM's worker runs
       them on its save / load threads, so the engine keeps stepping meanwhile).
+    - ``hang_retrieve``: lmcache's n-th retrieve blocks until the worker closes (a
+      disk or remote backend that never answers), before it touches the KV blocks.
     - ``abort_loading``: the client aborts the n-th request whose tier load ATOM
       dispatched, before the scheduler's next step (the load still copying): ATOM's
       own abort handler marks it, as a client disconnect does.
     """
 
     slow_first_forward_s: float = 0.0
-    drop_finished: tuple[str, int] | None = None
     duplicate_finished: tuple[str, int] | None = None
     fail_retrieve: int = 0
     fail_store: int = 0
@@ -45,6 +44,7 @@ class FaultSpec:
     slow_save_s: float = 0.0
     slow_retrieve_s: float = 0.0
     abort_loading: int = 0
+    hang_retrieve: int = 0
 
 
 @dataclass(frozen=True)
@@ -83,6 +83,10 @@ class ServerSpec:
     # (its default with one pipeline stage); off, each forward returns its own.
     deferred_output: bool = False
     faults: FaultSpec = field(default_factory=FaultSpec)
+    # Candidate fixes of ATOM this server runs with (``faults.atom.fixes``, by name).
+    fixes: tuple[str, ...] = ()
+    # Record the lines of ATOM's source its processes execute (off: no tracer runs).
+    record_path: bool = False
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,21 @@ TIER = Tier(
             path=True,
         ),
         TierOption(
+            "--atom-fix",
+            "run every ATOM server with this candidate fix of a finding (repeatable; "
+            "names: kvfault list --tier atom)",
+            metavar="NAME",
+            repeat=True,
+            elsewhere="--atom-fix is for --tier atom",
+        ),
+        TierOption(
+            "--atom-record-path",
+            "record the lines of ATOM's source each run executes, one file per run in DIR "
+            "(off by default: a line tracer slows the servers)",
+            metavar="DIR",
+            elsewhere="--atom-record-path is for --tier atom",
+        ),
+        TierOption(
             "--property",
             "judge only this property (repeatable): a proof of one fix at a commit that "
             "carries other bugs (kvfault list --properties)",

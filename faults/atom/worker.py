@@ -78,6 +78,10 @@ class WorkerProcess:
             for i in range(2)
         }
         self.kv = HostKv([t for layer in layers.values() for t in (layer.k_cache, layer.v_cache)])
+        from faults.atom.fixes import fixes
+
+        for fix in fixes(spec.fixes):
+            fix.before_build("worker")
         self.connector = _create_connector(self.config, "worker")
         self.connector.register_kv_caches(layers, None, spec.num_blocks)
         if not boundary.place_on_host_device(self.connector, kernels):
@@ -205,6 +209,7 @@ class WorkerProcess:
         return self.faults.finished(out, names)
 
     def close(self) -> None:
+        self.faults.closing.set()  # a hung retrieve gives up: the process exits next
         if self.socket:
             self.log.record("unbind", server=self.spec.name, path=self._socket_name())
         for obj in (getattr(self.impl, "_lookup_server", None), self.engine):

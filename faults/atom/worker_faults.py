@@ -4,6 +4,7 @@ returns, and records a ``fault`` event with its evidence; ATOM's code is untouch
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +37,10 @@ class WorkerFaults:
             self._slow(engine, "store", spec.slow_save_s, "slow_save")
         if engine is not None and spec.slow_retrieve_s > 0:
             self._slow(engine, "retrieve", spec.slow_retrieve_s, "slow_retrieve")
+        # Set when the worker closes: what a hung retrieve waits for (bounded).
+        self.closing = threading.Event()
+        if engine is not None and spec.hang_retrieve:
+            self._hang_nth(engine, "retrieve", spec.hang_retrieve)
         server = getattr(worker.impl, "_lookup_server", None)
         if engine is not None and spec.evict_after_lookup:
             self._evict_after(engine, spec.evict_after_lookup)
@@ -61,6 +66,21 @@ class WorkerFaults:
             if count[0] == n:
                 log.record("fault", injector=name, call=n)
                 raise RuntimeError(f"kvfault: injected lmcache {method} failure")
+            return inner(*args, **kwargs)
+
+        setattr(engine, method, wrapped)
+
+    def _hang_nth(self, engine: Any, method: str, n: int, bound_s: float = 120.0) -> None:
+        inner = getattr(engine, method)
+        count = [0]
+        log, closing = self.log, self.closing
+
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            count[0] += 1
+            if count[0] == n:
+                log.record("fault", injector="hung_retrieve", call=n)
+                closing.wait(bound_s)  # until the worker closes; never past the bound
+                raise RuntimeError(f"kvfault: injected lmcache {method} that never answered")
             return inner(*args, **kwargs)
 
         setattr(engine, method, wrapped)
@@ -137,7 +157,7 @@ class WorkerFaults:
         transport.send_response = wrapped
 
     def finished(self, out: Any, names: dict[Any, str]) -> Any:
-        """Drop or duplicate the n-th reported completion of a kind."""
+        """Duplicate the n-th reported completion of a kind."""
         for attr, kind in (
             ("finished_loading", "load"),
             ("failed_loading", "load"),
@@ -149,11 +169,6 @@ class WorkerFaults:
             for value in sorted(values, key=repr):
                 self.seen[kind] += 1
                 nth = self.seen[kind]
-                if self.spec.drop_finished == (kind, nth):
-                    values.discard(value)
-                    self.log.record(
-                        "fault", op=op_of(value, kind, names), injector="lost_completion", nth=nth
-                    )
                 if self.spec.duplicate_finished == (kind, nth):
                     self.held.append((attr, value))
                     self.log.record(
