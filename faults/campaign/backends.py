@@ -45,7 +45,7 @@ def open_backend(
 
 
 def jobs_here(jobs: int | str | None, targets: Sequence[Target], seeds: Sequence[int]) -> int:
-    """``-j``: processes for the in-process tier; ``auto`` (the default) is one per
+    """``-j``: processes for a tier that runs in many (``Tier.parallel``); ``auto`` (the default) is one per
     usable CPU; never more than the campaign's units of work (one unit: this process
     alone), and 1 where workers cannot be forked."""
     if not can_fork():

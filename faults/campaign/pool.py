@@ -35,6 +35,7 @@ from faults.campaign.outcomes import CaseOutcome
 from faults.campaign.runner import ERROR, CaseRunner
 from faults.campaign.session import Session, guarded
 from faults.campaign.targets import Case, Target
+from faults.campaign.tiers import Opened
 from faults.processes import STOP_SIGNALS, SwallowedStops
 
 if TYPE_CHECKING:
@@ -60,12 +61,13 @@ def can_fork() -> bool:
 def units(targets: Sequence[Target], seeds: Sequence[int]) -> list[list[Case]]:
     """The cases grouped into units of work, in the order they are handed out: per
     seed in order, each seed's units largest first (ties in campaign order). A unit is
-    every target on one scenario and scale with one seed, in campaign order."""
+    every target on one tier, scenario and scale with one seed, in campaign order."""
     out: list[list[Case]] = []
     for seed in seeds:
-        groups: dict[tuple[str, int], list[Case]] = {}
+        groups: dict[tuple[str, tuple[str, ...], str, int], list[Case]] = {}
         for t in targets:
-            groups.setdefault((t.scenario, t.scale), []).append(Case(t, seed))
+            key = (t.tier, t.options, t.scenario, t.scale)
+            groups.setdefault(key, []).append(Case(t, seed))
         out += sorted(groups.values(), key=len, reverse=True)  # sorted() is stable
     return out
 
@@ -184,19 +186,30 @@ def _work(
     for c in others:  # the parent's ends of the other workers' pipes
         c.close()
     try:
-        while True:
-            unit = conn.recv()
-            if unit is None:
-                break
-            runner = CaseRunner(keep_runs=keep_runs, digests=digests)  # shares fixed runs
-            for i, case in unit:
-                conn.send(("start", i))
-                outcome = guarded(runner, case, timeout_s)
-                conn.send_bytes(b"D" + i.to_bytes(8, "little") + _dumps(outcome))
-            conn.send(("idle",))
+        with Opened() as opened:  # closed before the exit below, and on SIGTERM's unwind
+            _serve(conn, opened, keep_runs, timeout_s, digests)
     except (EOFError, OSError):  # the parent has gone (its end of the pipe is closed)
         pass
     os._exit(0)
+
+
+def _serve(
+    conn: Connection, opened: Opened, keep_runs: str, timeout_s: float | None, digests: bool
+) -> None:
+    """Take units until told to stop, running each on the executor of its cases' tier
+    (every case of a unit shares its target's tier and options)."""
+    while True:
+        unit = conn.recv()
+        if unit is None:
+            return
+        first = unit[0][1].target
+        executor = opened.executor(first.tier, first.options)
+        runner = CaseRunner(keep_runs=keep_runs, executor=executor, digests=digests)
+        for i, case in unit:
+            conn.send(("start", i))
+            outcome = guarded(runner, case, timeout_s)
+            conn.send_bytes(b"D" + i.to_bytes(8, "little") + _dumps(outcome))
+        conn.send(("idle",))
 
 
 # -- the parent side ---------------------------------------------------------------------
@@ -212,7 +225,7 @@ class _Worker:
 
 class ForkPool:
     """The session's cases over ``jobs`` forked worker processes (fewer when there are
-    fewer units of work), on the in-process tier. Units go out seed by seed, larger
+    fewer units of work), each opening the tier its cases run on (``Opened``). Units go out seed by seed, larger
     first; a worker runs each case under the hang guard (``session.timeout_s``).
     A worker that dies leaves its running case to ``session.lost``; the rest of its
     unit goes to a fresh worker. ``KeyboardInterrupt`` (Ctrl-C) stops every worker

@@ -20,6 +20,7 @@ from faults.campaign.artifacts import CampaignArtifacts
 from faults.campaign.reading import outcome_from_json, target_from_json
 from faults.campaign.session import InProcess, Session, run_session
 from faults.campaign.targets import Case
+from faults.campaign.tiers import Opened
 from faults.fanout import ItemResult, WorkItem, fan_out
 
 
@@ -32,10 +33,12 @@ def cases_task(payload: dict[str, Any]) -> list[dict[str, Any]]:
     here = payload.get("host") == socket.gethostname()
     where = payload.get("artifacts")
     store = CampaignArtifacts(Path(where)) if here and where else None
-    result = run_session(
-        targets, payload["seeds"], InProcess(),
-        artifacts=store, timeout_s=payload.get("timeout_s"), digests=payload.get("digests", True),
-    )  # fmt: skip
+    first = targets[0]  # an item's targets share one tier and its options
+    with Opened() as opened:
+        result = run_session(
+            targets, payload["seeds"], InProcess(opened.executor(first.tier, first.options)),
+            artifacts=store, timeout_s=payload.get("timeout_s"), digests=payload.get("digests", True),
+        )  # fmt: skip
     return [o.as_json() for t in result.targets for o in t.cases]
 
 

@@ -159,6 +159,43 @@ def test_a_tier_from_an_outside_package_runs_a_campaign(tmp_path: Path) -> None:
     ), listed.stdout
 
 
+# The toy tier, declared able to run in many processes, saying in its log which
+# process opened it: a worker of -j or -n opens the tier its cases run on.
+_PARALLEL_TOY = TOY_TIER.replace(
+    'log.write("opened\\n")', "log.write(f\"opened {__import__('os').getpid()}\\n\")"
+).replace("    rank=90,\n", "    rank=90,\n    parallel=True,\n")
+
+
+@pytest.mark.parametrize("spread", [["-j", "2"], ["-n", "2"]], ids=["pool", "xdist"])
+def test_a_parallel_tier_from_an_outside_package_runs_in_workers(
+    tmp_path: Path, spread: list[str]
+) -> None:
+    assert _PARALLEL_TOY != TOY_TIER and "parallel=True" in _PARALLEL_TOY
+    site = tmp_path / "site"
+    _dist(site, "toy_tier", "[kvfault.tiers]\ntoy = toy_tier:TIER\n", _PARALLEL_TOY)
+    log, report = tmp_path / "toy.log", tmp_path / "report"
+    run = subprocess.Popen(
+        [sys.executable, "-m", "faults.cli", "run", "--tier", "toy", "--seeds", "2",
+         "--no-progress", "--report", str(report), "--toy-log", str(log), *spread],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=site,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)])},
+    )  # fmt: skip
+    out, err = run.communicate(timeout=300)
+    assert run.returncode == 0, out + err
+    assert "2 targets, 4 runs: 2 ok, 0 failed" in out, out
+    verdicts = {
+        c["id"]: c["verdict"] for c in json.loads((report / "summary.json").read_text())["cases"]
+    }
+    assert verdicts == {
+        f"toy:{row}@seed{s}": "PASS"
+        for row in ("scenario:small_restart_burst", "fault:toy_lost_completion")
+        for s in (0, 1)
+    }, verdicts
+    # Every case ran on the toy tier as a worker opened it, never in the campaign process.
+    openers = {int(line.split()[1]) for line in log.read_text().splitlines()}
+    assert openers and run.pid not in openers, (openers, run.pid)
+
+
 def test_the_toy_tier_cannot_run_what_it_does_not_declare(tmp_path: Path) -> None:
     site = tmp_path / "site"
     _dist(site, "toy_tier", "[kvfault.tiers]\ntoy = toy_tier:TIER\n", TOY_TIER)
