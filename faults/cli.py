@@ -1,7 +1,9 @@
 """kvfault: fault-injection tests for KV-cache offload in LLM inference engines.
 
 The command line. Commands: ``run`` (the campaign), ``list``, ``repro NAME``, ``replay ARTIFACT``,
-``sweep`` (PYTHONHASHSEED) and ``prove`` (two-head proof in any git repository).
+``sweep`` (PYTHONHASHSEED), ``prove`` (two-head proof in any git repository) and
+``review`` (a pull request's per-row verdict, ``faults.review``: FIXED 0, REGRESSED 1,
+COULD NOT JUDGE 2, UNCHANGED 3).
 
 Exit codes: 0 everything holds; 1 a property failed, a regression went uncaught or is
 still failing, or a fault was not exercised; 2 bad arguments, an error, or nothing

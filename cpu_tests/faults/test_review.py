@@ -237,3 +237,32 @@ def test_a_head_that_cannot_run_is_told_without_running_the_base(kv_repo):
     assert verdict_line(got.stdout).startswith(
         "**COULD NOT JUDGE**: cannot import kvfault at unimportable"
     )
+
+
+def test_a_stopped_review_removes_its_worktrees(kv_repo, tmp_path):
+    """SIGTERM mid-campaign: one line, exit 143, no worktree and no temporary directory
+    left (the sides' campaigns are stopped with it)."""
+    import signal
+    import time
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    argv = [sys.executable, "-m", "faults.cli", "review", "-C", str(kv_repo), "fixed", "broken",
+            "--seeds", "1", "--fault", "slow_forward", "--scenario", "loaded_restart_burst"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp)}
+    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while git(kv_repo, "worktree", "list").count("\n") < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert git(kv_repo, "worktree", "list").count("\n") == 3
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 143, err
+    assert err.strip().splitlines()[-1] == "kvfault review: interrupted by SIGTERM; worktrees removed"
+    assert git(kv_repo, "worktree", "list").count("\n") == 1
+    assert list(tmp.iterdir()) == []
