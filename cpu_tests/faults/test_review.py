@@ -263,6 +263,8 @@ def test_a_stopped_review_removes_its_worktrees(kv_repo, tmp_path):
     finally:
         proc.kill()
     assert proc.returncode == 143, err
-    assert err.strip().splitlines()[-1] == "kvfault review: interrupted by SIGTERM; worktrees removed"
+    assert (
+        err.strip().splitlines()[-1] == "kvfault review: interrupted by SIGTERM; worktrees removed"
+    )
     assert git(kv_repo, "worktree", "list").count("\n") == 1
     assert list(tmp.iterdir()) == []

@@ -197,7 +197,7 @@ def test_run_goes_through_the_one_loop_with_report_budget_and_artifacts(
             return super().execute(scenario, ctx)
 
     @contextlib.contextmanager
-    def recorded(atom_src=None, property=None):
+    def recorded(atom_src=None, property=None, **_other_options):
         opened.append((atom_src, property))
         yield Slow(shared)
 
@@ -430,7 +430,7 @@ def atom_checkout(tmp_path, monkeypatch) -> Path:
     git(repo, "commit", "-q", "-m", "one")
 
     @contextlib.contextmanager
-    def recorded(atom_src=None, property=None):
+    def recorded(atom_src=None, property=None, **_other_options):
         yield Recorded(SHARED)
 
     monkeypatch.setattr(faults.atom.executor, "atom_executor", recorded)
