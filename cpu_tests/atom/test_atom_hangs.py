@@ -13,7 +13,7 @@ from faults.atom.executor import atom_executor
 from faults.atom.scenarios import RUN_LIMIT_S
 from faults.atom.scheduler import HANG_GRACE_S
 from faults.campaign import Case, CaseRunner
-from faults.campaign.targets import scenario_target
+from faults.campaign.kinds import scenario_target
 from faults.verdicts import Verdict
 
 
