@@ -1,5 +1,6 @@
 """What a server process records: trace events stamped with the host's monotonic clock
-(``EventLog``), and the trace operation id of an ATOM completion id (``op_of``). Both
+(``EventLog``), the trace operation id of an ATOM completion id (``op_of``) and where
+an ATOM connector output carries completions (``completion_fields``). Both
 server processes (``faults.atom.worker``, ``faults.atom.scheduler``) record through it;
 the host merges what they send back (``faults.atom.runs``)."""
 
@@ -39,3 +40,17 @@ def op_of(value: Any, kind: str, names: dict[Any, str]) -> tuple[str, int, str]:
     req = getattr(value, "req_id", value)
     gen = int(getattr(value, "generation", 0))
     return (names.get(req, str(req)), gen, kind)
+
+
+def completion_fields(out: Any) -> tuple[tuple[str, str, str], ...]:
+    """Where an ATOM connector output carries each kind of completion, as ``(field,
+    kind, outcome)``. Loads are in ``finished_loading``/``failed_loading`` since ATOM's
+    9bed95e; before it the offload connector reported them in the P/D receive fields,
+    ``finished_recving``/``failed_recving`` (which an offload connector uses for
+    nothing else)."""
+    loads = "loading" if hasattr(out, "finished_loading") else "recving"
+    return (
+        (f"finished_{loads}", "load", "finished"),
+        (f"failed_{loads}", "load", "failed"),
+        ("finished_saving", "save", "finished"),
+    )

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from faults.atom import pipe
-from faults.atom.event_log import EventLog, op_of
+from faults.atom.event_log import EventLog, completion_fields, op_of
 from faults.atom.fixes import fixes
 from faults.atom.runner_rules import pure_middle_chunk_rule
 from faults.atom.server_config import atom_config, use_lmcache_env
@@ -326,11 +326,7 @@ class SchedulerProcess:
     def observe_delivered(self, out: Any) -> None:
         if out is None:
             return
-        for attr, kind, outcome in (
-            ("finished_loading", "load", "finished"),
-            ("failed_loading", "load", "failed"),
-            ("finished_saving", "save", "finished"),
-        ):
+        for attr, kind, outcome in completion_fields(out):
             for value in getattr(out, attr, ()) or ():
                 op = op_of(value, kind, self.names)
                 self.log.record("delivered", op=op, outcome=outcome)

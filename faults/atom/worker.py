@@ -14,7 +14,7 @@ import time
 from types import SimpleNamespace
 from typing import Any
 
-from faults.atom.event_log import EventLog, op_of
+from faults.atom.event_log import EventLog, completion_fields, op_of
 from faults.atom.server_config import atom_config, use_lmcache_env
 from faults.atom.spec import ServerSpec
 from faults.atom.worker_faults import WorkerFaults
@@ -180,11 +180,7 @@ class WorkerProcess:
 
     def async_proc_aggregation(self, names: dict[Any, str]) -> Any:
         out = self.connector.get_finished()
-        for attr, kind, outcome in (
-            ("finished_loading", "load", "finished"),
-            ("failed_loading", "load", "failed"),
-            ("finished_saving", "save", "finished"),
-        ):
+        for attr, kind, outcome in completion_fields(out):
             for value in getattr(out, attr, ()) or ():
                 op = op_of(value, kind, names)
                 load = self.loads.pop(value, None) if kind == "load" else None

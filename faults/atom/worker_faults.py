@@ -8,7 +8,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from faults.atom.event_log import EventLog, op_of
+from faults.atom.event_log import EventLog, completion_fields, op_of
 from faults.atom.spec import FaultSpec
 
 if TYPE_CHECKING:
@@ -158,11 +158,7 @@ class WorkerFaults:
 
     def finished(self, out: Any, names: dict[Any, str]) -> Any:
         """Duplicate the n-th reported completion of a kind."""
-        for attr, kind in (
-            ("finished_loading", "load"),
-            ("failed_loading", "load"),
-            ("finished_saving", "save"),
-        ):
+        for attr, kind, _ in completion_fields(out):
             values = getattr(out, attr, None)
             if not values:
                 continue
