@@ -25,6 +25,7 @@ FINDINGS = {
     "two_images_hbm": "correctness",
     "hung_retrieve": "liveness",
     "reload_twice": "resources",
+    "resend_at_defaults": "resources",
 }
 BUNDLED_HEAD = "ffdf3bb5d"
 

@@ -10,8 +10,8 @@ import subprocess
 import sys
 
 from faults.atom.catalog import ROWS
-from faults.atom.fix_proof import judge, path_difference
 from faults.atom.fixes import FIXES
+from faults.atom.recorded_path import path_difference
 
 
 def test_every_fix_is_named_for_a_row_and_names_its_atom_function():
@@ -41,33 +41,27 @@ def test_path_difference_groups_lines_by_function_in_spans():
     assert path_difference(ran, other) == ["atom/a.py:3 f: 3, 5-6, 9"]
 
 
-def _proof(atom_src: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "faults.atom.fix_proof", *args, "--atom-src", atom_src],
+def test_review_proves_a_fix_on_one_commit_and_the_path_shows(atom_src, tmp_path):
+    base, head = tmp_path / "base", tmp_path / "head"
+    review = subprocess.run(
+        [sys.executable, "-m", "faults.cli", "review", "-C", atom_src, "HEAD", "HEAD",
+         "--tier", "atom", "--scenario", "chunk_aligned", "--scenario", "prefix_reuse",
+         "--base-args", f"--atom-record-path {base}",
+         "--head-args", f"--atom-fix chunk_aligned --atom-record-path {head}"],
         capture_output=True, text=True, timeout=900, env=dict(os.environ),
     )  # fmt: skip
-
-
-def test_a_fix_is_proved_with_its_recorded_path(atom_src):
-    proc = _proof(atom_src, "chunk_aligned", "--row", "chunk_aligned", "--row", "prefix_reuse")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    out = proc.stdout
-    assert "chunk_aligned  FAIL     PASS" in out and "prefix_reuse   PASS     PASS" in out
-    # The failing run's own path: the load fails on the partial chunk, ATOM recomputes.
-    assert "dense/connector.py" in out and out.rstrip().endswith(
-        "FIXED: chunk_aligned FAIL -> PASS; every other row kept its verdict"
-    )
-
-
-def test_a_proof_holds_only_when_its_row_flips_and_nothing_else_moves():
-    without = {"chunk_aligned": "FAIL", "prefix_reuse": "PASS", "two_images": "FAIL"}
-    assert judge("chunk_aligned", without, {**without, "chunk_aligned": "PASS"})[0]
-    stays = judge("chunk_aligned", without, without)
-    assert stays == (False, "NOT FIXED: chunk_aligned FAIL -> FAIL")
-    moved = judge(
-        "chunk_aligned", without, {**without, "chunk_aligned": "PASS", "prefix_reuse": "FAIL"}
-    )
-    assert moved == (
-        False,
-        "NOT FIXED: chunk_aligned FAIL -> PASS; other rows changed: prefix_reuse",
-    )
+    assert review.returncode == 0, review.stdout[-3000:] + review.stderr[-2000:]
+    assert "**FIXED**: 0 breaking, 1 fixed" in review.stdout
+    path = subprocess.run(
+        [sys.executable, "-m", "faults.atom.recorded_path", str(base), str(head),
+         "chunk_aligned", "--atom-src", atom_src],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert path.returncode == 0, path.stderr
+    # Without the fix the load fails on the partial last chunk and ATOM reports it.
+    assert "dense/connector.py" in path.stdout, path.stdout
+    missing = subprocess.run(
+        [sys.executable, "-m", "faults.atom.recorded_path", str(base), str(head), "two_images"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert missing.returncode == 2 and "no recorded run of two_images" in missing.stderr

@@ -168,6 +168,15 @@ ROWS: dict[str, AtomRow] = {
             "a prompt restored from lmcache into HBM, then sent again: HBM serves it",
         ),
         _scenario(
+            "resend_at_defaults",
+            s.resend_at_defaults,
+            # Not efficiency: ATOM recomputes a tier hit below OFFLOAD_MIN_LOAD_TOKENS by
+            # design (its setting), which that property's loadable rule does not know.
+            tuple(p for p in _ONE if p != "efficiency"),
+            "ATOM's offload defaults (min load 8192, chunk 256): a 1024-token prompt resent "
+            "three times, each tier hit below the minimum load",
+        ),
+        _scenario(
             "tier_hit_burst",
             s.tier_hit_burst,
             _ONE,

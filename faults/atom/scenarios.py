@@ -243,6 +243,22 @@ def reload_twice(run: AtomRun) -> None:
     run.end(a)
 
 
+def resend_at_defaults(run: AtomRun) -> None:
+    """ATOM's offload defaults (``OFFLOAD_MIN_LOAD_TOKENS`` 8192, lmcache chunks of 256
+    tokens, no partial chunk saved) on a server without an HBM prefix cache: a
+    1024-token prompt stored, then sent three times more. Each resend's lookup hits 1024
+    tokens, fewer than the minimum load, so ATOM recomputes instead of loading; every
+    lookup pin must still be released."""
+    a = run.server("A", prefix_caching=False, chunk_size=256, min_load_tokens=8192,
+                   num_blocks=160, max_num_batched_tokens=1024)  # fmt: skip
+    p = run.prompt(1024)
+    run.serve(a, AtomRequest("first", p))
+    run.stored(a, p)
+    for i in range(3):
+        run.serve(a, AtomRequest(f"again{i}", p))
+    run.end(a)
+
+
 def tier_hit_burst(run: AtomRun) -> None:
     """One server admitting 2 requests at a time, without an HBM prefix cache: three
     prompts stored, then each served again from lmcache, one after another. More
