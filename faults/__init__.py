@@ -24,7 +24,7 @@ _EXPORTS = {
     "RunResult": "faults.runs",
     "run_case": "faults.campaign.execute",
     "run_campaign": "faults.campaign.session",
-    "select_targets": "faults.campaign.targets",
+    "select_targets": "faults.campaign.select",
 }
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
