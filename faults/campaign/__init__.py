@@ -33,7 +33,7 @@ _EXPORTS = {
     "seeds_ran": "faults.campaign.session",
     "CaseResult": "faults.campaign.execute",
     "Executor": "faults.tiers.executor",
-    "MemoryExecutor": "faults.campaign.execute",
+    "default_executor": "faults.campaign.execute",
     "check": "faults.campaign.execute",
     "properties_of": "faults.campaign.execute",
     "run_case": "faults.campaign.execute",

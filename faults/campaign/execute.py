@@ -1,7 +1,8 @@
 """Run one case (a scenario, a seed, a rule set, injectors) on a tier and judge it.
 
 The tier is a parameter: an ``Executor`` builds a run's context and runs the scenario
-on its tier. ``MemoryExecutor`` is the in-process tier in virtual time;
+on its tier. ``faults.memory.executor.MemoryExecutor`` is the in-process tier in
+virtual time (the default tier's, ``default_executor``);
 ``faults.lmcache.executor.LMCacheExecutor`` is a real lmcache server in real time.
 Everything else -- the property list, the checks, the fired count -- is the same.
 
@@ -11,9 +12,7 @@ its scenario twice with fresh injectors and compares trace digests.
 
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -23,7 +22,7 @@ from faults.injectors.plans import fired_report, not_exercised
 from faults.properties.checks import PROPERTIES, Violation
 from faults.runs import Ending, RunContext, RunResult
 from faults.scenarios import SCENARIOS
-from faults.tiers import DEFAULT_TIER, Executor, Tiers
+from faults.tiers import Executor, Tiers
 from reference.rules import Rules
 from reference.types import Request
 
@@ -31,20 +30,10 @@ InjectorFactory = Callable[[], Sequence[Injector]]
 RequestMap = Callable[[Request], Request]
 
 
-class MemoryExecutor(Executor):
-    """The in-process tier (``fakes.memory_tier``) in virtual time: deterministic."""
-
-    tier = DEFAULT_TIER
-    deterministic = True
-
-    def execute(self, scenario: str, ctx: RunContext) -> tuple[RunResult, dict[str, object]]:
-        return SCENARIOS[scenario].run(ctx), {}
-
-
-@contextlib.contextmanager
-def memory_executor() -> Iterator[MemoryExecutor]:
-    """The in-process tier's opener (``faults.tiers.memory``): nothing to start."""
-    yield MemoryExecutor()
+def default_executor() -> Executor:
+    """The executor a run gets when none is given: a fresh one of the default tier's,
+    which needs nothing started (``faults.tiers.Tier.executor``)."""
+    return Tiers.installed().default.new_executor()
 
 
 @dataclass
@@ -128,7 +117,7 @@ def run_scenario(
 ) -> RunResult:
     """One run of scenario ``name`` with ``seed`` at ``scale`` (``RunContext.scale``) on
     ``executor``'s tier (default: the in-process tier)."""
-    executor = executor or MemoryExecutor()
+    executor = executor or default_executor()
     _known(name, executor)
     ctx = RunContext(seed=seed, rules=rules or Rules(), injectors=list(injectors()), scale=scale)
     if request_map is not None:
@@ -181,7 +170,7 @@ def run_case(
     """Run and judge one case at ``scale`` on ``executor``'s tier (default: in-process).
     ``replay_map`` (default: ``request_map``) is used for the determinism re-run, so a
     hash-order shuffle can compare two salts."""
-    executor = executor or MemoryExecutor()
+    executor = executor or default_executor()
     _known(name, executor)
     if properties is not None:
         _known_properties(properties)

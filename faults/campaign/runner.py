@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 import traceback
 
-from faults.campaign.execute import CaseResult, Executor, MemoryExecutor, run_case
+from faults.campaign.execute import CaseResult, Executor, default_executor, run_case
 from faults.campaign.outcomes import CaseOutcome
 from faults.campaign.targets import Case, Target
 from faults.verdicts import Verdict
@@ -45,7 +45,7 @@ class CaseRunner:
             raise ValueError(f"keep_runs must be failing, all or none, got {keep_runs!r}")
         self.keep_runs = keep_runs
         self.digests = digests
-        self.executor = executor or MemoryExecutor()
+        self.executor = executor or default_executor()
         self._fixed: dict[tuple[str, int, int, str | None], CaseResult] = {}
 
     def fixed(

@@ -15,9 +15,10 @@ from faults.errors import KvfaultError
 if TYPE_CHECKING:
     from faults.injectors.base import Injector
     from faults.runs import Expect
+    from faults.tiers.executor import Executor
 
 # The tier a run uses when none is named: the in-process one. It registers like any
-# other (``faults.tiers.memory``); only its name is the core's default.
+# other (``faults.memory``); only its name is the core's default.
 DEFAULT_TIER = "memory"
 
 KINDS = ("scenario", "fault", "regression")
@@ -102,6 +103,9 @@ class Tier:
     ``opener``: ``"module:function"`` of a context manager that yields the tier's
     executor (``faults.campaign.execute.Executor``) with whatever it needs started,
     and stops it on exit; it raises ``TierUnavailable`` in one line when it cannot.
+    ``executor``: instead of an opener, ``"module:class"`` of an executor that needs
+    nothing started (an in-process tier): made fresh for each opening, and for a run
+    given no executor when this is the default tier (``new_executor``).
     ``catalog``: ``"module:function"`` returning the ``Row``s it runs (its scenarios,
     faults and regressions, each with the scenario it runs on there). ``faults``:
     ``"module:attribute"`` of its fault catalog, a mapping of name to ``TierFault``
@@ -133,6 +137,7 @@ class Tier:
     name: str
     description: str
     opener: str = ""
+    executor: str = ""
     catalog: str = ""
     faults: str = ""
     scenarios: str = ""
@@ -217,9 +222,21 @@ class Tier:
         check: Callable[[Selection], str | None] = _load(self, self.refuses)
         return check(selection)
 
+    def new_executor(self) -> Executor:
+        """A fresh executor of a tier that needs nothing started (``executor``);
+        ``TierError`` in one line for a tier that must be opened."""
+        if not self.executor:
+            raise TierError(f"tier {self.name!r} must be opened (it declares no executor)")
+        made: Executor = _load(self, self.executor)()
+        return made
+
     @contextlib.contextmanager
-    def open(self, **options: Any) -> Iterator[Any]:
-        """The tier's executor, opened by its ``opener`` and closed on exit."""
+    def open(self, **options: Any) -> Iterator[Executor]:
+        """The tier's executor, opened by its ``opener`` (or made, ``executor``) and
+        closed on exit."""
+        if not self.opener and self.executor and not options:
+            yield self.new_executor()
+            return
         if not self.opener:
             raise TierError(f"tier {self.name!r} declares no opener: it cannot run cases")
         opener: Callable[..., Any] = _load(self, self.opener)

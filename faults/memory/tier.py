@@ -1,12 +1,13 @@
 """The ``memory`` tier's declaration (entry point ``kvfault.tiers: memory``): the
 reference stack on the in-process tier in virtual time. It registers like any outside
-tier; it is the default only because ``faults.tiers.DEFAULT_TIER`` names it."""
+tier; it is the default only because ``faults.tiers.DEFAULT_TIER`` names it. Reading
+it imports nothing of the tier (its executor is ``faults.memory.executor``)."""
 
 from __future__ import annotations
 
-from faults.tiers.tier import Row, Tier
+from faults.tiers import Row, Tier
 
-NAME = "memory"
+NAME = "memory"  # as faults.memory.executor names it
 
 
 def rows() -> list[Row]:
@@ -29,8 +30,8 @@ def rows() -> list[Row]:
 TIER = Tier(
     name=NAME,
     description="the embedded in-process tier in virtual time (the default)",
-    opener="faults.campaign.execute:memory_executor",
-    catalog="faults.tiers.memory:rows",
+    executor="faults.memory.executor:MemoryExecutor",
+    catalog="faults.memory.tier:rows",
     rank=0,
     plans=True,
     parallel=True,
