@@ -1,11 +1,17 @@
 """The tiers installed here: read from the ``kvfault.tiers`` entry-point group when first
 asked for, never at import. kvfault's own tiers register the way an outside package
-does (``[project.entry-points."kvfault.tiers"]`` in its ``pyproject.toml``)."""
+does (``[project.entry-points."kvfault.tiers"]`` in its ``pyproject.toml``); when
+kvfault runs from a checkout, that file is read instead of the installed metadata for
+its own tiers, so a checkout that was never installed (or whose editable install is
+older than its declarations) finds them as they stand."""
 
 from __future__ import annotations
 
 import functools
+import importlib
 from collections.abc import Callable, Iterable, Iterator
+from importlib.metadata import EntryPoint
+from pathlib import Path
 from typing import Any
 
 from faults.tiers.tier import DEFAULT_TIER, Tier, TierError
@@ -33,10 +39,9 @@ class Tiers:
         ``TierError`` in one line for a plugin that does not load, is not a
         ``Tier``, or registers a name twice, and when there is none at all."""
         if entry_points is None:
-            from importlib.metadata import entry_points as installed
-
-            entry_points = installed
-        found = list(entry_points(group=GROUP))
+            found = _registered()
+        else:
+            found = list(entry_points(group=GROUP))
         if not found:
             raise TierError(
                 f"no tiers are registered (entry-point group {GROUP}): kvfault registers "
@@ -95,3 +100,35 @@ class Tiers:
 @functools.lru_cache(maxsize=1)
 def _installed() -> Tiers:
     return Tiers.load()
+
+
+def _registered() -> list[Any]:
+    """The ``kvfault.tiers`` entry points: the installed ones, with kvfault's own taken
+    from the checkout this package runs from, when it runs from one."""
+    from importlib.metadata import entry_points
+
+    found = list(entry_points(group=GROUP))
+    own = _checkout_tiers()
+    if own is None:
+        return found
+    others = [ep for ep in found if getattr(ep.dist, "name", None) != "kvfault"]
+    return [EntryPoint(name, value, GROUP) for name, value in own.items()] + others
+
+
+def _checkout_tiers(root: Path = Path(__file__).resolve().parents[2]) -> dict[str, str] | None:
+    """kvfault's own tiers as the ``pyproject.toml`` of the checkout at ``root``
+    declares them; None outside a checkout (an installed wheel: its metadata says)."""
+    path = root / "pyproject.toml"
+    if not path.is_file():
+        return None
+    try:  # by name: the type checker targets Python 3.10, which has no tomllib
+        tomllib = importlib.import_module("tomllib")
+    except ImportError:  # Python 3.10: the installed metadata says
+        return None
+    try:
+        project = tomllib.loads(path.read_text()).get("project", {})
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return None
+    if project.get("name") != "kvfault":
+        return None
+    return dict(project.get("entry-points", {}).get(GROUP, {}))

@@ -54,6 +54,48 @@ def test_kvfault_registers_its_own_tiers_as_entry_points() -> None:
     assert tiers["atom"].own_listing() is not None and tiers["atom"].rows("scenario")
 
 
+def test_a_checkout_that_was_never_installed_finds_its_own_tiers(tmp_path: Path) -> None:
+    # -S: no site-packages, so no installed metadata of kvfault at all; the checkout
+    # on PYTHONPATH alone. Its pyproject.toml declares the tiers.
+    out = subprocess.run(
+        [sys.executable, "-S", "-m", "faults.cli", "list", "--tiers"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=120,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert [line.split()[0] for line in out.stdout.splitlines()] == ["memory", "lmcache", "atom"]
+
+
+def test_the_checkout_declares_kvfault_s_own_tiers_over_stale_installed_metadata(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # An editable install older than the checkout: its metadata names a module that
+    # moved. The checkout's pyproject.toml wins for kvfault's own; others stay.
+    import importlib.metadata
+
+    from faults.tiers import registry
+
+    class _Dist:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+    stale = importlib.metadata.EntryPoint("memory", "faults.gone:TIER", GROUP)
+    outside = importlib.metadata.EntryPoint("toy", "toy_tier:TIER", GROUP)
+    stale_ep = type("EP", (), {"name": stale.name, "value": stale.value, "dist": _Dist("kvfault")})
+    outside_ep = type(
+        "EP", (), {"name": outside.name, "value": outside.value, "dist": _Dist("toy")}
+    )
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [stale_ep, outside_ep])
+    got = {ep.name: ep.value for ep in registry._registered()}
+    assert got == {
+        "memory": "faults.memory.tier:TIER",
+        "lmcache": "faults.lmcache.tier:TIER",
+        "atom": "faults.atom.tier:TIER",
+        "toy": "toy_tier:TIER",
+    }
+    assert registry._checkout_tiers(ROOT / "docs") is None  # no pyproject.toml there
+
+
 def test_reading_the_declarations_imports_no_tier_library() -> None:
     # The registry is read by `kvfault list` and every run: it must stay cheap.
     code = (
