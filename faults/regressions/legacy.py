@@ -161,9 +161,6 @@ class Regression:
     # How the legacy run may end (any of these); the fixed run must end as its
     # scenario declares. Hash-order legacies end differently under different seeds.
     legacy_expect: tuple[Expect, ...] = ()
-    # The scenario it runs on with the real lmcache tier (its real-tier size), or None
-    # when the regression cannot show there (each such entry says why).
-    lmcache_scenario: str | None = None
 
 
 _FIXED = Rules()
@@ -177,7 +174,6 @@ REGRESSIONS: dict[str, Regression] = {
             "two_images",
             "correctness",
             replace(_FIXED, tier_ids=raw_prompt_ids),
-            lmcache_scenario="two_images",
             legacy_expect=(finishes(),),
         ),
         Regression(
@@ -186,7 +182,6 @@ REGRESSIONS: dict[str, Regression] = {
             "two_images",
             "keys",
             replace(_FIXED, side_chain_seed=text_side_chain_seed),
-            lmcache_scenario="two_images",
             legacy_expect=(finishes(),),
         ),
         Regression(
@@ -195,7 +190,6 @@ REGRESSIONS: dict[str, Regression] = {
             "two_servers",
             "identity",
             replace(_FIXED, identity=PortlessIdentity()),
-            lmcache_scenario="two_servers",
             legacy_expect=(finishes(),),
         ),
         Regression(
@@ -220,7 +214,6 @@ REGRESSIONS: dict[str, Regression] = {
             "restart_tier_kept",
             "grid",
             replace(_FIXED, anchors=OffGridAnchors()),
-            lmcache_scenario="restart_tier_kept",
             legacy_expect=(finishes(),),
         ),
         Regression(
@@ -229,9 +222,6 @@ REGRESSIONS: dict[str, Regression] = {
             "chunk_aligned_hybrid",
             "hybrid",
             replace(_FIXED, hits=GiveBackHybridHits()),
-            # Not on lmcache: the MP server keeps state images only on the chunk grid,
-            # so a chunk-aligned prompt's joint boundary is already a chunk boundary and
-            # the legacy give-back loses nothing there (both load 1792 of 2048 tokens).
             legacy_expect=(finishes(),),
         ),
         Regression(
@@ -240,8 +230,6 @@ REGRESSIONS: dict[str, Regression] = {
             "two_images",
             "hybrid",
             replace(_FIXED, anchors=PastFullChunkAnchors()),
-            # Not on lmcache: not tried on the real server (whether it keeps an image
-            # off its chunk grid for the block-grid story is the server's business).
             legacy_expect=(finishes(),),
         ),
         Regression(
@@ -250,7 +238,6 @@ REGRESSIONS: dict[str, Regression] = {
             "restart_burst",
             "no_false_stop",
             replace(_FIXED, deadline=SubmissionDeadline),
-            lmcache_scenario="real_restart_burst",
             legacy_expect=(stops("TransferUnprovable", "load", within_s=51.0),),
         ),
         Regression(
@@ -259,7 +246,6 @@ REGRESSIONS: dict[str, Regression] = {
             "restart_burst",
             "no_false_stop",
             replace(_FIXED, bounds=NoRestartBounds),
-            lmcache_scenario="real_restart_burst",
             legacy_expect=(stops("LoadNotTerminal", "load", within_s=61.0),),
         ),
         Regression(
@@ -274,9 +260,6 @@ REGRESSIONS: dict[str, Regression] = {
             "loaded_restart_burst",
             "no_false_stop",
             replace(_FIXED, bounds=HashOrderBounds),
-            # Not on lmcache: its scenario has no real-tier size (64 loads behind 21 s
-            # steps are over 25 minutes of real time), and set order is the Python
-            # process's, not the tier's.
             legacy_expect=(stops("LoadNotTerminal", "load", within_s=61.0),),
         ),
         Regression(
@@ -285,7 +268,6 @@ REGRESSIONS: dict[str, Regression] = {
             "lost_completion_burst",
             "liveness",
             replace(_FIXED, bounds=RestartAllBounds),
-            lmcache_scenario="real_lost_completion_burst",
             legacy_expect=(stops("LoadNotTerminal", "load", within_s=61.0),),
         ),
     )
