@@ -297,12 +297,13 @@ ROWS: dict[str, AtomRow] = {
         ),
         _fault(
             "store_failure",
-            s.reuse_once,
+            s.recompute_then_reuse,
             _ONE,
             # ATOM's finished save promises freed blocks, not stored data: the row
             # judges that the failure frees, answers right and recomputes (no silent
             # miss is claimed for chunks lmcache never held).
-            "lmcache's first store raises: its blocks are freed, the next request recomputes right",
+            "lmcache's first store raises: its blocks are freed, the next request recomputes "
+            "right, and the one after loads what it stored",
             FaultSpec(fail_store=1),
         ),
         _fault(

@@ -105,6 +105,23 @@ def reuse_once(run: AtomRun) -> None:
     run.end(a)
 
 
+def recompute_then_reuse(run: AtomRun) -> None:
+    """``reuse_once``, then, once the tier holds the prompt (the second request's save
+    has landed), the prompt a third time: it loads what the recompute stored. The
+    third request also makes the engine step again, so the second request's save is
+    reported however its store raced that request's last steps: an ATOM whose idle
+    engine stops polling (before its 5d771f7, row 20 of history.md; ``one_token``
+    proves that fix) reported it only when the store beat them, so ``store_failure``
+    on ``reuse_once`` passed or failed on identical runs at 31dadf0^ and 31dadf0."""
+    a = run.server("A", prefix_caching=False)
+    p = run.prompt(200)
+    run.serve(a, AtomRequest("first", p))
+    run.serve(a, AtomRequest("again", p))
+    run.stored(a, p)
+    run.serve(a, AtomRequest("third", p))
+    run.end(a)
+
+
 def reuse_after_abort(run: AtomRun) -> None:
     """``reuse_once`` (its second request is the one a fault may abort), then, after
     ``SAVE_SETTLE_S`` idle (an ATOM that stops stepping when idle reports nothing
