@@ -40,7 +40,7 @@ from faults.campaign.targets import CampaignError, Case, Target
 from faults.catalog import UnknownName, close_matches, resolve
 from faults.errors import KvfaultError
 from faults.injectors.catalog import INJECTORS
-from faults.injectors.plans import FaultPlan, FaultSpec, fired_report
+from faults.injectors.plans import FaultPlan, fired_report
 from faults.injectors.plans import swarm_plan as draw_swarm
 from faults.regressions.legacy import REGRESSIONS
 from faults.tiers import DEFAULT_TIER, Tiers
@@ -311,18 +311,17 @@ class Fault(TargetKind):
         return Target(self, name, _resolve(self, name, tier), injector=name, tier=tier)
 
     def plan(self, target: Target, seed: int) -> FaultPlan | None:
-        if not Tiers.installed()[target.tier].plans:
+        plans = Tiers.installed()[target.tier].plans()
+        if plans is None:
             return None  # built by its tier's fault catalog, not a plan
-        assert target.injector is not None
-        spec = FaultSpec.of(target.injector, **INJECTORS[target.injector].defaults)
-        return FaultPlan((spec,), seed, target.scale)
+        return plans.plan(str(target.injector), seed, target.scale)
 
     def selection(self, target: Target) -> list[str]:
         return ["--fault", str(target.injector)]
 
     def restarts_server(self, target: Target) -> bool:
         tier = Tiers.installed()[target.tier]
-        return not tier.plans and tier.fault(target.name).kills_server
+        return tier.plans() is None and tier.fault(target.name).kills_server
 
     def run(self, runner: CaseRunner, case: Case) -> tuple[CaseResult, dict[str, int]]:
         t = case.target
@@ -518,9 +517,10 @@ def _unmet_legacy(reg: PlantedRegression, res: CaseResult) -> str | None:
 
 
 def _fault_expect(target: Target) -> Expect | None:
-    """How the fixed stack must end under ``target``'s fault: the in-process injector
-    catalog's entry for a planned fault, else its tier's fault catalog's."""
+    """How the fixed stack must end under ``target``'s fault: as its tier's
+    ``FaultPlans`` says for a planned fault, else as its tier's fault catalog says."""
     tier = Tiers.installed()[target.tier]
-    if not tier.plans:
+    plans = tier.plans()
+    if plans is None:
         return tier.fault(str(target.injector)).expect
-    return INJECTORS[str(target.injector)].expect
+    return plans.expect(str(target.injector))

@@ -49,7 +49,7 @@ def select_targets(
     if tier not in known:
         raise CampaignError(f"--tier must be one of {', '.join(known)}, got {tier!r}")
     on = _tier(tier)
-    if swarm and not on.plans:
+    if swarm and not on.fault_plans:
         raise CampaignError(f"--swarm draws in-process injectors: it runs on --tier {_planning()}")
     everything = regressions is None and faults is None and scenarios is None
     if stack is not None:
@@ -79,7 +79,7 @@ def select_targets(
     ]
     if not unique:  # a campaign of nothing would pass: "everything holds" of nothing
         raise CampaignError(f"--tier {tier} has nothing to run: its catalog lists no row")
-    if not on.plans:
+    if not on.fault_plans:
         unique.sort(key=lambda t: (t.kind.rank, t.kind.restarts_server(t)))
     return unique
 
@@ -97,7 +97,7 @@ def legacy_stack(name: Any, kind: TargetKind | None = None, tier: str = DEFAULT_
             "--legacy runs the fault, scenario and swarm rows against a legacy stack; a "
             "regression row already runs its legacy against the fixed stack: drop --regression"
         )
-    if not _tier(tier).plans:
+    if not _tier(tier).fault_plans:
         raise CampaignError(f"--legacy runs on --tier {_planning()}")
     return name
 
@@ -113,4 +113,4 @@ def _tier(name: str) -> Tier:
 def _planning() -> str:
     """The tiers that run in-process fault plans (``--swarm``, ``--legacy``), as
     ``--tier`` names them."""
-    return " or --tier ".join(t.name for t in Tiers.installed() if t.plans)
+    return " or --tier ".join(t.name for t in Tiers.installed() if t.fault_plans)

@@ -7,6 +7,7 @@ from faults.tiers.registry import GROUP, Tiers
 from faults.tiers.tier import (
     DEFAULT_TIER,
     KINDS,
+    FaultPlans,
     Row,
     Selection,
     Tier,
@@ -19,6 +20,7 @@ from faults.tiers.tier import (
 __all__ = [
     "DEFAULT_TIER",
     "Executor",
+    "FaultPlans",
     "GROUP",
     "KINDS",
     "Row",

@@ -14,6 +14,7 @@ from faults.errors import KvfaultError
 
 if TYPE_CHECKING:
     from faults.injectors.base import Injector
+    from faults.injectors.plans import FaultPlan
     from faults.runs import Expect
     from faults.tiers.executor import Executor
 
@@ -83,8 +84,22 @@ class Selection:
     options: Mapping[str, Any] = field(default_factory=dict)
 
 
+class FaultPlans(Protocol):
+    """What a tier whose faults are in-process fault plans provides
+    (``Tier.fault_plans``): the plan of one of its faults, and the ending the fixed
+    stack must reach under it. Such a tier runs ``--swarm``, ``--pin`` and ``--legacy``."""
+
+    def plan(self, fault: str, seed: int, scale: int) -> FaultPlan:
+        """The plan that runs ``fault`` with its default parameters."""
+        ...
+
+    def expect(self, fault: str) -> Expect | None:
+        """How the fixed stack must end under ``fault`` (None: its entry declares none)."""
+        ...
+
+
 class TierFault(Protocol):
-    """A fault of a tier whose faults are not in-process plans (``Tier.plans`` False):
+    """A fault of a tier whose faults are not in-process plans (no ``fault_plans``):
     built from a seed, and how the fixed stack must end under it."""
 
     name: str
@@ -109,7 +124,7 @@ class Tier:
     ``catalog``: ``"module:function"`` returning the ``Row``s it runs (its scenarios,
     faults and regressions, each with the scenario it runs on there). ``faults``:
     ``"module:attribute"`` of its fault catalog, a mapping of name to ``TierFault``
-    (empty when its faults are in-process plans, ``plans``). ``scenarios``:
+    (empty when its faults are in-process plans, ``fault_plans``). ``scenarios``:
     ``"module:attribute"`` of the tier's own scenario catalog, a mapping of name to an
     entry with ``properties``, ``expect`` and ``scales`` (default: the shared
     ``faults.scenarios.SCENARIOS``). ``options``: the ``TierOption``s it takes, handed
@@ -120,8 +135,10 @@ class Tier:
     --tier NAME`` hands over to (the tier's own list). ``rank`` orders tiers in lists
     and ``--tier`` choices.
 
-    Capabilities: ``plans`` (its faults are in-process fault plans: ``--swarm``,
-    ``--pin`` and ``--legacy`` run here), ``parallel`` (its cases may run in many
+    ``fault_plans``: ``"module:attribute"`` of its ``FaultPlans``, when its faults are
+    in-process fault plans (``--swarm``, ``--pin`` and ``--legacy`` run here).
+
+    Capabilities: ``parallel`` (its cases may run in many
     processes: ``-j``, ``-n``, ``--tx``), ``scales`` (``--scale``). ``seeds``: its
     default seeds per target (None: the campaign's).
 
@@ -145,7 +162,7 @@ class Tier:
     refuses: str = ""
     listing: str = ""
     rank: int = 50
-    plans: bool = False
+    fault_plans: str = ""
     parallel: bool = False
     scales: bool = False
     seeds: int | None = None
@@ -181,6 +198,10 @@ class Tier:
                 f"tier {self.name!r} lists fault {name!r} but its fault catalog "
                 f"({self.faults}) has no such fault"
             ) from None
+
+    def plans(self) -> FaultPlans | None:
+        """The tier's ``FaultPlans`` (None: its faults are its own catalog's)."""
+        return _load(self, self.fault_plans) if self.fault_plans else None
 
     def fault_catalog(self) -> Mapping[str, TierFault]:
         return _load(self, self.faults) if self.faults else {}
