@@ -152,7 +152,6 @@ class Reviewer:
         self.reruns, self.side_timeout, self.progress = reruns, side_timeout, progress
         self.tmp = tmp
         self.report = report if report is not None else tmp / "report"
-        self._runs = 0
 
     # ------------------------------------------------------------------ one run
 
@@ -196,7 +195,6 @@ class Reviewer:
         self, spec: SideSpec, words: list[str], report: Path
     ) -> tuple[int | None, str, str | None]:
         """Run one campaign; returns (exit status, output tail, why it could not run)."""
-        self._runs += 1
         r = _run_once(
             command=self._argv(spec, words, report),
             shell=False,
@@ -276,25 +274,30 @@ class Reviewer:
         return f"{engine} {spec.sha[:12]}" + (" (its worktree)" if c.commit == spec.sha else
                                                f" (worktree at {c.commit})")  # fmt: skip
 
-    def rerun(self, base: SideSpec, head: SideSpec, row: Row) -> tuple[list[str], list[str]]:
-        """Run ``row`` alone ``reruns`` times on each side; each run's outcome."""
-        words = [*_strip_selection(self.run_words), *row_selection(row.target)]
-        outs: list[list[str]] = []
-        for spec in (base, head):
-            got: list[str] = []
+    def rerun(
+        self, base: SideSpec, head: SideSpec, rows: list[Row]
+    ) -> dict[str, tuple[list[str], list[str]]]:
+        """Run ``rows`` (together, in one campaign) ``reruns`` times on each side; each
+        row's outcome in each run, by row id (a row a run did not report could not be
+        judged in that run)."""
+        words = _strip_selection(self.run_words)
+        for r in rows:
+            words += row_selection(r.target)
+        got: dict[str, tuple[list[str], list[str]]] = {r.id: ([], []) for r in rows}
+        names = ", ".join(r.id for r in rows)
+        for n, spec in enumerate((base, head)):
             for i in range(1, self.reruns + 1):
-                self._say(f"{row.id} differs: re-run {i}/{self.reruns} on {spec.name}")
-                report = self.report / "reruns" / f"{spec.name}-{self._runs + 1}"
+                self._say(f"re-run {i}/{self.reruns} on {spec.name} of what differs: {names}")
+                report = self.report / "reruns" / f"{spec.name}-{i}"
                 report.parent.mkdir(parents=True, exist_ok=True)
-                code, _tail, error = self._campaign(spec, words, report)
+                _code, _tail, error = self._campaign(spec, words, report)
                 try:
-                    rows = read_rows(report / "summary.json") if error is None else {}
+                    ran = read_rows(report / "summary.json") if error is None else {}
                 except SummaryError:
-                    rows = {}
-                r = rows.get(row.id)
-                got.append(r.outcome if r is not None else UNJUDGED)
-            outs.append(got)
-        return outs[0], outs[1]
+                    ran = {}
+                for r in rows:
+                    got[r.id][n].append(ran[r.id].outcome if r.id in ran else UNJUDGED)
+        return got
 
 
 def _notes(repo: Path, base: SideSpec, head: SideSpec) -> list[str]:
@@ -371,7 +374,7 @@ def review(
             unjudged = "; ".join(s.unjudged for s in sides if s.unjudged)
             rows: list[RowDiff] = []
             if not unjudged:
-                rows = diff(sides[0].rows, sides[1].rows, lambda r: rv.rerun(*specs, r))
+                rows = diff(sides[0].rows, sides[1].rows, lambda rs: rv.rerun(*specs, rs))
         finally:
             with signals.deferred():
                 _remove_worktrees(repo_path, added, tmp)

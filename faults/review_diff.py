@@ -126,18 +126,19 @@ class RowDiff:
     finding: str | None = None
 
 
-# Re-runs one row K times on each side; returns each side's outcomes.
-Rerun = Callable[[Row], tuple[list[str], list[str]]]
+# Re-runs the given rows K times on each side; returns, by row id, each side's outcomes.
+Rerun = Callable[[list[Row]], dict[str, tuple[list[str], list[str]]]]
 
 
 def diff(base: dict[str, Row], head: dict[str, Row], rerun: Rerun) -> list[RowDiff]:
-    """Compare every row. A row whose outcome differs between the sides is re-run
-    (``rerun``) before it is called a change: it ``breaks`` (passes at the base, fails
-    at the head) or ``fixes`` (the other way) only when every run of each side agrees;
-    when a side's runs disagree it is ``unstable`` and is no change. A row that could
-    not be judged on a side (ERROR) is ``could not judge``; failing on both is
-    ``known``; passing on both is ``same``."""
+    """Compare every row. The rows whose outcome differs between the sides are re-run
+    (``rerun``, all of them together) before any is called a change: a row ``breaks``
+    (passes at the base, fails at the head) or ``fixes`` (the other way) only when every
+    run of each side agrees; when a side's runs disagree it is ``unstable`` and is no
+    change. A row that could not be judged on a side (ERROR) is ``could not judge``;
+    failing on both is ``known``; passing on both is ``same``."""
     out: list[RowDiff] = []
+    differing: list[RowDiff] = []
     for row_id in [*base, *(r for r in head if r not in base)]:
         b, h = base.get(row_id), head.get(row_id)
         if b is None or h is None:
@@ -149,18 +150,22 @@ def diff(base: dict[str, Row], head: dict[str, Row], rerun: Rerun) -> list[RowDi
         elif b.outcome == h.outcome:
             d.status = SAME if b.outcome == PASS else KNOWN
         else:
-            more_b, more_h = rerun(b)
-            d.base_runs += more_b
-            d.head_runs += more_h
-            if len(set(d.base_runs)) > 1 or len(set(d.head_runs)) > 1:
-                d.status = UNSTABLE
-            elif UNJUDGED in (d.base_runs[0], d.head_runs[0]):
-                d.status = UNJUDGED_ROW
-            elif d.base_runs[0] == d.head_runs[0]:  # both sides moved together: noise
-                d.status = UNSTABLE
-            else:
-                d.status = BREAKS if d.base_runs[0] == PASS else FIXES
+            differing.append(d)
         out.append(d)
+    again = rerun([d.base for d in differing if d.base is not None]) if differing else {}
+    for d in differing:
+        assert d.base is not None
+        more_b, more_h = again.get(d.base.id, ([UNJUDGED], [UNJUDGED]))
+        d.base_runs += more_b
+        d.head_runs += more_h
+        if len(set(d.base_runs)) > 1 or len(set(d.head_runs)) > 1:
+            d.status = UNSTABLE
+        elif UNJUDGED in (d.base_runs[0], d.head_runs[0]):
+            d.status = UNJUDGED_ROW
+        elif d.base_runs[0] == d.head_runs[0]:  # both sides moved together: noise
+            d.status = UNSTABLE
+        else:
+            d.status = BREAKS if d.base_runs[0] == PASS else FIXES
     return out
 
 

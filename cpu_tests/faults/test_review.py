@@ -23,16 +23,16 @@ def row(verdict: str, name: str = "x", prop: str | None = None) -> Row:
     return Row(f"scenario:{name}", {"kind": "scenario", "name": name}, verdict, prop, "msg")
 
 
-def never(_row: Row) -> tuple[list[str], list[str]]:
+def never(rows: list[Row]) -> dict[str, tuple[list[str], list[str]]]:
     raise AssertionError("a row that agrees on both sides is not re-run")
 
 
 def reruns(base: list[str], head: list[str]):
     calls: list[str] = []
 
-    def rerun(r: Row) -> tuple[list[str], list[str]]:
-        calls.append(r.id)
-        return base, head
+    def rerun(rows: list[Row]) -> dict[str, tuple[list[str], list[str]]]:
+        calls.extend(r.id for r in rows)
+        return {r.id: (base, head) for r in rows}
 
     return rerun, calls
 
@@ -45,6 +45,20 @@ def test_a_stable_change_breaks_or_fixes():
     rerun, _ = reruns(["fail", "fail"], ["pass", "pass"])
     (d,) = diff({"a": row("FAIL")}, {"a": row("PASS")}, rerun)
     assert d.status == rd.FIXES
+
+
+def test_the_rows_that_differ_are_re_run_together_once():
+    batches: list[list[str]] = []
+
+    def rerun(rows):
+        batches.append([r.id for r in rows])
+        return {r.id: (["pass"], ["fail"]) for r in rows}
+
+    base = {"a": row("PASS", "a"), "b": row("PASS", "b"), "c": row("FAIL", "c")}
+    head = {"a": row("FAIL", "a"), "b": row("FAIL", "b"), "c": row("FAIL", "c")}
+    got = diff(base, head, rerun)
+    assert batches == [["scenario:a", "scenario:b"]]
+    assert [d.status for d in got] == [rd.BREAKS, rd.BREAKS, rd.KNOWN]
 
 
 def test_a_row_that_flips_on_identical_runs_is_unstable_never_a_change():
