@@ -35,6 +35,7 @@ from faults.prove import (
     _remove_worktrees,
     _resolve,
     _run_once,
+    hide_worktree,
     notes,
 )
 from faults.review_diff import (
@@ -233,7 +234,7 @@ class Reviewer:
 
     def side(self, spec: SideSpec) -> SideResult:
         out = SideResult(spec)
-        out.code = self._code(spec)
+        out.code = self.code(spec)
         why = self._preflight(spec)
         if why:
             out.unjudged = why
@@ -265,7 +266,8 @@ class Reviewer:
             )
         return out
 
-    def _code(self, spec: SideSpec) -> str:
+    def code(self, spec: SideSpec) -> str:
+        """What the side runs, in one phrase: the engine and the commit of its worktree."""
         from faults.provenance import checkout
 
         assert spec.worktree is not None
@@ -369,9 +371,18 @@ def review(
             # The head first: a pull request that breaks the checkout is told in
             # seconds, and then the base's campaign is not run at all.
             head_side = rv.side(specs[1])
-            base_side = rv.side(specs[0]) if not head_side.unjudged else SideResult(specs[0])
+            base_side = (
+                rv.side(specs[0])
+                if not head_side.unjudged
+                else SideResult(specs[0], code=rv.code(specs[0]))
+            )
             sides = [base_side, head_side]
-            unjudged = "; ".join(s.unjudged for s in sides if s.unjudged)
+            # A side's message may name its worktree, which is gone once we return.
+            unjudged = "; ".join(
+                hide_worktree(s.unjudged, s.spec.worktree, s.spec.name)
+                for s in sides
+                if s.unjudged and s.spec.worktree is not None
+            )
             rows: list[RowDiff] = []
             if not unjudged:
                 rows = diff(sides[0].rows, sides[1].rows, lambda rs: rv.rerun(*specs, rs))

@@ -261,7 +261,7 @@ def markdown(
         ran = (
             f"exit {s.returncode}, {s.rows} rows, {s.failing} not passing"
             if s.returncode is not None
-            else "did not run"
+            else "not run: the other side could not be judged"
         )
         out.append(f"- **{s.name}** `{s.rev}` = `{s.sha[:12]}`{extra}: {s.code} ({ran})")
     out.extend(f"- note: {n}" for n in notes)
@@ -336,5 +336,7 @@ def markdown(
         if chosen:
             out.extend(["", f"Rows {what}: " + ", ".join(f"`{i}`" for i in chosen)])
     same = sum(d.status == SAME for d in rows)
-    out.extend(["", f"{same} rows pass on both sides.", "", f"**{verdict.value}**: {reason}"])
+    if rows:
+        out.extend(["", f"{same} rows pass on both sides."])
+    out.extend(["", f"**{verdict.value}**: {reason}"])
     return "\n".join(out)

@@ -146,6 +146,8 @@ def kv_repo(tmp_path_factory) -> Path:
         if (ROOT / part).exists():
             shutil.copytree(ROOT / part, repo / part,
                             ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+    # kvfault's own tiers are declared there: a checkout finds them as they stand.
+    shutil.copy(ROOT / "pyproject.toml", repo / "pyproject.toml")
     (repo / "NOTES.md").write_text("notes\n")
     git(repo, "init", "-q", "-b", "main")
     git(repo, "add", "-A")
@@ -246,8 +248,10 @@ def test_bad_arguments_are_one_line(kv_repo):
 def test_a_head_that_cannot_run_is_told_without_running_the_base(kv_repo):
     got = review(kv_repo, "docs", "unimportable")
     assert got.returncode == 2, got.stdout + got.stderr
-    assert "- **base** `docs`" in got.stdout and "(did not run)" in got.stdout
+    assert "- **base** `docs`" in got.stdout
+    assert "(not run: the other side could not be judged)" in got.stdout
     assert "base docs" not in got.stderr  # its campaign never started
+    assert "kvfault-review-" not in got.stdout  # no path into a removed worktree
     assert verdict_line(got.stdout).startswith(
         "**COULD NOT JUDGE**: cannot import kvfault at unimportable"
     )
