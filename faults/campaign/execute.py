@@ -127,14 +127,17 @@ def run_scenario(
 
 def properties_of(name: str, executor: Executor | None = None) -> list[str]:
     """The properties a run of ``name`` is judged by on ``executor``'s tier: all of the
-    scenario's (in its tier's catalog), less ``determinism`` where the tier is not
-    deterministic, and only those the executor's ``judged_by`` names, if it does."""
+    scenario's (in its tier's catalog; for a shared scenario, with the ``Property``
+    classes that name it), less ``determinism`` where the tier is not deterministic,
+    and only those the executor's ``judged_by`` names, if it does."""
     deterministic = executor is None or executor.deterministic
     known = scenarios_on(executor.tier) if executor is not None else SCENARIOS
     judged = executor.judged_by if executor is not None else None
+    own = list(known[name].properties)
+    added = PROPERTIES.added_to(name) if known is SCENARIOS else []
     return [
         p
-        for p in known[name].properties
+        for p in [*own, *(p for p in added if p not in own)]
         if (deterministic or p != "determinism") and (judged is None or p in judged)
     ]
 

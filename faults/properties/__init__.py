@@ -1,10 +1,13 @@
 """Properties checked over a run's trace: each is a function of a RunResult that
-returns its violations, with the evidence a reviewer needs."""
+returns its violations, with the evidence a reviewer needs. ``PROPERTIES`` is the one
+registry; a new property is one ``Property`` class in a module of this package."""
 
 from reference._lazy import lazy_exports
 
 _EXPORTS = {
     "PROPERTIES": "faults.properties.checks",
+    "Properties": "faults.properties.registry",
+    "Property": "faults.properties.property",
     "Violation": "faults.properties.checks",
     "correctness": "faults.properties.checks",
     "efficiency": "faults.properties.ledger",

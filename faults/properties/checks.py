@@ -11,6 +11,7 @@ from collections import OrderedDict, defaultdict
 from dataclasses import dataclass
 
 from fakes.model import DeterministicModel
+from faults.properties.registry import Properties
 from faults.properties.violation import Checker, Violation
 from faults.runs import RunResult
 from reference.stack.worker import page_digest
@@ -468,7 +469,12 @@ from faults.properties.ledger import (  # noqa: E402
     resources,
 )
 
-PROPERTIES: dict[str, Checker] = {
+
+def _built_in() -> dict[str, Checker]:
+    return dict(_CHECKERS)
+
+
+_CHECKERS: dict[str, Checker] = {
     "correctness": correctness,
     "usage": usage,
     "keys": keys,
@@ -484,3 +490,5 @@ PROPERTIES: dict[str, Checker] = {
     "hbm_owners": hbm_owners,
 }
 # "determinism" compares two runs; faults.campaign.execute checks it.
+# The one registry: these, and every Property class of this package (property.py).
+PROPERTIES = Properties(_built_in)

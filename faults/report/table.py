@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from faults.campaign.artifacts import replay_command
+from faults.properties.checks import PROPERTIES
 
 if TYPE_CHECKING:
     from faults.campaign import CampaignResult
@@ -30,26 +31,9 @@ def seed_span(seeds: list[int]) -> str:
 
 
 # One letter per property keeps the table narrow; the legend prints under it.
-PROPERTY_LETTERS = {
-    "correctness": "C",
-    "usage": "A",
-    "keys": "K",
-    "identity": "I",
-    "grid": "G",
-    "hybrid": "H",
-    "no_false_stop": "F",
-    "liveness": "L",
-    "determinism": "D",
-    "efficiency": "E",
-    "exactly_once": "X",
-    "resources": "R",
-    "load_failures": "U",
-    "hbm_owners": "O",
-}
-
-
 def letters(props: list[str]) -> str:
-    return "".join(PROPERTY_LETTERS.get(p, "?") for p in props) or "-"
+    known = PROPERTIES.letters
+    return "".join(known.get(p, "?") for p in props) or "-"
 
 
 # The detail column's width: a longer detail ends in "..." and is whole in the failing
@@ -82,7 +66,7 @@ def format_campaign(result: CampaignResult, artifacts: dict[str, Path] | None = 
     header = ["kind", "name", "scenario", "seeds", "props", "verdict", "sim s", "wall s", "detail"]
     out = [table(rows, header)] if rows else []
     if rows:
-        out.append("props: " + ", ".join(f"{v}={k}" for k, v in PROPERTY_LETTERS.items()))
+        out.append("props: " + ", ".join(f"{v}={k}" for k, v in PROPERTIES.letters.items()))
     for c in result.cases:
         if c.ok:
             continue

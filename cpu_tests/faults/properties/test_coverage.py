@@ -3,13 +3,14 @@ least two scenarios of the catalog, checked from the catalog and the runs themse
 
 "Something to judge" is the input the property reads, present in the scenario's run on
 seed 0 (a property listed on a scenario whose trace never gives it a case judges
-nothing there). A property added to ``PROPERTIES`` without an entry here fails."""
+nothing there). A built-in property without an entry here fails; a ``Property`` class
+says its own (``judges``)."""
 
 from __future__ import annotations
 
 from typing import Callable
 
-from faults.campaign import run_case
+from faults.campaign import properties_of, run_case
 from faults.properties import PROPERTIES
 from faults.runs import RunResult
 from faults.scenarios import SCENARIOS
@@ -42,14 +43,17 @@ OTHER_TIER = {"usage": "atom"}  # only the atom tier's outputs carry reported us
 
 
 def test_every_property_is_judged_in_at_least_two_scenarios():
-    assert set(INPUTS) | set(OTHER_TIER) == {*PROPERTIES, "determinism"}, (
+    inputs = {**INPUTS, **{n: p.judges for n, p in PROPERTIES.classes.items()}}
+    assert set(inputs) | set(OTHER_TIER) == {*PROPERTIES, "determinism"}, (
         "a property without an input check"
     )
     memory = [s for s in SCENARIOS.values() if "memory" in s.tiers]
     runs = {s.name: run_case(s.name, 0, properties=[]).run for s in memory}
     judged = {
-        prop: sorted(s.name for s in memory if prop in s.properties and INPUTS[prop](runs[s.name]))
-        for prop in INPUTS
+        prop: sorted(
+            s.name for s in memory if prop in properties_of(s.name) and inputs[prop](runs[s.name])
+        )
+        for prop in inputs
     }
     thin = {p: names for p, names in judged.items() if len(names) < 2}
     assert not thin, f"properties judged in fewer than two scenarios: {thin}"
