@@ -82,14 +82,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--hashseed-sweep", default=None, metavar="RANGE",
                     help="run this session once per PYTHONHASHSEED in RANGE (e.g. 0-15) "
                          "in subprocesses; fail when any seed fails")  # fmt: skip
+    parser.addini("kv_markers", type="bool", default=False,
+                  help="register kvfault's markers (gpu, lmcache, slow) in this project; off "
+                       "by default, so --strict-markers still catches a project's own "
+                       "unregistered marks of those names")  # fmt: skip
     parser.addini("kv_hypothesis_profile", default=None,
                   help="kvfault hypothesis profile to load (dev, ci, nightly, mutation) unless "
                        "HYPOTHESIS_PROFILE is set")  # fmt: skip
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    for line in MARKERS:
-        config.addinivalue_line("markers", line)
+    # Only where asked: a plugin installed with kvfault must not register names every
+    # other project may use (kvfault's own tests register theirs in pyproject.toml).
+    if config.getini("kv_markers"):
+        for line in MARKERS:
+            config.addinivalue_line("markers", line)
     _load_hypothesis_profile(config)
     faults = config.getoption("kv_fault") or []
     regression = config.getoption("kv_regression")

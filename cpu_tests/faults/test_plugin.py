@@ -114,24 +114,39 @@ def test_bad_options_are_usage_errors(pytester, args, message):
     result.stderr.fnmatch_lines([f"*{message}*"])
 
 
-def test_markers_are_registered_for_strict_users(pytester):
-    result = _run(
-        pytester,
-        """
-        import pytest
+MARKED = """
+import pytest
 
-        @pytest.mark.gpu
-        @pytest.mark.lmcache
-        @pytest.mark.slow
-        def test_marked():
-            pass
-        """,
-        "--strict-markers",
-    )
+@pytest.mark.gpu
+@pytest.mark.lmcache
+@pytest.mark.slow
+def test_marked():
+    pass
+"""
+
+
+# In a fresh process: an in-process run sees markers registered in this one.
+def test_markers_are_registered_for_strict_users_who_ask(pytester):
+    pytester.makeini("[pytest]\nkv_markers = true\n")
+    pytester.makepyfile(test_user=MARKED)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--strict-markers")
     result.assert_outcomes(passed=1)
-    markers = pytester.runpytest("--markers").stdout.str()
+    markers = pytester.runpytest_subprocess("--markers").stdout.str()
     for name in ("gpu", "lmcache", "slow"):
         assert f"@pytest.mark.{name}:" in markers
+
+
+def test_a_strict_project_keeps_its_own_unregistered_marker_errors(pytester):
+    """A project with --strict-markers and its own unregistered ``slow``: installing
+    kvfault must not register it for them (the plugin had, in every project)."""
+    pytester.makeini("[pytest]\n")
+    pytester.makepyfile(test_user=MARKED)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--strict-markers")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(["*'gpu' not found in `markers` configuration option*"])
+    markers = pytester.runpytest_subprocess("--markers").stdout.str()
+    for name in ("gpu", "lmcache", "slow"):
+        assert f"@pytest.mark.{name}:" not in markers
 
 
 def test_a_failing_kvfault_test_prints_its_replay_line(pytester, monkeypatch):
