@@ -14,44 +14,10 @@ from typing import Any, Mapping, Sequence
 
 from hypothesis import strategies as st
 
-from faults.injectors.catalog import INJECTORS, Param
+from faults.injectors.catalog import INJECTORS
 from faults.injectors.plans import FaultPlan, FaultSpec
 
 SEEDS = st.integers(min_value=0, max_value=2**16 - 1)
-
-
-def _whole(lo: float, hi: float) -> st.SearchStrategy[float]:
-    """Whole seconds as floats: readable in a shrunk plan and in JSON."""
-    return st.integers(int(max(lo, 0) + (lo % 1 > 0)), int(hi)).map(float)
-
-
-def param_values(name: str, param: Param) -> st.SearchStrategy[Any]:
-    """Values of one parameter, within its schema and a range a run can hit."""
-    kind = param.kind
-    if param.choices:
-        return st.sampled_from(param.choices)
-    top = param.hi if param.draw_hi is None else param.draw_hi
-    if kind == "bool":
-        return st.booleans()
-    if kind == "salt":
-        return st.none() | st.integers(0, 2**64 - 1)
-    if kind == "int":
-        return st.integers(int(param.lo), int(top))
-    if kind == "float":
-        return _whole(param.lo, min(top, 60))
-    if kind == "ints":
-        return st.lists(
-            st.integers(int(param.lo), int(top)),
-            min_size=1,
-            max_size=param.max_len,
-            unique=True,
-        ).map(lambda xs: tuple(sorted(xs)))
-    if kind == "pairs":
-        pair = st.tuples(st.integers(0, 6), _whole(param.lo, min(top, 40)))
-        return st.lists(pair, min_size=1, max_size=param.max_len, unique_by=lambda p: p[0]).map(
-            lambda ps: tuple(sorted(ps))
-        )
-    raise AssertionError(f"no strategy for parameter kind {kind!r}")
 
 
 def _spec_for(name: str) -> st.SearchStrategy[FaultSpec]:
@@ -59,7 +25,7 @@ def _spec_for(name: str) -> st.SearchStrategy[FaultSpec]:
     # Each parameter is either left at the catalog default (the simplest choice, which
     # a shrink falls back to) or drawn.
     choices = {
-        key: st.none() | param_values(key, param).map(lambda v: (v,))
+        key: st.none() | param.values().map(lambda v: (v,))
         for key, param in sorted(info.params.items())
     }
 

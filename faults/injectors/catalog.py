@@ -17,6 +17,7 @@ from faults.injectors.completions import (
 )
 from faults.injectors.engine import EngineRestart, SlowForward
 from faults.injectors.ids import HashOrderShuffle, PortZeroIds
+from faults.injectors.params import FLOAT, INT, INTS, PAIRS, SALT, Param
 from faults.injectors.restore_copy import FenceFailure
 from faults.injectors.tier import EvictAfterLookup, LateVisibility, LostTierReply, RetrieveFailure
 from faults.runs import Expect, finishes, refuses, stops
@@ -24,84 +25,14 @@ from faults.runs import Expect, finishes, refuses, stops
 # -- parameter schema ------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Param:
-    """One injector parameter: its kind, what it means, and the range a random draw
-    (hypothesis, swarm) takes it from.
-
-    Kinds: ``int``, ``float``, ``bool``, ``ints`` (a list of ints), ``pairs`` (a list
-    of ``[int, float]``), ``salt`` (an int or null). ``lo``/``hi`` bound every number.
-    """
-
-    kind: str
-    doc: str
-    lo: float = 0
-    hi: float = 2**63 - 1
-    max_len: int = 4  # longest list a draw makes
-    # A search draws from a narrower range than a spec accepts, so it hits the
-    # operations a run actually has (a few dozen loads, stores and forwards).
-    draw_hi: float | None = None
-    choices: tuple[Any, ...] = ()  # when set, a draw picks from these
-
-    def check(self, injector: str, name: str, value: Any) -> Any:
-        """The value in canonical form (tuples, floats), or ``ValueError`` in one line."""
-
-        def bad(want: str) -> ValueError:
-            return ValueError(f"{injector}: parameter {name!r} must be {want}, got {value!r}")
-
-        def number(v: Any, kind: str) -> Any:
-            if isinstance(v, bool) or not isinstance(v, (int, float)):
-                raise bad(self._want())
-            if kind == "int" and not isinstance(v, int):
-                raise bad(self._want())
-            if not self.lo <= v <= self.hi:
-                raise bad(self._want())
-            return float(v) if kind == "float" else v
-
-        kind = self.kind
-        if kind in ("int", "float"):
-            return number(value, kind)
-        if kind == "bool":
-            if not isinstance(value, bool):
-                raise bad("true or false")
-            return value
-        if kind == "salt":
-            return None if value is None else number(value, "int")
-        if not isinstance(value, (list, tuple)):
-            raise bad(self._want())
-        if kind == "ints":
-            return tuple(number(v, "int") for v in value)
-        if kind == "pairs":
-            out = []
-            for pair in value:
-                if not isinstance(pair, (list, tuple)) or len(pair) != 2:
-                    raise bad(self._want())
-                idx, secs = pair
-                if isinstance(idx, bool) or not isinstance(idx, int) or idx < 0:
-                    raise bad(self._want())
-                out.append((idx, number(secs, "float")))
-            return tuple(out)
-        raise AssertionError(f"unknown parameter kind {kind!r}")
-
-    def _want(self) -> str:
-        rng = f" in [{self.lo:g}, {self.hi:g}]"
-        return {
-            "int": f"an integer{rng}",
-            "float": f"a number{rng}",
-            "salt": "an integer or null",
-            "ints": f"a list of integers{rng}",
-            "pairs": f"a list of [forward index >= 0, seconds{rng}] pairs",
-        }.get(self.kind, self.kind)
-
-
 def _nth(what: str, hi: int = 1_000_000, draw_hi: int = 16) -> Param:
     return Param(
-        "ints", f"1-based counts of the {what} it hits, over the whole run", 1, hi, draw_hi=draw_hi
+        INTS, f"1-based counts of the {what} it hits, over the whole run", 1, hi, draw_hi=draw_hi
     )
 
 
 _P = Param(
-    "float",
+    FLOAT,
     "probability per operation, drawn from the run's seed",
     0.0,
     1.0,
@@ -178,13 +109,13 @@ INJECTORS: dict[str, InjectorInfo] = {
             {"forwards": ((0, 29.0), (1, 21.0))},
             {
                 "forwards": Param(
-                    "pairs",
+                    PAIRS,
                     "[forward index, seconds]: that forward of every engine start takes that long",
                     0,
                     120,
                 ),
                 "p": _P,
-                "seconds": Param("float", "how long a forward hit by p takes", 0, 120),
+                "seconds": Param(FLOAT, "how long a forward hit by p takes", 0, 120),
             },
             expect=finishes(),
         ),
@@ -213,9 +144,9 @@ INJECTORS: dict[str, InjectorInfo] = {
             "small_restart_burst",
             {},
             {
-                "salt": Param("salt", "the salt (null: drawn from the run's seed)", 0, 2**64 - 1),
+                "salt": Param(SALT, "the salt (null: drawn from the run's seed)", 0, 2**64 - 1),
                 "replay_salt": Param(
-                    "salt", "the determinism re-run's salt (null: another one)", 0, 2**64 - 1
+                    SALT, "the determinism re-run's salt (null: another one)", 0, 2**64 - 1
                 ),
             },
             expect=finishes(),
@@ -228,7 +159,7 @@ INJECTORS: dict[str, InjectorInfo] = {
             {"ports": (0, 0)},
             {
                 "ports": Param(
-                    "ints",
+                    INTS,
                     "the two servers' data_parallel_base_port",
                     0,
                     65535,
@@ -248,7 +179,7 @@ INJECTORS: dict[str, InjectorInfo] = {
                 "nth": _nth("retrieves"),
                 "p": _P,
                 "chunk": Param(
-                    "int", "which chunk of the retrieved range (negative: from its end)", -8, 8
+                    INT, "which chunk of the retrieved range (negative: from its end)", -8, 8
                 ),
             },
             expect=finishes(),
@@ -289,7 +220,7 @@ INJECTORS: dict[str, InjectorInfo] = {
             {
                 "nth": _nth("forwards", draw_hi=30),
                 "p": _P,
-                "limit": Param("int", "at most this many crashes per run", 1, 8),
+                "limit": Param(INT, "at most this many crashes per run", 1, 8),
             },
             expect=finishes(),
         ),
@@ -303,7 +234,7 @@ INJECTORS: dict[str, InjectorInfo] = {
                 "nth": _nth("stores"),
                 "p": _P,
                 "delay_s": Param(
-                    "float", "seconds between the acknowledgement and visibility", 1e-3, 600
+                    FLOAT, "seconds between the acknowledgement and visibility", 1e-3, 600
                 ),
             },
             expect=finishes(),
