@@ -27,6 +27,7 @@ _ONE = (
     "liveness",
     "no_false_stop",
     "efficiency",
+    "load_failures",
     "exactly_once",
     "resources",
 )

@@ -84,12 +84,16 @@ Story = Callable[[AtomRun], None]
 
 def prefix_reuse(run: AtomRun) -> None:
     """One server without an HBM prefix cache (every reuse goes through lmcache): a
-    200-token prompt, the same prompt again once the tier holds it (loads its 3
-    chunks), then the prompt with a 40-token suffix."""
+    200-token prompt, another prompt (its work lands in the blocks the first gave
+    back), the first again once the tier holds it (loads its 3 chunks), then the
+    first with a 40-token suffix."""
     a = run.server("A", prefix_caching=False)
     p = run.prompt(200)
     run.serve(a, AtomRequest("first", p))
     run.stored(a, p)  # "again" is to find it in the tier, however fast it comes
+    # Between the store and its reuse: a load that wrote nothing must not find the
+    # first prompt's own pages still in the blocks it gets back.
+    run.serve(a, AtomRequest("between", run.prompt(200)))
     run.serve(a, AtomRequest("again", p))
     run.serve(a, AtomRequest("longer", p + run.prompt(40)))
     run.end(a)

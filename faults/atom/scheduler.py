@@ -118,6 +118,7 @@ class _RunnerManager:
             pass
 
     def call_func(self, name: str, *args: Any, wait_out: bool = False, **kwargs: Any) -> Any:
+        self.side.flush_poison()
         if name == "process_kvconnector_output":
             self.side.observe_meta(args[0])
             return self.link.call(name, args[0])
@@ -126,6 +127,7 @@ class _RunnerManager:
         raise NotImplementedError(f"the atom tier's worker has no {name}")
 
     def call_func_with_aggregation(self, name: str, *args: Any, timeout: float = 10.0) -> Any:
+        self.side.flush_poison()
         out = self.link.call(name, self.side.names)
         if self.aggregator is not None:
             out = self.aggregator.aggregate([out])
@@ -184,7 +186,11 @@ class SchedulerProcess:
         self.pure_middle_chunk = pure_middle_chunk_rule()
         self.aborted: set[str] = set()
         self._next_id = 1
+        # Blocks ATOM gave back or took fresh since the worker's last call: the worker
+        # fills them with a sentinel before it does anything else (``flush_poison``).
+        self.to_poison: list[int] = []
         self._observe()
+        self._poison_free_blocks()
         for fix in chosen:  # outside the observers: the trace shows what lmcache said
             fix.scheduler(self)
         _bind_engine_core(type(self))
@@ -238,6 +244,45 @@ class SchedulerProcess:
                     log.record("save_done", op=op_of(value, "save", names), outcome="finished")
 
             impl.save_finished = observed_save
+
+    def _poison_free_blocks(self) -> None:
+        """Make a load that wrote nothing (or less) show: no block ATOM frees or takes
+        fresh keeps the pages it had. Without an HBM prefix cache a freed block holds
+        nothing anyone may read, so it is poisoned when ATOM frees it (a save still
+        reading it then copies the sentinel); with one, a freed block may be a cache
+        hit later, so only a block ATOM takes fresh (for content about to be computed
+        or loaded) is poisoned. Both wrap ATOM's own ``BlockManager`` methods."""
+        bm = getattr(self.scheduler, "block_manager", None)
+        if bm is None:
+            return
+        pending = self.to_poison
+        fresh = getattr(bm, "_fresh_block", None)
+        if fresh is not None:
+
+            def poisoned_fresh(*args: Any, **kwargs: Any) -> Any:
+                block = fresh(*args, **kwargs)
+                pending.append(int(block))
+                return block
+
+            bm._fresh_block = poisoned_fresh
+        if self.spec.prefix_caching:
+            return
+        deallocate = bm.deallocate
+
+        def poisoned_deallocate(seq: Any, *args: Any, **kwargs: Any) -> Any:
+            blocks = [int(b) for b in (getattr(seq, "block_table", None) or ())]
+            out = deallocate(seq, *args, **kwargs)
+            pending.extend(blocks)
+            return out
+
+        bm.deallocate = poisoned_deallocate
+
+    def flush_poison(self) -> None:
+        """Have the worker poison the blocks noted since its last call, before the call
+        that could read or write them."""
+        if self.to_poison:
+            blocks, self.to_poison[:] = list(self.to_poison), []
+            self.link.call("poison", blocks)
 
     def _note_resident(self, seq: Any) -> None:
         """With ATOM's HBM prefix cache on: the prompt's leading pages that free HBM

@@ -20,6 +20,11 @@ from faults.atom.spec import ServerSpec
 from faults.atom.worker_faults import WorkerFaults
 from reference.stack.worker import page_digest
 
+# What a block ATOM freed (or took fresh) holds until a forward or a load writes it:
+# a page no prompt's fingerprint is, so a load reported done that wrote nothing reads
+# back wrong instead of the pages its request left there.
+POISON = 0x5EA1_DEAD_0FF1_CE
+
 
 class HostKv:
     """``reference.interfaces.KvPages`` over ATOM's KV tensors: a page's fingerprint is
@@ -91,6 +96,11 @@ class WorkerProcess:
         # The tier's own reads of what lmcache holds use its lookup as it is, before a
         # fault wraps it (they are no lookup of ATOM's: no fault may count them).
         self._peek = getattr(self.engine, "lookup", None)
+        # What each of lmcache's retrieves returned (its ret_mask over the range ATOM
+        # asked for), by ATOM's request id: observed inside the faults, so it is what
+        # the real engine answered.
+        self.retrieved: dict[str, tuple[int, int]] = {}
+        self._observe_retrieve()
         self.faults = WorkerFaults(spec.faults, self, log)
         self.outputs: dict[str, tuple[int, ...]] = {}
         self.loads: dict[Any, tuple[list[int], int, int]] = {}
@@ -100,6 +110,26 @@ class WorkerProcess:
         self.socket = _server_socket(server)
         if self.socket:
             log.record("bind", server=spec.name, path=self._socket_name())
+
+    def _observe_retrieve(self) -> None:
+        engine = self.engine
+        inner = getattr(engine, "retrieve", None)
+        if engine is None or inner is None:
+            return
+        retrieved = self.retrieved
+
+        def observed(*args: Any, **kwargs: Any) -> Any:
+            ret = inner(*args, **kwargs)
+            mask = kwargs.get("mask")
+            try:
+                asked = int(mask.sum()) if mask is not None else int(ret.numel())
+                got = int((ret.bool() & mask).sum()) if mask is not None else int(ret.sum())
+            except (AttributeError, TypeError, RuntimeError):
+                return ret  # an answer this tier cannot read: record nothing
+            retrieved[str(kwargs.get("req_id"))] = (got, asked)
+            return ret
+
+        engine.retrieve = observed
 
     def _socket_name(self) -> str:
         """The lookup socket as the judge tells sockets apart: its name, under its
@@ -150,6 +180,23 @@ class WorkerProcess:
         self.forwards += 1
         return tokens
 
+    def _retrieve_terminal(self, value: Any, op: Any, outcome: str) -> None:
+        """The load's end as ATOM's worker reports it (``ok``), with what lmcache's
+        retrieve returned for it (``retrieved`` of ``asked`` tokens; absent when no
+        retrieve ran: a load ATOM failed or finished without one). ``load_failures``
+        judges a failed load of data the tier holds."""
+        got = self.retrieved.pop(str(getattr(value, "req_id", value)), None)
+        extra: dict[str, Any] = {} if got is None else {"retrieved": got[0], "asked": got[1]}
+        said = "no retrieve ran" if got is None else f"lmcache returned {got[0]} of {got[1]}"
+        error = None if outcome == "finished" else f"ATOM reported the load failed; {said}"
+        self.log.record("retrieve_terminal", op=op, ok=outcome == "finished", error=error, **extra)
+
+    def poison(self, blocks: list[int]) -> None:
+        """Fill ``blocks`` with the sentinel page: ATOM freed them, or took them fresh
+        for content not computed or loaded yet."""
+        for b in blocks:
+            self.kv.write(b, POISON)
+
     def lookup_pins(self) -> int | None:
         """Lookups whose chunks the lmcache engine still pins (a lookup pins what it
         found until the connector unpins it), or None when this engine keeps no such
@@ -184,6 +231,8 @@ class WorkerProcess:
             for value in getattr(out, attr, ()) or ():
                 op = op_of(value, kind, names)
                 load = self.loads.pop(value, None) if kind == "load" else None
+                if kind == "load":
+                    self._retrieve_terminal(value, op, outcome)
                 if load is not None and outcome == "finished":
                     # What the load left in HBM, page by page, for the judge to compare
                     # with recompute (correctness).

@@ -1,0 +1,68 @@
+"""The judge's blind spots on the atom tier stay closed: a bug planted by hand in a
+scratch clone of ATOM's dense connector (one line each) fails rows that pass on the
+checkout as it is.
+
+- A worker that reports every successful load as failed: ATOM recomputes, every
+  answer is right, and only what the retrieve returned (``retrieve_terminal``, judged
+  by ``load_failures``) shows it.
+- A load reported done that wrote nothing: without poisoned blocks a resent prompt
+  gets back blocks still holding its own pages, and the row passed; with them the
+  restored pages and the answers are wrong (``correctness``)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from faults.atom import catalog
+from faults.atom.executor import atom_executor
+from faults.campaign.execute import run_case
+
+CONNECTOR = "atom/kv_transfer/offload/dense/connector.py"
+REPORTS_FAILED = ("            if loaded:\n", "            if loaded and False:\n")
+WRITES_NOTHING = (
+    "ret_mask = self._engine.retrieve(",
+    "ret_mask = (lambda *a, **k: torch.ones(len(toks), dtype=torch.bool))(",
+)
+
+
+def _planted(atom_src: str, dest: Path, edit: tuple[str, str]) -> str:
+    subprocess.run(["git", "clone", "-q", atom_src, str(dest)], check=True)
+    path = dest / CONNECTOR
+    text = path.read_text() if path.exists() else ""
+    if text.count(edit[0]) != 1:
+        pytest.skip(f"this ATOM's {CONNECTOR} is not the form the planted bug edits")
+    path.write_text(text.replace(edit[0], edit[1]))
+    return str(dest)
+
+
+def _violations(src: str, rows: list[str]) -> dict[str, list[str]]:
+    out = {}
+    with atom_executor(src) as executor:
+        for name in rows:
+            row = catalog.ROWS[name]
+            faults = [row.factory(0)] if row.kind == "fault" else []
+            res = run_case(row.scenario, 0, injectors=lambda f=faults: f, executor=executor)
+            out[name] = [f"{v.prop}: {v.message}" for v in res.violations]
+    return out
+
+
+def test_loads_reported_failed_fail_load_failures(atom_src, tmp_path):
+    found = _violations(_planted(atom_src, tmp_path / "atom", REPORTS_FAILED), ["prefix_reuse"])
+    failed = [v for v in found["prefix_reuse"] if v.startswith("load_failures:")]
+    assert failed, found
+    assert "ATOM reported the load failed; lmcache returned" in failed[0]
+
+
+def test_a_load_that_wrote_nothing_fails_correctness(atom_src, tmp_path):
+    rows = ["prefix_reuse", "duplicate_completion"]
+    found = _violations(_planted(atom_src, tmp_path / "atom", WRITES_NOTHING), rows)
+    for name in rows:
+        assert any(v.startswith("correctness:") for v in found[name]), (name, found[name])
+
+
+def test_the_checkout_as_it_is_passes_those_rows(atom_src):
+    found = _violations(atom_src, ["prefix_reuse", "duplicate_completion"])
+    assert found == {"prefix_reuse": [], "duplicate_completion": []}
