@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from faults.errors import KvfaultError
-from faults.tiers import KINDS, Tiers
+from faults.tiers import ROW_KINDS, Tiers
 
 
 class UnknownName(KvfaultError, ValueError):
@@ -50,8 +50,8 @@ def entries(kind: str, tiers: Tiers | None = None) -> dict[str, Entry]:
     """Every entry of ``kind`` (scenario, fault or regression) over ``tiers`` (default:
     the installed ones), in catalog order: tier by tier in rank order, each tier's
     rows in its own order, a name a later tier also runs extended with it."""
-    if kind not in KINDS:
-        raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    if kind not in ROW_KINDS:
+        raise ValueError(f"kind must be one of {', '.join(ROW_KINDS)}, got {kind!r}")
     out: dict[str, Entry] = {}
     for tier in tiers or Tiers.installed():
         for row in tier.rows(kind):

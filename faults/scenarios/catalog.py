@@ -6,6 +6,6 @@ from __future__ import annotations
 from faults.scenarios.generated import GENERATED
 from faults.scenarios.real_sized import REAL_SIZED
 from faults.scenarios.scenario import Scenario
-from faults.scenarios.simulated import SCENARIOS as _SIMULATED
+from faults.scenarios.simulated import SIMULATED
 
-SCENARIOS: dict[str, Scenario] = {**_SIMULATED, **GENERATED, **REAL_SIZED}
+SCENARIOS: dict[str, Scenario] = {**SIMULATED, **GENERATED, **REAL_SIZED}

@@ -291,7 +291,7 @@ def lost_completion_in_traffic(
     return run.result()
 
 
-SCENARIOS: dict[str, Scenario] = {
+SIMULATED: dict[str, Scenario] = {
     s.name: s
     for s in (
         Scenario(
@@ -424,7 +424,7 @@ def restart_mid_run(ctx: RunContext) -> RunResult:
     return run.result()
 
 
-SCENARIOS.update(
+SIMULATED.update(
     {
         s.name: s
         for s in (
@@ -508,7 +508,7 @@ def late_completion_after_restart(ctx: RunContext) -> RunResult:
     return run.result()
 
 
-SCENARIOS.update(
+SIMULATED.update(
     {
         s.name: s
         for s in (

@@ -6,7 +6,7 @@ from faults.tiers.executor import Executor
 from faults.tiers.registry import GROUP, Tiers
 from faults.tiers.tier import (
     DEFAULT_TIER,
-    KINDS,
+    ROW_KINDS,
     FaultPlans,
     Row,
     Selection,
@@ -22,7 +22,7 @@ __all__ = [
     "Executor",
     "FaultPlans",
     "GROUP",
-    "KINDS",
+    "ROW_KINDS",
     "Row",
     "Selection",
     "Tier",

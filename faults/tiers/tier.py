@@ -22,7 +22,9 @@ if TYPE_CHECKING:
 # other (``faults.memory``); only its name is the core's default.
 DEFAULT_TIER = "memory"
 
-KINDS = ("scenario", "fault", "regression")
+# What a tier's row can be (``Row.kind``): the campaign's target kinds less ``swarm``,
+# which only a tier with fault plans draws (``faults.campaign.kinds.KINDS``).
+ROW_KINDS = ("scenario", "fault", "regression")
 
 
 class TierError(KvfaultError, ValueError):
