@@ -26,6 +26,7 @@ from faults.atom.spec import AtomRequest, RawEvent, ServerSpec
 from faults.atom.zygote import Zygote
 from faults.errors import KvfaultError
 from faults.processes import wait_ended
+from reference.signals import stop_signals_held
 
 
 class ServerRefused(KvfaultError, RuntimeError):
@@ -59,9 +60,10 @@ class ZygotePool:
         return self._by_seed[seed]
 
     def close(self) -> None:
-        for z in self._by_seed.values():
-            z.close()
-        self._by_seed.clear()
+        with stop_signals_held():  # whole, as AtomHost.close
+            for z in self._by_seed.values():
+                z.close()
+            self._by_seed.clear()
 
 
 class Server:
@@ -128,6 +130,7 @@ class AtomHost:
         self.t0 = time.monotonic()
         self.events: list[RawEvent] = []
         self.servers: list[Server] = []
+        self.pids: list[int] = []  # every server process forked, started or not
         # ATOM's lines its servers executed (ServerSpec.record_path), and how often
         self.executed: Counter[tuple[str, str, int]] = Counter()
 
@@ -155,6 +158,7 @@ class AtomHost:
                 },
             )
         ]
+        self.pids.extend(pids)  # known to close() from now on, however the start ends
         conn = self.listener.accept()
         if not conn.poll(timeout_s):
             raise ServerRefused(f"{spec.name}: the scheduler did not start")
@@ -170,6 +174,7 @@ class AtomHost:
                 },
             )
         )
+        self.pids.append(pids[-1])
         server = Server(self, spec, conn, pids)
         self.servers.append(server)
         if not conn.poll(timeout_s):
@@ -203,12 +208,26 @@ class AtomHost:
         return self.start(replace(server.spec, **changes))
 
     def close(self) -> None:
+        """Everything the host started is gone when this returns. Run whole: a Ctrl-C
+        that lands in it (the campaign is closing a run as the terminal's SIGINT
+        arrives) is raised once it is done, not halfway with the directory left."""
+        with stop_signals_held():
+            self._close()
+
+    def _close(self) -> None:
         for server in self.servers:
             server.close()
-        for pid in wait_ended([p for server in self.servers for p in server.pids], 5.0):
+        # Also the processes of a server whose start was cut short (Ctrl-C mid-start):
+        # alive, they would write into the directory as it is removed.
+        for pid in wait_ended(self.pids, 5.0):
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        wait_ended(self.pids, 5.0)  # SIGKILLed: gone before the directory goes
         self.listener.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        for _ in range(50):  # a bounded retry: something may still be closing in it
+            shutil.rmtree(self.dir, ignore_errors=True)
+            if not os.path.exists(self.dir):
+                break
+            time.sleep(0.02)
