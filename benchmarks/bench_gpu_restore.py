@@ -26,10 +26,12 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import platform
 import shlex
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -46,11 +48,17 @@ from reference.device import (  # noqa: E402
     TorchCopyEngine,
     device_backend,
 )
+from reference.device.calibration import CalibrationCache, Calibrator  # noqa: E402
+from reference.device.device_pages import device_pci_bus, driver_version  # noqa: E402
+from reference.device.topology import read_topology  # noqa: E402
 
 KIB = 1024
 BLOCK_SIZES = [8 * KIB, 32 * KIB, 256 * KIB, 2048 * KIB]
 TARGET_RATIO = 0.90
 TARGET_MIN_BLOCK = 32 * KIB
+# what a restore must reach on every GPU host it runs on (wall clock, one restore)
+GOAL_RATIO = 0.85
+GOAL_MIN_BLOCK = 8 * KIB
 OP = OperationId("bench", 1)
 
 
@@ -67,6 +75,9 @@ class Row:
     checked: bool = False  # restored bytes compared with the sources
     enqueue_s: float | None = None  # host time of the enqueue call alone (engine rows)
     path: str | None = None  # the way the engine moved the bytes (engine rows)
+    spread: float | None = None  # (q3 - q1) / median of the wall samples
+    choice: str | None = None  # auto: what it chose and why
+    overhead: dict | None = None  # auto: its enqueue host time vs the named path's
 
 
 class Gate:
@@ -99,10 +110,12 @@ def _timed(
     reps: int,
     warmup: int,
     gate: Gate | None = None,
+    samples: list[float] | None = None,
 ) -> tuple[float, float | None]:
     """Median wall seconds from ``issue()`` to ``done(handle)`` (nothing queued before),
     and, given a gate, the median device seconds of the work alone: events on ``stream``
-    around it, the start one held back by the gate until the host has issued."""
+    around it, the start one held back by the gate until the host has issued. The wall
+    samples go into ``samples`` where given."""
     walls, devs = [], []
     for i in range(warmup + reps):
         torch.cuda.synchronize()
@@ -112,6 +125,8 @@ def _timed(
             pass
         if i >= warmup:
             walls.append(time.perf_counter() - t0)
+    if samples is not None:
+        samples.extend(walls)
     if gate is None:
         return statistics.median(walls), None
     for i in range(warmup + reps):
@@ -143,7 +158,13 @@ def _two_slots(engine: TorchCopyEngine, parts: list[tuple[object, object]]) -> o
 
 
 def bench_block_size(
-    device: torch.device, total_bytes: int, block_bytes: int, reps: int, seed: int, gate: Gate
+    device: torch.device,
+    total_bytes: int,
+    block_bytes: int,
+    reps: int,
+    seed: int,
+    gate: Gate,
+    calibrator: Calibrator,
 ) -> list[Row]:
     n = total_bytes // block_bytes
     elems = block_bytes // 2
@@ -158,12 +179,13 @@ def bench_block_size(
     slots = torch.randperm(2 * n, generator=gc)[:n]
     blocks = torch.randperm(2 * n, generator=gc)[:n]
     batch = pool.take(slots)
+    batch_contig = pool.take(torch.arange(n))
     blocks_t = tuple(blocks.tolist())  # as a LoadOp carries them
     mib = total_bytes // (1024 * 1024)
     rows: list[Row] = []
     stream = torch.cuda.Stream(device)
 
-    def row(variant, wall, devt, checked=False, enqueue_s=None, path=None):
+    def row(variant, wall, devt, checked=False, enqueue_s=None, path=None, samples=None):
         rows.append(
             Row(
                 mib,
@@ -176,6 +198,7 @@ def bench_block_size(
                 checked=checked,
                 enqueue_s=enqueue_s,
                 path=path,
+                spread=_spread(samples) if samples else None,
             )
         )
 
@@ -190,21 +213,35 @@ def bench_block_size(
             ev.record(stream)
         return ev
 
-    wall, devt = _timed(contiguous, lambda ev: ev.query(), stream, reps, 3, gate)
-    row("contiguous", wall, devt)
+    # measured before and after the engine rows, pooled: drift during the run shows in
+    # its spread instead of moving every ratio
+    contig_walls: list[float] = []
+    contig_devs: list[float] = []
+    wall, devt = _timed(contiguous, lambda ev: ev.query(), stream, reps, 3, gate, contig_walls)
+    contig_devs.append(devt or 0.0)
 
     # the engine: as the worker gets it ("auto"), then each way it can move the bytes
     expect = pool.rows(torch.uint8)[slots]
     ways = ["auto", "auto:blk-tensor", "auto:2-slots", "dma", "mapped:triton"]
-    ways += ["mapped:index", "staged"]
+    ways += ["mapped:prefetch", "mapped:index", "mapped:contig", "staged"]
+    engines: dict[str, TorchCopyEngine] = {}
     for name in ways:
         method, _, gather = name.partition(":")
         if gather in ("blk-tensor", "2-slots"):
             gather = ""
+        if gather == "contig":
+            gather = "triton"
         try:
+            t_build = time.perf_counter()
             engine = TorchCopyEngine(
-                kv, pool, method=method, gather=gather or "auto", stream=stream
+                kv,
+                pool,
+                method=method,
+                gather=gather or "auto",
+                stream=stream,
+                calibrate=calibrator,
             )
+            t_build = time.perf_counter() - t_build
         except RuntimeError as exc:
             print(f"  {name}: not available here: {exc}")
             continue
@@ -212,30 +249,65 @@ def bench_block_size(
             print(f"  {name}: not available here (gather {engine.gather})")
             continue
         path = engine.method + (f":{engine.gather}" if engine.gather else "")
+        engines[name] = engine
         kv.pages.view(torch.uint8).fill_(0xA5)
         enq: list[float] = []
         blocks_arg = blocks if name == "auto:blk-tensor" else blocks_t
+        # mapped:contig: the gather kernel over consecutive slots into consecutive
+        # blocks: the SMs reading host memory with no gather at all (their ceiling here)
+        src_arg = batch_contig if name == "mapped:contig" else batch
+        if name == "mapped:contig":
+            blocks_arg = tuple(range(n))
 
-        def issue(e=engine, enq=enq, blocks_arg=blocks_arg):
+        def issue(e=engine, enq=enq, blocks_arg=blocks_arg, src_arg=src_arg):
             t0 = time.perf_counter()
-            ticket = e.enqueue(OP, batch, blocks_arg, None, "bench")
+            ticket = e.enqueue(OP, src_arg, blocks_arg, None, "bench")
             enq.append(time.perf_counter() - t0)
             return ticket
 
+        samples: list[float] = []
         if name == "auto:2-slots":
             k = 8 if n >= 8 else n
             parts = [(pool.take(slots[i::k]), tuple(blocks[i::k].tolist())) for i in range(k)]
             wall, devt = _timed(
-                lambda e=engine, p=parts: _two_slots(e, p), lambda h: True, stream, reps, 3
+                lambda e=engine, p=parts: _two_slots(e, p),
+                lambda h: True,
+                stream,
+                reps,
+                3,
+                samples=samples,
             )
         else:
-            wall, devt = _timed(issue, engine.is_complete, stream, reps, 3, gate)
+            wall, devt = _timed(issue, engine.is_complete, stream, reps, 3, gate, samples)
         engine.synchronize()
-        got = kv.rows(torch.uint8)[blocks].cpu()
-        if not torch.equal(got, expect):
+        if name == "mapped:contig":
+            got, want = kv.rows(torch.uint8)[:n].cpu(), pool.rows(torch.uint8)[:n]
+        else:
+            got, want = kv.rows(torch.uint8)[blocks].cpu(), expect
+        if not torch.equal(got, want):
             raise SystemExit(f"{name} at {block_bytes} B restored wrong bytes")
         enq_s = statistics.median(enq[3:]) if len(enq) > 3 else None
-        row(name, wall, devt, checked=True, enqueue_s=enq_s, path=path)
+        row(name, wall, devt, checked=True, enqueue_s=enq_s, path=path, samples=samples)
+        if name == "auto":
+            rows[-1].choice = f"{engine.choice.line()} [{t_build * 1e3:.0f} ms to build]"
+
+    wall, devt = _timed(contiguous, lambda ev: ev.query(), stream, reps, 3, gate, contig_walls)
+    contig_devs.append(devt or 0.0)
+    base_wall = statistics.median(contig_walls)
+    rows.insert(
+        0,
+        Row(
+            mib,
+            block_bytes,
+            n,
+            "contiguous",
+            base_wall,
+            total_bytes / base_wall / 1e9,
+            total_bytes / statistics.mean(contig_devs) / 1e9 if all(contig_devs) else None,
+            spread=_spread(contig_walls),
+        ),
+    )
+    overhead = _auto_overhead(engines, batch, blocks_t)
 
     # (b) the per-block copy loop, and the same loop inside torch (host-bound: wall only)
     pool_rows, kv_rows = pool.rows(torch.int64), kv.rows(torch.int64)
@@ -270,7 +342,45 @@ def bench_block_size(
     base = rows[0].median_s
     for r in rows:
         r.ratio = base / r.median_s
+    if overhead is not None:
+        auto_row = next(r for r in rows if r.variant == "auto")
+        auto_row.overhead = overhead
     return rows
+
+
+def _auto_overhead(
+    engines: dict[str, TorchCopyEngine], batch, blocks_t, reps: int = 41
+) -> dict | None:
+    """Host time of ``enqueue`` by ``auto`` and by the path it chose, called by name,
+    alternating (so drift hits both alike): median microseconds of each."""
+    auto = engines.get("auto")
+    if auto is None:
+        return None
+    named_key = auto.method + (f":{auto.gather}" if auto.gather else "")
+    named = engines.get(named_key)
+    if named is None:
+        return None
+    times: dict[str, list[float]] = {"auto": [], named_key: []}
+    for i in range(reps + 2):
+        for key, e in (("auto", auto), (named_key, named))[:: 1 if i % 2 else -1]:
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            ticket = e.enqueue(OP, batch, blocks_t, None, "bench")
+            dt_ = time.perf_counter() - t0
+            e.synchronize()
+            e.is_complete(ticket)
+            if i >= 2:
+                times[key].append(dt_)
+    a, b = statistics.median(times["auto"]), statistics.median(times[named_key])
+    return {"named": named_key, "auto_us": a * 1e6, "named_us": b * 1e6, "ratio": a / b}
+
+
+def _spread(samples: list[float]) -> float | None:
+    """(q3 - q1) / median: how far one run's repetitions scatter."""
+    if len(samples) < 4:
+        return None
+    q1, _, q3 = statistics.quantiles(samples, n=4)
+    return (q3 - q1) / statistics.median(samples)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -286,12 +396,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=20251130)
     ap.add_argument("--json", type=Path, help="write the results here too")
     ap.add_argument("--text", type=Path, help="write the printed table here too")
+    ap.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=None,
+        help="where 'auto' keeps its calibration (default: a fresh temporary directory, "
+        "so this run measures; give the user's cache directory to use what it holds)",
+    )
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("bench_gpu_restore: no CUDA or HIP device visible to torch; nothing measured")
         return 2
 
     device = torch.device("cuda", torch.cuda.current_device())
+    tmp = tempfile.TemporaryDirectory(prefix="kvfault-bench-cache-")
+    cache_dir = args.cache_dir or Path(tmp.name)
+    calibrator = Calibrator(CalibrationCache(cache_dir / "gpu_calibration.json"))
+    placement = PinnedHostPool(1, (4096,), torch.bfloat16, device=device).placement
     backend = device_backend()
     build = torch.version.hip if backend == "hip" else torch.version.cuda
     header = {
@@ -299,6 +420,11 @@ def main(argv: list[str] | None = None) -> int:
         "torch": torch.__version__,
         "backend": f"{backend} {build}",
         "triton": _triton_version(),
+        "driver": driver_version(),
+        "topology": read_topology(device_pci_bus(device)).line(),
+        "host pool": placement,
+        "calibration cache": str(cache_dir / "gpu_calibration.json"),
+        "cpu": f"{os.cpu_count()} cores, load {' '.join(f'{x:.1f}' for x in os.getloadavg())}",
         "python": platform.python_version(),
         "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "command": "python " + " ".join(shlex.quote(a) for a in sys.argv),
@@ -315,7 +441,9 @@ def main(argv: list[str] | None = None) -> int:
     gate = Gate(device)
     for total in args.total_mib:
         for bs in BLOCK_SIZES:
-            rows += bench_block_size(device, total * 1024 * 1024, bs, args.reps, args.seed, gate)
+            rows += bench_block_size(
+                device, total * 1024 * 1024, bs, args.reps, args.seed, gate, calibrator
+            )
             print(f"  measured {total} MiB in {bs // KIB} KiB blocks", flush=True)
 
     table = _table(rows)
@@ -328,7 +456,10 @@ def main(argv: list[str] | None = None) -> int:
             json.dumps(
                 {
                     **header,
-                    "target": {"ratio": TARGET_RATIO, "min_block_bytes": TARGET_MIN_BLOCK},
+                    "target": {
+                        "design": {"ratio": TARGET_RATIO, "min_block_bytes": TARGET_MIN_BLOCK},
+                        "every_host": {"ratio": GOAL_RATIO, "min_block_bytes": GOAL_MIN_BLOCK},
+                    },
                     "verdict": verdict,
                     "rows": [asdict(r) for r in rows],
                 },
@@ -336,6 +467,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             + "\n"
         )
+    tmp.cleanup()
     return 0
 
 
@@ -372,6 +504,32 @@ def _table(rows: list[Row]) -> list[str]:
             r = cell.get((mib, bs, v))
             txt.append(f"{r.device_gbps:10.1f} GB/s" if r and r.device_gbps else f"{'-':>15}")
         out.append(f"{mib:>4} {_size(bs):>5} {n:>6} | " + " | ".join(txt))
+    out += ["", "spread of the wall samples, (q3 - q1) / median, same runs:", head, "-" * len(head)]
+    for mib, bs in keys:
+        n = cell[(mib, bs, "contiguous")].blocks
+        txt = []
+        for v in variants:
+            r = cell.get((mib, bs, v))
+            txt.append(f"{r.spread:14.1%} " if r and r.spread is not None else f"{'-':>15}")
+        out.append(f"{mib:>4} {_size(bs):>5} {n:>6} | " + " | ".join(txt))
+    out += ["", "engine 'auto': what it chose and why (calibrated in this run):"]
+    for mib, bs in keys:
+        r = cell.get((mib, bs, "auto"))
+        if r and r.choice:
+            out.append(f"{mib:>4} {_size(bs):>5}: {r.choice}")
+    out += [
+        "",
+        "engine 'auto' vs the path it chose called by name: enqueue host time, "
+        "alternating calls, median of 41:",
+    ]
+    for mib, bs in keys:
+        r = cell.get((mib, bs, "auto"))
+        if r and r.overhead:
+            o = r.overhead
+            out.append(
+                f"{mib:>4} {_size(bs):>5} x{r.blocks:>5}: auto {o['auto_us']:7.1f} us, "
+                f"{o['named']} {o['named_us']:7.1f} us ({o['ratio'] - 1:+.1%})"
+            )
     out += ["", "engine 'auto' (what the worker gets): path taken, host time of one enqueue:"]
     for mib, bs in keys:
         r, t = cell.get((mib, bs, "auto")), cell.get((mib, bs, "auto:blk-tensor"))
@@ -386,7 +544,9 @@ def _table(rows: list[Row]) -> list[str]:
 def _verdict(rows: list[Row]) -> list[str]:
     """One line per size: the engine as the worker gets it, against the target."""
     out = [
-        f"target: >= {TARGET_RATIO:.0%} of contiguous for blocks >= {_size(TARGET_MIN_BLOCK)}; "
+        f"target: >= {TARGET_RATIO:.0%} of contiguous for blocks >= {_size(TARGET_MIN_BLOCK)} "
+        f"(design), one restore's wall >= {GOAL_RATIO:.0%} for blocks >= "
+        f"{_size(GOAL_MIN_BLOCK)} on every host; "
         "device = transfer alone (gated events), wall = one restore end to end, "
         "2-slot = 8 restores two at a time (as the worker runs them)"
     ]
@@ -403,7 +563,11 @@ def _verdict(rows: list[Row]) -> list[str]:
         for label, ratio in checks:
             if ratio is None:
                 continue
-            mark = "" if bs < TARGET_MIN_BLOCK else (" MET" if ratio >= TARGET_RATIO else " MISSED")
+            mark = ""
+            if bs >= TARGET_MIN_BLOCK:
+                mark = " MET" if ratio >= TARGET_RATIO else " MISSED"
+            if label == "wall" and bs >= GOAL_MIN_BLOCK:
+                mark += f" (goal {GOAL_RATIO:.0%}: {'met' if ratio >= GOAL_RATIO else 'missed'})"
             parts.append(f"{label} {ratio:.0%}{mark}")
         out.append(
             f"{mib:>4} MiB in {_size(bs):>3} blocks, {eng.path:<13}: "

@@ -1,9 +1,10 @@
 """kvfault: fault-injection tests for KV-cache offload in LLM inference engines.
 
 The command line. Commands: ``run`` (the campaign), ``list``, ``repro NAME``, ``replay ARTIFACT``,
-``sweep`` (PYTHONHASHSEED), ``prove`` (two-head proof in any git repository) and
+``sweep`` (PYTHONHASHSEED), ``prove`` (two-head proof in any git repository),
 ``review`` (a pull request's per-row verdict, ``faults.review``: FIXED 0, REGRESSED 1,
-COULD NOT JUDGE 2, UNCHANGED 3).
+COULD NOT JUDGE 2, UNCHANGED 3) and ``gpu-info`` (the GPU restore path ``auto`` takes,
+and why).
 
 Exit codes: 0 everything holds; 1 a property failed, a regression went uncaught or is
 still failing, or a fault was not exercised; 2 bad arguments, an error, or nothing
@@ -243,6 +244,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_review_arguments(review)
     review.late_options = add_tier_options  # --property, ...: passed on to both sides
+
+    gpu = sub.add_parser("gpu-info", help="the GPU, its host pool's placement, and the restore path 'auto' takes per page size, with why")  # fmt: skip
+    from faults.commands.gpu_info import add_arguments as gpu_arguments  # stdlib only: cheap
+
+    gpu_arguments(gpu)
     return parser
 
 
@@ -255,6 +261,7 @@ COMMANDS = {
     "sweep": "faults.commands.sweep:command",
     "prove": "faults.prove:run",
     "review": "faults.review:run",
+    "gpu-info": "faults.commands.gpu_info:command",
 }
 
 

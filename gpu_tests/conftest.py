@@ -116,6 +116,20 @@ def device_work(device):
     return DeviceWork(device)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _calibration_cache_of_this_run(tmp_path_factory):
+    """Engines built here calibrate into a cache of this run's own, never the user's."""
+    import os
+
+    before = os.environ.get("KVFAULT_CACHE_DIR")
+    os.environ["KVFAULT_CACHE_DIR"] = str(tmp_path_factory.mktemp("kvfault-cache"))
+    yield
+    if before is None:
+        os.environ.pop("KVFAULT_CACHE_DIR", None)
+    else:
+        os.environ["KVFAULT_CACHE_DIR"] = before
+
+
 @pytest.fixture(autouse=True)
 def _device_idle_after():
     """No test leaves work queued on the device: wait for all of it at teardown."""

@@ -27,7 +27,8 @@ BLOCKS = [
 # "rocm:..." is the path a ROCm build of torch takes, forced on CUDA as well
 # (runtime="torch": no batched DMA, torch's own stream ordering; method "auto" must then
 # pick the mapped gather), so every GPU run checks it.
-WAYS = ["dma", "mapped:triton", "mapped:index", "staged", "rocm:triton", "rocm:index"]
+WAYS = ["dma", "mapped:triton", "mapped:prefetch", "mapped:index", "staged", "rocm:triton"]
+WAYS += ["rocm:index"]
 
 
 def _engine_args(way: str) -> dict:
@@ -160,7 +161,7 @@ def test_empty_restore_completes(way, device):
     "fault",
     ["length", "range", "negative", "duplicate", "evicted", "evicted_list", "other_pool", "size"],
 )
-@pytest.mark.parametrize("way", ["auto", "dma", "rocm"])
+@pytest.mark.parametrize("way", ["auto", "dma", "mapped:prefetch", "rocm"])
 def test_fence_raises_and_queues_nothing(device, way, fault):
     pool, kv, engine, slots, blocks, data, seed = _setup(device, 32 * KIB, "bfloat16", 12, way)
     pages = pool.take(slots)
@@ -184,6 +185,7 @@ def test_fence_raises_and_queues_nothing(device, way, fault):
     with pytest.raises(RestoreFenceError, match="load:fence#1"):
         engine.enqueue(OperationId("fence", 1), pages, blocks, None, "fence")
     assert engine.in_flight == 0
+    assert engine.stream.query(), "work still in flight after a fence error"
     engine.synchronize()
     ds.check_restored(kv, [], [], seed)  # nothing was written
 
@@ -210,7 +212,7 @@ def test_rocm_path_calls_nothing_but_torch(device):
 
 
 @pytest.mark.parametrize("chunk", [0, 3])
-@pytest.mark.parametrize("way", ["dma", "mapped:triton", "rocm:triton"])
+@pytest.mark.parametrize("way", ["dma", "mapped:triton", "mapped:prefetch", "rocm:triton"])
 def test_runs_of_consecutive_pages_restore_byte_exact(device, way, chunk):
     """A tier keeps a chunk's pages adjacent: runs where slots and blocks are both
     consecutive go as one larger DMA copy each (and in several batch calls with

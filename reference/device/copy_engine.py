@@ -4,25 +4,32 @@
 The engine never blocks: it enqueues on its own side stream, records an event as the
 fence, and reports completion only through ``event.query()``.
 
-How a restore moves its bytes (``TorchCopyEngine.method``, fixed per engine because it
-depends on the page size; every way is batched, never a Python loop per block):
+How a restore moves its bytes (``TorchCopyEngine.method`` and ``gather``, fixed per
+engine because it depends on the page size; every way is batched, never a Python loop
+per block):
 
 - ``dma``: ``cudaMemcpyBatchAsync`` queues every block's copy on the copy engines (CUDA
   runtime 12.8 and up), in calls of doubling size (8, 16, 32, ... copies) so the engines
   start while the host still queues; runs of consecutive slots into consecutive blocks
-  go as one copy. Best for large pages (>= 256 KiB by default).
+  go as one copy. Usually best for large pages.
 - ``mapped``: the pinned pool is viewed as device memory (unified addressing: pinned host
   memory is readable by the device at its host address), and ONE gather kernel reads each
   source block across the bus and writes it into its destination page: a Triton kernel
-  where Triton is installed, else ``index_select`` into a device buffer plus a
-  device-local ``index_copy_``. Best for small pages; the fast path on HIP too.
+  where Triton is installed (``mapped:triton``), else ``index_select`` into a device
+  buffer plus a device-local ``index_copy_`` (``mapped:index``). ``mapped:prefetch``
+  splits the Triton gather in two: the pool rows start moving into an engine-owned
+  device stage as soon as the sources are known, while the host still reads and checks
+  the blocks, and a device-local scatter puts them into their pages once the checks
+  pass (hides the host time of many small blocks). The fast paths on HIP too.
 - ``staged``: where the device cannot map the pool. The host gathers the blocks into a
   pinned staging buffer, one host-to-device DMA moves it, and one ``index_copy_``
   scatters it. Slower (a host memcpy first), still one transfer. Host tensors that are
   not pool pages always go this way.
 
 Each path is probed once at construction (bytes compared), so a device or runtime that
-cannot do it falls back instead of failing a restore.
+cannot do it falls back instead of failing a restore. ``method="auto"`` then takes the
+fastest of the paths that work, measured on this device (``reference.device.calibration``:
+once per device, driver, torch and page size, cached in the user's cache directory).
 
 The host side of ``enqueue`` works on a reused pinned index buffer with numpy (see
 ``TorchCopyEngine``): a restore's wall clock is its host time before the first byte
@@ -36,6 +43,7 @@ The launch helpers (batched DMA, the Triton gather, stream ordering) live in
 from __future__ import annotations
 
 import struct
+import time
 from collections.abc import Sequence
 from itertools import repeat
 from typing import Any, Callable, Literal
@@ -43,7 +51,13 @@ from typing import Any, Callable, Literal
 import numpy as np
 import torch
 
-from reference.device.device_pages import DeviceKvPages, device_backend
+from reference.device.calibration import Calibrator, Choice, device_key
+from reference.device.device_pages import (
+    DeviceKvPages,
+    device_backend,
+    device_pci_bus,
+    driver_version,
+)
 from reference.device.host_pool import HostPage, HostPageBatch, PinnedHostPool, map_pinned
 from reference.device.launch import _BatchDma, _StreamOrder, _triton_gather, _TritonGather
 from reference.device.ticket import RestoreTicket, _IndexBuffer
@@ -51,16 +65,29 @@ from reference.errors import RestoreFenceError
 from reference.types import OperationId
 
 Method = Literal["auto", "dma", "mapped", "staged"]
+# a way to move pool rows: (once the sources are known, or None; once the blocks are)
+_Path = tuple[
+    "Callable[[_IndexBuffer, int], None] | None",
+    "Callable[[torch.Tensor, _IndexBuffer, int], None]",
+]
 # "auto": the CUDA runtime torch loaded, where there is one (batched DMA, raw stream
 # ordering); "torch": only what torch offers on every backend, the path a ROCm build takes.
 Runtime = Literal["auto", "torch"]
-Gather = Literal["auto", "triton", "index"]
+Gather = Literal["auto", "triton", "prefetch", "index"]
 
 # From this page size up, "auto" restores by batched DMA where the runtime has it: on an
 # H200 (PCIe 5) chunked batched DMA moved 97-99% of a contiguous copy end to end at 256 KiB
 # and 2 MiB pages (the gather kernel 91-94%) but 74% at 32 KiB (host time in the batch
 # call, ~1.2 us a copy or more), where the gather kernel moved 89-90% (docs/gpu_tier.md).
 DMA_MIN_BLOCK_BYTES = 256 * 1024
+
+# One calibration restore (per path, per round), where the pool holds that much: large
+# restores are where the paths differ most in bandwidth (on an H100, 16 MiB restores of
+# 256 KiB pages timed DMA and the gather within 3%, while at 128 MiB DMA moved 98% of a
+# contiguous copy and the gather 92%), and every path still takes milliseconds.
+CALIBRATION_BYTES = 64 * 1024 * 1024
+CALIBRATION_WARMUP = 2  # untimed restores per path first (module loads, first touch)
+CALIBRATION_TIMEOUT_S = 5.0
 
 
 def word_dtype(row_bytes: int, widest: torch.dtype = torch.int64) -> torch.dtype:
@@ -92,9 +119,12 @@ class TorchCopyEngine:
     enqueue (the forward may still read pages being replaced).
 
     ``method`` (resolved once, at construction, for this page size; see the module
-    docstring): ``"auto"`` takes ``dma`` for pages of ``dma_min_block_bytes`` and up
-    where the runtime has batched copies, else ``mapped``, else ``staged``. Naming a
-    method the device cannot do raises ``RuntimeError`` here, never at a restore.
+    docstring): ``"auto"`` prepares every path that works here and takes the fastest by
+    measurement (``calibrate``: a ``Calibrator``; True, the default: cached in the user's
+    cache directory; False: the old rule, ``dma`` from ``dma_min_block_bytes`` up, else
+    the gather), else ``staged``. ``choice`` says what was taken and why. Naming a
+    method (and ``gather``) forces it; one the device cannot do raises ``RuntimeError``
+    here, never at a restore.
     ``runtime="torch"`` uses nothing but torch (no CUDA runtime call through ctypes, so
     no batched DMA): what a ROCm build does anyway, and how a CUDA machine checks that
     path. Construction probes the chosen path once (and compiles its kernel), synchronously.
@@ -117,6 +147,7 @@ class TorchCopyEngine:
         stream: Any | None = None,
         dma_chunk: int = 8,
         runtime: Runtime = "auto",
+        calibrate: bool | Calibrator = True,
     ):
         if runtime not in ("auto", "torch"):
             raise ValueError(f"runtime is 'auto' or 'torch', got {runtime!r}")
@@ -129,6 +160,12 @@ class TorchCopyEngine:
         self._dma: _BatchDma | None = None
         self._mapped: torch.Tensor | None = None
         self._tg: _TritonGather | None = None
+        # mapped:prefetch: the pool rows gathered into the stage before the blocks are
+        # read, then scattered from it into the pages
+        self._tg_pre: _TritonGather | None = None
+        self._tg_scatter: _TritonGather | None = None
+        self._stage: torch.Tensor | None = None
+        self._early: Callable[[_IndexBuffer, int], None] | None = None
         self.gather: str | None = None  # "triton" or "index" when method is "mapped"
         # dma: copies in the first cudaMemcpyBatchAsync call, doubling with each next
         # one, so the copy engines start while the host still queues (0: one call)
@@ -139,30 +176,160 @@ class TorchCopyEngine:
         self.runtime = runtime
         self._after_current = _StreamOrder(self.device, self.stream, runtime)
         self._stream_handle = self.stream.cuda_stream
-        self._move = self._no_move
+        self._move: Callable[[torch.Tensor, _IndexBuffer, int], None] = self._no_move
         if pool is not None and pool.row_bytes != kv.row_bytes:
             raise ValueError(f"pool pages are {pool.row_bytes} bytes, device pages {kv.row_bytes}")
-        want_dma = method == "dma" or (method == "auto" and kv.row_bytes >= dma_min_block_bytes)
-        if pool is not None and want_dma:
-            self._dma = _BatchDma.load() if runtime == "auto" else None
-            if self._dma is not None and self._probe(self._move_dma):
-                self._move = self._move_dma
+        if method not in ("auto", "dma", "mapped", "staged"):
+            raise ValueError(f"method is 'auto', 'dma', 'mapped' or 'staged', got {method!r}")
+        self.choice = self._choose(method, gather, dma_min_block_bytes, calibrate)
+        self.method: str = self.choice.path.partition(":")[0]
+        self.in_flight = 0  # tickets enqueued and not yet observed complete
+
+    # -- choosing the path ---------------------------------------------------------------
+
+    def _choose(
+        self, method: Method, gather: Gather, dma_min: int, calibrate: bool | Calibrator
+    ) -> Choice:
+        """Prepare (and probe) every path ``method`` allows, then take the one named, the
+        only one, or (``auto``) the fastest by measurement. Sets ``_move`` for it."""
+        moves = self._prepare(method, gather) if self.pool is not None else {}
+        forced = method != "auto"
+        if not moves:
+            if method not in ("auto", "staged"):
+                raise RuntimeError(
+                    f"restore method {method!r} is not available on this device "
+                    f"({device_backend()}, torch {torch.__version__}, runtime "
+                    f"{self.runtime!r}); use method='auto'"
+                )
+            why = "no pool" if self.pool is None else "the pool cannot be read in place"
+            return Choice("staged", "forced" if forced else "only", why)
+        if forced:
+            path = next(iter(moves))
+            choice = Choice(path, "forced", f"method={method!r}")
+        elif len(moves) == 1:
+            path = next(iter(moves))
+            choice = Choice(path, "only", "the only path this device and runtime can take")
+        elif calibrate is False:
+            path = (
+                "dma"
+                if "dma" in moves and self.kv.row_bytes >= dma_min
+                else next(p for p in moves if p != "dma")
+            )
+            choice = Choice(path, "rule", f"pages of {self.kv.row_bytes} B vs dma from {dma_min} B")
+        else:
+            calibrator = calibrate if isinstance(calibrate, Calibrator) else Calibrator.default()
+            choice = calibrator.choose(
+                self._device_key(),
+                self.kv.row_bytes,
+                list(moves),
+                lambda: self._measurer(moves),
+            )
+        self._early, self._move = moves[choice.path]
+        if self._early is None:
+            self._stage = None  # probed or calibrated only: not kept
+        if choice.path != "dma":
+            self._dma = None
+        if not choice.path.startswith("mapped"):
+            self.gather = None
+        else:
+            self.gather = choice.path.partition(":")[2]
+        return choice
+
+    def _prepare(self, method: Method, gather: Gather) -> dict[str, _Path]:
+        """Every path ``method`` allows that works here (probed), in the order a tie
+        goes: ``dma``, ``mapped:triton``, ``mapped:prefetch``, ``mapped:index``. Each is
+        (what runs once the sources are known, or None; what runs once the blocks are)."""
+        moves: dict[str, _Path] = {}
+        if method in ("auto", "dma") and self.runtime == "auto":
+            self._dma = _BatchDma.load()
+            if self._dma is not None and self._probe(None, self._move_dma):
+                moves["dma"] = (None, self._move_dma)
             else:
                 self._dma = None
-        if pool is not None and self._dma is None and method in ("auto", "mapped"):
-            self._mapped = pool.mapped_rows(self.word, self.device)
+        if method in ("auto", "mapped"):
+            assert self.pool is not None  # _prepare runs only with a pool
+            self._mapped = self.pool.mapped_rows(self.word, self.device)
             if self._mapped is not None:
-                self.gather = self._pick_gather(gather)
-                if self.gather is None:
+                self._mapped_ptr = self._mapped.data_ptr()
+                picked = self._pick_gather(gather) if gather != "prefetch" else None
+                if picked is not None:
+                    moves[f"mapped:{picked}"] = (None, self._move)
+                if gather == "prefetch" or (gather == "auto" and method == "auto"):
+                    if self._prepare_prefetch():
+                        moves["mapped:prefetch"] = (self._prefetch, self._scatter)
+                if picked == "index" and "mapped:prefetch" in moves:
+                    moves["mapped:index"] = moves.pop("mapped:index")  # last in a tie
+                if not any(p.startswith("mapped") for p in moves):
                     self._mapped = None
-        self.method: str = "dma" if self._dma is not None else "mapped" if self.gather else "staged"
-        if method not in ("auto", self.method):
-            raise RuntimeError(
-                f"restore method {method!r} is not available on this device "
-                f"({device_backend()}, torch {torch.__version__}, runtime {runtime!r}); "
-                "use method='auto'"
-            )
-        self.in_flight = 0  # tickets enqueued and not yet observed complete
+        return moves
+
+    def _prepare_prefetch(self) -> bool:
+        """Compile the two halves of ``mapped:prefetch`` (Triton's direct launcher only)
+        and probe them."""
+        mapped = self._mapped
+        if mapped is None or _triton_gather is None:
+            return False
+        buf = self._buffer(1)
+        self._tg_pre = _TritonGather.compile(mapped, self._kv_rows, buf, dst_idx=False)
+        self._tg_scatter = _TritonGather.compile(self._kv_rows, self._kv_rows, buf, src_idx=False)
+        if self._tg_pre is None or self._tg_scatter is None:
+            return False
+        return self._probe(self._prefetch, self._scatter)
+
+    def _device_key(self) -> str:
+        try:
+            import triton
+
+            triton_version = triton.__version__
+        except Exception:  # noqa: BLE001 - no Triton: the key says so
+            triton_version = "none"
+        return device_key(
+            torch.cuda.get_device_name(self.device),
+            device_pci_bus(self.device),
+            driver_version(),
+            torch.__version__,
+            f"{triton_version}, runtime {self.runtime}",
+        )
+
+    def _measurer(self, moves: dict[str, _Path]) -> tuple[Callable[[str], float], str]:
+        """A timer of one calibration restore by each path: ``CALIBRATION_BYTES`` (at most
+        the pool and the device pages) of random pool slots into a scratch buffer,
+        wall clock from the call to the fence seen complete, with the blocks given as a
+        tuple of ints and checked as ``enqueue`` does (a path that hides that host time
+        gets the credit). Each path runs once first (module loads, first-touch)."""
+        pool = self.pool
+        assert pool is not None
+        rb = self.kv.row_bytes
+        n = max(1, min(CALIBRATION_BYTES // rb, pool.num_slots, self.kv.num_blocks))
+        rng = np.random.default_rng(n)
+        buf = _IndexBuffer(max(256, n))
+        buf.np[0, :n] = rng.choice(pool.num_slots, size=n, replace=False)
+        blocks = tuple(rng.permutation(n).tolist())
+        op = OperationId("calibration", 0)
+        with torch.cuda.device(self.device):
+            scratch = torch.empty((n, self._kv_rows.shape[1]), dtype=self.word, device=self.device)
+            event = torch.cuda.Event()
+
+        def measure(path: str) -> float:
+            with torch.cuda.device(self.device):
+                torch.cuda.synchronize(self.device)
+                deadline = time.monotonic() + CALIBRATION_TIMEOUT_S
+                early, late = moves[path]
+                t0 = time.perf_counter()
+                if early is not None:
+                    early(buf, n)
+                self._put_blocks(op, buf, blocks, n)
+                late(scratch, buf, n)
+                event.record(self.stream)
+                while not event.query():
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"{path} took over {CALIBRATION_TIMEOUT_S} s")
+                return time.perf_counter() - t0
+
+        for _ in range(CALIBRATION_WARMUP):
+            for path in moves:
+                measure(path)
+        return measure, f"{n} x {rb} B pages"
 
     # -- CopyEngine -------------------------------------------------------------------
 
@@ -185,14 +352,23 @@ class TorchCopyEngine:
         if len(pages) != n:
             raise RestoreFenceError(f"{op}: {len(pages)} pages for {n} blocks")
         buf = self._buffer(n)
-        self._put_blocks(op, buf, blocks, n)
         foreign = self._put_sources(op, buf, pages, n)
+        early = self._early if foreign is None and n else None
         try:
+            if early is not None:
+                # the pool rows start moving into the engine's own stage while the
+                # blocks are read and checked: nothing reaches the pages before that
+                self._on_device(early, buf, n)
+            self._put_blocks(op, buf, blocks, n)
             return self._issue(op, buf, n, foreign, state, req_id)
-        except RestoreFenceError:
+        except BaseException as exc:
+            if early is not None:
+                self.stream.synchronize()  # the stage only: wait, so nothing stays in flight
+            if isinstance(exc, (RuntimeError, ValueError, TypeError)) and not isinstance(
+                exc, RestoreFenceError
+            ):
+                raise RestoreFenceError(f"{op}: the device refused the restore: {exc}") from exc
             raise
-        except (RuntimeError, ValueError, TypeError) as exc:
-            raise RestoreFenceError(f"{op}: the device refused the restore: {exc}") from exc
 
     def is_complete(self, ticket: object) -> bool:
         """True once the ticket's copy has completed on the device; never blocks."""
@@ -390,6 +566,13 @@ class TorchCopyEngine:
             index=buf,
         )
 
+    def _on_device(self, fn: Any, *args: Any) -> None:
+        if self.device.index != torch.cuda.current_device():
+            with torch.cuda.device(self.device):
+                fn(*args)
+        else:
+            fn(*args)
+
     def _on_side_stream(self, fn: Any, *args: Any, **kwargs: Any) -> None:
         # set_stream rather than the stream context manager: the same switch with a
         # fraction of its Python overhead
@@ -452,6 +635,30 @@ class TorchCopyEngine:
         assert tg is not None  # compiled before _move_triton is chosen (_pick_gather)
         tg(self._stream_handle, self._mapped_ptr, out.data_ptr(), buf.ptr, buf.row_ptr(1), n)
 
+    def _prefetch(self, buf: _IndexBuffer, n: int) -> None:
+        """``mapped:prefetch``, first half: pool rows (row 0 of ``buf``) into the first
+        ``n`` rows of the stage, across the bus. Needs no block."""
+        tg = self._tg_pre
+        assert tg is not None  # compiled before the path is chosen (_prepare_prefetch)
+        stage = self._stage
+        if stage is None or stage.shape[0] < n:
+            # allocated on the side stream: the caching allocator hands a freed stage
+            # out again only in that stream's order, after every copy that read it
+            with torch.cuda.stream(self.stream):
+                self._stage = stage = torch.empty(
+                    (1 << max(0, n - 1).bit_length(), self._kv_rows.shape[1]),
+                    dtype=self.word,
+                    device=self.device,
+                )
+        tg(self._stream_handle, self._mapped_ptr, stage.data_ptr(), buf.ptr, buf.ptr, n)
+
+    def _scatter(self, out: torch.Tensor, buf: _IndexBuffer, n: int) -> None:
+        """``mapped:prefetch``, second half: stage row i into block ``buf[1, i]``
+        (device memory to device memory)."""
+        tg, stage = self._tg_scatter, self._stage
+        assert tg is not None and stage is not None  # _prefetch ran first
+        tg(self._stream_handle, stage.data_ptr(), out.data_ptr(), buf.ptr, buf.row_ptr(1), n)
+
     def _move_triton_jit(self, out: torch.Tensor, buf: _IndexBuffer, n: int) -> None:
         """The same kernel through ``kernel[grid](...)`` (where the direct launch is not
         available in this Triton)."""
@@ -498,22 +705,27 @@ class TorchCopyEngine:
                 assert mapped is not None  # a gather is picked only for mapped rows
                 self._mapped_ptr = mapped.data_ptr()
                 self._tg = _TritonGather.compile(mapped, self._kv_rows, self._buffer(1))
-                if self._tg is not None and self._probe(self._move_triton):
+                if self._tg is not None and self._probe(None, self._move_triton):
                     self._move = self._move_triton
                     return name
                 self._tg = None
-                if self._probe(self._move_triton_jit):
+                if self._probe(None, self._move_triton_jit):
                     self._move = self._move_triton_jit
                     return name
-            elif self._probe(self._move_index):
+            elif self._probe(None, self._move_index):
                 self._move = self._move_index
                 return name
         self.gather = None
         return None
 
-    def _probe(self, move: Callable[[torch.Tensor, _IndexBuffer, int], None]) -> bool:
-        """Move two random rows of the pool with ``move`` into a scratch buffer and
-        compare bytes. Restores the pool rows it borrowed; synchronous (construction)."""
+    def _probe(
+        self,
+        early: Callable[[_IndexBuffer, int], None] | None,
+        move: Callable[[torch.Tensor, _IndexBuffer, int], None],
+    ) -> bool:
+        """Move two random rows of the pool with ``early`` (if any) then ``move`` into a
+        scratch buffer and compare bytes. Restores the pool rows it borrowed;
+        synchronous (construction)."""
         pool = self.pool
         assert pool is not None  # a way to move pool pages is probed only with a pool
         host = pool.rows(self.word)
@@ -527,6 +739,8 @@ class TorchCopyEngine:
                 buf = self._buffer(2)
                 buf.np[0, :2] = probe
                 buf.np[1, :2] = [0, 1]
+                if early is not None:
+                    early(buf, 2)
                 move(scratch, buf, 2)
                 self.stream.synchronize()
             return torch.equal(scratch.cpu().view(torch.uint8), host[probe].view(torch.uint8))

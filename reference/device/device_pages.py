@@ -67,3 +67,32 @@ class DeviceKvPages:
 
 def _default_device() -> torch.device:
     return torch.device("cuda", torch.cuda.current_device())
+
+
+def device_pci_bus(device: torch.device) -> str:
+    """The device's PCI bus id (``0000:18:00.0``), or ``unknown``."""
+    try:
+        props = torch.cuda.get_device_properties(device)
+        domain, bus, dev = props.pci_domain_id, props.pci_bus_id, props.pci_device_id
+        return f"{domain:04x}:{bus:02x}:{dev:02x}.0"
+    except (AttributeError, RuntimeError, AssertionError):
+        return "unknown"
+
+
+def driver_version() -> str:
+    """The GPU driver's version as its kernel module reports it (NVIDIA), else the
+    driver API version torch's runtime sees, else ``unknown``."""
+    try:
+        with open("/proc/driver/nvidia/version") as f:
+            first = f.readline()
+        for word in first.split():
+            if word.count(".") >= 1 and word.replace(".", "").isdigit():
+                return word
+    except OSError:
+        pass
+    try:
+        return (
+            str(torch.cuda.driver_version()) if hasattr(torch.cuda, "driver_version") else "unknown"
+        )
+    except Exception:  # noqa: BLE001 - an informational field
+        return "unknown"

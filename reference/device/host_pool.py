@@ -10,6 +10,7 @@ the device read the pool in place.
 
 from __future__ import annotations
 
+import sys
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -137,6 +138,11 @@ class PinnedHostPool:
     ``put`` copies a page in and returns a live ``HostPage``; ``free`` makes every handle
     to that slot stale. Slots are handed out in FIFO order so a freed slot is not reused
     at once (a stale handle then still points at unrelated but valid memory).
+
+    The pool is allocated on the NUMA node of ``device`` (default: the current one)
+    where the host shows several nodes and the GPU's (``reference.device.topology``);
+    ``placement`` says where it went, read back from the pages. Where it could not be
+    placed on a host that has several nodes, one line on stderr says so.
     """
 
     def __init__(
@@ -144,12 +150,19 @@ class PinnedHostPool:
         num_slots: int,
         page_shape: tuple[int, ...],
         dtype: torch.dtype = torch.bfloat16,
+        device: torch.device | int | None = None,
+        place: bool = True,
     ):
         if num_slots <= 0:
             raise ValueError(f"num_slots must be positive, got {num_slots}")
         self.page_shape = tuple(page_shape)
         self.dtype = dtype
-        self.buffer = torch.empty((num_slots, *self.page_shape), dtype=dtype, pin_memory=True)
+        shape = (num_slots, *self.page_shape)
+        self.placement = "not placed (place=False)"
+        if place:
+            self.buffer, self.placement = _placed(shape, dtype, device)
+        else:
+            self.buffer = torch.empty(shape, dtype=dtype, pin_memory=True)
         self.row_bytes = self.buffer[0].numel() * self.buffer.element_size()
         self._free: deque[int] = deque(range(num_slots))
         # one counter per slot, bumped on free (only there: ``frees`` counts the bumps)
@@ -220,3 +233,45 @@ class PinnedHostPool:
         if key not in self._mapped:
             self._mapped[key] = map_pinned(self.rows(word), device)
         return self._mapped[key]
+
+
+def _placed(
+    shape: tuple[int, ...], dtype: torch.dtype, device: torch.device | int | None
+) -> tuple[torch.Tensor, str]:
+    """A pinned tensor on the NUMA node of ``device`` where that means anything, and a
+    line saying where it went."""
+    from reference.device.device_pages import device_pci_bus
+    from reference.device.topology import NumaPolicy, placement_target, read_topology
+
+    def plain() -> torch.Tensor:
+        return torch.empty(shape, dtype=dtype, pin_memory=True)
+
+    if not torch.cuda.is_available():
+        return plain(), "not placed (no device)"
+    if isinstance(device, torch.device):
+        dev = device
+    else:
+        dev = torch.device("cuda", torch.cuda.current_device() if device is None else device)
+    top = read_topology(device_pci_bus(dev))
+    node, why = placement_target(top)
+    if node is None:
+        return plain(), why
+    try:
+        policy = NumaPolicy()
+        with policy.prefer(node):
+            buf = plain()
+        nodes = policy.pages_nodes(buf.data_ptr(), buf.numel() * buf.element_size())
+    except OSError as exc:
+        line = f"could not place the pinned pool on NUMA node {node}, the GPU's: {exc}"
+        print(f"kvfault: {line}", file=sys.stderr, flush=True)
+        return plain(), line
+    on = sum(1 for x in nodes if x == node)
+    if on == len(nodes):
+        return buf, f"on NUMA node {node}, the GPU's ({on}/{len(nodes)} sampled pages)"
+    seen = sorted({x for x in nodes})
+    line = (
+        f"could not place the pinned pool on NUMA node {node}, the GPU's: "
+        f"{on}/{len(nodes)} sampled pages there (nodes seen: {seen})"
+    )
+    print(f"kvfault: {line}", file=sys.stderr, flush=True)
+    return buf, line

@@ -196,11 +196,28 @@ _triton_gather = None
 if triton is not None:
 
     @triton.jit
-    def _gather_kernel(src, dst, src_idx, dst_idx, words, BLOCK: tl.constexpr):  # type: ignore[no-untyped-def]  # Triton reads a kernel's annotations
+    def _gather_kernel(  # type: ignore[no-untyped-def]  # Triton reads a kernel's annotations
+        src,
+        dst,
+        src_idx,
+        dst_idx,
+        words,
+        BLOCK: tl.constexpr,
+        SRC_IDX: tl.constexpr = True,
+        DST_IDX: tl.constexpr = True,
+    ):
+        # dst[dst_idx[row]] = src[src_idx[row]]; without SRC_IDX (DST_IDX) the source
+        # (destination) row is ``row`` itself: the prefetch and scatter halves
         row = tl.program_id(0)
         col = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-        s = tl.load(src_idx + row).to(tl.int64)
-        d = tl.load(dst_idx + row).to(tl.int64)
+        if SRC_IDX:
+            s = tl.load(src_idx + row).to(tl.int64)
+        else:
+            s = row.to(tl.int64)
+        if DST_IDX:
+            d = tl.load(dst_idx + row).to(tl.int64)
+        else:
+            d = row.to(tl.int64)
         mask = col < words
         tl.store(dst + d * words + col, tl.load(src + s * words + col, mask=mask), mask=mask)
 
@@ -227,8 +244,9 @@ class _TritonGather:
     passes arguments that specialize alike (16-byte aligned pointers, the same
     ``words``); the engine's probe checks the bytes it moves before using it."""
 
-    def __init__(self, kernel: Any, words: int, block: int):
+    def __init__(self, kernel: Any, words: int, block: int, src_idx: bool, dst_idx: bool):
         self.run = kernel.run  # loads the module on the current device
+        self.flags = (src_idx, dst_idx)
         self.function = kernel.function
         self.packed = kernel.packed_metadata
         self.words = words
@@ -237,8 +255,15 @@ class _TritonGather:
 
     @classmethod
     def compile(
-        cls, src: torch.Tensor, dst: torch.Tensor, index: _IndexBuffer
+        cls,
+        src: torch.Tensor,
+        dst: torch.Tensor,
+        index: _IndexBuffer,
+        src_idx: bool = True,
+        dst_idx: bool = True,
     ) -> _TritonGather | None:
+        """The kernel for rows of ``dst``'s length; ``src_idx`` / ``dst_idx`` False: the
+        source / destination row is the program's own row (no index read)."""
         if triton is None:
             return None
         words = dst.shape[1]
@@ -255,12 +280,14 @@ class _TritonGather:
                     idx[1],
                     words,
                     BLOCK=block,
+                    SRC_IDX=src_idx,
+                    DST_IDX=dst_idx,
                     num_warps=GATHER_WARPS,
                     grid=(1,),
                 )
                 if hasattr(kernel, "result"):
                     kernel = kernel.result()
-                return cls(kernel, words, block)
+                return cls(kernel, words, block, src_idx, dst_idx)
         except Exception:  # noqa: BLE001 - another Triton: the engine uses kernel[grid]
             return None
 
@@ -281,4 +308,5 @@ class _TritonGather:
             dst_idx,
             self.words,
             self.block,
+            *self.flags,
         )

@@ -1,0 +1,251 @@
+"""How the copy engine's ``auto`` picks a path (``reference.device.calibration``): by
+a timer, cached per device in one JSON file, robust to a bad file and to two writers.
+Plain data: no torch, no device."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from reference.device.calibration import (
+    CACHE_FORMAT,
+    CACHE_VERSION,
+    CalibrationCache,
+    Calibrator,
+    Choice,
+    cache_path,
+    calibrate,
+    device_key,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+KEY = device_key("NVIDIA H100 80GB HBM3", "0000:18:00.0", "580.159.04", "2.11.0", "3.6.0")
+
+
+class FakeTimer:
+    """Seconds per restore by path, with the order of calls recorded."""
+
+    def __init__(self, seconds: dict[str, float]):
+        self.seconds = seconds
+        self.calls: list[str] = []
+
+    def __call__(self, path: str) -> float:
+        self.calls.append(path)
+        value = self.seconds[path]
+        if isinstance(value, Exception):
+            raise value
+        return value
+
+
+@pytest.mark.parametrize("fast", ["dma", "mapped:triton", "mapped:index"])
+def test_the_fake_timer_picks_the_faster_path(fast):
+    timer = FakeTimer(
+        {p: (1e-4 if p == fast else 3e-4) for p in ("dma", "mapped:triton", "mapped:index")}
+    )
+    choice = calibrate(["dma", "mapped:triton", "mapped:index"], timer, rounds=5, what="8 MiB")
+    assert choice.path == fast and choice.source == "measured"
+    assert choice.seconds[fast] == pytest.approx(1e-4)
+    assert choice.reason.startswith(f"fastest of {fast} 100 us") and "(3.00x)" in choice.reason
+    assert len(timer.calls) == 15
+
+
+def test_rounds_are_interleaved_each_led_by_another_candidate():
+    timer = FakeTimer({"a": 1.0, "b": 1.0, "c": 1.0})
+    calibrate(["a", "b", "c"], timer, rounds=3)
+    assert [timer.calls[i] for i in (0, 3, 6)] == ["a", "b", "c"]
+
+
+def test_the_median_decides_not_one_outlier():
+    samples = {"dma": iter([9.0, 1.0, 1.0, 1.0, 1.0]), "mapped:triton": iter([2.0] * 5)}
+    choice = calibrate(["dma", "mapped:triton"], lambda p: next(samples[p]), rounds=5)
+    assert choice.path == "dma"
+
+
+def test_a_tie_goes_to_the_earlier_candidate():
+    assert calibrate(["x", "y"], FakeTimer({"x": 1.0, "y": 1.0})).path == "x"
+    assert calibrate(["y", "x"], FakeTimer({"x": 1.0, "y": 1.0})).path == "y"
+
+
+def test_within_the_tie_share_the_earlier_candidate_wins_and_says_so():
+    # dma listed first: 2% slower still takes it, 5% slower does not
+    near = calibrate(["dma", "mapped:triton"], FakeTimer({"dma": 1.02, "mapped:triton": 1.0}))
+    assert near.path == "dma"
+    assert near.reason.startswith("within 3% of the fastest, listed first: dma 1020000 us")
+    far = calibrate(["dma", "mapped:triton"], FakeTimer({"dma": 1.05, "mapped:triton": 1.0}))
+    assert far.path == "mapped:triton" and far.reason.startswith("fastest of mapped:triton")
+
+
+def test_a_path_whose_timer_fails_is_never_chosen_and_the_reason_says_why():
+    timer = FakeTimer({"dma": RuntimeError("cudaError 1"), "mapped:triton": 5.0})
+    choice = calibrate(["dma", "mapped:triton"], timer)
+    assert choice.path == "mapped:triton"
+    assert "dma failed (RuntimeError: cudaError 1)" in choice.reason
+    assert timer.calls.count("dma") == 1  # not retried
+    with pytest.raises(ValueError, match="no candidate path could be measured"):
+        calibrate(["dma"], FakeTimer({"dma": TimeoutError("late")}))
+    with pytest.raises(ValueError, match="no candidate"):
+        calibrate([], FakeTimer({}))
+
+
+def _measurer(timer):
+    calls = []
+
+    def measurer():
+        calls.append(1)
+        return timer, "16 MiB"
+
+    measurer.calls = calls
+    return measurer
+
+
+def test_the_choice_is_measured_once_then_cached(tmp_path):
+    cache = CalibrationCache(tmp_path / "c.json", warn=pytest.fail)
+    timer = FakeTimer({"dma": 2e-3, "mapped:triton": 1e-3})
+    first = Calibrator(cache).choose(KEY, 8192, ["dma", "mapped:triton"], _measurer(timer))
+    assert (first.path, first.source) == ("mapped:triton", "measured")
+    never = _measurer(FakeTimer({}))
+    again = Calibrator(CalibrationCache(tmp_path / "c.json", warn=pytest.fail)).choose(
+        KEY, 8192, ["dma", "mapped:triton"], never
+    )
+    assert (again.path, again.source, again.reason) == ("mapped:triton", "cached", first.reason)
+    assert again.seconds == first.seconds and not never.calls
+    # another page size, another device: measured anew
+    other = _measurer(FakeTimer({"dma": 1e-3, "mapped:triton": 2e-3}))
+    assert Calibrator(cache).choose(KEY, 262144, ["dma", "mapped:triton"], other).path == "dma"
+    key2 = KEY.replace("H100 80GB HBM3", "H200")
+    assert Calibrator(cache).choose(key2, 8192, ["dma", "mapped:triton"], other).path == "dma"
+    assert len(other.calls) == 2
+    doc = json.loads((tmp_path / "c.json").read_text())
+    assert set(doc["entries"]) == {KEY, key2} and set(doc["entries"][KEY]) == {"8192", "262144"}
+
+
+def test_a_cached_path_no_longer_available_is_measured_again(tmp_path):
+    cache = CalibrationCache(tmp_path / "c.json", warn=pytest.fail)
+    cache.put(KEY, 8192, Choice("dma", "measured", "r", {"dma": 1.0}))
+    m = _measurer(FakeTimer({"mapped:triton": 1.0, "mapped:index": 2.0}))
+    got = Calibrator(cache).choose(KEY, 8192, ["mapped:triton", "mapped:index"], m)
+    assert (got.path, got.source) == ("mapped:triton", "measured") and m.calls
+
+
+def test_one_candidate_is_taken_without_measuring(tmp_path):
+    m = _measurer(FakeTimer({}))
+    got = Calibrator(CalibrationCache(tmp_path / "c.json")).choose(KEY, 8192, ["dma"], m)
+    assert (got.path, got.source) == ("dma", "only") and not m.calls
+    assert not (tmp_path / "c.json").exists()
+
+
+def test_an_injected_timer_replaces_the_engines(tmp_path):
+    engine_timer = FakeTimer({"dma": 1.0, "mapped:triton": 2.0})
+    fake = FakeTimer({"dma": 2.0, "mapped:triton": 1.0})
+    got = Calibrator(None, timer=fake).choose(
+        KEY, 8192, ["dma", "mapped:triton"], _measurer(engine_timer)
+    )
+    assert got.path == "mapped:triton" and not engine_timer.calls and fake.calls
+
+
+BAD_FILES = {
+    "not JSON": ("{ truncated", "is not JSON"),
+    "not utf-8": (b"\xff\xfe\x00garbage", "cannot be read"),
+    "another program's JSON": ('{"entries": {}}', f"is not a {CACHE_FORMAT} file"),
+    "a list": ("[1, 2]", f"is not a {CACHE_FORMAT} file"),
+    "a future version": (
+        json.dumps({"format": CACHE_FORMAT, "version": CACHE_VERSION + 1, "entries": {}}),
+        f"is version {CACHE_VERSION + 1}",
+    ),
+    "no entries table": (
+        json.dumps({"format": CACHE_FORMAT, "version": CACHE_VERSION, "entries": [1]}),
+        "has no entries table",
+    ),
+    "a malformed entry": (
+        json.dumps(
+            {
+                "format": CACHE_FORMAT,
+                "version": CACHE_VERSION,
+                "entries": {KEY: {"8192": {"path": 3, "reason": "r", "seconds": {}}}},
+            }
+        ),
+        "holds 1 malformed entry",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_FILES))
+def test_a_corrupt_or_foreign_cache_is_ignored_with_one_line_then_rewritten(tmp_path, case, capsys):
+    content, why = BAD_FILES[case]
+    path = tmp_path / "gpu_calibration.json"
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    cache = CalibrationCache(path)
+    timer = FakeTimer({"dma": 2e-3, "mapped:triton": 1e-3})
+    got = Calibrator(cache).choose(KEY, 8192, ["dma", "mapped:triton"], _measurer(timer))
+    assert (got.path, got.source) == ("mapped:triton", "measured")
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1, err  # one line, though the file was read twice (get, then put)
+    assert err[0].startswith(f"kvfault: ignoring GPU calibration cache {path}: {why}")
+    # the measured choice replaced the bad file: the next engine reads it, silently
+    again = Calibrator(CalibrationCache(path)).choose(
+        KEY, 8192, ["dma", "mapped:triton"], _measurer(FakeTimer({}))
+    )
+    assert again.source == "cached" and capsys.readouterr().err == ""
+
+
+def test_a_cache_that_cannot_be_written_costs_one_line_not_the_choice(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    cache = CalibrationCache(blocker / "sub" / "c.json")  # a directory under a file
+    got = Calibrator(cache).choose(
+        KEY, 8192, ["a", "b"], _measurer(FakeTimer({"a": 2.0, "b": 1.0}))
+    )
+    assert got.path == "b"
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("kvfault: could not save the GPU calibration")
+
+
+WRITER = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    from reference.device.calibration import CalibrationCache, Choice
+    path, who, n = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+    cache = CalibrationCache(path, warn=lambda line: sys.exit("warned: " + line))
+    for i in range(n):
+        cache.put(who, 4096 + i, Choice("dma", "measured", who * 50, {"dma": i * 1e-6}))
+    """
+)
+
+
+def test_two_writers_at_once_leave_a_valid_file_with_both_entries(tmp_path):
+    path = tmp_path / "gpu_calibration.json"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(path), who, "40"],
+            cwd=ROOT,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for who in ("writer-a", "writer-b")
+    ]
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+    doc = json.loads(path.read_text())
+    assert doc["format"] == CACHE_FORMAT
+    assert {k: len(v) for k, v in doc["entries"].items()} == {"writer-a": 40, "writer-b": 40}
+    leftovers = [p.name for p in tmp_path.iterdir() if p.name.startswith(".gpu_calibration.")]
+    assert leftovers == []
+
+
+def test_the_cache_lives_in_the_users_cache_directory(tmp_path):
+    assert cache_path({"KVFAULT_CACHE_DIR": str(tmp_path)}) == tmp_path / "gpu_calibration.json"
+    xdg = cache_path({"XDG_CACHE_HOME": str(tmp_path)})
+    assert xdg == tmp_path / "kvfault" / "gpu_calibration.json"
+    assert cache_path({}) == Path.home() / ".cache" / "kvfault" / "gpu_calibration.json"
+
+
+def test_the_key_names_device_bus_driver_and_software():
+    for part in ("NVIDIA H100 80GB HBM3", "0000:18:00.0", "580.159.04", "2.11.0", "3.6.0"):
+        assert part in KEY

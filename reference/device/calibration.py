@@ -1,0 +1,296 @@
+"""How ``TorchCopyEngine(method="auto")`` picks the way a restore moves its bytes: by
+measuring each way it can use on this device, once, and remembering the answer.
+
+- ``calibrate`` times every candidate path with a timer it is given (the engine's
+  times one real restore; tests give a fake) in interleaved rounds and picks the one
+  with the lowest median. A candidate whose timer raises is left out, with the reason.
+- ``CalibrationCache`` keeps the choices in one small JSON file in the user's cache
+  directory (``cache_path``), keyed by device (name and PCI bus id), driver, torch and
+  Triton version, and page size. A file that is not JSON, not this format, or holds a
+  malformed entry is ignored with ONE line on stderr (the engine then measures again
+  and rewrites it). Writers take a lock file (bounded wait) and replace the file
+  atomically, so two processes writing at once leave a valid file holding both
+  entries; without the lock (its wait ran out, or no ``fcntl``) the file is still
+  replaced atomically, and at worst one entry is measured again next time.
+
+Imports no torch: the choice and the cache are plain data, tested on any machine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+CACHE_FORMAT = "kvfault-gpu-calibration"
+CACHE_VERSION = 1
+CACHE_FILE = "gpu_calibration.json"
+LOCK_WAIT_S = 2.0  # how long a writer waits for the lock before writing without it
+# A candidate within this share of the fastest median counts as tied, and a tie goes to
+# the earlier candidate: the engine lists the copy engines (dma) first, which leave the
+# SMs to the model's own kernels, and one calibration's noise is a few percent (on four
+# H100 hosts, 256 KiB pages timed DMA and the gather within 1-3% of each other).
+TIE_SHARE = 0.03
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The path a restore takes for one page size on one device, and why.
+
+    ``source``: ``measured`` (calibrated now), ``cached`` (an earlier calibration),
+    ``forced`` (the caller named the method), ``only`` (one path was possible).
+    ``seconds``: the median time of one calibration restore per candidate."""
+
+    path: str
+    source: str
+    reason: str
+    seconds: Mapping[str, float] = field(default_factory=dict)
+
+    def line(self) -> str:
+        return f"{self.path} ({self.source}): {self.reason}"
+
+
+def calibrate(
+    candidates: Sequence[str],
+    measure: Callable[[str], float],
+    rounds: int = 5,
+    what: str = "",
+) -> Choice:
+    """Time each of ``candidates`` ``rounds`` times (``measure(path)`` returns seconds
+    of one restore), interleaved so drift on the machine hits every candidate alike, and
+    choose the lowest median. A candidate within ``TIE_SHARE`` of it ties, and a tie
+    goes to the earlier candidate. Raises
+    ``ValueError`` when no candidate could be measured."""
+    if not candidates:
+        raise ValueError("no candidate path to calibrate")
+    times: dict[str, list[float]] = {c: [] for c in candidates}
+    failed: dict[str, str] = {}
+    for r in range(max(1, rounds)):
+        k = r % len(candidates)
+        for c in [*candidates[k:], *candidates[:k]]:  # a different one goes first each round
+            if c in failed:
+                continue
+            try:
+                times[c].append(float(measure(c)))
+            except Exception as exc:  # noqa: BLE001 - a path that fails is not chosen
+                failed[c] = f"{type(exc).__name__}: {exc}"
+    med = {c: statistics.median(t) for c, t in times.items() if t and c not in failed}
+    if not med:
+        raise ValueError("no candidate path could be measured: " + "; ".join(failed.values()))
+    fastest = min(med, key=lambda c: (med[c], candidates.index(c)))
+    best = next(c for c in candidates if c in med and med[c] <= med[fastest] * (1 + TIE_SHARE))
+    others = sorted((c for c in med if c != best), key=med.__getitem__)
+    parts = [f"{best} {med[best] * 1e6:.0f} us"]
+    parts += [f"{c} {med[c] * 1e6:.0f} us ({med[c] / med[best]:.2f}x)" for c in others]
+    parts += [f"{c} failed ({why})" for c, why in failed.items()]
+    lead = (
+        "fastest of "
+        if best == fastest
+        else f"within {TIE_SHARE:.0%} of the fastest, listed first: "
+    )
+    reason = lead + ", ".join(parts) + f"; median of {rounds} restores"
+    return Choice(best, "measured", reason + (f" of {what}" if what else ""), med)
+
+
+class Calibrator:
+    """Chooses a path for one page size on one device: the cached choice where the
+    cache holds one for a path still available, else ``calibrate`` (stored back). With
+    ``cache=None`` it measures every time. ``rounds``: restores timed per candidate.
+    ``timer``, where given, replaces the engine's timer (tests: a fake clock)."""
+
+    def __init__(
+        self,
+        cache: CalibrationCache | None,
+        rounds: int = 5,
+        warn: Callable[[str], None] | None = None,
+        timer: Callable[[str], float] | None = None,
+    ):
+        self.cache = cache
+        self.rounds = rounds
+        self.timer = timer
+        self._warn = warn if warn is not None else _stderr_line
+
+    @classmethod
+    def default(cls) -> Calibrator:
+        """Cached in the user's cache directory (``cache_path``)."""
+        return cls(CalibrationCache(cache_path()))
+
+    def choose(
+        self,
+        key: str,
+        page_bytes: int,
+        candidates: Sequence[str],
+        measurer: Callable[[], tuple[Callable[[str], float], str]],
+    ) -> Choice:
+        """The path for ``page_bytes`` pages on the device ``key`` names.
+        ``measurer()`` is called only when a measurement is needed and returns the timer
+        of one restore by a path and a few words on what one restore moves."""
+        if len(candidates) == 1:
+            return Choice(candidates[0], "only", "the only path this device can take")
+        if self.cache is not None:
+            hit = self.cache.get(key, page_bytes)
+            if hit is not None and hit.path in candidates:
+                return hit
+        t0 = time.perf_counter()
+        measure, what = measurer()
+        choice = calibrate(candidates, self.timer or measure, self.rounds, what)
+        took = f"; calibrated in {(time.perf_counter() - t0) * 1e3:.0f} ms"
+        choice = Choice(choice.path, choice.source, choice.reason + took, choice.seconds)
+        if self.cache is not None:
+            try:
+                self.cache.put(key, page_bytes, choice)
+            except OSError as exc:
+                self._warn(
+                    f"kvfault: could not save the GPU calibration to {self.cache.path}: {exc}"
+                )
+        return choice
+
+
+def cache_path(env: Mapping[str, str] | None = None) -> Path:
+    """``$KVFAULT_CACHE_DIR``, else ``$XDG_CACHE_HOME/kvfault``, else
+    ``~/.cache/kvfault``; the file ``gpu_calibration.json`` in it."""
+    env = os.environ if env is None else env
+    if env.get("KVFAULT_CACHE_DIR"):
+        return Path(env["KVFAULT_CACHE_DIR"]) / CACHE_FILE
+    base = Path(env["XDG_CACHE_HOME"]) if env.get("XDG_CACHE_HOME") else Path.home() / ".cache"
+    return base / "kvfault" / CACHE_FILE
+
+
+def device_key(name: str, pci_bus: str, driver: str, torch: str, triton: str) -> str:
+    """What a calibration is valid for: a choice measured on another device, host
+    placement, driver or software is not reused."""
+    return f"{name} @ {pci_bus} | driver {driver} | torch {torch} | triton {triton}"
+
+
+class CalibrationCache:
+    """Calibration choices in one JSON file: ``{"format", "version", "entries": {device
+    key: {page bytes: {"path", "reason", "seconds", "at"}}}}``. ``warn`` takes the one
+    line said about a file that is ignored (default: stderr)."""
+
+    def __init__(self, path: Path, warn: Callable[[str], None] | None = None):
+        self.path = Path(path)
+        self._warn = warn if warn is not None else _stderr_line
+        self._warned = False
+
+    def get(self, key: str, page_bytes: int) -> Choice | None:
+        entry = self._load().get(key, {}).get(str(page_bytes))
+        if entry is None:
+            return None
+        return Choice(entry["path"], "cached", entry["reason"], dict(entry["seconds"]))
+
+    def put(self, key: str, page_bytes: int, choice: Choice) -> None:
+        """Record ``choice``; merges with what the file holds now (under the lock)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self._locked():
+            entries = self._load()
+            entries.setdefault(key, {})[str(page_bytes)] = {
+                "path": choice.path,
+                "reason": choice.reason,
+                "seconds": dict(choice.seconds),
+                "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            }
+            doc = {"format": CACHE_FORMAT, "version": CACHE_VERSION, "entries": entries}
+            fd, tmp = tempfile.mkstemp(prefix=".gpu_calibration.", dir=self.path.parent)
+            try:
+                with os.fdopen(fd, "w") as f:
+                    json.dump(doc, f, indent=1, sort_keys=True)
+                    f.write("\n")
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, self.path)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
+
+    def _load(self) -> dict[str, dict[str, dict[str, Any]]]:
+        """The valid entries of the file; {} (and one line) when it cannot be used."""
+        try:
+            text = self.path.read_text()
+        except (FileNotFoundError, NotADirectoryError):  # none yet
+            return {}
+        except (OSError, UnicodeDecodeError) as exc:
+            return self._ignore(f"cannot be read ({exc})")
+        try:
+            doc = json.loads(text)
+        except ValueError as exc:
+            return self._ignore(f"is not JSON ({exc})")
+        if not isinstance(doc, dict) or doc.get("format") != CACHE_FORMAT:
+            return self._ignore(f"is not a {CACHE_FORMAT} file")
+        if doc.get("version") != CACHE_VERSION:
+            return self._ignore(f"is version {doc.get('version')!r}, not {CACHE_VERSION}")
+        entries = doc.get("entries")
+        if not isinstance(entries, dict):
+            return self._ignore("has no entries table")
+        good: dict[str, dict[str, dict[str, Any]]] = {}
+        bad = 0
+        for key, sizes in entries.items():
+            if not isinstance(sizes, dict):
+                bad += 1
+                continue
+            for size, entry in sizes.items():
+                if _valid_entry(size, entry):
+                    good.setdefault(key, {})[size] = entry
+                else:
+                    bad += 1
+        if bad:
+            self._ignore(f"holds {bad} malformed entr{'y' if bad == 1 else 'ies'} (ignored)")
+        return good
+
+    def _ignore(self, why: str) -> dict[str, dict[str, dict[str, Any]]]:
+        if not self._warned:
+            self._warned = True
+            self._warn(
+                f"kvfault: ignoring GPU calibration cache {self.path}: {why}; measuring again"
+            )
+        return {}
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        try:
+            import fcntl
+        except ImportError:  # no advisory locks here: the atomic replace still holds
+            yield
+            return
+        with open(self.path.with_name(self.path.name + ".lock"), "a") as lock:
+            deadline = time.monotonic() + LOCK_WAIT_S
+            held = False
+            while True:
+                try:
+                    fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    held = True
+                    break
+                except OSError:
+                    if time.monotonic() >= deadline:
+                        break
+                    time.sleep(0.01)
+            try:
+                yield
+            finally:
+                if held:
+                    fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+
+
+def _valid_entry(size: Any, entry: Any) -> bool:
+    if not (isinstance(size, str) and size.isdigit() and isinstance(entry, dict)):
+        return False
+    seconds = entry.get("seconds")
+    return (
+        isinstance(entry.get("path"), str)
+        and isinstance(entry.get("reason"), str)
+        and isinstance(seconds, dict)
+        and all(isinstance(k, str) and isinstance(v, (int, float)) for k, v in seconds.items())
+    )
+
+
+def _stderr_line(line: str) -> None:
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        print(line, file=sys.stderr, flush=True)
