@@ -154,3 +154,46 @@ def test_a_failed_store_is_judged_by_what_atom_promises(executor):
     ]
     assert saves and saves[0] == 0 and saves[-1] > 0, saves
     assert res.ok, [str(v) for v in res.violations]
+
+
+def test_a_race_row_tells_its_story_on_each_schedule_until_one_violates(executor, monkeypatch):
+    """A row that exists for a race runs its schedules in one case (each on a fresh host,
+    schedule 0 the plain one); the first run that violates a property is the case's."""
+    from faults.atom import executor as executor_module
+
+    told: list[int] = []
+    story = dataclasses.replace(
+        catalog.SCENARIOS["concurrent_loads"], story=lambda run: told.append(run.schedule)
+    )
+    monkeypatch.setitem(catalog.SCENARIOS, "concurrent_loads", story)
+    assert story.schedules == 3
+    res = run_case("concurrent_loads", 0, executor=executor)
+    assert told == [0, 1, 2] and res.notes["schedule"] == "3/3"
+    told.clear()
+    monkeypatch.setattr(executor_module, "_violated", lambda run, props: len(told) == 2)
+    res = run_case("concurrent_loads", 0, executor=executor)
+    assert told == [0, 1] and res.notes["schedule"] == "2/3"
+
+
+def test_schedules_draw_their_own_prompts_and_jitter_the_worker():
+    from faults.atom.host import AtomHost
+    from faults.atom.scenarios import AtomRun
+
+    host = AtomHost.__new__(AtomHost)
+    plain, other = AtomRun(host, 0), AtomRun(host, 0, schedule=1)
+    assert AtomRun(host, 0).prompt(8) == plain.prompt(8) != other.prompt(8)
+
+
+@pytest.mark.parametrize("value", ["0", "x", "21"])
+def test_a_bad_schedule_count_is_one_line_and_exit_2(atom_src, value):
+    proc = subprocess.run(
+        [sys.executable, "-m", "faults.cli", "run", "--tier", "atom", "--atom-src", atom_src,
+         "--atom-schedules", value, "--scenario", "one_token"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert (
+        proc.stderr.strip()
+        .splitlines()[-1]
+        .endswith(f"--atom-schedules takes a whole number from 1 to 20, not {value!r}")
+    )

@@ -12,7 +12,7 @@ to its servers).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from faults.atom import scenarios as s
 from faults.atom.spec import FaultSpec
@@ -58,6 +58,9 @@ class AtomRow:
     faulted: tuple[str, ...] = ()  # servers that carry the faults (empty: all)
     spec_changes: tuple[tuple[str, object], ...] = ()
     kills_server: bool = False  # no atom fault restarts what the tier opened
+    # How many thread schedules one case of the row tells its story on (a row that
+    # exists for a race): ``faults.atom.executor`` keeps the first that violates.
+    schedules: int = 1
 
     @property
     def scenario(self) -> str:
@@ -90,6 +93,7 @@ class AtomScenario:
     properties: tuple[str, ...]
     expect: Expect = field(default_factory=finishes)
     scales: str = ""
+    schedules: int = 1  # its scenario row's (``AtomRow.schedules``)
 
 
 def _scenario(
@@ -98,8 +102,12 @@ def _scenario(
     props: tuple[str, ...],
     description: str,
     expect: Expect | None = None,
+    schedules: int = 1,
 ) -> AtomRow:
-    return AtomRow("scenario", name, description, story, props, expect=expect or finishes())
+    return AtomRow(
+        "scenario", name, description, story, props, expect=expect or finishes(),
+        schedules=schedules,
+    )  # fmt: skip
 
 
 def _fault(
@@ -108,6 +116,7 @@ def _fault(
     props: tuple[str, ...],
     description: str,
     faults: FaultSpec = FaultSpec(),
+    schedules: int = 1,
     **changes: object,
 ) -> AtomRow:
     return AtomRow(
@@ -119,6 +128,7 @@ def _fault(
         faults=faults,
         fires=(name,),
         spec_changes=tuple(sorted(changes.items())),
+        schedules=schedules,
     )
 
 
@@ -133,6 +143,7 @@ ROWS: dict[str, AtomRow] = {
             s.concurrent_loads,
             _ONE,
             "four requests extending a stored prompt arrive at once: four loads in flight",
+            schedules=3,
         ),
         _scenario(
             "chunk_aligned",
@@ -188,12 +199,14 @@ ROWS: dict[str, AtomRow] = {
             s.one_token,
             _ONE,
             "a one-token answer: its save ends after the request does",
+            schedules=2,
         ),
         _scenario(
             "shutdown_after_answer",
             s.shutdown_after_answer,
             _ONE,
             "the server shut down right after its last answer, its save still in flight",
+            schedules=2,
         ),
         _scenario(
             "disk_spill",
@@ -273,6 +286,7 @@ ROWS: dict[str, AtomRow] = {
             "every lmcache store waits 1 s before it reads the blocks; two decoding "
             "requests outgrow HBM meanwhile",
             FaultSpec(slow_save_s=1.0),
+            schedules=2,
         ),
         _fault(
             "abort_during_load",
@@ -280,6 +294,7 @@ ROWS: dict[str, AtomRow] = {
             _ONE,
             "every lmcache retrieve waits 1 s; the client aborts the request loading meanwhile",
             FaultSpec(slow_retrieve_s=1.0, abort_loading=1),
+            schedules=2,
         ),
         _fault(
             "slow_retrieve",
@@ -288,6 +303,7 @@ ROWS: dict[str, AtomRow] = {
             "every lmcache retrieve waits 0.3 s, so a decoding request's forwards run "
             "while the handoff's head is parked for its load (deferred output)",
             FaultSpec(slow_retrieve_s=0.3),
+            schedules=3,
         ),
         _fault(
             "retrieve_failure",
@@ -341,6 +357,8 @@ def _scenarios() -> dict[str, AtomScenario]:
         known = out.setdefault(
             row.scenario, AtomScenario(row.scenario, doc, row.story, row.properties, row.expect)
         )
+        if row.kind == "scenario" and row.name == row.scenario:
+            out[row.scenario] = known = replace(known, schedules=row.schedules)
         if (known.properties, known.expect) != (row.properties, row.expect):
             raise ValueError(f"atom rows on {row.scenario} disagree on how it is judged")
     return out

@@ -22,6 +22,9 @@ def refused(selection: Selection) -> str | None:
         fixes(tuple(selection.options.get("atom_fix") or ()))
     except KeyError as e:
         return str(e.args[0])
+    if schedules_of(selection.options.get("atom_schedules")) == 0:
+        value = selection.options.get("atom_schedules")
+        return f"--atom-schedules takes a whole number from 1 to 20, not {value!r}"
     judged = selection.options.get("property")
     if not judged:
         return None
@@ -32,6 +35,18 @@ def refused(selection: Selection) -> str | None:
     except KeyError as e:
         return str(e.args[0])
     return None
+
+
+def schedules_of(value: object) -> int | None:
+    """``--atom-schedules``'s value as a count (None: not given; 0: not a count from 1
+    to 20, which ``refused`` answers in one line)."""
+    if value is None:
+        return None
+    try:
+        n = int(str(value))
+    except ValueError:
+        return 0
+    return n if 1 <= n <= 20 else 0
 
 
 def judged_by(chosen: list[AtomRow], names: list[str]) -> list[AtomRow]:

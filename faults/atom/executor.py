@@ -8,7 +8,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Sequence
 
-from faults.atom.catalog import SCENARIOS, ServerFault
+from faults.atom.catalog import SCENARIOS, AtomRow, ServerFault
+from faults.atom.command import schedules_of
 from faults.atom.host import AtomHost, ServerHung, ServerRefused, ZygotePool
 from faults.atom.runs import result_of
 from faults.atom.scenarios import AtomRun
@@ -40,15 +41,39 @@ class AtomExecutor(Executor):
         judged_by: Sequence[str] | None = None,
         fixes: Sequence[str] = (),
         record_path: str | None = None,
+        schedules: int | None = None,
     ):
         self.pool = pool
+        self.schedules = schedules  # every row's schedules (None: each row's own)
         self.judged_by = tuple(judged_by) if judged_by else None
         self.fixes = tuple(fixes)
         self.record_path = record_path  # a directory: each run's ATOM lines, one file
 
     def execute(self, scenario: str, ctx: RunContext) -> tuple[RunResult, dict[str, object]]:
+        """One case: the story on ``schedules`` thread schedules (its row's), each on a
+        fresh host; the first whose run violates a property it is judged by is the
+        case's run, else the last. Its note ``schedule`` says which (``k/n``)."""
         faults = [i for i in ctx.injectors if isinstance(i, ServerFault)]
         row = faults[0].row if faults else None
+        n = self.schedules or (row.schedules if row is not None else SCENARIOS[scenario].schedules)
+        props = self.judged_by or (
+            row.properties if row is not None else SCENARIOS[scenario].properties
+        )
+        for k in range(n):
+            result, notes = self._tell(scenario, ctx, faults, row, k)
+            result.notes["schedule"] = f"{k + 1}/{n}"
+            if n > 1 and (k == n - 1 or _violated(result, props)):
+                break
+        return result, notes
+
+    def _tell(
+        self,
+        scenario: str,
+        ctx: RunContext,
+        faults: list[ServerFault],
+        row: AtomRow | None,
+        schedule: int,
+    ) -> tuple[RunResult, dict[str, object]]:
         host = AtomHost(self.pool, default_seed=ctx.seed)
         run = AtomRun(
             host,
@@ -59,6 +84,7 @@ class AtomExecutor(Executor):
             injector=row.name if row is not None and row.spec_changes else None,
             fixes=self.fixes,
             record_path=bool(self.record_path),
+            schedule=schedule,
         )
         expect = row.expect if row is not None else SCENARIOS[scenario].expect
         refused = None
@@ -90,12 +116,23 @@ class AtomExecutor(Executor):
         count_firings(result, faults)
         if self.record_path:
             name = row.name if row is not None else scenario
+            tail = f"-schedule{schedule}" if schedule else ""
             executed = sorted((*key, k) for key, k in host.executed.items())
-            write_path(self.record_path, f"{name}-seed{ctx.seed}", executed)
+            write_path(self.record_path, f"{name}-seed{ctx.seed}{tail}", executed)
         return result, {"tier": "atom", **hang}
 
     def case_done(self) -> None:
         pass
+
+
+def _violated(run: RunResult, properties: Sequence[str]) -> bool:
+    """Whether ``run`` breaks any of ``properties`` (the campaign judges it again: this
+    only picks which schedule's run is the case's), or hung."""
+    from faults.properties import PROPERTIES
+
+    if run.outcomes and run.outcomes[0].hung:
+        return True
+    return any(PROPERTIES[p](run) for p in properties if p in PROPERTIES)
 
 
 def write_path(directory: str, run: str, executed: list[tuple[str, str, int, int]]) -> None:
@@ -122,18 +159,23 @@ def atom_executor(
     property: Sequence[str] | None = None,
     atom_fix: Sequence[str] | None = None,
     atom_record_path: str | None = None,
+    atom_schedules: str | None = None,
 ) -> Iterator[AtomExecutor]:
     """The tier's opener: an ``AtomExecutor`` on the checkout at ``atom_src`` (default:
     ``$KVFAULT_ATOM_SRC``; ``AtomSourceMissing`` in one line without one), judged by
     ``property`` only when given, every server running the candidate fixes named in
     ``atom_fix`` (``faults.atom.fixes``); with ``atom_record_path``, each run's
-    executed ATOM lines are written there (``write_path``). One warm interpreter is started on entry, so an ATOM
+    executed ATOM lines are written there (``write_path``); with ``atom_schedules``,
+    every row tells its story on that many thread schedules per case. One warm interpreter is started on entry, so an ATOM
     that does not import is one line (``ZygoteError``) before any case; every warm
     process is stopped on exit."""
     source = AtomSource.find(atom_src)
     pool = ZygotePool(str(source.path))
     try:
         pool.get(0)
-        yield AtomExecutor(pool, property, tuple(atom_fix or ()), atom_record_path)
+        yield AtomExecutor(
+            pool, property, tuple(atom_fix or ()), atom_record_path,
+            schedules_of(atom_schedules) or None,
+        )  # fmt: skip
     finally:
         pool.close()

@@ -39,15 +39,20 @@ class AtomRun:
     record_path: bool = False  # servers record ATOM's lines they execute
     requests: list[AtomRequest] = field(default_factory=list)
     hung: bool = False
+    # Which of its row's schedules this run is: 0 is the plain one; another draws its
+    # own prompts and has every server's worker jitter its threads (``ServerSpec``).
+    schedule: int = 0
 
     def __post_init__(self) -> None:
-        self.rng = random.Random(self.seed)
+        self.rng = random.Random(self.seed if not self.schedule else f"{self.seed}/{self.schedule}")
 
     def prompt(self, n: int) -> tuple[int, ...]:
         return tuple(self.rng.randrange(3, 30000) for _ in range(n))
 
     def server(self, name: str, **spec: Any) -> Server:
-        s = ServerSpec(name, fixes=self.fixes, record_path=self.record_path, **spec)
+        s = ServerSpec(
+            name, fixes=self.fixes, record_path=self.record_path, schedule=self.schedule, **spec
+        )
         if not self.faulted or name in self.faulted:
             s = replace(s, faults=self.faults, **self.spec_changes)
             if self.spec_changes and self.injector:

@@ -87,6 +87,10 @@ class ServerSpec:
     fixes: tuple[str, ...] = ()
     # Record the lines of ATOM's source its processes execute (off: no tracer runs).
     record_path: bool = False
+    # A schedule other than the plain one (0): the worker waits a few milliseconds,
+    # drawn from this number, before each forward and each lmcache store and retrieve,
+    # so ATOM's save and load threads interleave with its steps another way.
+    schedule: int = 0
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,13 @@ TIER = Tier(
             elsewhere="--atom-record-path is for --tier atom",
         ),
         TierOption(
+            "--atom-schedules",
+            "tell every row's story on N thread schedules per case (default: each row's "
+            "own, 2 or 3 for the rows that exist for a race, 1 for the rest)",
+            metavar="N",
+            elsewhere="--atom-schedules is for --tier atom",
+        ),
+        TierOption(
             "--property",
             "judge only this property (repeatable): a proof of one fix at a commit that "
             "carries other bugs (kvfault list --properties)",

@@ -101,6 +101,10 @@ class WorkerProcess:
         # the real engine answered.
         self.retrieved: dict[str, tuple[int, int]] = {}
         self._observe_retrieve()
+        self.jitter = _Jitter(spec.schedule)
+        if spec.schedule and self.engine is not None:
+            for method in ("store", "retrieve"):
+                self.jitter.wrap(self.engine, method)
         self.faults = WorkerFaults(spec.faults, self, log)
         self.outputs: dict[str, tuple[int, ...]] = {}
         self.loads: dict[Any, tuple[list[int], int, int]] = {}
@@ -164,6 +168,7 @@ class WorkerProcess:
         self.log.record("forward_start", index=self.forwards, tokens=num, duration=delay)
         if delay:
             time.sleep(delay)
+        self.jitter.wait()
         for _seq_id, req, start, end, blocks, k in items:
             if end > start:
                 self.model.compute(self.kv, req, blocks, start, end)
@@ -264,6 +269,37 @@ class WorkerProcess:
                     close()
                 except Exception:  # best effort: the process exits next
                     pass
+
+
+class _Jitter:
+    """A schedule's waits: before each wrapped call, up to ``MAX_S`` drawn from the
+    schedule's own generator (schedule 0: none). ATOM's save and load threads draw from
+    it too, so a lock keeps the generator whole."""
+
+    MAX_S = 0.03
+
+    def __init__(self, schedule: int):
+        import random
+        import threading
+
+        self.on = schedule > 0
+        self._rng = random.Random(schedule)
+        self._lock = threading.Lock()
+
+    def wait(self) -> None:
+        if self.on:
+            with self._lock:
+                delay = self._rng.uniform(0.0, self.MAX_S)
+            time.sleep(delay)
+
+    def wrap(self, obj: Any, method: str) -> None:
+        inner = getattr(obj, method)
+
+        def jittered(*args: Any, **kwargs: Any) -> Any:
+            self.wait()
+            return inner(*args, **kwargs)
+
+        setattr(obj, method, jittered)
 
 
 def _server_socket(server: Any) -> str | None:
