@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Protocol, Sequence
 
 from faults.campaign.execute import CaseResult, properties_of, run_case, scenarios_on
 from faults.campaign.outcomes import CaseOutcome, TargetOutcome, signature
@@ -43,13 +43,25 @@ from faults.injectors.catalog import INJECTORS
 from faults.injectors.plans import FaultPlan, fired_report
 from faults.injectors.plans import swarm_plan as draw_swarm
 from faults.regressions.legacy import REGRESSIONS
-from faults.tiers import DEFAULT_TIER, Tiers
+from faults.tiers import DEFAULT_TIER, Executor, Tiers
 from faults.verdicts import Verdict, worst
 
 if TYPE_CHECKING:
-    from faults.campaign.runner import CaseRunner
     from faults.regressions.legacy import Regression as PlantedRegression
     from faults.runs import Expect
+
+
+class Runs(Protocol):
+    """What a kind's judge asks of the case runner that hands it a case
+    (``faults.campaign.runner.CaseRunner``): the tier's executor, whether to keep
+    digests, and the stack's plain run of a scenario (computed once per runner)."""
+
+    executor: Executor
+    digests: bool
+
+    def fixed(
+        self, scenario: str, seed: int, scale: int = 1, stack: Target | None = None
+    ) -> CaseResult: ...
 
 
 class UndeclaredEnding(KvfaultError, ValueError):
@@ -113,7 +125,7 @@ class TargetKind:
 
     # -- judging -----------------------------------------------------------------------
 
-    def judge(self, runner: CaseRunner, case: Case) -> CaseOutcome:
+    def judge(self, runner: Runs, case: Case) -> CaseOutcome:
         """Run ``case`` on ``runner``'s tier and judge it: every property must hold and
         the run must end as ``unmet_ending`` allows."""
         res, fired = self.run(runner, case)
@@ -126,7 +138,7 @@ class TargetKind:
             out.verdict, out.signature = unmet
         return out
 
-    def run(self, runner: CaseRunner, case: Case) -> tuple[CaseResult, dict[str, int]]:
+    def run(self, runner: Runs, case: Case) -> tuple[CaseResult, dict[str, int]]:
         """The judged run of ``case`` and how often each of its faults fired."""
         t = case.target
         plan = case.plan()
@@ -210,7 +222,7 @@ class Regression(TargetKind):
     def selection(self, target: Target) -> list[str]:
         return ["--regression", target.name]
 
-    def judge(self, runner: CaseRunner, case: Case) -> CaseOutcome:
+    def judge(self, runner: Runs, case: Case) -> CaseOutcome:
         """A/B: the legacy rules must fail with the regression's signature property and
         end as its entry declares; the fixed stack must hold every property and end as
         its scenario declares."""
@@ -323,7 +335,7 @@ class Fault(TargetKind):
         tier = Tiers.installed()[target.tier]
         return tier.plans() is None and tier.fault(target.name).kills_server
 
-    def run(self, runner: CaseRunner, case: Case) -> tuple[CaseResult, dict[str, int]]:
+    def run(self, runner: Runs, case: Case) -> tuple[CaseResult, dict[str, int]]:
         t = case.target
         if case.plan() is not None:
             return super().run(runner, case)
