@@ -16,6 +16,7 @@ NAME'``): an A/B of one change that names which rows it flips.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import signal
@@ -46,6 +47,7 @@ from faults.review_diff import (
     RowDiff,
     Side,
     SummaryError,
+    as_json,
     decide,
     diff,
     finding_anchor,
@@ -413,6 +415,10 @@ def review(
     if report is not None:
         report.mkdir(parents=True, exist_ok=True)
         (report / "review.md").write_text(text + "\n", encoding="utf-8", errors="backslashreplace")
+        obj = as_json(verdict, reason, summary, rows)
+        (report / "review.json").write_text(
+            json.dumps(obj, indent=2) + "\n", encoding="utf-8", errors="backslashreplace"
+        )
     return ReviewResult(verdict, reason, text, sides, rows)
 
 
@@ -458,7 +464,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         f"each side before calling it a change (default {DEFAULT_RERUNS})")  # fmt: skip
     parser.add_argument("--report", type=argtypes.path, default=None, metavar="DIR",
                         help="keep both sides' reports (DIR/base, DIR/head, DIR/reruns) and "
-                             "the summary (DIR/review.md)")  # fmt: skip
+                             "the summary (DIR/review.md, DIR/review.json)")  # fmt: skip
     parser.add_argument("-C", dest="repo", metavar="DIR", default=".",
                         help="the checkout of the code under test (default: here)")  # fmt: skip
     parser.add_argument("--base-args", "--old-args", default="", metavar="WORDS",

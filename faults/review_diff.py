@@ -225,6 +225,42 @@ def finding_anchor(doc: Path, name: str, shown_as: str) -> str | None:
     return None
 
 
+def as_json(
+    verdict: Verdict, reason: str, sides: Sequence[Side], rows: Sequence[RowDiff]
+) -> dict[str, Any]:
+    """``review.json``: the verdict, each side, and every row with its status, each
+    side's verdict, the outcome of every run on each side, and the property and first
+    violation on the side that did not pass."""
+
+    def one(d: RowDiff) -> dict[str, Any]:
+        failing = d.head if d.head is not None and d.head.outcome != PASS else d.base
+        return {
+            "id": d.id,
+            "status": d.status,
+            "base": d.base.verdict if d.base else None,
+            "head": d.head.verdict if d.head else None,
+            "base_runs": d.base_runs,
+            "head_runs": d.head_runs,
+            "property": failing.prop if failing else None,
+            "first_violation": failing.first if failing else None,
+            "finding": d.finding,
+        }
+
+    counts = Counter(d.status for d in rows)
+    return {
+        "schema": "kvfault.review/1",
+        "verdict": verdict.value,
+        "exit_code": verdict.exit_code,
+        "reason": reason,
+        "counts": {
+            k: counts[k]
+            for k in (BREAKS, FIXES, KNOWN, UNSTABLE, UNJUDGED_ROW, SAME, ADDED, REMOVED)
+        },  # fmt: skip
+        "sides": [vars(s) for s in sides],
+        "rows": [one(d) for d in rows],
+    }
+
+
 @dataclass
 class Side:
     """What the report says about one side: the revision as given, its commit, the

@@ -4,6 +4,7 @@ kvfault repository (issue 34, items 2, 6, 7, 13 and "a review command")."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -192,6 +193,11 @@ def test_review_says_what_a_commit_breaks_fixes_or_leaves(kv_repo, tmp_path):
     for side in ("base", "head"):
         assert (tmp_path / "rep" / side / "summary.json").is_file()
     assert (tmp_path / "rep" / "review.md").read_text().startswith("### kvfault review: REGRESSED")
+    obj = json.loads((tmp_path / "rep" / "review.json").read_text())
+    assert (obj["verdict"], obj["exit_code"]) == ("REGRESSED", 1)
+    assert obj["counts"]["breaks"] == 1 and obj["counts"]["same"] == 1
+    (row,) = [r for r in obj["rows"] if r["status"] == "breaks"]
+    assert row["id"] == "scenario:two_servers" and row["head_runs"] == ["fail", "fail"]
 
     got = review(kv_repo, "broken", "refixed")
     assert got.returncode == 0, got.stdout + got.stderr
