@@ -544,6 +544,14 @@ def run(args: argparse.Namespace) -> int:
                 f"{opt.flag}: review runs each side on its own worktree of -C {args.repo}; "
                 f"drop {opt.flag}"
             )
+        if args.report is not None:
+            from faults.argtypes import dir_refused
+
+            why = dir_refused(args.report, "--report")
+            if why:
+                raise ReviewError(why)
+            # Each side's campaign runs elsewhere: the place must not depend on our cwd.
+            args.report = args.report.absolute()
         base_args = _split(args.base_args, "--base-args")
         head_args = _split(args.head_args, "--head-args")
         for words, flag in ((base_args, "--base-args"), (head_args, "--head-args")):

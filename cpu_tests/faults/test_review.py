@@ -292,3 +292,10 @@ def test_a_stopped_review_removes_its_worktrees(kv_repo, tmp_path):
     )
     assert git(kv_repo, "worktree", "list").count("\n") == 1
     assert list(tmp.iterdir()) == []
+
+
+def test_a_report_place_that_cannot_be_written_is_one_line_before_anything_runs(kv_repo, tmp_path):
+    (tmp_path / "file").write_text("x")
+    got = review(kv_repo, "fixed", "docs", "--report", str(tmp_path / "file"))
+    assert got.returncode == 2 and got.stderr.strip().endswith("is a file, not a directory")
+    assert "the campaign" not in got.stderr
