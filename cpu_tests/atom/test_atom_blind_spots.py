@@ -5,6 +5,9 @@ checkout as it is.
 - A worker that reports every successful load as failed: ATOM recomputes, every
   answer is right, and only what the retrieve returned (``retrieve_terminal``, judged
   by ``load_failures``) shows it.
+- ATOM keying every KV cache dtype's data as bf16 (neither its page namespace nor
+  lmcache's key tells bf16 from fp8): ``shared_tier_kv_dtype``'s fp8 server loads the
+  bf16 server's bytes (``correctness``).
 - A load reported done that wrote nothing: without poisoned blocks a resent prompt
   gets back blocks still holding its own pages, and the row passed; with them the
   restored pages and the answers are wrong (``correctness``)."""
@@ -28,13 +31,15 @@ WRITES_NOTHING = (
 )
 
 
-def _planted(atom_src: str, dest: Path, edit: tuple[str, str]) -> str:
+def _planted(atom_src: str, dest: Path, *edits: tuple[str, str], file: str = CONNECTOR) -> str:
     subprocess.run(["git", "clone", "-q", atom_src, str(dest)], check=True)
-    path = dest / CONNECTOR
+    path = dest / file
     text = path.read_text() if path.exists() else ""
-    if text.count(edit[0]) != 1:
-        pytest.skip(f"this ATOM's {CONNECTOR} is not the form the planted bug edits")
-    path.write_text(text.replace(edit[0], edit[1]))
+    for old, new in edits:
+        if text.count(old) != 1:
+            pytest.skip(f"this ATOM's {file} is not the form the planted bug edits")
+        text = text.replace(old, new)
+    path.write_text(text)
     return str(dest)
 
 
@@ -64,5 +69,19 @@ def test_a_load_that_wrote_nothing_fails_correctness(atom_src, tmp_path):
 
 
 def test_the_checkout_as_it_is_passes_those_rows(atom_src):
-    found = _violations(atom_src, ["prefix_reuse", "duplicate_completion"])
-    assert found == {"prefix_reuse": [], "duplicate_completion": []}
+    rows = ["prefix_reuse", "duplicate_completion", "shared_tier_kv_dtype"]
+    assert _violations(atom_src, rows) == {r: [] for r in rows}
+
+
+def test_one_namespace_for_two_kv_dtypes_fails_shared_tier_kv_dtype(atom_src, tmp_path):
+    src = _planted(
+        atom_src,
+        tmp_path / "atom",
+        ('"kv_cache_dtype": str(getattr(config, "kv_cache_dtype", "auto")),',
+         '"kv_cache_dtype": "auto",'),
+        ("kv_dtype = dtypes.d_dtypes[config.kv_cache_dtype]",
+         'kv_dtype = dtypes.d_dtypes["bf16"]'),
+        file="atom/kv_transfer/offload/config.py",
+    )  # fmt: skip
+    found = _violations(src, ["shared_tier_kv_dtype"])
+    assert any(v.startswith("correctness:") for v in found["shared_tier_kv_dtype"]), found

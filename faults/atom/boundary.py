@@ -95,6 +95,13 @@ def install_aiter() -> None:
     _module("aiter", dtypes=dtypes, dist=dist, utility=utility, QuantType=QuantType, __path__=[])
 
 
+def kv_dtype(name: str) -> Any:
+    """The torch dtype of a KV cache dtype name, from the fake aiter's table (the one
+    ATOM's offload reads for lmcache's metadata)."""
+    install_aiter()
+    return sys.modules["aiter.dtypes"].d_dtypes[name]
+
+
 class _Stream:
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         pass

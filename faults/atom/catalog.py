@@ -229,6 +229,12 @@ ROWS: dict[str, AtomRow] = {
             "two KV layouts of one model (heads of 8 and 16) share a remote lmcache tier",
         ),
         _scenario(
+            "shared_tier_kv_dtype",
+            s.shared_tier_kv_dtype,
+            _MANY,
+            "two KV cache dtypes of one model (bf16 and fp8) share a remote lmcache tier",
+        ),
+        _scenario(
             "two_servers",
             s.two_servers,
             _MANY,

@@ -404,6 +404,19 @@ def shared_tier_two_layouts(run: AtomRun) -> None:
     run.end(a, b)
 
 
+def shared_tier_kv_dtype(run: AtomRun) -> None:
+    """``shared_tier_two_layouts`` with one KV layout and two KV cache dtypes: A's
+    bf16, B's fp8 (one byte a value: other bytes for the same tokens). B must not find
+    A's chunks (ATOM's page namespace carries ``kv_cache_dtype``, lmcache's key the
+    torch dtype)."""
+    a = run.server("A", prefix_caching=False, shared_tier=True)
+    b = run.server("B", prefix_caching=False, shared_tier=True, kv_cache_dtype="fp8", machine="m2")
+    p = run.prompt(200)
+    run.serve(a, AtomRequest("A-first", p))
+    run.serve(b, AtomRequest("B-same", p, cache_seed=LAYOUT_B))
+    run.end(a, b)
+
+
 def _two(run: AtomRun, a_spec: dict, b_spec: dict) -> None:
     a = run.server("A", prefix_caching=False, **a_spec)
     b = run.server("B", prefix_caching=False, **b_spec)

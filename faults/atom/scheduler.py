@@ -121,7 +121,7 @@ class _RunnerManager:
         self.side.flush_poison()
         if name == "process_kvconnector_output":
             self.side.observe_meta(args[0])
-            return self.link.call(name, args[0])
+            return self.link.call(name, args[0], self.side.names)
         if name == "forward":
             return self.side.forward(args[0])
         raise NotImplementedError(f"the atom tier's worker has no {name}")

@@ -30,7 +30,7 @@ def atom_config(spec: ServerSpec) -> SimpleNamespace:
         kv_transfer_config={"kv_connector": "lmcache_offload", "kv_role": "offload"},
         kv_cache_block_size=spec.block_size,
         num_kvcache_blocks=spec.num_blocks,
-        kv_cache_dtype="bf16",
+        kv_cache_dtype=spec.kv_cache_dtype,
         enable_prefix_caching=spec.prefix_caching,
         enable_chunked_prefill=True,
         max_num_seqs=spec.max_num_seqs,

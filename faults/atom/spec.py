@@ -74,8 +74,10 @@ class ServerSpec:
     # A remote tier every server with it set shares (lmcache's file-system connector on
     # a directory of the host's), as servers of one model share a cache server.
     shared_tier: bool = False
-    # The KV layout: head size (2 layers, 2 KV heads, bf16 otherwise).
+    # The KV layout: head size and ATOM's KV cache dtype ("bf16", or "fp8": one byte
+    # per value), 2 layers and 2 KV heads otherwise.
     head_dim: int = 8
+    kv_cache_dtype: str = "bf16"
     # A server on another machine ("" = the host's): its own socket directory, so it
     # shares only what a network would give it (the shared tier).
     machine: str = ""

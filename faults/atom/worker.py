@@ -75,10 +75,12 @@ class WorkerProcess:
             "dense", Geometry(block_size=spec.block_size, chunk_size=spec.chunk_size)
         )
         shape = (spec.num_blocks, spec.block_size, 2, spec.head_dim)
+        # The KV tensors in the dtype ATOM's table gives the server's KV cache dtype.
+        dtype = boundary.kv_dtype(spec.kv_cache_dtype)
         layers = {
             f"layers.{i}": SimpleNamespace(
-                k_cache=torch.zeros(shape, dtype=torch.bfloat16),
-                v_cache=torch.zeros(shape, dtype=torch.bfloat16),
+                k_cache=torch.zeros(shape, dtype=dtype),
+                v_cache=torch.zeros(shape, dtype=dtype),
             )
             for i in range(2)
         }
@@ -101,6 +103,9 @@ class WorkerProcess:
         # the real engine answered.
         self.retrieved: dict[str, tuple[int, int]] = {}
         self._observe_retrieve()
+        self.names: dict[Any, str] = {}  # ATOM's request ids -> the story's (last poll's)
+        for method in ("store", "retrieve"):
+            self._observe_keys(method)
         self.jitter = _Jitter(spec.schedule)
         if spec.schedule and self.engine is not None:
             for method in ("store", "retrieve"):
@@ -135,6 +140,48 @@ class WorkerProcess:
 
         engine.retrieve = observed
 
+    def _observe_keys(self, method: str) -> None:
+        """Record (``sent``) the keys lmcache's engine in this worker files each store
+        and retrieve under: its own ``CacheEngineKey`` of the first and the last whole
+        chunk sent, namespace (ATOM's page namespace), world size, worker id and KV
+        dtype included. ``keys`` judges them: one content, one key, wherever sent, and
+        no key shared by two media."""
+        engine = self.engine
+        inner = getattr(engine, method, None)
+        tdb = getattr(engine, "token_database", None)
+        if engine is None or inner is None or tdb is None:
+            return
+
+        def observed(tokens: Any, *args: Any, **kwargs: Any) -> Any:
+            self._sent(method, tdb, tokens, kwargs.get("req_id"))
+            return inner(tokens, *args, **kwargs)
+
+        setattr(engine, method, observed)
+
+    def _sent(self, what: str, tdb: Any, tokens: Any, req_id: Any) -> None:
+        chunk = self.spec.chunk_size
+        try:
+            keys = [
+                (end, key)
+                for start, end, key in tdb.process_tokens(tokens=tokens)
+                if end - start == chunk
+            ]
+        except Exception:  # noqa: BLE001  a key lmcache cannot make: it files nothing
+            keys = []
+        if not keys:
+            return
+        kind = "save" if what == "store" else "load"
+        live = self.saves if kind == "save" else self.loads
+        value = next((v for v in live if str(getattr(v, "req_id", v)) == str(req_id)), req_id)
+        self.log.record(
+            "sent",
+            op=op_of(value, kind, {**self.names, **{str(k): n for k, n in self.names.items()}}),
+            what=what,
+            end=keys[-1][0],
+            first=_key_text(keys[0][1]),
+            last=_key_text(keys[-1][1]),
+        )
+
     def _socket_name(self) -> str:
         """The lookup socket as the judge tells sockets apart: its name, under its
         machine's name for a server on another machine (another /tmp/vllm_rpc)."""
@@ -142,7 +189,9 @@ class WorkerProcess:
         return f"{self.spec.machine}:{name}" if self.spec.machine else name
 
     # ATOM's model-runner calls, as its process manager sends them
-    def process_kvconnector_output(self, meta: Any) -> None:
+    def process_kvconnector_output(self, meta: Any, names: dict[Any, str] | None = None) -> None:
+        if names is not None:
+            self.names = dict(names)
         self.faults.before_call()
         for req in getattr(meta, "requests", ()) or ():
             if getattr(req, "save_spec", None) is not None:
@@ -231,6 +280,7 @@ class WorkerProcess:
         return n * self.spec.block_size
 
     def async_proc_aggregation(self, names: dict[Any, str]) -> Any:
+        self.names = dict(names)
         out = self.connector.get_finished()
         for attr, kind, outcome in completion_fields(out):
             for value in getattr(out, attr, ()) or ():
@@ -300,6 +350,15 @@ class _Jitter:
             return inner(*args, **kwargs)
 
         setattr(obj, method, jittered)
+
+
+def _key_text(key: Any) -> str:
+    """An lmcache ``CacheEngineKey`` as one string: chunk hash first (what a table shows
+    of it), then every field that tells two deployments' data apart."""
+    h = getattr(key, "chunk_hash", key)
+    head = f"{h:x}" if isinstance(h, int) else str(h)
+    fields = ("model_name", "world_size", "worker_id", "dtype")
+    return "/".join([head, *(str(getattr(key, f, "")) for f in fields)])
 
 
 def _server_socket(server: Any) -> str | None:
