@@ -385,11 +385,13 @@ class Swarm(TargetKind):
         if not isinstance(scenario, str):
             raise CampaignError("swarm target needs a 'scenario' name")
         pinned = tuple((obj or {}).get("pinned") or ())
-        _resolve(SCENARIO, scenario, DEFAULT_TIER)
+        if tier in Tiers.installed() and not Tiers.installed()[tier].fault_plans:
+            raise CampaignError(f"a swarm draws in-process fault plans: --tier {tier} has none")
+        _resolve(SCENARIO, scenario, tier)
         for p in pinned:
             if p not in INJECTORS:
                 raise CampaignError(f"unknown fault {p!r} in --pin{close_matches(p, INJECTORS)}")
-        return Target(self, scenario, scenario, pinned=pinned)
+        return Target(self, scenario, scenario, pinned=pinned, tier=tier)
 
     def plan(self, target: Target, seed: int) -> FaultPlan | None:
         return replace(swarm_plan(seed, target.scenario, target.pinned), scale=target.scale)
@@ -430,9 +432,10 @@ def scenario_target(name: str, tier: str = DEFAULT_TIER) -> Target:
     return SCENARIO.build(name, tier)
 
 
-def swarm_target(scenario: str, pinned: Sequence[str] = ()) -> Target:
-    """A swarm: random subsets of the in-process injectors on ``scenario``."""
-    return SWARM.build(scenario, DEFAULT_TIER, {"scenario": scenario, "pinned": tuple(pinned)})
+def swarm_target(scenario: str, pinned: Sequence[str] = (), tier: str = DEFAULT_TIER) -> Target:
+    """A swarm: random subsets of the in-process injectors on ``scenario``, on a tier
+    whose faults are fault plans (one-line ``CampaignError`` else)."""
+    return SWARM.build(scenario, tier, {"scenario": scenario, "pinned": tuple(pinned)})
 
 
 def swarm_plan(seed: int, scenario: str, pinned: Sequence[str] = ()) -> FaultPlan:

@@ -63,7 +63,7 @@ def select_targets(
     if swarm:
         if faults:
             raise CampaignError("--swarm draws its faults; fix them with --pin, not --fault")
-        out += [swarm_target(s, pinned) for s in (scenarios or on_tier(SCENARIO.name, tier))]
+        out += [swarm_target(s, pinned, tier) for s in (scenarios or on_tier(SCENARIO.name, tier))]
     else:
         if pinned:
             raise CampaignError("--pin only makes sense with --swarm")
