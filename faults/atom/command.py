@@ -73,16 +73,26 @@ def list_command(args: Any) -> int:
         getattr(args, k, False)
         for k in ("scenarios", "properties", "faults", "regressions", "tiers")
     )
+    from faults.atom.row_config import configuration, tier_settings
+
+    def runs(r: AtomRow) -> str:
+        schedules = f"; {r.schedules} schedules a case" if r.schedules > 1 else ""
+        return f"      runs: {configuration(r)}{schedules}"
+
+    if show_all or args.scenarios or args.faults:
+        print(f"every row runs, unless its own line says otherwise: {tier_settings()}")
     if show_all or args.scenarios:
         print("scenarios (--tier atom):")
         for r in ROWS.values():
             if r.kind == "scenario":
                 print(f"  {r.name}  {r.description} [{', '.join(r.properties)}]")
+                print(runs(r))
     if show_all or args.faults:
         print("faults (--tier atom):")
         for r in ROWS.values():
             if r.kind == "fault":
                 print(f"  {r.name}  {r.description} (on {r.scenario}) [{', '.join(r.properties)}]")
+                print(runs(r))
     if show_all or args.properties:
         used = {p for r in ROWS.values() for p in r.properties}
         print("properties (--tier atom):")

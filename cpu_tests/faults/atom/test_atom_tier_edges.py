@@ -123,6 +123,31 @@ def test_list_names_every_row_and_why_the_rest_does_not_run(capsys):
     assert "not on --tier atom:" in out and "regressions:" in out
 
 
+def test_list_shows_what_each_row_runs_against_atoms_defaults(capsys):
+    assert main(["list", "--tier", "atom"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("every row runs, unless its own line says otherwise: ")
+    assert "TP 1" in lines[0] and "lmcache chunk 64 (ATOM: 256)" in lines[0]
+    runs = {
+        line.split()[0]: lines[i + 1].strip()
+        for i, line in enumerate(lines[:-1])
+        if line.startswith("  ") and lines[i + 1].startswith("      runs: ")
+    }
+    assert sorted(runs) == sorted(catalog.ROWS)
+    assert "lmcache chunk 256 (= ATOM's)" in runs["resend_at_defaults"]
+    assert "KV dtype fp8 (ATOM: bf16)" in runs["shared_tier_kv_dtype"].split("; B: ")[1]
+    assert runs["hbm_pressure"] == "runs: A: HBM blocks 40"
+    assert runs["concurrent_loads"].endswith("; 3 schedules a case")
+
+
+def test_a_rows_servers_come_from_its_own_story():
+    from faults.atom.row_config import servers
+
+    specs = servers(catalog.ROWS["hash_order_shuffle"])
+    assert [(s.name, s.scheduler_hash_seed, s.worker_hash_seed) for s in specs] == [("A", 0, 1)]
+    assert [s.name for s in servers(catalog.ROWS["restart"])] == ["A"]
+
+
 def test_list_of_the_atom_tier_takes_tiers_as_the_others_do(capsys):
     assert main(["list", "--tier", "atom", "--tiers"]) == 0
     out = capsys.readouterr().out.splitlines()

@@ -1,0 +1,142 @@
+"""What each row of the ``atom`` tier runs, against ATOM's defaults: the servers its
+story starts (``servers``: the story told to a host that starts nothing) and each
+server's settings where they differ from what a user of ATOM gets by default
+(``differences``), for ``kvfault list --tier atom``. Imports nothing of ATOM."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from faults.atom.spec import AtomRequest, ServerSpec
+
+# What a user of ATOM's dense offload connector gets without setting anything
+# (ATOM's Config, lmcache's environment defaults, ATOM's OFFLOAD_MIN_LOAD_TOKENS), by
+# ServerSpec field, with how it is shown.
+ATOM_DEFAULTS: dict[str, tuple[object, str]] = {
+    "block_size": (16, "block size"),
+    "chunk_size": (256, "lmcache chunk"),
+    "min_load_tokens": (8192, "min load tokens"),
+    "prefix_caching": (True, "HBM prefix cache"),
+    "deferred_output": (True, "deferred output"),
+    "kv_cache_dtype": ("bf16", "KV dtype"),
+    "max_num_seqs": (512, "max seqs"),
+    "max_num_batched_tokens": (16384, "max batched tokens"),
+    "cpu_cache_gib": (5.0, "CPU pool GiB"),
+    "local_disk": (False, "local disk"),
+    "shared_tier": (False, "remote tier (fs://)"),
+}
+# What every row runs and no row varies yet (docs/atom/tier.md's coverage table).
+FIXED = "dense connector, TP 1, PP 1, one worker rank"
+
+
+def _shown(value: object) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return str(value)
+
+
+def differences(spec: ServerSpec, base: ServerSpec | None = None) -> list[str]:
+    """``spec``'s settings that differ from ``base`` (default: ATOM's defaults), as
+    ``name VALUE (ATOM: DEFAULT)``; the KV layout (head size), DP rank, machine and
+    hash seeds where set."""
+    out = []
+    for name, (default, label) in ATOM_DEFAULTS.items():
+        value = getattr(spec, name)
+        if value != (default if base is None else getattr(base, name)):
+            same = " (= ATOM's)" if value == default else f" (ATOM: {_shown(default)})"
+            out.append(f"{label} {_shown(value)}{same}")
+    if base is not None and spec.num_blocks != base.num_blocks:
+        out.append(f"HBM blocks {spec.num_blocks}")
+    if base is None:
+        out.append(f"HBM blocks {spec.num_blocks} (ATOM: what GPU memory holds)")
+    if spec.port != ServerSpec.port:
+        out.append(f"port {spec.port}")
+    if spec.head_dim != ServerSpec.head_dim:
+        out.append(f"head dim {spec.head_dim}")
+    if spec.dp_rank:
+        out.append(f"DP rank {spec.dp_rank}")
+    if spec.machine:
+        out.append(f"on machine {spec.machine}")
+    for side in ("scheduler", "worker"):
+        seed = getattr(spec, f"{side}_hash_seed")
+        if seed is not None:
+            out.append(f"{side} PYTHONHASHSEED {seed}")
+    return out
+
+
+def tier_settings() -> str:
+    """What every row runs unless its own line says otherwise: the fixed shape and the
+    tier's server settings against ATOM's defaults."""
+    return f"{FIXED}; {', '.join(differences(ServerSpec('')))}"
+
+
+@dataclass
+class _DryServer:
+    """A server that runs nothing: what a story asks of it is answered at once."""
+
+    spec: ServerSpec
+
+    def submit(self, requests: list[AtomRequest]) -> None:
+        pass
+
+    def run(self, limit_s: float, until_answered: bool = False) -> bool:
+        return True
+
+    def quiescent(self) -> None:
+        pass
+
+    def wait_stored(self, tokens: list[int], want: int, limit_s: float) -> bool:
+        return True
+
+    def shut_down(self) -> None:
+        pass
+
+
+@dataclass
+class _DryHost:
+    """Records the specs of the servers a story starts (restarts count once)."""
+
+    specs: list[ServerSpec] = field(default_factory=list)
+
+    def start(self, spec: ServerSpec) -> _DryServer:
+        self.specs.append(spec)
+        return _DryServer(spec)
+
+    def restart(self, server: _DryServer, **changes: Any) -> _DryServer:
+        return server
+
+    def note_fault(self, injector: str, **evidence: Any) -> None:
+        pass
+
+
+def servers(row: Any) -> list[ServerSpec]:
+    """The servers ``row`` (``faults.atom.catalog.AtomRow``) starts, with its fault's
+    setting changes applied, from its story told to a host that starts nothing."""
+    from faults.atom.scenarios import AtomRun
+
+    class _DryRun(AtomRun):
+        def idle(self, seconds: float) -> None:
+            pass
+
+    host = _DryHost()
+    run = _DryRun(
+        host,  # type: ignore[arg-type]  # a host that starts nothing
+        0,
+        faults=row.faults,
+        faulted=row.faulted,
+        spec_changes=dict(row.spec_changes),
+        injector=None,
+    )
+    row.story(run)
+    return host.specs
+
+
+def configuration(row: Any) -> str:
+    """One line: each server of ``row`` and how its settings differ from the tier's
+    (``tier_settings``), each with ATOM's default."""
+    parts = []
+    for spec in servers(row):
+        diff = differences(spec, ServerSpec(""))
+        parts.append(f"{spec.name}: {', '.join(diff) if diff else 'the tier settings'}")
+    return "; ".join(parts)
