@@ -248,7 +248,7 @@ def bench_block_size(
         if gather and engine.gather != gather:
             print(f"  {name}: not available here (gather {engine.gather})")
             continue
-        path = engine.method + (f":{engine.gather}" if engine.gather else "")
+        path = engine.path_for(n)
         engines[name] = engine
         kv.pages.view(torch.uint8).fill_(0xA5)
         enq: list[float] = []
@@ -356,7 +356,7 @@ def _auto_overhead(
     auto = engines.get("auto")
     if auto is None:
         return None
-    named_key = auto.method + (f":{auto.gather}" if auto.gather else "")
+    named_key = auto.path_for(len(blocks_t))
     named = engines.get(named_key)
     if named is None:
         return None

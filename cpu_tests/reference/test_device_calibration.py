@@ -20,6 +20,7 @@ from reference.device.calibration import (
     Choice,
     cache_path,
     calibrate,
+    calibrate_sizes,
     device_key,
 )
 
@@ -34,7 +35,7 @@ class FakeTimer:
         self.seconds = seconds
         self.calls: list[str] = []
 
-    def __call__(self, path: str) -> float:
+    def __call__(self, path: str, blocks: int = 0) -> float:
         self.calls.append(path)
         value = self.seconds[path]
         if isinstance(value, Exception):
@@ -97,7 +98,7 @@ def _measurer(timer):
 
     def measurer():
         calls.append(1)
-        return timer, "16 MiB"
+        return timer, 8, 64, "8 KiB pages"
 
     measurer.calls = calls
     return measurer
@@ -249,3 +250,73 @@ def test_the_cache_lives_in_the_users_cache_directory(tmp_path):
 def test_the_key_names_device_bus_driver_and_software():
     for part in ("NVIDIA H100 80GB HBM3", "0000:18:00.0", "580.159.04", "2.11.0", "3.6.0"):
         assert part in KEY
+
+
+def _linear(costs):
+    """A timer: seconds = fixed + per_block * blocks, per path."""
+    return lambda path, blocks: costs[path][0] + costs[path][1] * blocks
+
+
+def test_one_path_winning_small_and_large_restores_is_taken_for_all():
+    timer = _linear({"dma": (50e-6, 1e-6), "mapped:triton": (10e-6, 2e-6)})
+    got = calibrate_sizes(["dma", "mapped:triton"], timer, small=8, large=8)
+    assert got.large is None and got.path_for(10**6) == got.path
+    same = calibrate_sizes(
+        ["dma", "mapped:triton"],
+        _linear({"dma": (1e-6, 1e-6), "mapped:triton": (9e-6, 2e-6)}),
+        8,
+        64,
+    )
+    assert (same.path, same.large, same.large_from) == ("dma", None, None)
+
+
+def test_small_and_large_winners_split_at_the_crossing_of_their_lines():
+    # dma: 100 us + 1 us a block; the gather: 20 us + 2 us a block: equal at 80 blocks
+    timer = _linear({"dma": (100e-6, 1e-6), "mapped:triton": (20e-6, 2e-6)})
+    got = calibrate_sizes(["dma", "mapped:triton"], timer, small=16, large=512, what="x")
+    assert (got.path, got.large, got.large_from) == ("mapped:triton", "dma", 80)
+    assert [got.path_for(k) for k in (1, 79, 80, 512, 10**6)] == [
+        "mapped:triton",
+        "mapped:triton",
+        "dma",
+        "dma",
+        "dma",
+    ]
+    assert got.line().startswith("mapped:triton below 80 blocks, dma from there (measured): ")
+    assert (
+        "at 512 blocks: fastest of dma" in got.reason
+        and "at 16: fastest of mapped:triton" in got.reason
+    )
+
+
+def test_a_split_survives_the_cache_and_a_bad_split_entry_is_ignored(tmp_path, capsys):
+    path = tmp_path / "c.json"
+    timer = _linear({"dma": (100e-6, 1e-6), "mapped:triton": (20e-6, 2e-6)})
+
+    def measurer():
+        return timer, 16, 512, "x"
+
+    first = Calibrator(CalibrationCache(path)).choose(
+        KEY, 262144, ["dma", "mapped:triton"], measurer
+    )
+    again = Calibrator(CalibrationCache(path)).choose(
+        KEY, 262144, ["dma", "mapped:triton"], _measurer(FakeTimer({}))
+    )
+    assert again.source == "cached" and (again.large, again.large_from) == (first.large, 80)
+    # a cached split whose large path is no longer available: measured again
+    m = _measurer(FakeTimer({"mapped:triton": 1.0, "mapped:index": 2.0}))
+    got = Calibrator(CalibrationCache(path)).choose(
+        KEY, 262144, ["mapped:triton", "mapped:index"], m
+    )
+    assert got.source == "measured" and m.calls
+    doc = json.loads(path.read_text())
+    doc["entries"][KEY]["262144"] = {
+        "path": "dma",
+        "reason": "r",
+        "seconds": {},
+        "large": "x",
+        "large_from": -3,
+    }
+    path.write_text(json.dumps(doc))
+    assert CalibrationCache(path).get(KEY, 262144) is None
+    assert "holds 1 malformed entry" in capsys.readouterr().err

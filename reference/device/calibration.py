@@ -4,6 +4,8 @@ measuring each way it can use on this device, once, and remembering the answer.
 - ``calibrate`` times every candidate path with a timer it is given (the engine's
   times one real restore; tests give a fake) in interleaved rounds and picks the one
   with the lowest median. A candidate whose timer raises is left out, with the reason.
+- ``calibrate_sizes`` does that for small and for large restores; where the winners
+  differ, the choice splits at the block count where their lines cross.
 - ``CalibrationCache`` keeps the choices in one small JSON file in the user's cache
   directory (``cache_path``), keyed by device (name and PCI bus id), driver, torch and
   Triton version, and page size. A file that is not JSON, not this format, or holds a
@@ -26,7 +28,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -47,15 +49,30 @@ class Choice:
 
     ``source``: ``measured`` (calibrated now), ``cached`` (an earlier calibration),
     ``forced`` (the caller named the method), ``only`` (one path was possible).
-    ``seconds``: the median time of one calibration restore per candidate."""
+    ``seconds``: the median time of one calibration restore per candidate (the large
+    restores). Where small and large restores were fastest by different paths, ``path``
+    serves restores of fewer than ``large_from`` blocks and ``large`` the rest."""
 
     path: str
     source: str
     reason: str
     seconds: Mapping[str, float] = field(default_factory=dict)
+    large: str | None = None
+    large_from: int | None = None
+
+    def path_for(self, blocks: int) -> str:
+        """The path a restore of ``blocks`` blocks takes."""
+        if self.large is not None and self.large_from is not None and blocks >= self.large_from:
+            return self.large
+        return self.path
 
     def line(self) -> str:
-        return f"{self.path} ({self.source}): {self.reason}"
+        if self.large is None:
+            return f"{self.path} ({self.source}): {self.reason}"
+        return (
+            f"{self.path} below {self.large_from} blocks, {self.large} from there "
+            f"({self.source}): {self.reason}"
+        )
 
 
 def calibrate(
@@ -104,14 +121,15 @@ class Calibrator:
     """Chooses a path for one page size on one device: the cached choice where the
     cache holds one for a path still available, else ``calibrate`` (stored back). With
     ``cache=None`` it measures every time. ``rounds``: restores timed per candidate.
-    ``timer``, where given, replaces the engine's timer (tests: a fake clock)."""
+    ``timer(path, blocks)``, where given, replaces the engine's timer (tests: a fake
+    clock)."""
 
     def __init__(
         self,
         cache: CalibrationCache | None,
         rounds: int = 5,
         warn: Callable[[str], None] | None = None,
-        timer: Callable[[str], float] | None = None,
+        timer: Callable[[str, int], float] | None = None,
     ):
         self.cache = cache
         self.rounds = rounds
@@ -128,22 +146,23 @@ class Calibrator:
         key: str,
         page_bytes: int,
         candidates: Sequence[str],
-        measurer: Callable[[], tuple[Callable[[str], float], str]],
+        measurer: Callable[[], tuple[Callable[[str, int], float], int, int, str]],
     ) -> Choice:
         """The path for ``page_bytes`` pages on the device ``key`` names.
         ``measurer()`` is called only when a measurement is needed and returns the timer
-        of one restore by a path and a few words on what one restore moves."""
+        of one restore of some blocks by a path, the small and the large number of blocks
+        to time, and a few words on what one block is."""
         if len(candidates) == 1:
             return Choice(candidates[0], "only", "the only path this device can take")
         if self.cache is not None:
             hit = self.cache.get(key, page_bytes)
-            if hit is not None and hit.path in candidates:
+            if hit is not None and {hit.path, hit.large or hit.path} <= set(candidates):
                 return hit
         t0 = time.perf_counter()
-        measure, what = measurer()
-        choice = calibrate(candidates, self.timer or measure, self.rounds, what)
+        measure, small, large, what = measurer()
+        choice = calibrate_sizes(candidates, self.timer or measure, small, large, self.rounds, what)
         took = f"; calibrated in {(time.perf_counter() - t0) * 1e3:.0f} ms"
-        choice = Choice(choice.path, choice.source, choice.reason + took, choice.seconds)
+        choice = replace(choice, reason=choice.reason + took)
         if self.cache is not None:
             try:
                 self.cache.put(key, page_bytes, choice)
@@ -152,6 +171,38 @@ class Calibrator:
                     f"kvfault: could not save the GPU calibration to {self.cache.path}: {exc}"
                 )
         return choice
+
+
+def calibrate_sizes(
+    candidates: Sequence[str],
+    measure: Callable[[str, int], float],
+    small: int,
+    large: int,
+    rounds: int = 5,
+    what: str = "",
+) -> Choice:
+    """``calibrate`` at restores of ``small`` and of ``large`` blocks (``measure(path,
+    blocks)``). Where one path wins both, that path. Where they differ, the small one
+    below the block count where the two winners' straight lines (through their two
+    medians) cross, the large one from there (clamped to ``[small, large]``)."""
+    big = calibrate(candidates, lambda p: measure(p, large), rounds)
+    if small >= large:
+        return Choice(big.path, "measured", f"{big.reason} of {what}", big.seconds)
+    little = calibrate(candidates, lambda p: measure(p, small), rounds)
+    both = f"at {large} blocks: {big.reason}; at {small}: {little.reason}"
+    if little.path == big.path:
+        return Choice(big.path, "measured", f"{both} ({what})", big.seconds)
+    s, g = little.path, big.path
+    slope_s = (big.seconds[s] - little.seconds[s]) / (large - small)
+    slope_g = (big.seconds[g] - little.seconds[g]) / (large - small)
+    at_s = little.seconds[s] - slope_s * small
+    at_g = little.seconds[g] - slope_g * small
+    if slope_s > slope_g:
+        cross = (at_g - at_s) / (slope_s - slope_g)
+    else:  # the lines do not cross between: the geometric middle
+        cross = (small * large) ** 0.5
+    cross = int(min(max(cross, small + 1), large))
+    return Choice(s, "measured", f"{both} ({what})", big.seconds, large=g, large_from=cross)
 
 
 def cache_path(env: Mapping[str, str] | None = None) -> Path:
@@ -184,7 +235,14 @@ class CalibrationCache:
         entry = self._load().get(key, {}).get(str(page_bytes))
         if entry is None:
             return None
-        return Choice(entry["path"], "cached", entry["reason"], dict(entry["seconds"]))
+        return Choice(
+            entry["path"],
+            "cached",
+            entry["reason"],
+            dict(entry["seconds"]),
+            entry.get("large"),
+            entry.get("large_from"),
+        )
 
     def put(self, key: str, page_bytes: int, choice: Choice) -> None:
         """Record ``choice``; merges with what the file holds now (under the lock)."""
@@ -197,6 +255,9 @@ class CalibrationCache:
                 "seconds": dict(choice.seconds),
                 "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             }
+            if choice.large is not None:
+                entries[key][str(page_bytes)]["large"] = choice.large
+                entries[key][str(page_bytes)]["large_from"] = choice.large_from
             doc = {"format": CACHE_FORMAT, "version": CACHE_VERSION, "entries": entries}
             fd, tmp = tempfile.mkstemp(prefix=".gpu_calibration.", dir=self.path.parent)
             try:
@@ -283,8 +344,13 @@ def _valid_entry(size: Any, entry: Any) -> bool:
     if not (isinstance(size, str) and size.isdigit() and isinstance(entry, dict)):
         return False
     seconds = entry.get("seconds")
+    large, large_from = entry.get("large"), entry.get("large_from")
+    split_ok = (large is None and large_from is None) or (
+        isinstance(large, str) and isinstance(large_from, int) and large_from > 0
+    )
     return (
-        isinstance(entry.get("path"), str)
+        split_ok
+        and isinstance(entry.get("path"), str)
         and isinstance(entry.get("reason"), str)
         and isinstance(seconds, dict)
         and all(isinstance(k, str) and isinstance(v, (int, float)) for k, v in seconds.items())

@@ -87,6 +87,10 @@ DMA_MIN_BLOCK_BYTES = 256 * 1024
 # contiguous copy and the gather 92%), and every path still takes milliseconds.
 CALIBRATION_BYTES = 64 * 1024 * 1024
 CALIBRATION_WARMUP = 2  # untimed restores per path first (module loads, first touch)
+# The small calibration restores are this share of the large ones: where another path
+# wins them (on an H100, DMA's host time per batch call weighs more in 16 MiB restores
+# than in 128 MiB ones), restores below the crossover take that path.
+CALIBRATION_SMALL_SHARE = 8
 CALIBRATION_TIMEOUT_S = 5.0
 
 
@@ -166,6 +170,10 @@ class TorchCopyEngine:
         self._tg_scatter: _TritonGather | None = None
         self._stage: torch.Tensor | None = None
         self._early: Callable[[_IndexBuffer, int], None] | None = None
+        # auto, where large restores are faster by another path: that path, from
+        # _large_from blocks up
+        self._large: _Path | None = None
+        self._large_from: int | None = None
         self.gather: str | None = None  # "triton" or "index" when method is "mapped"
         # dma: copies in the first cudaMemcpyBatchAsync call, doubling with each next
         # one, so the copy engines start while the host still queues (0: one call)
@@ -225,15 +233,22 @@ class TorchCopyEngine:
                 lambda: self._measurer(moves),
             )
         self._early, self._move = moves[choice.path]
-        if self._early is None:
+        self._large = moves[choice.large] if choice.large is not None else None
+        self._large_from = choice.large_from if self._large is not None else None
+        taken = {choice.path, choice.large or choice.path}
+        if "mapped:prefetch" not in taken:
             self._stage = None  # probed or calibrated only: not kept
-        if choice.path != "dma":
+        if "dma" not in taken:
             self._dma = None
         if not choice.path.startswith("mapped"):
             self.gather = None
         else:
             self.gather = choice.path.partition(":")[2]
         return choice
+
+    def path_for(self, blocks: int) -> str:
+        """The path a restore of ``blocks`` blocks takes (``choice.path_for``)."""
+        return self.choice.path_for(blocks)
 
     def _prepare(self, method: Method, gather: Gather) -> dict[str, _Path]:
         """Every path ``method`` allows that works here (probed), in the order a tie
@@ -291,9 +306,12 @@ class TorchCopyEngine:
             f"{triton_version}, runtime {self.runtime}",
         )
 
-    def _measurer(self, moves: dict[str, _Path]) -> tuple[Callable[[str], float], str]:
-        """A timer of one calibration restore by each path: ``CALIBRATION_BYTES`` (at most
-        the pool and the device pages) of random pool slots into a scratch buffer,
+    def _measurer(
+        self, moves: dict[str, _Path]
+    ) -> tuple[Callable[[str, int], float], int, int, str]:
+        """A timer of one calibration restore by a path of ``CALIBRATION_BYTES`` (at most
+        the pool and the device pages; and of an eighth of that, the small restores) of
+        random pool slots into a scratch buffer,
         wall clock from the call to the fence seen complete, with the blocks given as a
         tuple of ints and checked as ``enqueue`` does (a path that hides that host time
         gets the credit). Each path runs once first (module loads, first-touch)."""
@@ -304,22 +322,23 @@ class TorchCopyEngine:
         rng = np.random.default_rng(n)
         buf = _IndexBuffer(max(256, n))
         buf.np[0, :n] = rng.choice(pool.num_slots, size=n, replace=False)
-        blocks = tuple(rng.permutation(n).tolist())
+        small = max(1, n // CALIBRATION_SMALL_SHARE)
+        blocks = {k: tuple(rng.permutation(k).tolist()) for k in {n, small}}
         op = OperationId("calibration", 0)
         with torch.cuda.device(self.device):
             scratch = torch.empty((n, self._kv_rows.shape[1]), dtype=self.word, device=self.device)
             event = torch.cuda.Event()
 
-        def measure(path: str) -> float:
+        def measure(path: str, k: int) -> float:
             with torch.cuda.device(self.device):
                 torch.cuda.synchronize(self.device)
                 deadline = time.monotonic() + CALIBRATION_TIMEOUT_S
                 early, late = moves[path]
                 t0 = time.perf_counter()
                 if early is not None:
-                    early(buf, n)
-                self._put_blocks(op, buf, blocks, n)
-                late(scratch, buf, n)
+                    early(buf, k)
+                self._put_blocks(op, buf, blocks[k], k)
+                late(scratch, buf, k)
                 event.record(self.stream)
                 while not event.query():
                     if time.monotonic() > deadline:
@@ -328,8 +347,8 @@ class TorchCopyEngine:
 
         for _ in range(CALIBRATION_WARMUP):
             for path in moves:
-                measure(path)
-        return measure, f"{n} x {rb} B pages"
+                measure(path, n)
+        return measure, small, n, f"{rb} B pages"
 
     # -- CopyEngine -------------------------------------------------------------------
 
@@ -353,14 +372,18 @@ class TorchCopyEngine:
             raise RestoreFenceError(f"{op}: {len(pages)} pages for {n} blocks")
         buf = self._buffer(n)
         foreign = self._put_sources(op, buf, pages, n)
-        early = self._early if foreign is None and n else None
+        early, move = self._early, self._move
+        if self._large_from is not None and n >= self._large_from:
+            early, move = self._large  # type: ignore[misc]  # set with _large_from
+        if foreign is not None or not n:
+            early = None
         try:
             if early is not None:
                 # the pool rows start moving into the engine's own stage while the
                 # blocks are read and checked: nothing reaches the pages before that
                 self._on_device(early, buf, n)
             self._put_blocks(op, buf, blocks, n)
-            return self._issue(op, buf, n, foreign, state, req_id)
+            return self._issue(op, buf, n, foreign, state, req_id, move)
         except BaseException as exc:
             if early is not None:
                 self.stream.synchronize()  # the stage only: wait, so nothing stays in flight
@@ -511,6 +534,7 @@ class TorchCopyEngine:
         foreign: list[torch.Tensor] | None,
         state: Any | None,
         req_id: str,
+        move: Callable[[torch.Tensor, _IndexBuffer, int], None],
     ) -> RestoreTicket:
         host_state = _pinned(state) if state is not None else None
         staging: torch.Tensor | None = None
@@ -524,8 +548,8 @@ class TorchCopyEngine:
             torch.index_select(pool.rows(self.word), 0, buf.host[0, :n], out=staging)
         if self.device.index != torch.cuda.current_device():
             with torch.cuda.device(self.device):
-                return self._queue(op, buf, n, staging, host_state, req_id)
-        return self._queue(op, buf, n, staging, host_state, req_id)
+                return self._queue(op, buf, n, staging, host_state, req_id, move)
+        return self._queue(op, buf, n, staging, host_state, req_id, move)
 
     def _queue(
         self,
@@ -535,6 +559,7 @@ class TorchCopyEngine:
         staging: torch.Tensor | None,
         host_state: torch.Tensor | None,
         req_id: str,
+        move: Callable[[torch.Tensor, _IndexBuffer, int], None],
     ) -> RestoreTicket:
         """Queue the restore on the side stream, behind the current stream's work, and
         record its fence. The device is current; nothing here waits."""
@@ -548,7 +573,7 @@ class TorchCopyEngine:
         if n and staging is not None:
             self._on_side_stream(self._scatter_staged, staging, buf, n)
         elif n:
-            self._move(self._kv_rows, buf, n)
+            move(self._kv_rows, buf, n)
         if dev_state is not None:
             self._on_side_stream(dev_state.copy_, host_state, non_blocking=True)
         event = torch.cuda.Event()
