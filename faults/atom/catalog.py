@@ -330,6 +330,14 @@ ROWS: dict[str, AtomRow] = {
             FaultSpec(fail_store=1),
         ),
         _fault(
+            "pin_timeout_during_load",
+            s.reuse_once,
+            _ONE,
+            "lmcache's PinMonitor force-unpins the lookup's chunks (pin timeout 1 s) while "
+            "every retrieve waits 2.5 s; then ATOM's own unpin",
+            FaultSpec(slow_retrieve_s=2.5, pin_timeout_s=1),
+        ),
+        _fault(
             "evict_after_lookup",
             s.reuse_once,
             _ONE,

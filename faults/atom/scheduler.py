@@ -553,6 +553,11 @@ class SchedulerProcess:
         pins = self.link.call("lookup_pins")
         if pins is not None:
             held["lookup_pins"] = int(pins)
+        # Where lmcache's PinMonitor force-unpinned chunks: those whose pin count a
+        # later unpin took below zero (each such unpin frees the chunk once more).
+        below = self.link.call("below_zero_pins")
+        if below is not None:
+            held["pins_below_zero"] = int(below)
         self.log.record("quiescent", engine=self.spec.name, **held)
 
 

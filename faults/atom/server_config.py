@@ -71,6 +71,9 @@ def lmcache_env(spec: ServerSpec, host_dir: str) -> dict[str, str]:
         "LMCACHE_MAX_LOCAL_CPU_SIZE": str(spec.cpu_cache_gib),
         "OFFLOAD_MIN_LOAD_TOKENS": str(spec.min_load_tokens),
     }
+    if spec.faults.pin_timeout_s:
+        env["LMCACHE_PIN_TIMEOUT_SEC"] = str(spec.faults.pin_timeout_s)
+        env["LMCACHE_PIN_CHECK_INTERVAL_SEC"] = "1"
     if spec.local_disk:
         env["LMCACHE_LOCAL_DISK"] = "file://" + os.path.join(host_dir, f"disk-{spec.name}") + "/"
     if spec.disk_size_gib > 0:

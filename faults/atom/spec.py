@@ -29,6 +29,9 @@ class FaultSpec:
       them on its save / load threads, so the engine keeps stepping meanwhile).
     - ``hang_retrieve``: lmcache's n-th retrieve blocks until the worker closes (a
       disk or remote backend that never answers), before it touches the KV blocks.
+    - ``pin_timeout_s``: lmcache's ``pin_timeout_sec`` (checked every second): its
+      PinMonitor force-unpins what a lookup pinned once that long has passed (lmcache's
+      default is 300 s); each force-unpin is recorded.
     - ``abort_loading``: the client aborts the n-th request whose tier load ATOM
       dispatched, before the scheduler's next step (the load still copying): ATOM's
       own abort handler marks it, as a client disconnect does.
@@ -45,6 +48,7 @@ class FaultSpec:
     slow_retrieve_s: float = 0.0
     abort_loading: int = 0
     hang_retrieve: int = 0
+    pin_timeout_s: int = 0
 
 
 @dataclass(frozen=True)

@@ -260,6 +260,10 @@ class WorkerProcess:
             return None
         return sum(1 for held in pins.values() if held)
 
+    def below_zero_pins(self) -> int | None:
+        """``WorkerFaults.below_zero_pins`` (None: no pin timeout injected)."""
+        return self.faults.below_zero_pins()
+
     def stored_tokens(self, tokens: list[int]) -> int | None:
         """How many of ``tokens``, from the start, the lmcache engine holds (a lookup
         that pins nothing), or None when this engine cannot say."""

@@ -26,6 +26,7 @@ class WorkerFaults:
         self.seen: dict[str, int] = {"load": 0, "save": 0}
         self.held: list[tuple[str, Any]] = []
         self.evict_pending: tuple[Any, int] | None = None
+        self.forced: list[Any] = []  # memory objects lmcache's PinMonitor force-unpinned
         engine = worker.engine
         if engine is not None and spec.fail_retrieve:
             self._fail_nth(engine, "retrieve", spec.fail_retrieve)
@@ -41,11 +42,21 @@ class WorkerFaults:
         self.closing = threading.Event()
         if engine is not None and spec.hang_retrieve:
             self._hang_nth(engine, "retrieve", spec.hang_retrieve)
+        if spec.pin_timeout_s:
+            self._observe_force_unpin()
         server = getattr(worker.impl, "_lookup_server", None)
         if engine is not None and spec.evict_after_lookup:
             self._evict_after(engine, spec.evict_after_lookup)
         if server is not None and spec.drop_lookup_reply:
             self._drop_reply(server, spec.drop_lookup_reply)
+
+    def below_zero_pins(self) -> int | None:
+        """How many memory objects the PinMonitor force-unpinned now have a pin count
+        below zero (an unpin after the forced one; lmcache's ``unpin`` does not guard
+        it, and frees the object again); None when no pin timeout is set."""
+        if not self.spec.pin_timeout_s:
+            return None
+        return sum(1 for obj in self.forced if getattr(obj.meta, "pin_count", 0) < 0)
 
     def forward_delay(self, index: int) -> float:
         if index == 0 and self.spec.slow_first_forward_s > 0:
@@ -54,6 +65,22 @@ class WorkerFaults:
             )
             return self.spec.slow_first_forward_s
         return 0.0
+
+    def _observe_force_unpin(self) -> None:
+        # lmcache's PinMonitor is one per process (this worker's, forked fresh): each
+        # object it force-unpins is the fault firing, with the pin count it found.
+        from lmcache.v1.pin_monitor import PinMonitor
+
+        inner = PinMonitor._force_unpin_timeout_object
+        log, forced = self.log, self.forced
+
+        def observed(monitor: Any, memory_obj: Any, elapsed_time: float) -> Any:
+            pins = getattr(getattr(memory_obj, "meta", None), "pin_count", None)
+            forced.append(memory_obj)
+            log.record("fault", injector="pin_timeout_during_load", pins=pins, after=elapsed_time)
+            return inner(monitor, memory_obj, elapsed_time)
+
+        PinMonitor._force_unpin_timeout_object = observed
 
     def _fail_nth(self, engine: Any, method: str, n: int) -> None:
         inner = getattr(engine, method)

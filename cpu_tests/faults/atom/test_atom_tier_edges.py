@@ -539,3 +539,17 @@ def test_an_artifact_whose_code_is_malformed_is_one_line(atom_checkout, tmp_path
     capsys.readouterr()
     assert main(["replay", str(path)]) == 2
     assert "'code' commit must be null or a hex commit id" in capsys.readouterr().err
+
+
+def test_pins_below_zero_counts_force_unpinned_chunks_unpinned_again():
+    from types import SimpleNamespace
+
+    from faults.atom.spec import FaultSpec
+    from faults.atom.worker_faults import WorkerFaults
+
+    faults = WorkerFaults.__new__(WorkerFaults)
+    faults.spec, faults.forced = FaultSpec(), []
+    assert faults.below_zero_pins() is None  # no pin timeout: the record leaves it out
+    faults.spec = FaultSpec(pin_timeout_s=1)
+    faults.forced = [SimpleNamespace(meta=SimpleNamespace(pin_count=n)) for n in (0, -1, 1)]
+    assert faults.below_zero_pins() == 1
