@@ -20,6 +20,8 @@ from faults.lmcache.wire_faults import WIRE_FAULTS
 from faults.properties import PROPERTIES, Violation
 from faults.regressions import REGRESSIONS
 from faults.safe_io import NotARegularFile
+from faults.vllm.catalog import FAULTS as VLLM_FAULTS
+from faults.vllm.catalog import ROWS as VLLM_ROWS
 from reference import Rules
 
 
@@ -71,11 +73,15 @@ def test_the_cli_imports_no_torch_zmq_or_faker(code):
     "flag, catalog",
     [
         ("--regressions", REGRESSIONS),
-        ("--faults", {**INJECTORS, **WIRE_FAULTS, **ATOM_FAULTS}),
+        ("--faults", {**INJECTORS, **WIRE_FAULTS, **ATOM_FAULTS, **VLLM_FAULTS}),
         # the real-tier scenarios register on import; the atom tier's rows are its own
         (
             "--scenarios",
-            {**SCENARIOS, **{n: r for n, r in ATOM_ROWS.items() if r.kind == "scenario"}},
+            {
+                **SCENARIOS,
+                **{n: r for n, r in ATOM_ROWS.items() if r.kind == "scenario"},
+                **{n: r for n, r in VLLM_ROWS.items() if r.kind == "scenario"},
+            },
         ),
     ],
 )

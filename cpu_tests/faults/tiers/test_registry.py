@@ -46,9 +46,10 @@ def test_kvfault_registers_its_own_tiers_as_entry_points() -> None:
         "memory": "faults.memory.tier:TIER",
         "lmcache": "faults.lmcache.tier:TIER",
         "atom": "faults.atom.tier:TIER",
+        "vllm": "faults.vllm.tier:TIER",
     }
     tiers = Tiers.installed()
-    assert tiers.names == ("memory", "lmcache", "atom")  # by rank
+    assert tiers.names == ("memory", "lmcache", "atom", "vllm")  # by rank
     assert tiers.default.name == DEFAULT_TIER
     assert tiers["lmcache"].fault("wire_kill").kills_server
     assert tiers["atom"].own_listing() is not None and tiers["atom"].rows("scenario")
@@ -102,11 +103,11 @@ def test_reading_the_declarations_imports_no_tier_library() -> None:
         "import sys\n"
         "from faults.tiers import Tiers\n"
         "t = Tiers.load()\n"
-        "assert t.names == ('memory', 'lmcache', 'atom'), t.names\n"
+        "assert t.names == ('memory', 'lmcache', 'atom', 'vllm'), t.names\n"
         "declared = {'faults', 'reference', 'reference._lazy', 'faults.errors', 'faults.lmcache', 'faults.lmcache.tier', "
-        "'faults.atom', 'faults.atom.tier', 'faults.memory', 'faults.memory.tier'}\n"
+        "'faults.atom', 'faults.atom.tier', 'faults.memory', 'faults.memory.tier', 'faults.vllm', 'faults.vllm.tier'}\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in "
-        "('lmcache', 'torch', 'atom', 'zmq', 'faults', 'reference', 'fakes') "
+        "('lmcache', 'torch', 'atom', 'vllm', 'zmq', 'faults', 'reference', 'fakes') "
         "and not m.startswith('faults.tiers') and m not in declared))\n"
     )
     out = subprocess.run(

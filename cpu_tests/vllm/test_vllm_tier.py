@@ -1,0 +1,104 @@
+"""The vllm tier's runs: what vLLM's real scheduler and LMCache's real connector do,
+judged by kvfault's properties (docs/vllm/tier.md, docs/vllm/findings.md)."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+
+from faults.campaign.execute import check
+from faults.runs import RunContext
+from faults.vllm.catalog import FAULTS, JUDGED, SCENARIOS, VllmRow
+from reference.trace import Ev
+
+
+@contextlib.contextmanager
+def fixed(executor, on: bool):
+    before = executor.fix
+    executor.fix = on
+    try:
+        yield
+    finally:
+        executor.fix = before
+
+
+def run(executor, row: VllmRow | None, scenario: str = "prefix_reuse", seed: int = 0):
+    injectors = [row.factory(seed)] if row is not None else []
+    result, _ = executor.execute(scenario, RunContext(seed=seed, injectors=injectors))
+    return result, injectors
+
+
+def test_tensor_pages_read_back_only_what_was_written() -> None:
+    import torch
+
+    from faults.vllm.pages import TensorPages
+
+    tensors = {n: torch.zeros(2, 4, 16, 2, 16) for n in ("l0", "l1")}
+    pages = TensorPages(torch, tensors)
+    pages.write(1, -(2**62) + 12345)
+    pages.write(2, 2**62 - 7)
+    assert pages.read(1) == -(2**62) + 12345 and pages.read(2) == 2**62 - 7
+    assert pages.read(0) is None  # never written
+    tensors["l1"][:, 2, 3, 1, 5] += 1  # one element of one layer differs
+    assert pages.read(2) is None
+
+
+def test_prefix_reuse_loads_from_lmcache_and_holds_every_property(executor) -> None:
+    result, _ = run(executor, None)
+    loads = {e.req_id: e.data["kv_end"] for e in result.trace.of(Ev.DISPATCH)}
+    assert loads == {"b0-s0": 128, "b1-s0": 192}  # whole chunks, the last token kept
+    applied = [e.data["outcome"] for e in result.trace.of(Ev.COMPLETION_APPLIED)]
+    assert applied == ["finished", "finished"]
+    assert len(list(result.trace.of(Ev.OUTPUT))) == 4
+    assert check(result, SCENARIOS["prefix_reuse"].properties) == []
+
+
+def test_a_wrong_restore_is_seen_by_correctness(executor) -> None:
+    # The break by hand: the first block a load restored is overwritten before the
+    # request computes from it. vLLM cannot see it; the judge must.
+    row = VllmRow("fault", "corrupt_load", "break by hand", "prefix_reuse", fault="corrupt_load")
+    result, injectors = run(executor, row)
+    assert injectors[0].fired == 1
+    found = check(result, ["correctness"])
+    assert found and "differs from its cold run" in found[0].message
+
+
+@pytest.mark.parametrize(
+    "fault, line",
+    [
+        ("duplicated_completion", "assert RequestStatus.is_finished(req.status)"),
+        ("stale_completion", "assert req_id in self.requests"),
+        ("invalid_blocks_fail", "assert req_id in self.requests"),
+        ("abort_while_loading", "assert req_id in self.requests"),
+    ],
+)
+def test_the_scheduler_dies_and_the_guard_keeps_it_alive(executor, fault, line) -> None:
+    row = FAULTS[fault]
+    with fixed(executor, False):
+        result, injectors = run(executor, row)
+    assert injectors[0].fired >= 1
+    stop = next(iter(result.trace.of(Ev.STOP)))
+    assert stop.data["error"] == "AssertionError"
+    assert "vllm/v1/core/sched/scheduler.py:" in stop.data["where"] and line in stop.data["where"]
+    assert any(v.prop == "no_false_stop" for v in check(result, JUDGED))
+    with fixed(executor, True):
+        result, _ = run(executor, row)
+    assert not list(result.trace.of(Ev.STOP))
+    assert check(result, SCENARIOS[row.scenario].properties) == []
+
+
+def test_a_failed_load_is_recomputed_under_the_recompute_policy(executor) -> None:
+    row = FAULTS["invalid_blocks_recompute"]
+    result, _ = run(executor, row)
+    applied = {e.req_id: e.data["outcome"] for e in result.trace.of(Ev.COMPLETION_APPLIED)}
+    assert applied == {"b0-s0": "failed", "b1-s0": "finished"}
+    assert not list(result.trace.of(Ev.STOP))
+    assert check(result, SCENARIOS[row.scenario].properties) == []
+
+
+def test_a_lost_completion_leaves_the_request_waiting_forever(executor) -> None:
+    # vLLM has no bound on WAITING_FOR_REMOTE_KVS: the run hits its limit.
+    result, injectors = run(executor, FAULTS["lost_completion"])
+    assert injectors[0].fired == 1 and result.hung
+    assert [v.prop for v in check(result, ["liveness"])] == ["liveness"]

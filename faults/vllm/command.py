@@ -1,0 +1,42 @@
+"""The ``vllm`` tier's command-line edges: what ``kvfault run --tier vllm`` refuses
+(``refused``) and ``kvfault list --tier vllm`` (``list_command``). Bad input: one
+line, exit 2."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from faults.vllm.catalog import JUDGED, NOT_HERE, ROWS
+
+
+def refused(args: Any) -> str | None:
+    """One line for a ``--vllm-fix`` that is neither on nor off (None: it can run)."""
+    fix = getattr(args, "vllm_fix", None)
+    if fix is not None and fix not in ("on", "off"):
+        return f"--vllm-fix takes on or off, got {fix!r}"
+    return None
+
+
+def list_command(args: Any) -> int:
+    """What runs with ``--tier vllm``, what judges it, and what does not run and why."""
+    show_all = not any(
+        getattr(args, k, False)
+        for k in ("scenarios", "properties", "faults", "regressions", "tiers")
+    )
+    if show_all or args.scenarios:
+        print("scenarios (--tier vllm):")
+        for r in ROWS.values():
+            if r.kind == "scenario":
+                print(f"  {r.name}  {r.description}")
+    if show_all or args.faults:
+        print("faults (--tier vllm):")
+        for r in ROWS.values():
+            if r.kind == "fault":
+                print(f"  {r.name}  {r.description} (on {r.scenario})")
+    if show_all or args.properties:
+        print(f"judged by (every row): {', '.join(JUDGED)}")
+    if show_all or args.regressions:
+        print("not on --tier vllm:")
+        for what, why in NOT_HERE.items():
+            print(f"  {what}: {why}")
+    return 0

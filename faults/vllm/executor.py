@@ -1,0 +1,151 @@
+"""The ``vllm`` tier's executor and opener: each run is one story told in a process
+forked from a warm interpreter (``faults.vllm.zygote``) against the campaign's lmcache
+server, and comes back as a ``faults.runs.RunResult`` the campaign judges like any
+other. Imports no vLLM in the campaign process."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from faults.runs import RunContext, RunResult
+from faults.tiers import TierUnavailable
+from faults.vllm.catalog import SCENARIOS, VllmFault
+from faults.vllm.spec import BLOCK_SIZE, CHUNK_SIZE, RunSpec
+from faults.vllm.zygote import ZygoteError, ZygotePool
+from reference.stack.engine import EngineConfig, RunOutcome
+from reference.trace import Ev, Trace, TraceEvent
+from reference.types import Geometry, OperationId, OpKind, Request
+
+INSTALL_HINT = "install it with scripts/install_vllm.sh (docs/vllm/tier.md)"
+SETUP_S = 60.0  # a forked run builds its scheduler and registers with lmcache first
+
+
+class VllmRunError(RuntimeError):
+    """A run's process did not come back with a result."""
+
+
+class FiredCount:
+    """Stands in for an injector in ``RunResult.injectors``: a name and a count."""
+
+    def __init__(self, name: str, fired: int):
+        self.name = name
+        self.fired = fired
+        self.spec = None
+
+
+class VllmExecutor:
+    """Runs the tier's stories on ``pool``'s warm processes against the lmcache server
+    at ``port``. Not deterministic: real processes in real time. A run's seed picks its
+    prompts and is its process's ``PYTHONHASHSEED``."""
+
+    tier = "vllm"
+    deterministic = False
+
+    def __init__(self, pool: ZygotePool, port: int, workdir: str, fix: bool = False):
+        self.pool = pool
+        self.port = port
+        self.workdir = workdir
+        self.fix = fix
+
+    def execute(self, scenario: str, ctx: RunContext) -> tuple[RunResult, dict[str, object]]:
+        faults = [i for i in ctx.injectors if isinstance(i, VllmFault)]
+        row = faults[0].row if faults else None
+        out = os.path.join(self.workdir, f"run-{scenario}-{ctx.seed}.json")
+        spec = RunSpec(
+            SCENARIOS[scenario].story, ctx.seed, self.port, out,
+            fault=row.fault if row else None, policy=row.policy if row else "fail",
+            fix=self.fix,
+        )  # fmt: skip
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(out)
+        rc = self.pool.get(ctx.seed).run(spec.to_json(), spec.limit_s + SETUP_S)
+        if rc is None:
+            raise VllmRunError(f"the run's process passed {spec.limit_s + SETUP_S:g}s; killed")
+        try:
+            payload = json.loads(Path(out).read_text())
+        except (OSError, ValueError) as exc:
+            raise VllmRunError(f"the run's process (exit {rc}) left no result: {exc}") from exc
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(out)
+        if "error" in payload:
+            raise VllmRunError(f"the run broke: {payload['error']}")
+        result = result_of(scenario, ctx.seed, payload, [f.name for f in faults])
+        for f in faults:
+            f.fired = int(payload.get("fired", 0))
+        return result, {"tier": "vllm"}
+
+    def case_done(self) -> None:
+        pass
+
+
+def result_of(scenario: str, seed: int, payload: dict[str, Any], faults: list[str]) -> RunResult:
+    """The run's events as one trace, and what the judge reads beside it."""
+    raw = payload["events"]
+    t0 = raw[0]["t"] if raw else 0.0
+    events = []
+    for e in raw:
+        op = None
+        if e["op"] is not None:
+            req, gen, kind = e["op"]
+            op = OperationId(req, int(gen), OpKind(kind))
+        events.append(TraceEvent(e["t"] - t0, e["step"], Ev(e["kind"]), op, e["req_id"], e["data"]))
+    trace = Trace(lambda: 0.0, events=events)
+    requests = {
+        r["req_id"]: Request(
+            r["req_id"],
+            tuple(r["prompt"]),
+            r["cache_seed"],
+            tuple(bytes.fromhex(m) for m in r["media"]),
+            max_output_tokens=r["max_tokens"],
+        )  # fmt: skip
+        for r in payload["requests"]
+    }
+    outputs = {e.req_id: tuple(e.data["tokens"]) for e in trace.of(Ev.OUTPUT) if e.req_id}
+    last = events[-1].t if events else 0.0
+    geometry = Geometry(block_size=BLOCK_SIZE, chunk_size=CHUNK_SIZE, prefill_budget=512)
+    return RunResult(
+        scenario=scenario,
+        seed=seed,
+        trace=trace,
+        config=EngineConfig(geometry=geometry, model_kind="dense"),
+        requests=requests,
+        outcomes=[RunOutcome(None, last, 0, outputs, hung=bool(payload["hung"]))],
+        injectors=[FiredCount(n, int(payload.get("fired", 0))) for n in faults],  # type: ignore[misc]
+        notes={"tier": "vllm", "aborted": sorted(set(payload.get("aborted", ())))},
+    )
+
+
+def vllm_available() -> bool:
+    """Whether vllm is installed (a directory named vllm on sys.path, a namespace
+    package with no origin, is not vllm)."""
+    spec = importlib.util.find_spec("vllm")
+    return spec is not None and spec.origin is not None
+
+
+@contextlib.contextmanager
+def vllm_executor(vllm_fix: str | None = None) -> Iterator[VllmExecutor]:
+    """The tier's opener: the host-wide real-tier lock, one lmcache server (64-token
+    chunks) and the warm interpreters; all stopped on exit, however it ends."""
+    if not vllm_available():
+        raise TierUnavailable(f"vllm is not installed for this Python; {INSTALL_HINT}")
+    from faults.lmcache.server import LMCacheServer, RealTierLock
+
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(RealTierLock())
+        server = stack.enter_context(LMCacheServer(chunk_size=CHUNK_SIZE).start())
+        workdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="kvfault-vllm-"))
+        pool = ZygotePool()
+        stack.callback(pool.close)
+        try:
+            pool.get(0)
+        except ZygoteError as exc:
+            raise TierUnavailable(f"{exc}; {INSTALL_HINT}") from exc
+        yield VllmExecutor(pool, server.port, workdir, fix=vllm_fix == "on")

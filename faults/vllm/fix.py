@@ -1,0 +1,60 @@
+"""kvfault's proposed fix for vLLM 0.32's completion handling (docs/vllm/findings.md),
+as a wrapper at one function: ``Scheduler._update_from_kv_xfer_finished``.
+
+vLLM asserts that every ``finished_recving`` names a live request that is waiting for
+its load (or finished), and that every ``finished_sending`` names a live request. A
+completion delivered twice, or after the request was freed, fails those asserts and
+kills the EngineCore. And a request that finishes while its load is in flight (an
+abort, a failed load) is freed by whichever completion comes first: LMCache's
+connector reports every finished request in ``finished_sending``, so its blocks can go
+back to the pool before the load that writes them is done.
+
+The guard hands vLLM's own function only the first load completion of each live
+request, only send completions of live requests, and holds back the send completion of
+a request whose load is still outstanding (its load completion frees it instead).
+vLLM's code runs unchanged on what is left.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+
+def guard_completions(scheduler: Any, log: Any = None) -> None:
+    """Wrap ``scheduler._update_from_kv_xfer_finished`` (this instance only)."""
+    original = scheduler._update_from_kv_xfer_finished
+    consumed: set[str] = set()  # requests whose load completion vLLM already applied
+    awaiting: set[str] = set()  # requests seen waiting for a load not yet completed
+
+    def _update_from_kv_xfer_finished(kv_connector_output: Any) -> None:
+        from vllm.v1.request import RequestStatus
+
+        live = scheduler.requests
+        awaiting.update(
+            rid for rid, r in live.items() if r.status == RequestStatus.WAITING_FOR_REMOTE_KVS
+        )
+        recv = set()
+        for rid in kv_connector_output.finished_recving or ():
+            if rid in live and rid not in consumed:
+                consumed.add(rid)
+                recv.add(rid)
+        awaiting.difference_update(recv)
+        awaiting.intersection_update(live)
+        send = {
+            rid
+            for rid in kv_connector_output.finished_sending or ()
+            if rid in live and rid not in awaiting
+        }
+        dropped = (set(kv_connector_output.finished_recving or ()) - recv) | (
+            set(kv_connector_output.finished_sending or ()) - send
+        )
+        if dropped and log is not None:
+            log.dropped_by_fix = sorted(set(getattr(log, "dropped_by_fix", [])) | dropped)
+        original(
+            dataclasses.replace(
+                kv_connector_output, finished_recving=recv or None, finished_sending=send or None
+            )
+        )
+
+    scheduler._update_from_kv_xfer_finished = _update_from_kv_xfer_finished

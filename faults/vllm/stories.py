@@ -1,0 +1,288 @@
+"""The ``vllm`` tier's stories and faults, told inside a run's forked process.
+
+A story sends kvfault ``Request``s to a ``faults.vllm.engine.Server`` in rounds and
+steps the engine until each round is answered and its stores are done. A fault acts on
+what the runner hands the scheduler (``Faults.deliver``), on the scheduler's inbox (an
+abort) or on the forward's duration, and records a ``fault`` event each time it acts.
+"""
+
+from __future__ import annotations
+
+import random
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+from faults.vllm.engine import EngineDied, Server, block_hasher, vllm_request, write_model
+from faults.vllm.events import EventLog
+from faults.vllm.spec import PROMPT_LENS, RunSpec, prompt, requests_of
+from reference.types import Request
+
+IDLE_PAUSE_S = 0.002  # between steps that scheduled nothing (a lookup or store pending)
+
+
+class Faults:
+    """The fault a run's row carries, acting where vLLM's runner output meets its
+    scheduler. ``culprit``: the operation a delivery that killed the engine named."""
+
+    def __init__(self, name: str | None, log: EventLog):
+        self.name = name
+        self.log = log
+        self.fired = 0
+        self._held: list[str] = []  # completions to deliver again (duplicate / stale)
+        self._dropped = False
+        self._invalid = False
+        self.finished: set[str] = set()  # requests answered (for a stale completion)
+
+    def fire(self, req_id: str | None = None, op: tuple[str, int, str] | None = None,
+             **evidence: Any) -> None:  # fmt: skip
+        self.fired += 1
+        self.log.record("fault", op=op, req_id=req_id, injector=self.name, **evidence)
+
+    def wrap_worker(self, server: Server) -> None:
+        """Faults in lmcache's worker: its first retrieve fails (lmcache's own
+        ``get_finished`` then reports the load's blocks as load errors), or reports
+        two polls late (a slow transfer)."""
+        if self.name not in ("invalid_blocks_recompute", "invalid_blocks_fail",
+                             "abort_while_loading"):  # fmt: skip
+            return
+        ctx = server.worker.worker_adapter.transfer_ctx
+        submit = ctx.submit_retrieve
+        faults = self
+
+        def submit_retrieve(request_id: str, *args: Any, **kwargs: Any) -> Any:
+            future = submit(request_id, *args, **kwargs)
+            if faults._invalid:
+                return future
+            faults._invalid = True
+            if faults.name == "abort_while_loading":
+                faults.fire(op=(request_id, 0, "load"), what="retrieve reports 2 polls late")
+                return _Late(future, polls=2)
+            faults.fire(op=(request_id, 0, "load"), what="lmcache's retrieve failed")
+            return _Failed(future)
+
+        ctx.submit_retrieve = submit_retrieve
+
+    def forward_delay(self, index: int) -> float:
+        if self.name == "slow_first_forward" and index == 0:
+            self.fire(delay_s=2.0, what="first forward takes 2 s")
+            return 2.0
+        return 0.0
+
+    def deliver(self, server: Server, out: Any) -> Any:
+        """The runner's ``KVConnectorOutput`` as the scheduler receives it."""
+        import dataclasses
+
+        recv = set(out.finished_recving or ())
+        if self._held:
+            again = self._held.pop(0)
+            recv.add(again)
+            what = "stale" if again in self.finished else "duplicate"
+            self.fire(op=(again, 0, "load"), what=f"{what} finished_recving for {again}")
+        name = self.name
+        if name == "lost_completion" and recv and not self._dropped:
+            rid = sorted(recv)[0]
+            recv.discard(rid)
+            self._dropped = True
+            self.fire(op=(rid, 0, "load"), what=f"finished_recving for {rid} dropped")
+        elif name == "duplicated_completion" and recv and not self._dropped:
+            self._dropped = True
+            self._held.append(sorted(recv)[0])
+        elif name == "corrupt_load" and recv and not self._dropped:
+            # Not a row: the break by hand that shows the judge sees a wrong restore.
+            rid = sorted(recv)[0]
+            blocks = server.runner.load_blocks.get(rid, [])
+            if blocks:
+                self._dropped = True
+                server.pages.write(blocks[0], 0)
+                self.fire(op=(rid, 0, "load"), what=f"first block of {rid}'s load overwritten")
+        return dataclasses.replace(out, finished_recving=recv or None)
+
+    def answered(self, req_id: str, loaded: bool) -> None:
+        """A request was answered: a stale completion names one that loaded."""
+        self.finished.add(req_id)
+        if self.name == "stale_completion" and loaded and not self._dropped:
+            self._dropped = True
+            self._held.append(req_id)
+
+    def after_step(self, server: Server) -> None:
+        """Between engine steps: the client aborts a request whose load is in flight."""
+        if self.name != "abort_while_loading" or self._dropped:
+            return
+        from vllm.v1.request import RequestStatus
+
+        sched = server.scheduler
+        for rid, req in sched.requests.items():
+            in_flight = rid not in sched.finished_recving_kv_req_ids
+            if req.status == RequestStatus.WAITING_FOR_REMOTE_KVS and in_flight:
+                self._dropped = True
+                self.fire(req_id=rid, aborted=True, what=f"{rid} aborted while its load runs")
+                server.abort(rid)
+                return
+
+
+class _Failed:
+    """lmcache's retrieve future, answering False (a failed retrieve) once done."""
+
+    def __init__(self, future: Any):
+        self._future = future
+
+    def query(self) -> bool:
+        return bool(self._future.query())
+
+    def result(self, timeout: float | None = None) -> Any:
+        self._future.result(timeout=timeout)
+        return False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._future, name)
+
+
+class _Late(_Failed):
+    """lmcache's retrieve future, done only from the ``polls``-th query on."""
+
+    def __init__(self, future: Any, polls: int):
+        super().__init__(future)
+        self._polls = polls
+
+    def query(self) -> bool:
+        self._polls -= 1
+        return self._polls < 0 and bool(self._future.query())
+
+    def result(self, timeout: float | None = None) -> Any:
+        return self._future.result(timeout=timeout)
+
+
+class Story:
+    """What a story runs on: the server, the log, the faults, and the rounds."""
+
+    def __init__(self, spec: RunSpec, server: Server, log: EventLog, faults: Faults):
+        self.spec = spec
+        self.server = server
+        self.log = log
+        self.faults = faults
+        self.requests: list[Request] = []
+        self.failed: list[str] = []
+        self.deadline = time.monotonic() + spec.limit_s
+        self.hung = False
+        self._hasher = block_hasher()
+        self.rng = random.Random(spec.seed)
+
+    def round(self, reqs: list[Request]) -> None:
+        """Send ``reqs`` at once and step until each is answered and the engine has
+        nothing left (its stores reported), or the run's limit passes (hung)."""
+        server = self.server
+        for r in reqs:
+            self.requests.append(r)
+            server.runner.kf[r.req_id] = r
+            server.add(vllm_request(r, self._hasher))
+        while not server.idle():
+            if time.monotonic() > self.deadline:
+                self.hung = True
+                return
+            done = server.step()
+            for o in done:
+                self._answer(o)
+            self.faults.after_step(server)
+            if not server.scheduler.running:
+                time.sleep(IDLE_PAUSE_S)
+
+    def _answer(self, o: Any) -> None:
+        rid = o.request_id
+        tokens = self.server.runner.tokens.get(rid, [])
+        reason = str(o.finish_reason)
+        loaded = rid in self.server.runner.load_range
+        if "ERROR" in reason.upper():
+            self.failed.append(rid)
+            self.log.record("fault", req_id=rid, injector="vllm", aborted=True,
+                            what=f"{rid} ended {reason} (kv_load_failure_policy=fail)")  # fmt: skip
+        elif "ABORT" not in reason.upper():
+            self.log.record("output", req_id=rid, tokens=tokens)
+        self.faults.answered(rid, loaded)
+
+
+def prefix_reuse(story: Story) -> None:
+    """Two prompts stored, then resent: each resend loads its prefix from lmcache."""
+    prompts = [prompt(story.rng, n) for n in PROMPT_LENS]
+    story.round(requests_of(story.spec.seed, "a", prompts))
+    story.round(requests_of(story.spec.seed, "b", prompts))
+
+
+STORIES: dict[str, Callable[[Story], None]] = {
+    "prefix_reuse": prefix_reuse,
+}
+
+
+def run(spec: RunSpec) -> dict[str, Any]:
+    """Tell ``spec``'s story on a fresh server; everything the judge needs, as data."""
+    log = EventLog()
+    faults = Faults(spec.fault, log)
+    with tempfile.TemporaryDirectory(prefix="kvfault-vllm-") as tmp:
+        model_dir = write_model(Path(tmp) / "model")
+        server = Server("engine_0", spec, model_dir, log, faults)
+        story = Story(spec, server, log, faults)
+        died = None
+        try:
+            STORIES[spec.scenario](story)
+        except EngineDied as exc:
+            cause = exc.__cause__ or exc
+            died = f"{type(cause).__name__}: {cause}"
+            op = _culprit(cause)
+            log.record("stop", op=op, error=type(cause).__name__, message=str(cause),
+                       where=_where(cause))  # fmt: skip
+        finally:
+            if died is None and not story.hung:
+                server.quiescent()
+            server.close()
+    return {
+        "events": log.events,
+        "requests": [_plain(r) for r in story.requests],
+        "hung": story.hung,
+        "aborted": story.failed
+        + [e["req_id"] for e in log.events if e["kind"] == "fault" and e["data"].get("aborted")],
+        "fired": faults.fired,
+        "died": died,
+    }
+
+
+def _culprit(exc: BaseException) -> tuple[str, int, str] | None:
+    """The completion vLLM choked on: the ``req_id`` of the innermost frame that had
+    one, a load in the ``finished_recving`` loop, a save in the ``finished_sending``."""
+    tb = exc.__traceback__
+    found = None
+    while tb is not None:
+        frame = tb.tb_frame
+        if "req_id" in frame.f_locals and isinstance(frame.f_locals["req_id"], str):
+            out = frame.f_locals.get("kv_connector_output")
+            rid = frame.f_locals["req_id"]
+            sending = (
+                out is not None
+                and rid in (out.finished_sending or ())
+                and rid not in (out.finished_recving or ())
+            )
+            found = (rid, 0, "save") if sending else (rid, 0, "load")
+        tb = tb.tb_next
+    return found
+
+
+def _where(exc: BaseException) -> str:
+    """Where in vLLM it raised: the innermost frame's file and line."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return ""
+    f = frames[-1]
+    path = f.filename
+    cut = path.rfind("vllm/")
+    return f"{path[cut:] if cut >= 0 else path}:{f.lineno} ({f.name}: {f.line})"
+
+
+def _plain(r: Request) -> dict[str, Any]:
+    return {
+        "req_id": r.req_id,
+        "prompt": list(r.prompt_token_ids),
+        "cache_seed": r.cache_seed,
+        "media": [m.hex() for m in r.media],
+        "max_tokens": r.max_output_tokens,
+    }
