@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from faults.tiers import Selection
 from faults.vllm.catalog import JUDGED, NOT_HERE, ROWS
 
 
-def refused(args: Any) -> str | None:
+def refused(selection: Selection) -> str | None:
     """One line for a ``--vllm-fix`` that is neither on nor off (None: it can run)."""
-    fix = getattr(args, "vllm_fix", None)
+    fix = selection.options.get("vllm_fix")
     if fix is not None and fix not in ("on", "off"):
         return f"--vllm-fix takes on or off, got {fix!r}"
     return None

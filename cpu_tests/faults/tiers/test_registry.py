@@ -64,7 +64,12 @@ def test_a_checkout_that_was_never_installed_finds_its_own_tiers(tmp_path: Path)
         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
-    assert [line.split()[0] for line in out.stdout.splitlines()] == ["memory", "lmcache", "atom"]
+    assert [line.split()[0] for line in out.stdout.splitlines()] == [
+        "memory",
+        "lmcache",
+        "atom",
+        "vllm",
+    ]
 
 
 def test_the_checkout_declares_kvfault_s_own_tiers_over_stale_installed_metadata(
@@ -92,6 +97,7 @@ def test_the_checkout_declares_kvfault_s_own_tiers_over_stale_installed_metadata
         "memory": "faults.memory.tier:TIER",
         "lmcache": "faults.lmcache.tier:TIER",
         "atom": "faults.atom.tier:TIER",
+        "vllm": "faults.vllm.tier:TIER",
         "toy": "toy_tier:TIER",
     }
     assert registry._checkout_tiers(ROOT / "docs") is None  # no pyproject.toml there
