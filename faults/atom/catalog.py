@@ -309,7 +309,7 @@ ROWS: dict[str, AtomRow] = {
             "every lmcache retrieve waits 0.3 s, so a decoding request's forwards run "
             "while the handoff's head is parked for its load (deferred output)",
             FaultSpec(slow_retrieve_s=0.3),
-            schedules=3,
+            schedules=2,
         ),
         _fault(
             "retrieve_failure",
