@@ -338,6 +338,14 @@ ROWS: dict[str, AtomRow] = {
             FaultSpec(slow_retrieve_s=2.5, pin_timeout_s=1),
         ),
         _fault(
+            "copy_out_failure",
+            s.recompute_then_reuse,
+            _ONE,
+            "the first store's copy out of the KV blocks raises after lmcache allocated "
+            "its chunks (a failed GPU-to-host copy)",
+            FaultSpec(fail_copy_out=1),
+        ),
+        _fault(
             "evict_after_lookup",
             s.reuse_once,
             _ONE,

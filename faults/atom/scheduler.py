@@ -558,6 +558,11 @@ class SchedulerProcess:
         below = self.link.call("below_zero_pins")
         if below is not None:
             held["pins_below_zero"] = int(below)
+        # Where a store's copy out of the KV blocks failed: chunks lmcache allocated for
+        # it that its CPU pool neither holds nor freed (a leak of the pool).
+        unowned = self.link.call("unowned_chunks")
+        if unowned is not None:
+            held["unowned_chunks"] = int(unowned)
         self.log.record("quiescent", engine=self.spec.name, **held)
 
 

@@ -260,6 +260,10 @@ class WorkerProcess:
             return None
         return sum(1 for held in pins.values() if held)
 
+    def unowned_chunks(self) -> int | None:
+        """``WorkerFaults.unowned_chunks`` (None: no copy failure injected)."""
+        return self.faults.unowned_chunks()
+
     def below_zero_pins(self) -> int | None:
         """``WorkerFaults.below_zero_pins`` (None: no pin timeout injected)."""
         return self.faults.below_zero_pins()

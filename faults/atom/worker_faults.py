@@ -44,11 +44,61 @@ class WorkerFaults:
             self._hang_nth(engine, "retrieve", spec.hang_retrieve)
         if spec.pin_timeout_s:
             self._observe_force_unpin()
+        # Chunks lmcache allocated, by id, until its allocator frees them.
+        self.allocated: dict[int, Any] = {}
+        self._cpu_pool: Any = None
+        if engine is not None and spec.fail_copy_out:
+            self._fail_copy_out(engine, spec.fail_copy_out)
         server = getattr(worker.impl, "_lookup_server", None)
         if engine is not None and spec.evict_after_lookup:
             self._evict_after(engine, spec.evict_after_lookup)
         if server is not None and spec.drop_lookup_reply:
             self._drop_reply(server, spec.drop_lookup_reply)
+
+    def _fail_copy_out(self, engine: Any, n: int) -> None:
+        gpu = engine.gpu_connector
+        inner_copy = gpu.batched_from_gpu
+        storage = engine.storage_manager
+        inner_alloc = storage.allocate
+        count = [0]
+        log, allocated, wrapped_free = self.log, self.allocated, set()
+
+        def copy(*args: Any, **kwargs: Any) -> Any:
+            count[0] += 1
+            if count[0] == n:
+                chunks = len(args[0]) if args else 0
+                log.record("fault", injector="copy_out_failure", call=n, allocated=chunks)
+                raise RuntimeError("kvfault: injected failure of the GPU-to-host copy")
+            return inner_copy(*args, **kwargs)
+
+        def allocate(*args: Any, **kwargs: Any) -> Any:
+            obj = inner_alloc(*args, **kwargs)
+            parent = getattr(obj, "parent_allocator", None)
+            if obj is not None and parent is not None and id(parent) not in wrapped_free:
+                wrapped_free.add(id(parent))
+                inner_free = parent.free
+
+                def free(memory_obj: Any, *a: Any, **k: Any) -> Any:
+                    allocated.pop(id(memory_obj), None)
+                    return inner_free(memory_obj, *a, **k)
+
+                parent.free = free
+            if obj is not None:
+                allocated[id(obj)] = obj
+            return obj
+
+        gpu.batched_from_gpu = copy
+        storage.allocate = allocate
+        self._cpu_pool = getattr(storage, "local_cpu_backend", None)
+
+    def unowned_chunks(self) -> int | None:
+        """Chunks lmcache allocated that its CPU pool does not hold and its allocator
+        never freed (memory nothing can reach again); None unless ``fail_copy_out``."""
+        if not self.spec.fail_copy_out:
+            return None
+        held = getattr(self._cpu_pool, "hot_cache", None) or {}
+        owned = {id(v) for v in held.values()}
+        return sum(1 for k in self.allocated if k not in owned)
 
     def below_zero_pins(self) -> int | None:
         """How many memory objects the PinMonitor force-unpinned now have a pin count
