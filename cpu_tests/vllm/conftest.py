@@ -43,9 +43,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = pytest.ExitCode.OK
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def executor():
-    """One opened tier (lmcache server, warm interpreters) for the session."""
+    """One opened tier (lmcache server, warm interpreters) per module: it holds the
+    host-wide real-tier lock, which a module that runs ``kvfault`` itself must not
+    find taken by its own session."""
     from faults.vllm.executor import vllm_executor
 
     with vllm_executor() as ex:

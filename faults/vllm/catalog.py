@@ -36,6 +36,11 @@ class VllmRow:
     expect: Expect = field(default_factory=finishes)
     kills_server: bool = False
 
+    @property
+    def properties(self) -> tuple[str, ...]:
+        """What judges the row: its scenario's properties."""
+        return SCENARIOS[self.scenario].properties
+
     def factory(self, seed: int) -> VllmFault:
         """The fault as a run carries it (``faults.tiers.TierFault``)."""
         return VllmFault(self, seed)
@@ -79,13 +84,6 @@ ROWS: dict[str, VllmRow] = {
             "two prompts stored through lmcache, then resent: each resend loads its prefix "
             "from the lmcache server",
             "prefix_reuse",
-        ),
-        VllmRow(
-            "scenario",
-            "two_pictures",
-            "two pictures with the same text: the second must not load the first's KV, "
-            "the first resent must",
-            "two_pictures",
         ),
         _fault("lost_completion", "the first finished_recving never reaches the scheduler"),
         _fault("duplicated_completion", "a load's finished_recving reaches the scheduler twice"),

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from faults.tiers import Selection
-from faults.vllm.catalog import JUDGED, NOT_HERE, ROWS
+from faults.vllm.catalog import NOT_HERE, ROWS, SCENARIOS
 
 
 def refused(selection: Selection) -> str | None:
@@ -28,14 +28,22 @@ def list_command(args: Any) -> int:
         print("scenarios (--tier vllm):")
         for r in ROWS.values():
             if r.kind == "scenario":
-                print(f"  {r.name}  {r.description}")
+                print(f"  {r.name}  {r.description} [{', '.join(r.properties)}]")
     if show_all or args.faults:
         print("faults (--tier vllm):")
         for r in ROWS.values():
             if r.kind == "fault":
-                print(f"  {r.name}  {r.description} (on {r.scenario})")
+                props = ", ".join(SCENARIOS[r.scenario].properties)
+                print(f"  {r.name}  {r.description} (on {r.scenario}) [{props}]")
     if show_all or args.properties:
-        print(f"judged by (every row): {', '.join(JUDGED)}")
+        from faults.properties.checks import PROPERTIES
+
+        used = {p for s in SCENARIOS.values() for p in s.properties}
+        print("properties (--tier vllm):")
+        for p in PROPERTIES:
+            if p in used:
+                doc = " ".join((PROPERTIES[p].__doc__ or "").split()).split(". ")[0]
+                print(f"  {p}  {doc}")
     if show_all or args.regressions:
         print("not on --tier vllm:")
         for what, why in NOT_HERE.items():

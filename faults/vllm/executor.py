@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from faults.runs import RunContext, RunResult
-from faults.tiers import TierUnavailable
+from faults.tiers import Executor, TierUnavailable
 from faults.vllm.catalog import SCENARIOS, VllmFault
 from faults.vllm.spec import BLOCK_SIZE, CHUNK_SIZE, RunSpec
 from faults.vllm.zygote import ZygoteError, ZygotePool
@@ -40,7 +40,7 @@ class FiredCount:
         self.spec = None
 
 
-class VllmExecutor:
+class VllmExecutor(Executor):
     """Runs the tier's stories on ``pool``'s warm processes against the lmcache server
     at ``port``. Not deterministic: real processes in real time. A run's seed picks its
     prompts and is its process's ``PYTHONHASHSEED``."""
