@@ -211,17 +211,31 @@ def _heading_slug(heading: str) -> str:
 
 
 def finding_anchor(doc: Path, name: str, shown_as: str) -> str | None:
-    """The ``DOC#anchor`` of the heading in ``doc`` that names row ``name`` in
-    backticks (``## 6. A failed store ... (`store_failure`, efficiency)``), with
-    ``shown_as`` as the document's path; None where the document names no such row."""
+    """The ``DOC#anchor`` of the finding in ``doc`` that is about row ``name``, with
+    ``shown_as`` as the document's path: the numbered heading (``## 6. ...``) that names
+    the row in backticks (``(`store_failure`, efficiency)``), else the first numbered
+    section whose reproduction line (``kvfault run --tier ...``) selects the row
+    (``--scenario NAME``, ``--fault NAME``); None where the document has neither."""
     try:
         text = doc.read_text(encoding="utf-8")
     except OSError:
         return None
+    sections: list[tuple[str, list[str]]] = []
     for line in text.splitlines():
-        m = re.match(r"#{2,4} (.*)", line)
-        if m and re.search(r"\(`" + re.escape(name) + r"`[,)]", m.group(1)):
-            return f"{shown_as}#{_heading_slug(m.group(1))}"
+        m = re.match(r"## (\d+\. .*)", line)
+        if m:
+            sections.append((m.group(1), []))
+        elif line.startswith("## "):
+            sections.append(("", []))  # an unnumbered section: not a finding
+        elif sections:
+            sections[-1][1].append(line)
+    for heading, _ in sections:
+        if heading and re.search(r"\(`" + re.escape(name) + r"`[,)]", heading):
+            return f"{shown_as}#{_heading_slug(heading)}"
+    selects = re.compile(r"--(?:scenario|fault|regression)[ =]" + re.escape(name) + r"(?:\s|$)")
+    for heading, body in sections:
+        if heading and any(ln.startswith("kvfault run ") and selects.search(ln) for ln in body):
+            return f"{shown_as}#{_heading_slug(heading)}"
     return None
 
 

@@ -109,6 +109,19 @@ def test_a_known_row_points_at_its_finding(tmp_path):
         "docs/atom/findings.md#6-a-failed-store-is-reported-as-a-finished-save-store_failure-efficiency"
     )
     assert finding_anchor(doc, "store", "d.md") is None
+    # A finding named by its reproduction line, not its heading.
+    doc.write_text(
+        "## 1. Lookup pins leak (resources)\n\ntext `two_servers`\n\n```\n"
+        "kvfault run --tier atom --scenario resend_at_defaults --scenario reload_twice\n```\n"
+        "## 2. Two servers share a socket (identity)\n\n```\nkvfault run --tier atom --scenario two_servers\n```\n"
+        "## Rows that pass\n\n```\nkvfault run --tier atom --scenario prefix_reuse\n```\n"
+    )
+    assert finding_anchor(doc, "reload_twice", "f.md") == "f.md#1-lookup-pins-leak-resources"
+    assert (
+        finding_anchor(doc, "two_servers", "f.md") == "f.md#2-two-servers-share-a-socket-identity"
+    )
+    assert finding_anchor(doc, "prefix_reuse", "f.md") is None  # not a numbered finding
+    assert finding_anchor(doc, "reload", "f.md") is None
 
 
 def test_the_markdown_names_each_change_and_ends_with_the_verdict():
