@@ -116,6 +116,11 @@ class _Server:
 # Arguments of a type the test cannot make up from its annotation, by class.
 EXAMPLES: dict[str, tuple[Any, ...]] = {
     "faults.lmcache.server.LMCacheServerWedged": (_Server(), "a lookup"),
+    "faults.atom.host.ServerHung": (
+        "atom-A",
+        {"hung": "get_finished not answered within 11s", "hung_stack": "worker.py:1"},
+    ),
+    "faults.atom.scheduler.WorkerHung": ("get_finished", 11.0, ["worker.py:1 in run"]),
 }
 # Made-up values by annotation: every one differs from the others, so an error that
 # came back with its attributes swapped or dropped does not compare equal.

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from faults.errors import KvfaultError
 from faults.verdicts import OK, Verdict
 
 # What one run of a row says, as compared across runs and sides.
@@ -52,7 +53,7 @@ def outcome(verdict: str) -> str:
     return FAIL
 
 
-class SummaryError(ValueError):
+class SummaryError(KvfaultError, ValueError):
     """A side's report that cannot be read as a campaign: one line."""
 
 

@@ -26,6 +26,7 @@ from faults.atom.spec import AtomRequest, RawEvent, ServerSpec
 from faults.atom.zygote import Zygote
 from faults.errors import KvfaultError
 from faults.processes import wait_ended
+from reference.errors import RebuiltWhenUnpickled
 from reference.signals import stop_signals_held
 
 
@@ -38,7 +39,7 @@ class ServerRefused(KvfaultError, RuntimeError):
         self.error = error
 
 
-class ServerHung(KvfaultError, RuntimeError):
+class ServerHung(RebuiltWhenUnpickled, KvfaultError, RuntimeError):
     """A call into a server's worker did not return within its run's bound: the code
     under test hung. ``evidence``: the call, one line, and the worker's stack."""
 

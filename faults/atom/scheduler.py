@@ -24,12 +24,13 @@ from faults.atom.runner_rules import pure_middle_chunk_rule
 from faults.atom.server_config import atom_config, use_lmcache_env
 from faults.atom.spec import AtomRequest, ServerSpec
 from faults.errors import KvfaultError
+from reference.errors import RebuiltWhenUnpickled
 
 # How long past its run's limit a call into the worker may take before it has hung.
 HANG_GRACE_S = 1.0
 
 
-class WorkerHung(KvfaultError):
+class WorkerHung(RebuiltWhenUnpickled, KvfaultError):
     """The worker did not answer ``call`` within ``after_s``: the code under test hung
     there. ``stack``: the worker's stack at that moment (innermost call last)."""
 
