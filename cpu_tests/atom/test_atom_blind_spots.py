@@ -83,8 +83,5 @@ def test_one_namespace_for_two_kv_dtypes_fails_shared_tier_kv_dtype(atom_src, tm
          'kv_dtype = dtypes.d_dtypes["bf16"]'),
         file="atom/kv_transfer/offload/config.py",
     )  # fmt: skip
-    found = _violations(src, ["shared_tier_kv_dtype"])["shared_tier_kv_dtype"]
-    # B loads A's bytes (when A's store reached the shared tier before B's lookup) or
-    # files its own under A's key: the worker's engine's keys show it either way.
-    worker_keys = ("keys: store key", "keys: retrieve key")
-    assert any(v.startswith(("correctness:", *worker_keys)) for v in found), found
+    found = _violations(src, ["shared_tier_kv_dtype"])
+    assert any(v.startswith("correctness:") for v in found["shared_tier_kv_dtype"]), found

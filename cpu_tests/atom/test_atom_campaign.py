@@ -20,9 +20,7 @@ from faults.atom.catalog import ROWS
 # row -> the property its FAIL names at ffdf3bb5d (docs/atom/findings.md)
 FINDINGS = {
     "chunk_aligned": "efficiency",
-    "two_images": "correctness",
     "two_servers": "identity",
-    "two_images_hbm": "correctness",
     "hung_retrieve": "liveness",
     "reload_twice": "resources",
     "resend_at_defaults": "resources",

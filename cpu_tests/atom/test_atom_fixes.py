@@ -61,7 +61,7 @@ def test_review_proves_a_fix_on_one_commit_and_the_path_shows(atom_src, tmp_path
     # Without the fix the load fails on the partial last chunk and ATOM reports it.
     assert "dense/connector.py" in path.stdout, path.stdout
     missing = subprocess.run(
-        [sys.executable, "-m", "faults.atom.recorded_path", str(base), str(head), "two_images"],
+        [sys.executable, "-m", "faults.atom.recorded_path", str(base), str(head), "two_servers"],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
-    assert missing.returncode == 2 and "no recorded run of two_images" in missing.stderr
+    assert missing.returncode == 2 and "no recorded run of two_servers" in missing.stderr

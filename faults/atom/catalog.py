@@ -151,15 +151,6 @@ ROWS: dict[str, AtomRow] = {
             _ONE,
             "a 4-chunk prompt sent twice: the whole prompt hits",
         ),
-        _scenario(
-            "two_images", s.two_images, _ONE, "same text and placeholders, different pictures"
-        ),
-        _scenario(
-            "two_images_hbm",
-            s.two_images_hbm,
-            _ONE,
-            "two_images with ATOM's HBM prefix cache on: HBM must not share the blocks either",
-        ),
         _scenario("hbm_pressure", s.hbm_pressure, _ONE, "a prompt pushed out of HBM, then resent"),
         _scenario(
             "hbm_partial",
@@ -355,8 +346,17 @@ ROWS: dict[str, AtomRow] = {
     )
 }
 
+_NO_MULTIMODAL = (
+    "the tier's forward does not run ATOM's multimodal merge (ModelRunner merges a "
+    "request's image embeddings by placeholder mask over the tokens it computes); a row "
+    "that tells ATOM of a picture would judge the fake's forward, not ATOM"
+)
+# Rows the tier ran once and refuses now, with why (``kvfault run --tier atom``).
+DROPPED: dict[str, str] = {"two_images": _NO_MULTIMODAL, "two_images_hbm": _NO_MULTIMODAL}
+
 # Why the rest of kvfault's catalog is not run here (``kvfault list --tier atom``).
 NOT_HERE: dict[str, str] = {
+    "two_images, two_images_hbm (multimodal prefix sharing)": _NO_MULTIMODAL,
     "regressions": "planted regressions swap the reference stack's rules; ATOM is judged as it is "
     "(use `kvfault prove` on two ATOM commits instead)",
     "grid, hybrid": "ATOM's dense offload connector is judged; its DSV4 PAGE+SLOT family needs "

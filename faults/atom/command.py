@@ -7,17 +7,20 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from faults.atom.catalog import NOT_HERE, ROWS, AtomRow
+from faults.atom.catalog import DROPPED, NOT_HERE, ROWS, AtomRow
 from faults.tiers import Selection
 
 
 def refused(selection: Selection) -> str | None:
-    """What ``--tier atom`` cannot run of ``selection``, as one line: an ``--atom-fix``
-    that is no fix, a ``--property`` that is no property or that a chosen row is not
-    judged by. Names that are no row of the tier (a planted regression) are the
-    campaign's to answer, with the tier they run on."""
+    """What ``--tier atom`` cannot run of ``selection``, as one line: a row the tier
+    dropped (with why), an ``--atom-fix`` that is no fix, a ``--property`` that is no
+    property or that a chosen row is not judged by. Other names that are no row of the
+    tier (a planted regression) are the campaign's to answer, with the tier they run on."""
     from faults.atom.fixes import fixes
 
+    for name in (*selection.scenarios, *selection.faults):
+        if name in DROPPED:
+            return f"{name!r} does not run with --tier atom: {DROPPED[name]}"
     try:
         fixes(tuple(selection.options.get("atom_fix") or ()))
     except KeyError as e:

@@ -180,27 +180,6 @@ def chunk_aligned(run: AtomRun) -> None:
     run.end(a)
 
 
-def two_images(run: AtomRun) -> None:
-    """Two requests with the same text and placeholder ids but different pictures
-    (ATOM is told each carries multimodal data; the model folds the picture into the
-    KV), on one server without an HBM prefix cache."""
-    a = run.server("A", prefix_caching=False)
-    p = run.prompt(200)
-    run.serve(a, AtomRequest("cat", p, cache_seed=0x5EED01, mm=True))
-    run.serve(a, AtomRequest("dog", p, cache_seed=0x5EED02, mm=True))
-    run.end(a)
-
-
-def two_images_hbm(run: AtomRun) -> None:
-    """``two_images`` on a server with ATOM's HBM prefix cache on (its default): the
-    second picture's request must not reuse the first's blocks from HBM either."""
-    a = run.server("A")
-    p = run.prompt(200)
-    run.serve(a, AtomRequest("cat", p, cache_seed=0x5EED01, mm=True))
-    run.serve(a, AtomRequest("dog", p, cache_seed=0x5EED02, mm=True))
-    run.end(a)
-
-
 def hbm_pressure(run: AtomRun) -> None:
     """One server with an HBM prefix cache of 40 blocks: a 300-token prompt, three
     others that push its blocks out of HBM, then the first prompt again (its chunks are

@@ -442,8 +442,6 @@ class SchedulerProcess:
             self._next_id += 1
             params = SamplingParams(max_tokens=r.max_tokens, ignore_eos=True)
             kwargs: dict[str, Any] = {"id": seq_id}
-            if r.mm:
-                kwargs["multimodal_data"] = {"image_digest": r.cache_seed}
             seq = Sequence(list(r.prompt), self.spec.block_size, sampling_params=params, **kwargs)
             self.names[seq_id] = r.req_id
             self.requests[r.req_id] = r

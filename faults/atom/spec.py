@@ -107,14 +107,13 @@ class ServerSpec:
 
 @dataclass(frozen=True)
 class AtomRequest:
-    """One request as a server receives it: ``media`` is a digest of its picture (-1:
-    text only); ``mm`` says whether ATOM is told it carries multimodal data."""
+    """One request as a server receives it: ``cache_seed`` is a digest the fake model
+    folds into its KV (-1: none); ATOM is never told of it (text-only requests)."""
 
     req_id: str
     prompt: tuple[int, ...]
     cache_seed: int = -1
     max_tokens: int = 4
-    mm: bool = False
 
 
 @dataclass(frozen=True)

@@ -104,6 +104,8 @@ def test_run_without_checkout_is_one_line_exit_2(monkeypatch, capsys):
         (["--scenario", "no_such_row"], "unknown scenario 'no_such_row'"),
         (["--property", "speed"], "--property 'speed' is no property"),
         (["--scenario", "restart", "--property", "efficiency"], "restart is not judged by it"),
+        (["--scenario", "two_images"], "does not run ATOM's multimodal merge"),
+        (["--scenario", "two_images_hbm"], "does not run ATOM's multimodal merge"),
     ],
 )
 def test_run_refuses_what_the_tier_does_not_take(flags, words, tmp_path, capsys):
@@ -121,6 +123,8 @@ def test_list_names_every_row_and_why_the_rest_does_not_run(capsys):
     for name in catalog.ROWS:
         assert f"  {name}  " in out
     assert "not on --tier atom:" in out and "regressions:" in out
+    assert "two_images, two_images_hbm (multimodal prefix sharing): the tier's forward" in out
+    assert not set(catalog.DROPPED) & set(catalog.ROWS)
 
 
 def test_list_shows_what_each_row_runs_against_atoms_defaults(capsys):
