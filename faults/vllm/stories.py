@@ -8,6 +8,7 @@ abort) or on the forward's duration, and records a ``fault`` event each time it 
 
 from __future__ import annotations
 
+import os
 import random
 import tempfile
 import time
@@ -219,7 +220,10 @@ def run(spec: RunSpec) -> dict[str, Any]:
     """Tell ``spec``'s story on a fresh server; everything the judge needs, as data."""
     log = EventLog()
     faults = Faults(spec.fault, log)
-    with tempfile.TemporaryDirectory(prefix="kvfault-vllm-") as tmp:
+    # Under the campaign's own directory, so a run killed at its limit leaves nothing
+    # the opener does not remove.
+    where = os.path.dirname(spec.out) or None
+    with tempfile.TemporaryDirectory(prefix="kvfault-vllm-", dir=where) as tmp:
         model_dir = write_model(Path(tmp) / "model")
         server = Server("engine_0", spec, model_dir, log, faults)
         story = Story(spec, server, log, faults)
