@@ -90,6 +90,8 @@ def test_a_sigint_while_the_host_closes_lets_it_finish(atom_src, tmp_path, monke
     from faults.atom.spec import ServerSpec
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    # Python's own Ctrl-C handler, whatever an earlier test of the session installed.
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
     pool = ZygotePool(atom_src)
     try:
         host = AtomHost(pool)
@@ -107,4 +109,5 @@ def test_a_sigint_while_the_host_closes_lets_it_finish(atom_src, tmp_path, monke
         assert not os.path.exists(host.dir)
     finally:
         pool.close()
+        signal.signal(signal.SIGINT, before)
     assert [p.name for p in tmp_path.iterdir()] == []
