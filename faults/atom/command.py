@@ -18,9 +18,10 @@ def refused(selection: Selection) -> str | None:
     tier (a planted regression) are the campaign's to answer, with the tier they run on."""
     from faults.atom.fixes import fixes
 
-    for name in (*selection.scenarios, *selection.faults):
-        if name in DROPPED:
-            return f"{name!r} does not run with --tier atom: {DROPPED[name]}"
+    for kind, asked in (("scenario", selection.scenarios), ("fault", selection.faults)):
+        for name in asked:
+            if name in DROPPED:
+                return f"{kind} {name!r} does not run with --tier atom{_elsewhere(kind, name)}: {DROPPED[name]}"
     try:
         fixes(tuple(selection.options.get("atom_fix") or ()))
     except KeyError as e:
@@ -38,6 +39,14 @@ def refused(selection: Selection) -> str | None:
     except KeyError as e:
         return str(e.args[0])
     return None
+
+
+def _elsewhere(kind: str, name: str) -> str:
+    """Which installed tiers run ``name`` (`` (it runs with --tier memory)``), or ''."""
+    from faults.tiers import Tiers
+
+    on = [t.name for t in Tiers.installed() if any(r.name == name for r in t.rows(kind))]
+    return " (it runs with " + " or ".join(f"--tier {n}" for n in on) + ")" if on else ""
 
 
 def schedules_of(value: object) -> int | None:
