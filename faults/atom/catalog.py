@@ -229,7 +229,7 @@ ROWS: dict[str, AtomRow] = {
             "two_servers",
             s.two_servers,
             _MANY,
-            "two servers on one host (ports 8000, 8001; DP rank 0)",
+            "two servers on one host (engine --port 8000 and 8001; DP rank 0)",
         ),
         _scenario("two_dp_ranks", s.two_dp_ranks, _MANY, "two DP ranks of one server on one host"),
         _scenario(

@@ -408,8 +408,8 @@ def _two(run: AtomRun, a_spec: dict, b_spec: dict) -> None:
 
 
 def two_servers(run: AtomRun) -> None:
-    """Two servers on one host (ports 8000 and 8001, DP rank 0 each), each storing a
-    prompt and serving it again; B starts after A."""
+    """Two servers on one host (engine ``--port`` 8000 and 8001, DP rank 0 each), each
+    storing a prompt and serving it again; B starts after A."""
     _two(run, {"port": 8000}, {"port": 8001})
 
 
