@@ -393,11 +393,26 @@ class LMCacheServer:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(timeout=30)
 
-    def pause(self) -> None:
-        """SIGSTOP the server's process group (it stops answering, sockets stay)."""
+    def pause(self, settle_s: float = 2.0) -> None:
+        """SIGSTOP the server's process group (it stops answering, sockets stay); returns
+        once every thread of the server is stopped (at most ``settle_s``), so a request
+        sent after it cannot be answered before the stop lands."""
         if self.alive():
             assert self.proc is not None
             os.killpg(self.proc.pid, signal.SIGSTOP)
+            deadline = time.monotonic() + settle_s
+            while time.monotonic() < deadline and not self._all_stopped():
+                time.sleep(0.001)
+
+    def _all_stopped(self) -> bool:
+        tasks = Path(f"/proc/{self.pid}/task")
+        try:
+            states = [
+                (t / "stat").read_text().rsplit(")", 1)[1].split()[0] for t in tasks.iterdir()
+            ]
+        except OSError:
+            return True  # gone, or unreadable: nothing to wait for
+        return all(state in ("T", "t") for state in states)
 
     def resume(self) -> None:
         """SIGCONT after ``pause``."""
