@@ -41,6 +41,7 @@ NOT_KVFAULT_ERRORS = {
     "faults.processes.Interrupted": "a signal (KeyboardInterrupt): exit 128 + its number",
     "faults.campaign.pool._Unwind": "a pool worker's SIGTERM (SystemExit): never leaves it",
     "faults.pytest_plugin.NotExercised": "a warning (UserWarning) in a user's pytest run",
+    "faults.vllm.engine.EngineDied": "vLLM's scheduler raised: the run's story records it",
 }
 
 

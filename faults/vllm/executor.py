@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from faults.errors import KvfaultError
 from faults.runs import RunContext, RunResult
 from faults.tiers import Executor, TierUnavailable
 from faults.vllm.catalog import SCENARIOS, VllmFault
@@ -27,7 +28,7 @@ INSTALL_HINT = "install it with scripts/install_vllm.sh (docs/vllm/tier.md)"
 SETUP_S = 60.0  # a forked run builds its scheduler and registers with lmcache first
 
 
-class VllmRunError(RuntimeError):
+class VllmRunError(KvfaultError, RuntimeError):
     """A run's process did not come back with a result."""
 
 

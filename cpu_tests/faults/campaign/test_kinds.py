@@ -81,13 +81,15 @@ def test_an_unknown_kind_in_an_artifact_is_one_line():
 # -- no string comparisons of kinds outside the kind classes ------------------------------
 
 # The catalog names its entries' kinds (a catalog entry is not a target); the ATOM tier
-# names its rows' kinds in its catalog and its own `kvfault list --tier atom`. None asks a
-# *target*.
+# and the vLLM tier name their rows' kinds in their catalogs and their own `kvfault list
+# --tier NAME`. None asks a *target*.
 _OWN_VOCABULARY = {
     "faults/catalog.py",
     "faults/commands/listing.py",
     "faults/atom/catalog.py",
     "faults/atom/command.py",
+    "faults/vllm/catalog.py",
+    "faults/vllm/command.py",
 }
 
 
