@@ -1,18 +1,21 @@
-"""kvfault's proposed fix for vLLM 0.32's completion handling (docs/vllm/findings.md),
-as a wrapper at one function: ``Scheduler._update_from_kv_xfer_finished``.
+"""kvfault's demonstration guard for vLLM 0.32's completion handling
+(docs/vllm/findings.md), as a wrapper at one function:
+``Scheduler._update_from_kv_xfer_finished``.
 
 vLLM asserts that every ``finished_recving`` names a live request that is waiting for
-its load (or finished), and that every ``finished_sending`` names a live request. A
-completion delivered twice, or after the request was freed, fails those asserts and
-kills the EngineCore. And a request that finishes while its load is in flight (an
-abort, a failed load) is freed by whichever completion comes first: LMCache's
-connector reports every finished request in ``finished_sending``, so its blocks can go
-back to the pool before the load that writes them is done.
+its load (or finished), and that every ``finished_sending`` names a live request.
+LMCache's connector reports every engine-finished request in ``finished_sending``,
+including requests it never stored and requests whose retrieve is still pending, so a
+request that finishes while its load is in flight (an abort, a failed load) is freed by
+that report and the load's completion then fails an assert.
 
 The guard hands vLLM's own function only the first load completion of each live
-request, only send completions of live requests, and holds back the send completion of
-a request whose load is still outstanding (its load completion frees it instead).
-vLLM's code runs unchanged on what is left.
+request, only send completions of live requests, and drops (does not hold back) the
+send completion of a request whose load is still outstanding (its load completion
+frees it instead). vLLM's code runs unchanged on what is left. It shows where the
+crashes come from; the fix belongs in LMCache's connector. Known holes: a load and a
+send completion in the same output, and a second load under the same request id
+(findings.md, "The guard").
 """
 
 from __future__ import annotations
