@@ -14,9 +14,9 @@ EXPECTED = {
     "prefix_reuse": "PASS",
     "slow_first_forward": "PASS",
     "invalid_blocks_recompute": "PASS",
-    "lost_completion": "FAIL",  # no bound on WAITING_FOR_REMOTE_KVS
-    "duplicated_completion": "FAIL",  # findings.md 1
-    "stale_completion": "FAIL",  # findings.md 1
+    "lost_completion": "FAIL",  # contract row: no bound on WAITING_FOR_REMOTE_KVS (findings.md 4)
+    "duplicated_completion": "FAIL",  # robustness row (findings.md 1)
+    "stale_completion": "FAIL",  # robustness row (findings.md 1)
     "invalid_blocks_fail": "FAIL",  # findings.md 2
     "abort_while_loading": "FAIL",  # findings.md 3
 }

@@ -85,11 +85,22 @@ ROWS: dict[str, VllmRow] = {
             "from the lmcache server",
             "prefix_reuse",
         ),
-        _fault("lost_completion", "the first finished_recving never reaches the scheduler"),
-        _fault("duplicated_completion", "a load's finished_recving reaches the scheduler twice"),
+        # The next three inject completions that real components do not produce
+        # (docs/vllm/findings.md, 1 and 4): robustness and contract rows, not findings.
+        _fault(
+            "lost_completion",
+            "contract row, not a defect: the tier removes the first finished_recving "
+            "(vLLM's connector contract requires it); kvfault's liveness judges the wait",
+        ),
+        _fault(
+            "duplicated_completion",
+            "robustness row, not a defect: the tier delivers a load's finished_recving "
+            "twice (LMCache's worker reports each load once)",
+        ),
         _fault(
             "stale_completion",
-            "a finished_recving arrives again after its request was answered",
+            "robustness row, not a defect: the tier re-sends a finished_recving after "
+            "its request was answered",
         ),
         # After a failed load, recompute is the promise; LMCache's connector does not
         # look the tier up again (its tracker says the load was done), so efficiency
@@ -103,13 +114,15 @@ ROWS: dict[str, VllmRow] = {
         ),
         _fault(
             "invalid_blocks_fail",
-            "lmcache's first retrieve fails (its blocks reported as load errors); "
-            "kv_load_failure_policy=fail (vLLM's default)",
+            "finding (reported upstream, LMCache PR #4826): lmcache's first retrieve "
+            "fails; kv_load_failure_policy=fail (vLLM's default); LMCache then reports "
+            "the freed request as done sending",
         ),
         _fault(
             "abort_while_loading",
-            "the client aborts a request in WAITING_FOR_REMOTE_KVS while its retrieve is "
-            "still in flight (lmcache reports it two polls late)",
+            "finding (reported upstream, LMCache PRs #4939, #4136): the client aborts a "
+            "request in WAITING_FOR_REMOTE_KVS while its retrieve is in flight (the tier "
+            "makes it two polls late: on a CPU lmcache's copy finishes at submit)",
         ),
         _fault("slow_first_forward", "the first forward takes 2 s"),
     )  # fmt: skip

@@ -26,8 +26,9 @@ TIER = Tier(
     options=(
         TierOption(
             "--vllm-fix",
-            "run vLLM with kvfault's guard around Scheduler._update_from_kv_xfer_finished "
-            "(docs/vllm/findings.md): on or off",
+            "run vLLM with kvfault's demonstration guard around "
+            "Scheduler._update_from_kv_xfer_finished (docs/vllm/findings.md; the real "
+            "fix belongs in LMCache's connector): on or off",
             metavar="on|off",
             elsewhere="--vllm-fix is for --tier vllm; add --tier vllm",
         ),
