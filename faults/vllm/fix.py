@@ -12,10 +12,10 @@ that report and the load's completion then fails an assert.
 The guard hands vLLM's own function only the first load completion of each live
 request, only send completions of live requests, and drops (does not hold back) the
 send completion of a request whose load is still outstanding (its load completion
-frees it instead). vLLM's code runs unchanged on what is left. It shows where the
-crashes come from; the fix belongs in LMCache's connector. Known holes: a load and a
-send completion in the same output, and a second load under the same request id
-(findings.md, "The guard").
+frees it instead), also when both come in one output. A request id that is freed, or
+that waits for a load again, may complete a load again. vLLM's code runs unchanged on
+what is left. It shows where the crashes come from; the fix belongs in LMCache's
+connector (docs/vllm/findings.md, "The guard").
 """
 
 from __future__ import annotations
@@ -34,21 +34,29 @@ def guard_completions(scheduler: Any, log: Any = None) -> None:
         from vllm.v1.request import RequestStatus
 
         live = scheduler.requests
-        awaiting.update(
+        waiting = {
             rid for rid, r in live.items() if r.status == RequestStatus.WAITING_FOR_REMOTE_KVS
-        )
+        }
+        # A freed id forgets its load (the id may come again); a request waiting for
+        # a load again (preempted, then looked up anew) may complete that load.
+        consumed.intersection_update(live)
+        consumed.difference_update(waiting)
+        awaiting.update(waiting)
+        awaiting.intersection_update(live)
+        # Sends are filtered before the loads below leave ``awaiting``: LMCache may
+        # report a request as finished loading and done sending in one output, and
+        # vLLM frees a finished request on its load completion.
+        send = {
+            rid
+            for rid in kv_connector_output.finished_sending or ()
+            if rid in live and rid not in awaiting
+        }
         recv = set()
         for rid in kv_connector_output.finished_recving or ():
             if rid in live and rid not in consumed:
                 consumed.add(rid)
                 recv.add(rid)
         awaiting.difference_update(recv)
-        awaiting.intersection_update(live)
-        send = {
-            rid
-            for rid in kv_connector_output.finished_sending or ()
-            if rid in live and rid not in awaiting
-        }
         dropped = (set(kv_connector_output.finished_recving or ()) - recv) | (
             set(kv_connector_output.finished_sending or ()) - send
         )
