@@ -25,9 +25,6 @@ FINDINGS = {
     "reload_twice": "resources",
     "resend_at_defaults": "resources",
 }
-# row -> the property its FAIL names with lmcache 0.5.6: a leak in lmcache's own code
-# that ATOM's rows show (docs/atom/tier.md), not a finding of ATOM's.
-LMCACHE_LEADS = {"copy_out_failure": "resources"}
 BUNDLED_HEAD = "ffdf3bb5d"
 
 
@@ -114,7 +111,7 @@ def test_every_row_ran_and_gave_a_verdict(table):
     assert sorted(table) == sorted(ROWS)
 
 
-@pytest.mark.parametrize("name", [n for n in ROWS if n not in FINDINGS | LMCACHE_LEADS])
+@pytest.mark.parametrize("name", [n for n in ROWS if n not in FINDINGS])
 def test_healthy_rows_pass(table, name):
     verdict, detail = table[name]
     assert verdict == "PASS", detail
@@ -126,9 +123,3 @@ def test_findings_fail_with_their_property(table, name, atom_src):
     if verdict == "PASS" and not _head(atom_src).startswith(BUNDLED_HEAD):
         return  # fixed in this checkout
     assert verdict == "FAIL" and detail.startswith(FINDINGS[name] + ":"), detail
-
-
-@pytest.mark.parametrize("name", sorted(LMCACHE_LEADS))
-def test_lmcache_leads_fail_with_their_property(table, name):
-    verdict, detail = table[name]
-    assert verdict == "FAIL" and detail.startswith(LMCACHE_LEADS[name] + ":"), detail

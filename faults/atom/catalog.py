@@ -332,8 +332,9 @@ ROWS: dict[str, AtomRow] = {
             "copy_out_failure",
             s.recompute_then_reuse,
             _ONE,
-            "the first store's copy out of the KV blocks raises after lmcache allocated "
-            "its chunks (a failed GPU-to-host copy)",
+            "the first store's copy out of the KV blocks (ATOM's BlockGPUConnector, "
+            "lmcache's gpu_connector) raises after lmcache allocated its chunks (a failed "
+            "GPU-to-host copy): no chunk may stay allocated outside lmcache's CPU pool",
             FaultSpec(fail_copy_out=1),
         ),
         _fault(

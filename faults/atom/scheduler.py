@@ -558,7 +558,8 @@ class SchedulerProcess:
         if below is not None:
             held["pins_below_zero"] = int(below)
         # Where a store's copy out of the KV blocks failed: chunks lmcache allocated for
-        # it that its CPU pool neither holds nor freed (a leak of the pool).
+        # it that its CPU pool neither holds nor freed (none expected: lmcache's
+        # TensorMemoryObj.__del__ frees them once the failed store's objects are dropped).
         unowned = self.link.call("unowned_chunks")
         if unowned is not None:
             held["unowned_chunks"] = int(unowned)

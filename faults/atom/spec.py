@@ -32,10 +32,11 @@ class FaultSpec:
     - ``pin_timeout_s``: lmcache's ``pin_timeout_sec`` (checked every second): its
       PinMonitor force-unpins what a lookup pinned once that long has passed (lmcache's
       default is 300 s); each force-unpin is recorded.
-    - ``fail_copy_out``: the n-th store's copy out of ATOM's KV blocks (lmcache's
-      ``gpu_connector.batched_from_gpu``, called after lmcache allocated the chunks in
-      its CPU pool) raises, as a failed GPU-to-host copy does; the worker then counts
-      the chunks lmcache allocated that neither its CPU pool holds nor were freed
+    - ``fail_copy_out``: the n-th store's copy out of ATOM's KV blocks (ATOM's
+      ``BlockGPUConnector.batched_from_gpu``, lmcache's engine's ``gpu_connector``,
+      called after lmcache allocated the chunks in its CPU pool) raises, as a failed
+      GPU-to-host copy does; the worker then counts, holding them weakly, the chunks
+      lmcache allocated that its CPU pool does not hold and its allocator never freed
       (``unowned_chunks``).
     - ``abort_loading``: the client aborts the n-th request whose tier load ATOM
       dispatched, before the scheduler's next step (the load still copying): ATOM's

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from typing import TYPE_CHECKING, Any
 
 from faults.atom.event_log import EventLog, completion_fields, op_of
@@ -44,8 +45,10 @@ class WorkerFaults:
             self._hang_nth(engine, "retrieve", spec.hang_retrieve)
         if spec.pin_timeout_s:
             self._observe_force_unpin()
-        # Chunks lmcache allocated, by id, until its allocator frees them.
-        self.allocated: dict[int, Any] = {}
+        # Chunks lmcache allocated, by id, until its allocator frees them; held weakly so
+        # lmcache's finaliser (TensorMemoryObj.__del__ frees a chunk nobody holds) runs.
+        self.allocated: dict[int, weakref.ref[Any]] = {}
+        self.dropped_unfreed = 0  # chunks that died unfreed and whose id came back
         self._cpu_pool: Any = None
         if engine is not None and spec.fail_copy_out:
             self._fail_copy_out(engine, spec.fail_copy_out)
@@ -56,12 +59,15 @@ class WorkerFaults:
             self._drop_reply(server, spec.drop_lookup_reply)
 
     def _fail_copy_out(self, engine: Any, n: int) -> None:
+        # In the tier, lmcache's engine holds ATOM's BlockGPUConnector as its
+        # gpu_connector: the method that raises is ATOM's, called by lmcache's store
+        # after it allocated the request's chunks in its CPU pool.
         gpu = engine.gpu_connector
         inner_copy = gpu.batched_from_gpu
         storage = engine.storage_manager
         inner_alloc = storage.allocate
         count = [0]
-        log, allocated, wrapped_free = self.log, self.allocated, set()
+        log, allocated, wrapped_free = self.log, self.allocated, set[int]()
 
         def copy(*args: Any, **kwargs: Any) -> Any:
             count[0] += 1
@@ -76,29 +82,53 @@ class WorkerFaults:
             parent = getattr(obj, "parent_allocator", None)
             if obj is not None and parent is not None and id(parent) not in wrapped_free:
                 wrapped_free.add(id(parent))
-                inner_free = parent.free
-
-                def free(memory_obj: Any, *a: Any, **k: Any) -> Any:
-                    allocated.pop(id(memory_obj), None)
-                    return inner_free(memory_obj, *a, **k)
-
-                parent.free = free
+                self._observe_frees(parent)
             if obj is not None:
-                allocated[id(obj)] = obj
+                old = allocated.get(id(obj))
+                if old is not None and old() is None:
+                    # The chunk this id named died and its allocator never freed it.
+                    self.dropped_unfreed += 1
+                allocated[id(obj)] = weakref.ref(obj)
             return obj
 
         gpu.batched_from_gpu = copy
         storage.allocate = allocate
         self._cpu_pool = getattr(storage, "local_cpu_backend", None)
 
+    def _observe_frees(self, allocator: Any) -> None:
+        # A chunk leaves the ledger when its allocator frees it: one by one (lmcache's
+        # put path and its finaliser) or in a batch (lmcache's CPU-pool eviction).
+        allocated = self.allocated
+        inner_free = allocator.free
+
+        def free(memory_obj: Any, *a: Any, **k: Any) -> Any:
+            allocated.pop(id(memory_obj), None)
+            return inner_free(memory_obj, *a, **k)
+
+        allocator.free = free
+        inner_batched = getattr(allocator, "batched_free", None)
+        if inner_batched is not None:
+
+            def batched_free(memory_objs: Any, *a: Any, **k: Any) -> Any:
+                for memory_obj in memory_objs:
+                    allocated.pop(id(memory_obj), None)
+                return inner_batched(memory_objs, *a, **k)
+
+            allocator.batched_free = batched_free
+
     def unowned_chunks(self) -> int | None:
-        """Chunks lmcache allocated that its CPU pool does not hold and its allocator
-        never freed (memory nothing can reach again); None unless ``fail_copy_out``."""
+        """Chunks lmcache allocated that its allocator has not freed and its CPU pool
+        does not hold: still alive elsewhere, or dropped without a free (their bytes
+        never return to the pool). The ledger holds chunks weakly, so a chunk nobody
+        holds is freed by lmcache's own finaliser and is not counted; None unless
+        ``fail_copy_out``."""
         if not self.spec.fail_copy_out:
             return None
         held = getattr(self._cpu_pool, "hot_cache", None) or {}
-        owned = {id(v) for v in held.values()}
-        return sum(1 for k in self.allocated if k not in owned)
+        owned = {id(v) for v in list(held.values())}
+        entries = list(self.allocated.items())
+        alive = [(k, ref()) for k, ref in entries]
+        return self.dropped_unfreed + sum(1 for k, obj in alive if obj is None or k not in owned)
 
     def below_zero_pins(self) -> int | None:
         """How many memory objects the PinMonitor force-unpinned now have a pin count

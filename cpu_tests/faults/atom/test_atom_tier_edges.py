@@ -557,19 +557,3 @@ def test_pins_below_zero_counts_force_unpinned_chunks_unpinned_again():
     faults.spec = FaultSpec(pin_timeout_s=1)
     faults.forced = [SimpleNamespace(meta=SimpleNamespace(pin_count=n)) for n in (0, -1, 1)]
     assert faults.below_zero_pins() == 1
-
-
-def test_unowned_chunks_counts_allocations_neither_held_nor_freed():
-    from types import SimpleNamespace
-
-    from faults.atom.spec import FaultSpec
-    from faults.atom.worker_faults import WorkerFaults
-
-    faults = WorkerFaults.__new__(WorkerFaults)
-    faults.spec, faults.allocated, faults._cpu_pool = FaultSpec(), {}, None
-    assert faults.unowned_chunks() is None  # no copy failure: the record leaves it out
-    held, lost = object(), object()
-    faults.spec = FaultSpec(fail_copy_out=1)
-    faults.allocated = {id(held): held, id(lost): lost}
-    faults._cpu_pool = SimpleNamespace(hot_cache={"key": held})
-    assert faults.unowned_chunks() == 1
