@@ -42,6 +42,12 @@ _MANY = (
     "resources",
 )
 
+# A lookup that cannot reach the worker answers 0 while the tier holds the prompt: the
+# recompute is the ending a user can rely on, so efficiency's "silent miss" is the
+# fault's cost, not a violation; liveness and the rest judge that every request ends,
+# right, with nothing held.
+_UNREACHABLE = tuple(p for p in _ONE if p != "efficiency")
+
 
 @dataclass(frozen=True)
 class AtomRow:
@@ -336,6 +342,24 @@ ROWS: dict[str, AtomRow] = {
             "lmcache's gpu_connector) raises after lmcache allocated its chunks (a failed "
             "GPU-to-host copy): no chunk may stay allocated outside lmcache's CPU pool",
             FaultSpec(fail_copy_out=1),
+        ),
+        _fault(
+            "lookup_socket_removed",
+            s.lookup_after_socket_loss,
+            _UNREACHABLE,
+            "the lookup socket's path is removed (a cleanup) and one lookup reply is lost: "
+            "lmcache's client reconnects to nothing; each later lookup waits its timeout, "
+            "answers 0, and ATOM recomputes",
+            FaultSpec(remove_lookup_socket=2, drop_lookup_reply=2),
+        ),
+        _fault(
+            "lookup_socket_stolen",
+            s.lookup_after_socket_loss,
+            _UNREACHABLE,
+            "another socket that never answers is bound at the lookup path (a stale "
+            "process) and one lookup reply is lost: lmcache's client reconnects to it; "
+            "each later lookup waits its timeout, answers 0, and ATOM recomputes",
+            FaultSpec(steal_lookup_socket=2, drop_lookup_reply=2),
         ),
         _fault(
             "evict_after_lookup",

@@ -23,6 +23,7 @@ ATOM_DEFAULTS: dict[str, tuple[object, str]] = {
     "max_num_seqs": (512, "max seqs"),
     "max_num_batched_tokens": (16384, "max batched tokens"),
     "cpu_cache_gib": (5.0, "CPU pool GiB"),
+    "lookup_timeout_ms": (3000, "lookup timeout ms"),
     "local_disk": (False, "local disk"),
     "shared_tier": (False, "remote tier (fs://)"),
 }

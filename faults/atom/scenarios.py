@@ -104,6 +104,29 @@ def prefix_reuse(run: AtomRun) -> None:
     run.end(a)
 
 
+# The lookup timeout of ``lookup_after_socket_loss``'s server: lmcache's default is
+# 3000 ms; each lookup that meets a lost socket waits this long (the row measures it).
+LOST_SOCKET_TIMEOUT_MS = 1000
+
+
+def lookup_after_socket_loss(run: AtomRun) -> None:
+    """``prefix_reuse`` on a server whose lmcache lookup client waits
+    ``LOST_SOCKET_TIMEOUT_MS`` for a reply: a fault takes the lookup socket's path away
+    at the second lookup (``between``, a miss) and that reply is lost, so lmcache's
+    client reconnects, to a path that no longer leads to the worker. ``again`` and
+    ``longer`` find the prompt in the tier only if a lookup reaches it: otherwise each
+    waits the timeout, is told 0, and ATOM recomputes; every request must still be
+    answered right."""
+    a = run.server("A", prefix_caching=False, lookup_timeout_ms=LOST_SOCKET_TIMEOUT_MS)
+    p = run.prompt(200)
+    run.serve(a, AtomRequest("first", p))
+    run.stored(a, p)
+    run.serve(a, AtomRequest("between", run.prompt(200)))
+    run.serve(a, AtomRequest("again", p))
+    run.serve(a, AtomRequest("longer", p + run.prompt(40)))
+    run.end(a)
+
+
 def reuse_once(run: AtomRun) -> None:
     """The faults' story: one server without an HBM prefix cache stores a 200-token
     prompt and serves it once more (one save, one load of 3 chunks, one more save)."""

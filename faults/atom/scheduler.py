@@ -176,6 +176,9 @@ class SchedulerProcess:
         self.pending_lookup: dict[str, int] = {}  # sid -> what lmcache's lookup answered
         self.sent: dict[str, list[int]] = {}  # sid -> the token ids its lookup sent lmcache
         self.looked_up: set[str] = set()
+        # sid -> seconds its lookup waited for a reply that never came (lmcache's
+        # client answered 0 after its timeout)
+        self.unanswered: dict[str, float] = {}
         self.resident: dict[str, int] = {}  # sid -> prompt tokens free HBM blocks hold
         self.loads_dispatched = 0
         self.abort_next: Any = None  # a sequence the client aborts before the next step
@@ -204,9 +207,16 @@ class SchedulerProcess:
         if client is not None:
             lookup = client.lookup
 
+            unanswered = self._observe_unanswered(client)
+
             def observed_lookup(token_ids: Any, *args: Any, **kwargs: Any) -> Any:
+                unanswered.clear()
+                t0 = time.monotonic()
                 hit = lookup(token_ids, *args, **kwargs)
                 sid = kwargs.get("lookup_id", args[0] if args else None)
+                if unanswered:
+                    # lmcache's client had no reply: ATOM's step waited this long in it.
+                    self.unanswered[str(sid)] = round(time.monotonic() - t0, 3)
                 raw[str(sid)] = int(hit or 0)
                 self.sent[str(sid)] = list(token_ids)
                 return hit
@@ -245,6 +255,26 @@ class SchedulerProcess:
                     log.record("save_done", op=op_of(value, "save", names), outcome="finished")
 
             impl.save_finished = observed_save
+
+    @staticmethod
+    def _observe_unanswered(client: Any) -> list[bool]:
+        """A list that holds ``True`` once lmcache's client got no reply (its ZMQ
+        transport returns nothing after its timeout or an error, and reconnects; the
+        lookup then answers 0), until cleared."""
+        flag: list[bool] = []
+        transport: Any = getattr(client, "transport", None)
+        inner = getattr(transport, "send_and_recv_all", None)
+        if inner is None:
+            return flag
+
+        def observed(*args: Any, **kwargs: Any) -> Any:
+            got = inner(*args, **kwargs)
+            if not got:
+                flag.append(True)
+            return got
+
+        transport.send_and_recv_all = observed
+        return flag
 
     def _poison_free_blocks(self) -> None:
         """Make a load that wrote nothing (or less) show: no block ATOM frees or takes
@@ -325,6 +355,7 @@ class SchedulerProcess:
             kv_end=int(kv_end),
             hybrid=False,
             **({"hbm_resident": self.resident[sid]} if sid in self.resident else {}),
+            **({"unanswered_s": self.unanswered[sid]} if sid in self.unanswered else {}),
         )
 
     def _in_handoff(self, seq: Any) -> bool:

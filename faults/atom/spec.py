@@ -41,6 +41,11 @@ class FaultSpec:
     - ``abort_loading``: the client aborts the n-th request whose tier load ATOM
       dispatched, before the scheduler's next step (the load still copying): ATOM's
       own abort handler marks it, as a client disconnect does.
+    - ``remove_lookup_socket`` / ``steal_lookup_socket``: when the worker's lookup
+      server answers its n-th lookup, the socket's path is removed (a cleanup of the
+      socket directory) / another socket that never answers is bound at it (what a
+      stale process's bind does); the server keeps its own socket and the scheduler's
+      connection made before keeps working: only a new connection meets the loss.
     """
 
     slow_first_forward_s: float = 0.0
@@ -56,6 +61,8 @@ class FaultSpec:
     hang_retrieve: int = 0
     pin_timeout_s: int = 0
     fail_copy_out: int = 0
+    remove_lookup_socket: int = 0
+    steal_lookup_socket: int = 0
 
 
 @dataclass(frozen=True)
@@ -78,6 +85,8 @@ class ServerSpec:
     scheduler_hash_seed: int | None = None
     worker_hash_seed: int | None = None
     cpu_cache_gib: float = 0.05
+    # How long lmcache's lookup client waits for a lookup's reply (its default 3000).
+    lookup_timeout_ms: int = 3000
     # lmcache's local-disk tier (a directory of the host's, gone with it) and its size;
     # a size of 0 leaves ``LMCACHE_MAX_LOCAL_DISK_SIZE`` unset (an incomplete setup).
     local_disk: bool = False

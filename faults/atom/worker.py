@@ -317,7 +317,7 @@ class WorkerProcess:
         return self.faults.finished(out, names)
 
     def close(self) -> None:
-        self.faults.closing.set()  # a hung retrieve gives up: the process exits next
+        self.faults.close()  # a hung retrieve gives up: the process exits next
         if self.socket:
             self.log.record("unbind", server=self.spec.name, path=self._socket_name())
         for obj in (getattr(self.impl, "_lookup_server", None), self.engine):

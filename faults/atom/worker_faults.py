@@ -4,6 +4,7 @@ returns, and records a ``fault`` event with its evidence; ATOM's code is untouch
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import weakref
@@ -57,6 +58,13 @@ class WorkerFaults:
             self._evict_after(engine, spec.evict_after_lookup)
         if server is not None and spec.drop_lookup_reply:
             self._drop_reply(server, spec.drop_lookup_reply)
+        # A socket bound at the lookup path by ``steal_lookup_socket`` (closed with the
+        # worker). Wrapped after the dropped reply: the loss comes before that reply.
+        self._thief: Any = None
+        if server is not None and spec.remove_lookup_socket:
+            self._lose_socket(server, spec.remove_lookup_socket, steal=False)
+        if server is not None and spec.steal_lookup_socket:
+            self._lose_socket(server, spec.steal_lookup_socket, steal=True)
 
     def _fail_copy_out(self, engine: Any, n: int) -> None:
         # In the tier, lmcache's engine holds ATOM's BlockGPUConnector as its
@@ -263,6 +271,38 @@ class WorkerFaults:
 
         transport.send_response = wrapped
 
+    def _lose_socket(self, server: Any, n: int, steal: bool) -> None:
+        # The path goes (or another socket takes it) while the worker's lookup server
+        # runs on: its bound socket and connections made before still work, as they do
+        # for a Unix socket whose path is unlinked or rebound.
+        transport = server.transport
+        path = str(getattr(transport, "socket_path", "") or "")
+        inner = transport.send_response
+        count = [0]
+        name = "lookup_socket_stolen" if steal else "lookup_socket_removed"
+
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            count[0] += 1
+            if count[0] == n and path:
+                if steal:
+                    self._thief = _silent_socket(path)
+                else:
+                    os.unlink(path)
+                self.log.record("fault", injector=name, lookup=n, path=os.path.basename(path))
+            return inner(*args, **kwargs)
+
+        transport.send_response = wrapped
+
+    def close(self) -> None:
+        """Release what the faults hold: a hung retrieve gives up, a stolen path's
+        socket is closed."""
+        self.closing.set()
+        thief, self._thief = self._thief, None
+        if thief is not None:
+            sock, ctx = thief
+            sock.close(linger=0)
+            ctx.term()
+
     def finished(self, out: Any, names: dict[Any, str]) -> Any:
         """Duplicate the n-th reported completion of a kind."""
         for attr, kind, _ in completion_fields(out):
@@ -287,3 +327,15 @@ class WorkerFaults:
                 getattr(out, attr).add(value)
                 self.held.remove((attr, value))
         return out
+
+
+def _silent_socket(path: str) -> tuple[Any, Any]:
+    """A ZMQ socket of its own context bound at ``path`` (ipc) that never reads: what a
+    stale or foreign process bound there is to a client that connects anew. Returns
+    ``(socket, context)``."""
+    import zmq
+
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.ROUTER)
+    sock.bind("ipc://" + path)
+    return sock, ctx
