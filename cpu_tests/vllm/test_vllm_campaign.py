@@ -12,6 +12,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 EXPECTED = {
     "prefix_reuse": "PASS",
+    "cross_seed_reuse": "PASS",
+    "two_servers": "PASS",
     "slow_first_forward": "PASS",
     "invalid_blocks_recompute": "PASS",
     "lost_completion": "FAIL",  # contract row: no bound on WAITING_FOR_REMOTE_KVS (findings.md 4)

@@ -115,3 +115,35 @@ def test_a_run_past_its_limit_is_killed_and_the_next_run_works(executor, monkeyp
     monkeypatch.undo()
     result, _ = run(executor, None)  # the warm interpreter forks the next run as before
     assert check(result, SCENARIOS["prefix_reuse"].properties) == []
+
+
+def test_a_second_process_under_another_hash_seed_reuses_the_stored_prefix(executor) -> None:
+    # The store runs under PYTHONHASHSEED=seed, the resend in another process under
+    # seed+1: vLLM's NONE_HASH, hence its block hashes, differ; lmcache's MP server keys
+    # chunks by token ids (blake3), so the second process loads what the first stored.
+    result, _ = run(executor, None, scenario="cross_seed_reuse")
+    lookups = {e.req_id: e.data for e in result.trace.of(Ev.LOOKUP)}
+    first, second = lookups["a0-s0"], lookups["e1-b0-s0"]
+    assert (first["server"], second["server"]) == ("engine_0", "engine_1")
+    assert first["vllm_block_hash"] != second["vllm_block_hash"]
+    loads = {e.req_id: e.data["kv_end"] for e in result.trace.of(Ev.DISPATCH)}
+    assert loads == {"e1-b0-s0": 128, "e1-b1-s0": 192}
+    assert check(result, SCENARIOS["cross_seed_reuse"].properties) == []
+
+
+def test_two_server_sets_on_one_host_hold_their_own_endpoints_and_pools(executor) -> None:
+    result, _ = run(executor, None, scenario="two_servers")
+    binds: dict[str, list[str]] = {}
+    for e in result.trace.of(Ev.BIND):
+        binds.setdefault(e.data["server"], []).append(e.data["path"])
+    assert set(binds) == {"engine_0", "engine_1"}
+    assert all(len(paths) == 2 for paths in binds.values())  # endpoint and shm pool
+    assert not set(binds["engine_0"]) & set(binds["engine_1"])
+    # Both ran at once: each set's first lookup came before the other's last unbind.
+    first_lookup = {e.data["server"]: e.t for e in reversed(list(result.trace.of(Ev.LOOKUP)))}
+    last_unbind = {e.data["server"]: e.t for e in result.trace.of(Ev.UNBIND)}
+    assert first_lookup["engine_1"] < last_unbind["engine_0"]
+    assert first_lookup["engine_0"] < last_unbind["engine_1"]
+    loads = sorted(e.req_id for e in result.trace.of(Ev.DISPATCH))
+    assert loads == ["b0-s0", "b1-s0", "e1-b0-s0", "e1-b1-s0"]
+    assert check(result, SCENARIOS["two_servers"].properties) == []

@@ -58,8 +58,22 @@ class VllmFault(Injector):
 
 
 @dataclass(frozen=True)
+class Phase:
+    """One vLLM process of a run: the story it tells, the ``PYTHONHASHSEED`` it runs
+    under (the run's seed plus ``hash_seed``) and which lmcache server it talks to
+    (0: the campaign's; 1: a second one on the same host)."""
+
+    story: str
+    hash_seed: int = 0
+    server: int = 0
+    prompt_set: int = 0
+
+
+@dataclass(frozen=True)
 class VllmScenario:
-    """A story as the campaign names it: the properties that judge it, how it must end."""
+    """A story as the campaign names it: the properties that judge it, how it must end.
+    ``phases``: its vLLM processes (empty: one, telling ``story``), one after another,
+    or all at once when ``concurrent``; their events are judged as one run."""
 
     name: str
     description: str
@@ -67,6 +81,11 @@ class VllmScenario:
     properties: tuple[str, ...] = JUDGED
     expect: Expect = field(default_factory=finishes)
     scales: str = ""
+    phases: tuple[Phase, ...] = ()
+    concurrent: bool = False
+
+    def processes(self) -> tuple[Phase, ...]:
+        return self.phases or (Phase(self.story),)
 
 
 def _fault(
@@ -84,6 +103,22 @@ ROWS: dict[str, VllmRow] = {
             "two prompts stored through lmcache, then resent: each resend loads its prefix "
             "from the lmcache server",
             "prefix_reuse",
+        ),
+        VllmRow(
+            "scenario",
+            "cross_seed_reuse",
+            "one vLLM process stores two prompts through lmcache and exits; a second, "
+            "under another PYTHONHASHSEED (so another NONE_HASH: other vLLM block "
+            "hashes), sends them again and must load each prefix the first stored",
+            "cross_seed_reuse",
+        ),
+        VllmRow(
+            "scenario",
+            "two_servers",
+            "two vLLM + lmcache server sets on one host at once, one model name, other "
+            "prompts: each reaches its own server endpoint and maps its own shared-memory "
+            "pool (identity), and each restores only its own pages (correctness)",
+            "two_servers",
         ),
         # The next three inject completions that real components do not produce
         # (docs/vllm/findings.md, 1 and 4): robustness and contract rows, not findings.
@@ -129,15 +164,31 @@ ROWS: dict[str, VllmRow] = {
 }
 
 SCENARIOS: dict[str, VllmScenario] = {
-    r.name: VllmScenario(r.name, r.description, r.name)
-    for r in ROWS.values()
-    if r.kind == "scenario"
+    "prefix_reuse": VllmScenario("prefix_reuse", ROWS["prefix_reuse"].description, "prefix_reuse")
 }
 SCENARIOS["prefix_reuse_recomputed"] = VllmScenario(
     "prefix_reuse_recomputed",
     "prefix_reuse where a load failed and was recomputed: judged without efficiency",
     "prefix_reuse",
     tuple(p for p in JUDGED if p != "efficiency"),
+)
+SCENARIOS["cross_seed_reuse"] = VllmScenario(
+    "cross_seed_reuse",
+    ROWS["cross_seed_reuse"].description,
+    "store",
+    phases=(Phase("store"), Phase("reuse", hash_seed=1)),
+)
+SCENARIOS["two_servers"] = VllmScenario(
+    "two_servers",
+    ROWS["two_servers"].description,
+    "prefix_reuse",
+    # Judged without efficiency: its content account assumes one tier, and here the
+    # other set's stores of the same prompts are not this set's to hit.
+    ("identity", *(p for p in JUDGED if p != "efficiency")),
+    # Other prompts on the second set: a pool or server they shared would restore one
+    # set's pages into the other's requests (correctness), besides identity.
+    phases=(Phase("prefix_reuse"), Phase("prefix_reuse", server=1, prompt_set=1)),
+    concurrent=True,
 )
 FAULTS: dict[str, VllmRow] = {n: r for n, r in ROWS.items() if r.kind == "fault"}
 
@@ -148,12 +199,8 @@ NOT_HERE: dict[str, str] = {
     "completion comes (lost_completion shows what that means)",
     "hybrid and state-image rows": "the tier runs a dense model (LMCacheMPConnector "
     "refuses the hybrid KV cache manager)",
-    "two servers / DP ranks on one host": "not built yet: LMCacheMPConnector reaches its "
-    "server over TCP (no per-host socket path to share); a second server needs a second "
-    "warm process",
-    "hash-seed sweep across processes": "not built yet: each run's server is one process "
-    "whose PYTHONHASHSEED is the run's seed (--seeds N sweeps it); lmcache's MP server keys "
-    "chunks with blake3 (docs/vllm/findings.md)",
+    "DP ranks on one host": "not built: the tier runs one vLLM rank per server set "
+    "(two_servers runs two sets on one host)",
     "preemption during a remote load": "not built yet",
     "two pictures with the same text": "vLLM schedules a picture's encoder input only for "
     "a multimodal model, and a multimodal config needs its processor files (nothing can be "

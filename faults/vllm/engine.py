@@ -135,11 +135,27 @@ class Server:
         shape = (2, spec.num_blocks, BLOCK_SIZE, KV_HEADS, HEAD_SIZE)
         tensors = {layer: torch.zeros(shape, dtype=torch.float32) for layer in LAYERS}
         self.worker.register_kv_caches(tensors)
+        self.binds = self._endpoints(spec)
+        for path in self.binds:
+            log.record("bind", path=path, server=name)
         self.pages = TensorPages(torch, tensors)
         faults.wrap_worker(self)
         self.runner = FakeRunner(self)
         self.loads_applied: set[str] = set()
         self._observe_connector()
+
+    def _endpoints(self, spec: RunSpec) -> list[str]:
+        """What this server set holds on the host: the lmcache server's endpoint it
+        reaches, and the shared-memory pool lmcache's worker mapped (named as the server
+        advertised it, with the inode the worker's mapping has: two sets that map one
+        segment share its inode even when one name was unlinked and reused)."""
+        paths = [f"tcp://127.0.0.1:{spec.lmcache_port}"]
+        shm: Any = getattr(self.worker.worker_adapter.transfer_ctx, "_engine_driven_context", None)
+        handle = getattr(shm, "_shm", None)
+        if handle is not None:
+            inode = os.fstat(handle._fd).st_ino
+            paths.append(f"/dev/shm/{shm._shm_name} (inode {inode})")
+        return paths
 
     # -- observers (they change nothing) ---------------------------------------------
     def _observe_connector(self) -> None:
@@ -156,7 +172,7 @@ class Server:
                     "lookup", req_id=request.request_id, prompt_len=request.num_prompt_tokens,
                     kv_hit=hit if n else 0, kv_end=hit if n else 0, claim=hit,
                     hbm_hit=num_computed_tokens, hybrid=False, is_async=bool(is_async),
-                    server=self.name,
+                    server=self.name, vllm_block_hash=_first_hash(request),
                 )  # fmt: skip
             return got
 
@@ -229,6 +245,8 @@ class Server:
         )  # fmt: skip
 
     def close(self) -> None:
+        for path in self.binds:
+            self.log.record("unbind", path=path, server=self.name)
         for part in (self.worker, self.scheduler.connector):
             try:
                 part.shutdown()
@@ -342,6 +360,13 @@ class FakeRunner:
             out = self.outputs[rid]
             sampled.append([out[k] if k < len(out) else 0])
         return req_ids, sampled
+
+
+def _first_hash(request: Any) -> str | None:
+    """vLLM's hash of the request's first block (its ``NONE_HASH`` follows the
+    process's ``PYTHONHASHSEED``): evidence of which hash seed a lookup ran under."""
+    hashes = getattr(request, "block_hashes", None)
+    return bytes(hashes[0]).hex() if hashes else None
 
 
 def vllm_request(kf: Any, hasher: Any) -> Any:

@@ -10,16 +10,16 @@ import importlib.util
 import json
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from faults.errors import KvfaultError
 from faults.runs import RunContext, RunResult
 from faults.tiers import Executor, TierUnavailable
-from faults.vllm.catalog import SCENARIOS, VllmFault
+from faults.vllm.catalog import SCENARIOS, Phase, VllmFault
 from faults.vllm.spec import BLOCK_SIZE, CHUNK_SIZE, RunSpec
-from faults.vllm.zygote import ZygoteError, ZygotePool
+from faults.vllm.zygote import Zygote, ZygoteError, ZygotePool
 from reference.stack.engine import EngineConfig, RunOutcome
 from reference.trace import Ev, Trace, TraceEvent
 from reference.types import Geometry, OperationId, OpKind, Request
@@ -49,42 +49,124 @@ class VllmExecutor(Executor):
     tier = "vllm"
     deterministic = False
 
-    def __init__(self, pool: ZygotePool, port: int, workdir: str, fix: bool = False):
+    def __init__(
+        self,
+        pool: ZygotePool,
+        port: int,
+        workdir: str,
+        fix: bool = False,
+        second_server: Callable[[], int] | None = None,
+    ):
         self.pool = pool
         self.port = port
         self.workdir = workdir
         self.fix = fix
+        self._second_server = second_server  # starts another lmcache server: its port
+        self._second_port: int | None = None
+
+    def _port(self, server: int) -> int:
+        if server == 0:
+            return self.port
+        if self._second_server is None:
+            raise VllmRunError("this executor has no second lmcache server")
+        if self._second_port is None:
+            self._second_port = self._second_server()
+        return self._second_port
 
     def execute(self, scenario: str, ctx: RunContext) -> tuple[RunResult, dict[str, object]]:
         faults = [i for i in ctx.injectors if isinstance(i, VllmFault)]
         row = faults[0].row if faults else None
-        out = os.path.join(self.workdir, f"run-{scenario}-{ctx.seed}.json")
-        spec = RunSpec(
-            SCENARIOS[scenario].story, ctx.seed, self.port, out,
-            fault=row.fault if row else None, policy=row.policy if row else "fail",
-            fix=self.fix,
-        )  # fmt: skip
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(out)
-        rc = self.pool.get(ctx.seed).run(spec.to_json(), spec.limit_s + SETUP_S)
-        if rc is None:
-            raise VllmRunError(f"the run's process passed {spec.limit_s + SETUP_S:g}s; killed")
-        try:
-            payload = json.loads(Path(out).read_text())
-        except (OSError, ValueError) as exc:
-            raise VllmRunError(f"the run's process (exit {rc}) left no result: {exc}") from exc
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(out)
-        if "error" in payload:
-            raise VllmRunError(f"the run broke: {payload['error']}")
+        story = SCENARIOS[scenario]
+        phases = story.processes()
+        with contextlib.ExitStack() as stack:
+            model_dir = ""
+            if len(phases) > 1:  # one lmcache key namespace for every process of the run
+                from faults.vllm.engine import write_model
+
+                shared = stack.enter_context(
+                    tempfile.TemporaryDirectory(prefix="model-", dir=self.workdir)
+                )
+                model_dir = write_model(Path(shared))
+            specs = []
+            for i, phase in enumerate(phases):
+                out = os.path.join(self.workdir, f"run-{scenario}-{ctx.seed}-{i}.json")
+                specs.append(
+                    RunSpec(
+                        phase.story, ctx.seed, self._port(phase.server), out,
+                        fault=row.fault if row and i == 0 else None,
+                        policy=row.policy if row else "fail", fix=self.fix,
+                        engine=f"engine_{i}", tag=f"e{i}-" if i else "", model_dir=model_dir,
+                        prompt_set=phase.prompt_set,
+                    )
+                )  # fmt: skip
+            payloads = self._run(story.concurrent, phases, specs, ctx.seed)
+        payload = merged(payloads)
         result = result_of(scenario, ctx.seed, payload, [f.name for f in faults])
         for f in faults:
             f.fired = int(payload.get("fired", 0))
         return result, {"tier": "vllm"}
 
+    def _run(
+        self, concurrent: bool, phases: tuple[Phase, ...], specs: list[RunSpec], seed: int
+    ) -> list[dict[str, Any]]:
+        """Each spec's run in a process forked under its phase's hash seed, one after
+        another or all at once; their payloads."""
+        limit = specs[0].limit_s + SETUP_S
+        for spec in specs:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(spec.out)
+        zygotes = [
+            self.pool.get(seed + phase.hash_seed, slot=i if concurrent else 0)
+            for i, phase in enumerate(phases)
+        ]
+        if concurrent:
+            started: list[tuple[Zygote, int]] = []
+            try:
+                for z, spec in zip(zygotes, specs, strict=True):
+                    started.append((z, z.start(spec.to_json())))
+            except BaseException:
+                for z, pid in started:  # no run outlives a failed start
+                    z.wait(pid, 0.0)
+                raise
+            rcs = [z.wait(pid, limit) for z, pid in started]
+        else:
+            rcs = [z.run(spec.to_json(), limit) for z, spec in zip(zygotes, specs, strict=True)]
+        payloads = []
+        try:
+            for spec, rc in zip(specs, rcs, strict=True):
+                if rc is None:
+                    raise VllmRunError(f"the run's process passed {limit:g}s; killed")
+                try:
+                    payload = json.loads(Path(spec.out).read_text())
+                except (OSError, ValueError) as exc:
+                    raise VllmRunError(
+                        f"the run's process (exit {rc}) left no result: {exc}"
+                    ) from exc
+                if "error" in payload:
+                    raise VllmRunError(f"the run broke: {payload['error']}")
+                payloads.append(payload)
+        finally:
+            for spec in specs:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(spec.out)
+        return payloads
+
     def case_done(self) -> None:
         pass
+
+
+def merged(payloads: list[dict[str, Any]]) -> dict[str, Any]:
+    """The payloads of one run's processes as one: their events in host-clock order
+    (every process stamps the same monotonic clock)."""
+    if len(payloads) == 1:
+        return payloads[0]
+    return {
+        "events": sorted((e for p in payloads for e in p["events"]), key=lambda e: e["t"]),
+        "requests": [r for p in payloads for r in p["requests"]],
+        "hung": any(p["hung"] for p in payloads),
+        "aborted": [a for p in payloads for a in p.get("aborted", ())],
+        "fired": sum(int(p.get("fired", 0)) for p in payloads),
+    }
 
 
 def result_of(scenario: str, seed: int, payload: dict[str, Any], faults: list[str]) -> RunResult:
@@ -149,4 +231,11 @@ def vllm_executor(vllm_fix: str | None = None) -> Iterator[VllmExecutor]:
             pool.get(0)
         except ZygoteError as exc:
             raise TierUnavailable(f"{exc}; {INSTALL_HINT}") from exc
-        yield VllmExecutor(pool, server.port, workdir, fix=vllm_fix == "on")
+
+        def second_server() -> int:
+            more = stack.enter_context(LMCacheServer(chunk_size=CHUNK_SIZE).start())
+            return more.port
+
+        yield VllmExecutor(
+            pool, server.port, workdir, fix=vllm_fix == "on", second_server=second_server
+        )

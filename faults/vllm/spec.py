@@ -29,6 +29,10 @@ class RunSpec:
     num_blocks: int = NUM_BLOCKS
     batch_tokens: int = 512
     limit_s: float = 8.0  # a story that has not ended by then hung
+    engine: str = "engine_0"  # the server set's name in the events (one per process)
+    tag: str = ""  # prefixes the story's request ids (two processes, one trace)
+    model_dir: str = ""  # set: the lmcache key namespace processes share; else the run's own
+    prompt_set: int = 0  # 0: the seed picks the prompts; else another set for the same seed
 
     def to_json(self) -> dict[str, object]:
         return asdict(self)
@@ -42,5 +46,9 @@ def prompt(rng: random.Random, n: int) -> tuple[int, ...]:
     return tuple(rng.randrange(10, 30000) for _ in range(n))
 
 
-def requests_of(seed: int, tag: str, prompts: list[tuple[int, ...]]) -> list[Request]:
-    return [Request(f"{tag}{i}-s{seed}", p, max_output_tokens=4) for i, p in enumerate(prompts)]
+def requests_of(
+    seed: int, tag: str, prompts: list[tuple[int, ...]], prefix: str = ""
+) -> list[Request]:
+    return [
+        Request(f"{prefix}{tag}{i}-s{seed}", p, max_output_tokens=4) for i, p in enumerate(prompts)
+    ]

@@ -169,7 +169,9 @@ class Story:
         self.deadline = time.monotonic() + spec.limit_s
         self.hung = False
         self._hasher = block_hasher()
-        self.rng = random.Random(spec.seed)
+        self.rng = random.Random(
+            spec.seed if not spec.prompt_set else f"{spec.seed}/{spec.prompt_set}"
+        )
 
     def round(self, reqs: list[Request]) -> None:
         """Send ``reqs`` at once and step until each is answered and the engine has
@@ -204,15 +206,32 @@ class Story:
         self.faults.answered(rid, loaded)
 
 
+def _prompts(story: Story) -> list[tuple[int, ...]]:
+    return [prompt(story.rng, n) for n in PROMPT_LENS]
+
+
 def prefix_reuse(story: Story) -> None:
     """Two prompts stored, then resent: each resend loads its prefix from lmcache."""
-    prompts = [prompt(story.rng, n) for n in PROMPT_LENS]
-    story.round(requests_of(story.spec.seed, "a", prompts))
-    story.round(requests_of(story.spec.seed, "b", prompts))
+    prompts = _prompts(story)
+    story.round(requests_of(story.spec.seed, "a", prompts, story.spec.tag))
+    story.round(requests_of(story.spec.seed, "b", prompts, story.spec.tag))
+
+
+def store(story: Story) -> None:
+    """Two prompts sent once: their chunks stored in lmcache."""
+    story.round(requests_of(story.spec.seed, "a", _prompts(story), story.spec.tag))
+
+
+def reuse(story: Story) -> None:
+    """The same two prompts (the run's seed picks them), sent by a process that did not
+    store them: each loads what another process stored."""
+    story.round(requests_of(story.spec.seed, "b", _prompts(story), story.spec.tag))
 
 
 STORIES: dict[str, Callable[[Story], None]] = {
     "prefix_reuse": prefix_reuse,
+    "store": store,
+    "reuse": reuse,
 }
 
 
@@ -224,8 +243,8 @@ def run(spec: RunSpec) -> dict[str, Any]:
     # the opener does not remove.
     where = os.path.dirname(spec.out) or None
     with tempfile.TemporaryDirectory(prefix="kvfault-vllm-", dir=where) as tmp:
-        model_dir = write_model(Path(tmp) / "model")
-        server = Server("engine_0", spec, model_dir, log, faults)
+        model_dir = spec.model_dir or write_model(Path(tmp) / "model")
+        server = Server(spec.engine, spec, model_dir, log, faults)
         story = Story(spec, server, log, faults)
         died = None
         try:

@@ -99,6 +99,10 @@ class Zygote:
     def run(self, spec: dict[str, Any], limit_s: float) -> int | None:
         """Fork a run of ``spec``; its exit code, or None when it passed ``limit_s``
         (then it is killed)."""
+        return self.wait(self.start(spec), limit_s)
+
+    def start(self, spec: dict[str, Any]) -> int:
+        """Fork a run of ``spec``; its pid (``wait`` for its end)."""
         stdin: IO[str] | None = self.proc.stdin
         assert stdin is not None
         stdin.write(json.dumps(spec) + "\n")
@@ -106,7 +110,11 @@ class Zygote:
         forked = self._line(30.0)
         if not forked:
             raise ZygoteError("the vllm tier's warm interpreter did not fork a run")
-        pid = json.loads(forked)["pid"]
+        return int(json.loads(forked)["pid"])
+
+    def wait(self, pid: int, limit_s: float) -> int | None:
+        """The exit code of the run ``start`` forked as ``pid``, or None when it passed
+        ``limit_s`` from now (then it is killed)."""
         deadline = time.monotonic() + limit_s
         line = self._line(limit_s)
         if line:
@@ -124,15 +132,17 @@ class Zygote:
 
 
 class ZygotePool:
-    """The warm interpreters of one campaign, by hash seed; all stopped by ``close``."""
+    """The warm interpreters of one campaign, by hash seed and slot (a zygote runs one
+    child at a time: two processes at once need two slots); all stopped by ``close``."""
 
     def __init__(self) -> None:
-        self._by_seed: dict[int, Zygote] = {}
+        self._by_seed: dict[tuple[int, int], Zygote] = {}
 
-    def get(self, hash_seed: int) -> Zygote:
-        if hash_seed not in self._by_seed:
-            self._by_seed[hash_seed] = Zygote(hash_seed)
-        return self._by_seed[hash_seed]
+    def get(self, hash_seed: int, slot: int = 0) -> Zygote:
+        key = (hash_seed, slot)
+        if key not in self._by_seed:
+            self._by_seed[key] = Zygote(hash_seed)
+        return self._by_seed[key]
 
     def close(self) -> None:
         for z in self._by_seed.values():
