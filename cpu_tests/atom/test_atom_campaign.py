@@ -1,8 +1,8 @@
 """The atom campaign against the checkout in ``KVFAULT_ATOM_SRC``, once, through the
 CLI: its table is printed; every row must PASS except the findings
-(docs/atom/findings.md), which at ATOM's main ffdf3bb5d must FAIL with the property
-named here. On another checkout a finding may also PASS (fixed there), never fail
-otherwise; healthy rows must PASS everywhere."""
+(docs/atom/findings.md) and the unreviewed leads, which at ATOM's main ffdf3bb5d must
+FAIL with the property named here. On another checkout a finding may also PASS (fixed
+there), never fail otherwise; healthy rows must PASS everywhere."""
 
 from __future__ import annotations
 
@@ -25,6 +25,10 @@ FINDINGS = {
     "reload_twice": "resources",
     "resend_at_defaults": "resources",
 }
+# row -> the property its FAIL names at ffdf3bb5d: unreviewed leads (not in
+# docs/atom/findings.md until the lead has reviewed them). unfull_chunk_aligned runs
+# chunk_aligned's path (finding 2) with LMCACHE_SAVE_UNFULL_CHUNK=True.
+LEADS = {"unfull_chunk_aligned": "efficiency"}
 BUNDLED_HEAD = "ffdf3bb5d"
 
 
@@ -111,15 +115,15 @@ def test_every_row_ran_and_gave_a_verdict(table):
     assert sorted(table) == sorted(ROWS)
 
 
-@pytest.mark.parametrize("name", [n for n in ROWS if n not in FINDINGS])
+@pytest.mark.parametrize("name", [n for n in ROWS if n not in FINDINGS | LEADS])
 def test_healthy_rows_pass(table, name):
     verdict, detail = table[name]
     assert verdict == "PASS", detail
 
 
-@pytest.mark.parametrize("name", sorted(FINDINGS))
+@pytest.mark.parametrize("name", sorted(FINDINGS | LEADS))
 def test_findings_fail_with_their_property(table, name, atom_src):
     verdict, detail = table[name]
     if verdict == "PASS" and not _head(atom_src).startswith(BUNDLED_HEAD):
         return  # fixed in this checkout
-    assert verdict == "FAIL" and detail.startswith(FINDINGS[name] + ":"), detail
+    assert verdict == "FAIL" and detail.startswith((FINDINGS | LEADS)[name] + ":"), detail

@@ -361,6 +361,33 @@ ROWS: dict[str, AtomRow] = {
             "each later lookup waits its timeout, answers 0, and ATOM recomputes",
             FaultSpec(steal_lookup_socket=2, drop_lookup_reply=2),
         ),
+        # lmcache's save_unfull_chunk on (real deployments set it; ATOM's own saves
+        # stop at the chunk grid, dense/connector.py's build_connector_meta): lmcache
+        # then keys a partial last chunk in lookups and retrieves too.
+        _fault(
+            "unfull_prefix_reuse",
+            s.prefix_reuse,
+            _ONE,
+            "prefix_reuse (prompts of 200 and 240 tokens: partial last chunks) with "
+            "LMCACHE_SAVE_UNFULL_CHUNK=True",
+            save_unfull_chunk=True,
+        ),
+        _fault(
+            "unfull_hbm_partial",
+            s.hbm_partial,
+            _ONE,
+            "hbm_partial (the unaligned handoff, a 300-token prompt) with "
+            "LMCACHE_SAVE_UNFULL_CHUNK=True",
+            save_unfull_chunk=True,
+        ),
+        _fault(
+            "unfull_chunk_aligned",
+            s.chunk_aligned,
+            _ONE,
+            "chunk_aligned (a whole 4-chunk hit, claimed one token short) with "
+            "LMCACHE_SAVE_UNFULL_CHUNK=True",
+            save_unfull_chunk=True,
+        ),
         _fault(
             "evict_after_lookup",
             s.reuse_once,

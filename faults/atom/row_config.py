@@ -24,6 +24,7 @@ ATOM_DEFAULTS: dict[str, tuple[object, str]] = {
     "max_num_batched_tokens": (16384, "max batched tokens"),
     "cpu_cache_gib": (5.0, "CPU pool GiB"),
     "lookup_timeout_ms": (3000, "lookup timeout ms"),
+    "save_unfull_chunk": (False, "lmcache save unfull chunk"),
     "local_disk": (False, "local disk"),
     "shared_tier": (False, "remote tier (fs://)"),
 }

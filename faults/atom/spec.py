@@ -87,6 +87,9 @@ class ServerSpec:
     cpu_cache_gib: float = 0.05
     # How long lmcache's lookup client waits for a lookup's reply (its default 3000).
     lookup_timeout_ms: int = 3000
+    # lmcache's ``save_unfull_chunk`` (``LMCACHE_SAVE_UNFULL_CHUNK``; its default off):
+    # on, lmcache keys a range's partial last chunk too (lookups, stores, retrieves).
+    save_unfull_chunk: bool = False
     # lmcache's local-disk tier (a directory of the host's, gone with it) and its size;
     # a size of 0 leaves ``LMCACHE_MAX_LOCAL_DISK_SIZE`` unset (an incomplete setup).
     local_disk: bool = False
