@@ -177,7 +177,7 @@ def test_the_catalog_is_what_the_tiers_declare() -> None:
     # A tier left out of the registry takes its rows with it.
     only_memory = Tiers([Tiers.installed()["memory"]])
     assert "wire_kill" in entries("fault") and "wire_kill" not in entries("fault", only_memory)
-    assert entries("scenario")["two_servers"].tiers == ("memory", "lmcache", "atom")
+    assert entries("scenario")["two_servers"].tiers == ("memory", "lmcache", "atom", "vllm")
     assert entries("scenario", only_memory)["two_servers"].tiers == ("memory",)
     # The atom tier dropped its multimodal rows: two_images runs on the others only.
     assert entries("scenario")["two_images"].tiers == ("memory", "lmcache")
