@@ -193,8 +193,13 @@ def source_env(worktree: Path) -> dict[str, str]:
 def hide_worktree(text: str, worktree: Path, side: str) -> str:
     """``text`` with the path of a side's worktree (removed after the run) written as
     ``<SIDE worktree>``: a replay line must not point at a directory that is gone."""
-    for form in {str(worktree), os.path.realpath(worktree)}:
-        text = text.replace(form, f"<{side} worktree>")
+    return hide_path(text, worktree, f"<{side} worktree>")
+
+
+def hide_path(text: str, path: Path, name: str) -> str:
+    """``text`` with ``path`` (as given and resolved) written as ``name``."""
+    for form in sorted({str(path), os.path.realpath(path)}, key=len, reverse=True):
+        text = text.replace(form, name)
     return text
 
 
@@ -400,6 +405,7 @@ def prove(
     tail_lines: int = DEFAULT_TAIL,
     progress: TextIO | None = None,
     unjudged: frozenset[int] = UNJUDGED_EXITS,
+    artifacts: str | os.PathLike[str] | None = None,
 ) -> ProofResult:
     """Run COMMAND at revisions OLD and NEW of the repository at REPO and decide.
 
@@ -408,6 +414,12 @@ def prove(
     (cwd = the worktree root, stdin = /dev/null, environment plus ``KVFAULT_PROVE_SIDE``,
     ``KVFAULT_PROVE_REV``, ``KVFAULT_PROVE_SHA``, ``KVFAULT_PROVE_RUN``). A run that
     cannot start or exceeds ``timeout`` seconds stops the proof with ERROR.
+
+    Each run's ``KVFAULT_ARTIFACTS`` (where kvfault writes replay artifacts) is a
+    directory of its own outside the worktrees: ``artifacts/<side>-<run>`` when
+    ``artifacts`` is given, kept, and named by absolute path in the output; else one in
+    the proof's temporary directory, removed with it, and written ``<SIDE artifacts>``
+    in the output (a note says how to keep them).
 
     Raises ProveError for bad arguments and setup failures (not a repository, unknown
     revision, worktree creation failed); raises `Interrupted` on SIGINT/SIGTERM/SIGHUP. In
@@ -424,6 +436,8 @@ def prove(
     sides = (("old", old, old_sha), ("new", new, new_sha))
     runs: dict[str, list[SideRun]] = {"old": [], "new": []}
     shown: dict[str, str] = {}  # the sides whose output named their worktree
+    gone: set[str] = set()  # the sides whose output named a removed artifact directory
+    kept = Path(artifacts).absolute() if artifacts is not None else None
     said = notes(repo_path, ("old", old_sha), ("new", new_sha))
     if progress is not None:
         for n in said:
@@ -450,11 +464,16 @@ def prove(
                             file=progress,
                             flush=True,
                         )
+                    # Outside the worktree, which is removed: a replay artifact the
+                    # run writes (and names in its output) must outlive it, or not be named.
+                    art = (kept or tmp / "artifacts") / f"{side}-{i}"
+                    art.mkdir(parents=True, exist_ok=True)
                     env.update(
                         KVFAULT_PROVE_SIDE=side,
                         KVFAULT_PROVE_REV=rev,
                         KVFAULT_PROVE_SHA=sha,
                         KVFAULT_PROVE_RUN=str(i),
+                        KVFAULT_ARTIFACTS=str(art),
                         **source_env(tmp / side),
                     )
                     r = _run_once(
@@ -472,6 +491,13 @@ def prove(
                     hidden = hide_worktree(r.tail, tmp / side, side)
                     if hidden != r.tail:
                         r.tail, shown[side] = hidden, sha
+                    if kept is None:
+                        hidden = hide_path(r.tail, art, f"<{side} artifacts>")
+                        if hidden != r.tail:
+                            r.tail = hidden
+                            gone.add(side)
+                    elif not any(art.iterdir()):
+                        art.rmdir()  # nothing written: no empty directory left behind
                     runs[side].append(r)
                     if r.error is not None:  # the verdict is ERROR whatever comes next
                         stop = True
@@ -489,6 +515,13 @@ def prove(
             f"<{side} worktree> is {side}'s checkout, removed after the proof; make it "
             f"again with: git worktree add --detach DIR {sha[:12]}"
         )
+    for side in sorted(gone, reverse=True):  # old first
+        said.append(
+            f"<{side} artifacts> held {side}'s replay artifacts, removed after the proof; "
+            "keep them with --artifacts DIR"
+        )
+    if kept is not None:
+        said.append(f"replay artifacts kept in {kept}/<side>-<run>")
     verdict, reason = decide(runs["old"], runs["new"], unjudged)
     return ProofResult(
         verdict=verdict,
@@ -558,6 +591,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(default 2: kvfault's; make's 2 is a failure, so give 'none' there)",
     )
     parser.add_argument(
+        "--artifacts",
+        metavar="DIR",
+        type=argtypes.path,
+        default=None,
+        help="keep each run's replay artifacts (what kvfault writes to $KVFAULT_ARTIFACTS) "
+        "in DIR/old-K and DIR/new-K; without it they are removed with the worktrees",
+    )
+    parser.add_argument(
         "-C",
         dest="repo",
         metavar="DIR",
@@ -609,6 +650,12 @@ def run(args: argparse.Namespace) -> int:
         if not args.old or not args.new:
             raise ProveError("both --old REV and --new REV are required")
         command = _command_from(args.cmd)
+        if args.artifacts is not None:
+            from faults.argtypes import dir_refused
+
+            why = dir_refused(args.artifacts, "--artifacts")
+            if why:
+                raise ProveError(why)
         result = prove(
             args.repo,
             args.old,
@@ -620,6 +667,7 @@ def run(args: argparse.Namespace) -> int:
             tail_lines=args.tail,
             progress=sys.stderr,
             unjudged=args.unjudged_exits,
+            artifacts=args.artifacts,
         )
     except ProveError as exc:
         print(f"kvfault prove: error: {exc}", file=sys.stderr)

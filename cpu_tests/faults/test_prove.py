@@ -644,3 +644,41 @@ def test_same_commit_dirty_tree_and_shallow_clone_each_get_one_line(
     assert cli(shallow, "--old", "HEAD~1", "--new", "HEAD", "--", "true") == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "this clone is shallow" in err and "git fetch --unshallow" in err
+
+
+def _artifact_paths(out: str) -> list[str]:
+    return [line.split("artifact: ", 1)[1].split(" (", 1)[0] for line in out.splitlines()
+            if "artifact: " in line]  # fmt: skip
+
+
+def test_a_sides_artifact_line_names_a_file_that_outlives_the_proof(
+    repo: Path, tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """A side's `artifact:` line (kvfault repro's, run in the side's worktree) names a file
+    the reviewer can open after the proof: with --artifacts DIR each side's is kept there
+    and named by absolute path; without it, none is named by a path that is gone. An
+    exported KVFAULT_ARTIFACTS does not make the two sides share one directory."""
+    monkeypatch.setenv("KVFAULT_ARTIFACTS", str(tmp_path / "shared"))
+    cmd = [sys.executable, "-m", "faults.cli", "repro", "load_bound_without_restart", "--seed", "0"]
+    keep = tmp_path / "kept"
+    monkeypatch.chdir(repo)  # the reviewer's place: a relative path would be read from here
+    # Both sides pass (repro's FIXED is exit 0): NOT REPRODUCED; the artifacts are the point.
+    assert broken_to_fixed(repo, "--artifacts", str(keep), "--", *cmd) == 2
+    out = capsys.readouterr().out
+    paths = _artifact_paths(out)
+    assert len(paths) == 2, out
+    assert {Path(p).parent for p in paths} == {keep / "old-1", keep / "new-1"}, out
+    for p in paths:
+        assert Path(p).is_absolute() and Path(p).is_file(), out
+        assert '"kvfault_artifact": 1' in Path(p).read_text()
+    assert f"replay artifacts kept in {keep}/<side>-<run>" in out
+    assert not (tmp_path / "shared").exists()
+
+    assert broken_to_fixed(repo, "--", *cmd) == 2
+    out = capsys.readouterr().out
+    paths = _artifact_paths(out)
+    assert paths and all(p.startswith(("<old artifacts>/", "<new artifacts>/")) for p in paths), out
+    assert (
+        "<old artifacts> held old's replay artifacts, removed after the proof; keep them with --artifacts DIR"
+        in out
+    )
