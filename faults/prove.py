@@ -196,6 +196,26 @@ def hide_worktree(text: str, worktree: Path, side: str) -> str:
     return hide_path(text, worktree, f"<{side} worktree>")
 
 
+def hide_worktree_in_file(log: Path, worktree: Path, side: str) -> None:
+    """``hide_worktree`` over a whole output file, line by line (it may be large); the
+    file is replaced only when a line changed."""
+    forms = sorted({str(worktree), os.path.realpath(worktree)}, key=len, reverse=True)
+    needles = [f.encode("utf-8", "surrogateescape") for f in forms]
+    if not log.is_file():
+        return
+    with open(log, "rb") as src:
+        if not any(n in line for line in src for n in needles):
+            return
+    name = f"<{side} worktree>".encode()
+    tmp = log.with_name(log.name + ".hiding")
+    with open(log, "rb") as src, open(tmp, "wb") as dst:
+        for line in src:
+            for n in needles:
+                line = line.replace(n, name)
+            dst.write(line)
+    os.replace(tmp, log)
+
+
 def hide_path(text: str, path: Path, name: str) -> str:
     """``text`` with ``path`` (as given and resolved) written as ``name``."""
     for form in sorted({str(path), os.path.realpath(path)}, key=len, reverse=True):

@@ -37,6 +37,7 @@ from faults.prove import (
     _resolve,
     _run_once,
     hide_worktree,
+    hide_worktree_in_file,
     notes,
 )
 from faults.review_diff import (
@@ -198,18 +199,22 @@ class Reviewer:
         self, spec: SideSpec, words: list[str], report: Path
     ) -> tuple[int | None, str, str | None]:
         """Run one campaign; returns (exit status, output tail, why it could not run)."""
+        log = report.parent / f"{report.name}.log"
         r = _run_once(
             command=self._argv(spec, words, report),
             shell=False,
             cwd=self._cwd(spec),
             env=self._env(spec),
             timeout=self.side_timeout,
-            log_path=report.parent / f"{report.name}.log",
+            log_path=log,
             expect=None,
             tail_lines=12,
             rev=spec.rev,
             sha=spec.sha,
         )
+        assert spec.worktree is not None
+        # The log is kept with --report; its replay lines must not name a removed worktree.
+        hide_worktree_in_file(log, spec.worktree, spec.name)
         return r.returncode, r.tail, r.error
 
     def _preflight(self, spec: SideSpec) -> str | None:

@@ -682,3 +682,27 @@ def test_a_sides_artifact_line_names_a_file_that_outlives_the_proof(
         "<old artifacts> held old's replay artifacts, removed after the proof; keep them with --artifacts DIR"
         in out
     )
+
+
+def test_a_kept_log_names_no_removed_worktree(tmp_path: Path) -> None:
+    """review keeps each side's log with --report: a replay line in it that names the
+    side's worktree (removed after the review) reads <SIDE worktree> instead."""
+    wt = tmp_path / "kvfault-review-x" / "base"
+    wt.mkdir(parents=True)
+    log = tmp_path / "base.log"
+    lines = [
+        f"  replay: kvfault run --tier atom --atom-src {wt} --scenario s{i}\n" for i in range(3)
+    ]
+    log.write_bytes(b"".join(ln.encode() for ln in ["table\n", *lines, "\xff\n"]) + b"\xff tail\n")
+    prove_mod.hide_worktree_in_file(log, wt, "base")
+    text = log.read_bytes()
+    assert (
+        str(wt).encode() not in text and text.count(b"--atom-src <base worktree> --scenario") == 3
+    )
+    assert text.endswith(b"\xff tail\n")  # bytes it does not touch stay as they were
+    untouched = tmp_path / "other.log"
+    untouched.write_text("nothing to hide\n")
+    before = untouched.stat().st_mtime_ns
+    prove_mod.hide_worktree_in_file(untouched, wt, "base")
+    assert untouched.stat().st_mtime_ns == before
+    assert not list(tmp_path.glob("*.hiding"))
