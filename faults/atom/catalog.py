@@ -232,6 +232,13 @@ ROWS: dict[str, AtomRow] = {
             "two KV cache dtypes of one model (bf16 and fp8) share a remote lmcache tier",
         ),
         _scenario(
+            "shared_tier_reuse",
+            s.shared_tier_reuse,
+            _MANY,
+            "two servers of one layout on two machines share a remote lmcache tier: B loads "
+            "what A stored",
+        ),
+        _scenario(
             "two_servers",
             s.two_servers,
             _MANY,
@@ -387,6 +394,44 @@ ROWS: dict[str, AtomRow] = {
             "chunk_aligned (a whole 4-chunk hit, claimed one token short) with "
             "LMCACHE_SAVE_UNFULL_CHUNK=True",
             save_unfull_chunk=True,
+        ),
+        replace(
+            _fault(
+                "remote_tier_removed",
+                s.shared_tier_reuse,
+                _MANY,
+                "the shared remote tier's directory is removed right before B's first "
+                "retrieve (B's lookup found A's chunks there)",
+                FaultSpec(tier_files=("removed", "retrieve", 1)),
+            ),
+            faulted=("B",),
+        ),
+        replace(
+            _fault(
+                "remote_tier_truncated",
+                s.shared_tier_reuse,
+                _MANY,
+                "each chunk file of the shared remote tier is cut to half its bytes right "
+                "before B's first retrieve (a torn write, a short read)",
+                FaultSpec(tier_files=("truncated", "retrieve", 1)),
+            ),
+            faulted=("B",),
+        ),
+        _fault(
+            "disk_removed",
+            s.disk_spill,
+            _ONE,
+            "lmcache's local disk directory is removed right before the retrieve of the "
+            "prompt it holds (its CPU pool no longer does)",
+            FaultSpec(tier_files=("removed", "retrieve", 1)),
+        ),
+        _fault(
+            "disk_truncated",
+            s.disk_spill,
+            _ONE,
+            "each file of lmcache's local disk is cut to half its bytes right before the "
+            "retrieve of the prompt it holds (a short read)",
+            FaultSpec(tier_files=("truncated", "retrieve", 1)),
         ),
         _fault(
             "evict_after_lookup",

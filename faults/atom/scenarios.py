@@ -419,6 +419,21 @@ def shared_tier_kv_dtype(run: AtomRun) -> None:
     run.end(a, b)
 
 
+def shared_tier_reuse(run: AtomRun) -> None:
+    """Two servers of one model and one layout on two machines sharing lmcache's remote
+    tier (its file-system connector on one directory): A stores a 200-token prompt;
+    once B's lmcache finds it there, B gets the same prompt and loads A's chunks from
+    the remote tier (B's own CPU pool is empty); then B gets it once more."""
+    a = run.server("A", prefix_caching=False, shared_tier=True)
+    b = run.server("B", prefix_caching=False, shared_tier=True, machine="m2")
+    p = run.prompt(200)
+    run.serve(a, AtomRequest("A-first", p))
+    run.stored(b, p)
+    run.serve(b, AtomRequest("B-same", p))
+    run.serve(b, AtomRequest("B-again", p))
+    run.end(a, b)
+
+
 def _two(run: AtomRun, a_spec: dict, b_spec: dict) -> None:
     a = run.server("A", prefix_caching=False, **a_spec)
     b = run.server("B", prefix_caching=False, **b_spec)

@@ -77,14 +77,25 @@ def lmcache_env(spec: ServerSpec, host_dir: str) -> dict[str, str]:
         env["LMCACHE_PIN_TIMEOUT_SEC"] = str(spec.faults.pin_timeout_s)
         env["LMCACHE_PIN_CHECK_INTERVAL_SEC"] = "1"
     if spec.local_disk:
-        env["LMCACHE_LOCAL_DISK"] = "file://" + os.path.join(host_dir, f"disk-{spec.name}") + "/"
+        env["LMCACHE_LOCAL_DISK"] = "file://" + local_disk_dir(spec, host_dir) + "/"
     if spec.disk_size_gib > 0:
         env["LMCACHE_MAX_LOCAL_DISK_SIZE"] = str(spec.disk_size_gib)
     if spec.shared_tier:
         # lmcache's URL grammar wants a host and port; the fs connector reads the path.
-        env["LMCACHE_REMOTE_URL"] = "fs://localhost:0" + os.path.join(host_dir, "shared-tier")
+        env["LMCACHE_REMOTE_URL"] = "fs://localhost:0" + shared_tier_dir(host_dir)
         env["LMCACHE_REMOTE_SERDE"] = "naive"
     return env
+
+
+def local_disk_dir(spec: ServerSpec, host_dir: str) -> str:
+    """The directory of ``spec``'s lmcache local disk (one per server)."""
+    return os.path.join(host_dir, f"disk-{spec.name}")
+
+
+def shared_tier_dir(host_dir: str) -> str:
+    """The directory of lmcache's remote tier (its fs connector) that the host's
+    servers with ``shared_tier`` share."""
+    return os.path.join(host_dir, "shared-tier")
 
 
 def use_lmcache_env(spec: ServerSpec, host_dir: str) -> None:

@@ -46,6 +46,11 @@ class FaultSpec:
       socket directory) / another socket that never answers is bound at it (what a
       stale process's bind does); the server keeps its own socket and the scheduler's
       connection made before keeps working: only a new connection meets the loss.
+    - ``tier_files``: ``(what, method, n)``: right before lmcache's n-th ``method``
+      (``"store"`` or ``"retrieve"``) the directory of the server's lmcache files (its
+      shared remote tier, else its local disk) is removed (``what`` ``"removed"``: a
+      cleanup, an unmounted share) or each file in it is cut to half its bytes
+      (``"truncated"``: a torn write, a short read).
     """
 
     slow_first_forward_s: float = 0.0
@@ -63,6 +68,7 @@ class FaultSpec:
     fail_copy_out: int = 0
     remove_lookup_socket: int = 0
     steal_lookup_socket: int = 0
+    tier_files: tuple[str, str, int] | None = None
 
 
 @dataclass(frozen=True)

@@ -70,6 +70,7 @@ class WorkerProcess:
         from reference.types import Geometry
 
         self.spec, self.log = spec, log
+        self.host_dir = os.path.dirname(socket_dir)
         self.config = atom_config(spec)
         self.model = DeterministicModel(
             "dense", Geometry(block_size=spec.block_size, chunk_size=spec.chunk_size)

@@ -42,6 +42,8 @@ class WorkerFaults:
             self._slow(engine, "retrieve", spec.slow_retrieve_s, "slow_retrieve")
         # Set when the worker closes: what a hung retrieve waits for (bounded).
         self.closing = threading.Event()
+        if engine is not None and spec.tier_files is not None:
+            self._fail_files(engine, worker, *spec.tier_files)
         if engine is not None and spec.hang_retrieve:
             self._hang_nth(engine, "retrieve", spec.hang_retrieve)
         if spec.pin_timeout_s:
@@ -65,6 +67,33 @@ class WorkerFaults:
             self._lose_socket(server, spec.remove_lookup_socket, steal=False)
         if server is not None and spec.steal_lookup_socket:
             self._lose_socket(server, spec.steal_lookup_socket, steal=True)
+
+    def _fail_files(
+        self, engine: Any, worker: WorkerProcess, what: str, method: str, n: int
+    ) -> None:
+        # The tier's files change under lmcache, before its n-th call touches them:
+        # what a cleanup or a torn write leaves for the next read or write.
+        from faults.atom.server_config import local_disk_dir, shared_tier_dir
+
+        spec = worker.spec
+        shared = spec.shared_tier
+        where = (
+            shared_tier_dir(worker.host_dir) if shared else local_disk_dir(spec, worker.host_dir)
+        )
+        name = ("remote_tier_" if shared else "disk_") + what
+        name += "_at_store" if method == "store" else ""
+        inner = getattr(engine, method)
+        count = [0]
+        log = self.log
+
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            count[0] += 1
+            if count[0] == n:
+                files = _break_dir(where, what)
+                log.record("fault", injector=name, call=n, files=files)
+            return inner(*args, **kwargs)
+
+        setattr(engine, method, wrapped)
 
     def _fail_copy_out(self, engine: Any, n: int) -> None:
         # In the tier, lmcache's engine holds ATOM's BlockGPUConnector as its
@@ -339,3 +368,19 @@ def _silent_socket(path: str) -> tuple[Any, Any]:
     sock = ctx.socket(zmq.ROUTER)
     sock.bind("ipc://" + path)
     return sock, ctx
+
+
+def _break_dir(path: str, what: str) -> int:
+    """Remove ``path`` (``"removed"``) or cut each file in it to half its bytes
+    (``"truncated"``); how many files it held."""
+    import shutil
+
+    names = sorted(os.listdir(path)) if os.path.isdir(path) else []
+    if what == "removed":
+        shutil.rmtree(path, ignore_errors=True)
+        return len(names)
+    for name in names:
+        full = os.path.join(path, name)
+        if os.path.isfile(full):
+            os.truncate(full, os.path.getsize(full) // 2)
+    return len(names)
