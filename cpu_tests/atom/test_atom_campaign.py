@@ -28,7 +28,7 @@ FINDINGS = {
 # row -> the property its FAIL names at ffdf3bb5d: unreviewed leads (not in
 # docs/atom/findings.md until the lead has reviewed them). unfull_chunk_aligned runs
 # chunk_aligned's path (finding 2) with LMCACHE_SAVE_UNFULL_CHUNK=True.
-LEADS = {"unfull_chunk_aligned": "efficiency"}
+LEADS = {"unfull_chunk_aligned": "efficiency", "lost_hit_reply": "resources"}
 # row -> the property its FAIL names with lmcache 0.5.6: lmcache's own code (its local
 # disk reads a short file as a whole chunk), an unreviewed lead, not an ATOM finding.
 LMCACHE_LEADS = {"disk_truncated": "correctness"}

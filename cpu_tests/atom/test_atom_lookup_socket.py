@@ -27,7 +27,8 @@ def runs(atom_src: str) -> dict[str, object]:
     )
     out = {}
     with atom_executor(atom_src) as executor:
-        for name, row in [*((n, catalog.ROWS[n]) for n in ROWS), ("control", control)]:
+        chosen = [*((n, catalog.ROWS[n]) for n in (*ROWS, "lost_hit_reply")), ("control", control)]
+        for name, row in chosen:
             faults = [row.factory(0)]
             out[name] = (
                 run_case(row.scenario, 0, injectors=lambda f=faults: f, executor=executor),
@@ -58,3 +59,15 @@ def test_the_same_lost_reply_with_the_socket_left_alone_hits_again(runs):
     lookups = _lookups(res)
     assert "unanswered_s" in lookups["between"]
     assert lookups["again"]["kv_hit"] >= 192 and "unanswered_s" not in lookups["again"]
+
+
+def test_a_lost_reply_to_a_hit_leaves_its_pin(runs):
+    """An unreviewed lead at ffdf3bb5d: the worker pinned what it found, the scheduler
+    was told 0 and never lists the request for an unpin."""
+    res, fault = runs["lost_hit_reply"]
+    assert fault.fired == 1
+    lookups = _lookups(res)
+    assert lookups["again"]["kv_hit"] == 0 and "unanswered_s" in lookups["again"]
+    assert [f"{v.prop}: {v.message}" for v in res.violations] == [
+        "resources: A quiescent but still holds lookup_pins=1"
+    ]

@@ -372,6 +372,14 @@ ROWS: dict[str, AtomRow] = {
         # stop at the chunk grid, dense/connector.py's build_connector_meta): lmcache
         # then keys a partial last chunk in lookups and retrieves too.
         _fault(
+            "lost_hit_reply",
+            s.lookup_after_socket_loss,
+            _UNREACHABLE,
+            "the reply to the first lookup that found the prompt (and pinned its chunks) "
+            "is lost: ATOM is told 0 and recomputes; the pin must still be released",
+            FaultSpec(drop_hit_reply=1),
+        ),
+        _fault(
             "unfull_prefix_reuse",
             s.prefix_reuse,
             _ONE,

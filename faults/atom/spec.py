@@ -46,6 +46,9 @@ class FaultSpec:
       socket directory) / another socket that never answers is bound at it (what a
       stale process's bind does); the server keeps its own socket and the scheduler's
       connection made before keeps working: only a new connection meets the loss.
+    - ``drop_hit_reply``: the worker's lookup server drops its reply to the n-th
+      lookup that found chunks (and pinned them): the scheduler's client times out and
+      is told 0.
     - ``tier_files``: ``(what, method, n)``: right before lmcache's n-th ``method``
       (``"store"`` or ``"retrieve"``) the directory of the server's lmcache files (its
       shared remote tier, else its local disk) is removed (``what`` ``"removed"``: a
@@ -69,6 +72,7 @@ class FaultSpec:
     remove_lookup_socket: int = 0
     steal_lookup_socket: int = 0
     tier_files: tuple[str, str, int] | None = None
+    drop_hit_reply: int = 0
 
 
 @dataclass(frozen=True)

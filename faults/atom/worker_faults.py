@@ -60,6 +60,8 @@ class WorkerFaults:
             self._evict_after(engine, spec.evict_after_lookup)
         if server is not None and spec.drop_lookup_reply:
             self._drop_reply(server, spec.drop_lookup_reply)
+        if server is not None and spec.drop_hit_reply:
+            self._drop_hit_reply(server, spec.drop_hit_reply)
         # A socket bound at the lookup path by ``steal_lookup_socket`` (closed with the
         # worker). Wrapped after the dropped reply: the loss comes before that reply.
         self._thief: Any = None
@@ -331,6 +333,25 @@ class WorkerFaults:
             sock, ctx = thief
             sock.close(linger=0)
             ctx.term()
+
+    def _drop_hit_reply(self, server: Any, n: int) -> None:
+        # The reply carries the hit (lmcache's lookup server sends it as 4 big-endian
+        # bytes); the lookup that found chunks has pinned them by then.
+        transport = server.transport
+        inner = transport.send_response
+        count = [0]
+        log = self.log
+
+        def wrapped(identity: Any, response: Any, *args: Any, **kwargs: Any) -> Any:
+            hit = int.from_bytes(bytes(response), "big") if response else 0
+            if hit > 0:
+                count[0] += 1
+                if count[0] == n:
+                    log.record("fault", injector="lost_hit_reply", reply=n, hit=hit)
+                    return None
+            return inner(identity, response, *args, **kwargs)
+
+        transport.send_response = wrapped
 
     def finished(self, out: Any, names: dict[Any, str]) -> Any:
         """Duplicate the n-th reported completion of a kind."""
