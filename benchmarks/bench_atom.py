@@ -15,10 +15,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from faults.atom.executor import atom_executor  # noqa: E402
-from faults.atom.source import AtomSource  # noqa: E402
-from faults.campaign import select_targets  # noqa: E402
-from faults.campaign.session import run_campaign  # noqa: E402
+from kvfault.faults.atom.executor import atom_executor  # noqa: E402
+from kvfault.faults.atom.source import AtomSource  # noqa: E402
+from kvfault.faults.campaign import select_targets  # noqa: E402
+from kvfault.faults.campaign.session import run_campaign  # noqa: E402
 
 
 def main() -> int:

@@ -37,7 +37,7 @@ def timed(cmd: list[str], cwd: Path = ROOT) -> tuple[float, float, subprocess.Co
 
 
 def bench_campaign(extra: list[str]) -> None:
-    cmd = [sys.executable, "-m", "faults.cli", "run", "--no-progress", *extra]
+    cmd = [sys.executable, "-m", "kvfault.faults.cli", "run", "--no-progress", *extra]
     wall, cpu, proc = timed(cmd)
     last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr.strip()
     label = "kvfault run " + " ".join(extra) if extra else "kvfault run (default)"
@@ -47,7 +47,7 @@ def bench_campaign(extra: list[str]) -> None:
 def bench_sweep(label: str, args: list[str], cwd: Path, few: int = 1, many: int = 9) -> None:
     """Cost of one more seed: (sweep over ``many`` seeds - sweep over ``few``) / the
     difference, so the sweep's own fixed cost cancels out."""
-    base = [sys.executable, "-m", "faults.cli", "sweep"]
+    base = [sys.executable, "-m", "kvfault.faults.cli", "sweep"]
     w1, c1, p1 = timed([*base, "--hashseeds", f"0-{few - 1}", "--", *args], cwd)
     w2, c2, p2 = timed([*base, "--hashseeds", f"0-{many - 1}", "--", *args], cwd)
     n = many - few

@@ -41,16 +41,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from reference import OperationId  # noqa: E402
-from reference.device import (  # noqa: E402
+from kvfault.reference import OperationId  # noqa: E402
+from kvfault.reference.device import (  # noqa: E402
     DeviceKvPages,
     PinnedHostPool,
     TorchCopyEngine,
     device_backend,
 )
-from reference.device.calibration import CalibrationCache, Calibrator  # noqa: E402
-from reference.device.device_pages import device_pci_bus, driver_version  # noqa: E402
-from reference.device.topology import read_topology  # noqa: E402
+from kvfault.reference.device.calibration import CalibrationCache, Calibrator  # noqa: E402
+from kvfault.reference.device.device_pages import device_pci_bus, driver_version  # noqa: E402
+from kvfault.reference.device.topology import read_topology  # noqa: E402
 
 KIB = 1024
 BLOCK_SIZES = [8 * KIB, 32 * KIB, 256 * KIB, 2048 * KIB]

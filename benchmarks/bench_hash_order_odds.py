@@ -3,7 +3,7 @@ burst shape and size (prints, never asserts).
 
     python benchmarks/bench_hash_order_odds.py [--trials 20000] [--loads 8,16,24,64]
 
-Drives the legacy rule itself (``faults.regressions.legacy.HashOrderBounds``) as the
+Drives the legacy rule itself (``kvfault.faults.regressions.legacy.HashOrderBounds``) as the
 engine does after a restart: all loads dispatched at once, two finishing per step (the
 engine's two restore slots), each step's bound restarts applied before its bound check.
 Each trial gives the loads fresh random 64-bit hashes, as another PYTHONHASHSEED gives
@@ -17,8 +17,8 @@ from __future__ import annotations
 import argparse
 import random
 
-from faults.regressions.legacy import HashOrderBounds
-from reference.rules.bounds import LoadBounds
+from kvfault.faults.regressions.legacy import HashOrderBounds
+from kvfault.reference.rules.bounds import LoadBounds
 
 _BOUND_S = 40.0  # the burst scenarios' load bound (30 s deadline + 10 s slack)
 

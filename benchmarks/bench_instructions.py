@@ -31,15 +31,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from faults.argtypes import scales  # noqa: E402
+from kvfault.faults.argtypes import scales  # noqa: E402
 
 # One run in a fresh interpreter: argv is scale, scenario, and "stub" to stub the loop.
 _RUN = """
 import gc, sys
 gc.freeze(); gc.set_threshold(50_000, 20, 20)
-from faults.campaign import run_scenario
+from kvfault.faults.campaign import run_scenario
 if sys.argv[3] == "stub":
-    from reference.stack.engine import Engine, RunOutcome
+    from kvfault.reference.stack.engine import Engine, RunOutcome
     Engine.run = lambda self, *a, **k: RunOutcome(None, 0.0, 0, {}, False, 0.0)
 run = run_scenario(sys.argv[2], 0, scale=int(sys.argv[1]))
 print("events", len(run.trace.events))

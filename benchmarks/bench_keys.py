@@ -14,8 +14,8 @@ import random
 import statistics
 import time
 
-from reference import Request
-from reference.rules import chunk_keys, media_cache_seed, tier_token_ids
+from kvfault.reference import Request
+from kvfault.reference.rules import chunk_keys, media_cache_seed, tier_token_ids
 
 
 def _median_ms(fn, repeat: int) -> float:

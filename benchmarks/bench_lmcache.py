@@ -27,7 +27,7 @@ same machine (other jobs' load changes by the second); each warm operation's spe
 ratio beside its twin is also reported (median and quartiles over the pairs), which
 tells a real gap from the drift between rounds. Bytes are verified after each
 round, outside the timed region. The server is
-``faults.lmcache.server.LMCacheServer`` (127.0.0.1, ``--disable-metrics``,
+``kvfault.faults.lmcache.server.LMCacheServer`` (127.0.0.1, ``--disable-metrics``,
 ``LMCACHE_TRACK_USAGE=false``). Prints figures and the kvfault / lmcache ratio;
 asserts nothing about time.
 
@@ -46,9 +46,9 @@ from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from faults.lmcache.server import LMCacheNotInstalled, LMCacheServer  # noqa: E402
-from reference.interfaces import LookupQuery  # noqa: E402
-from reference.types import Geometry, OperationId, OpKind  # noqa: E402
+from kvfault.faults.lmcache.server import LMCacheNotInstalled, LMCacheServer  # noqa: E402
+from kvfault.reference.interfaces import LookupQuery  # noqa: E402
+from kvfault.reference.types import Geometry, OperationId, OpKind  # noqa: E402
 
 CHUNK = 256
 LIMIT_S = 120.0  # a reply that takes this long means the server is stuck
@@ -142,7 +142,7 @@ class RawClient:
         self.client.end_session(rid)
 
     def close(self) -> None:
-        from reference.tiers.lmcache_client import close_client
+        from kvfault.reference.tiers.lmcache_client import close_client
 
         self.client.unregister_kv_cache_engine_driven_context(self.iid)
         self.ctx.close()
@@ -216,7 +216,7 @@ def run(args: argparse.Namespace) -> None:
     import numpy as np
     import torch
 
-    from reference.tiers import KVLayout, LMCacheTier
+    from kvfault.reference.tiers import KVLayout, LMCacheTier
 
     geometry = Geometry(block_size=args.block_size, chunk_size=CHUNK)
     layout = KVLayout(num_layers=args.layers, num_heads=args.heads, head_dim=args.head_dim)

@@ -1,6 +1,6 @@
 """How many hypothesis examples the property search needs to find each planted regression.
 
-For every regression of ``faults.regressions.legacy.REGRESSIONS`` a hypothesis search draws
+For every regression of ``kvfault.faults.regressions.legacy.REGRESSIONS`` a hypothesis search draws
 cases and runs them with the regression's legacy rules until one violates the
 regression's signature property, then shrinks it. Two searches per regression:
 
@@ -37,11 +37,11 @@ from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
 from hypothesis import seed as hypothesis_seed  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from faults import SCENARIOS  # noqa: E402
-from faults.campaign import run_case  # noqa: E402
-from faults.injectors import FaultPlan  # noqa: E402
-from faults.regressions import REGRESSIONS  # noqa: E402
-from faults.strategies import WorkloadParams, fault_plans, workload_params  # noqa: E402
+from kvfault.faults import SCENARIOS  # noqa: E402
+from kvfault.faults.campaign import run_case  # noqa: E402
+from kvfault.faults.injectors import FaultPlan  # noqa: E402
+from kvfault.faults.regressions import REGRESSIONS  # noqa: E402
+from kvfault.faults.strategies import WorkloadParams, fault_plans, workload_params  # noqa: E402
 
 
 @dataclass

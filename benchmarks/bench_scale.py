@@ -37,13 +37,13 @@ ROOT = Path(__file__).resolve().parents[1]
 TARGET_EVENTS_S = 100_000  # trace events per second on the 4,096-restore burst
 sys.path.insert(0, str(ROOT))
 
-from faults.argtypes import scales  # noqa: E402
+from kvfault.faults.argtypes import scales  # noqa: E402
 
 
 def measure(scenario: str, scale: int) -> dict[str, float]:
     """One run at ``scale``: sizes and seconds."""
-    from faults.campaign import check, properties_of, run_scenario
-    from reference import Ev
+    from kvfault.faults.campaign import check, properties_of, run_scenario
+    from kvfault.reference import Ev
 
     t0, c0 = time.perf_counter(), time.process_time()
     run = run_scenario(scenario, 0, scale=scale)
@@ -109,7 +109,7 @@ def campaign(runs: int) -> None:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     for i in range(runs):
         for jobs in ("auto", "1"):
-            cmd = [sys.executable, "-m", "faults.cli", "run", "--no-progress", "-j", jobs]
+            cmd = [sys.executable, "-m", "kvfault.faults.cli", "run", "--no-progress", "-j", jobs]
             load = os.getloadavg()[0]
             r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
             t0 = time.perf_counter()

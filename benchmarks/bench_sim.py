@@ -19,7 +19,7 @@ import time
 
 
 def burst(repeat: int) -> None:
-    from faults.campaign import run_scenario
+    from kvfault.faults.campaign import run_scenario
 
     walls, sims, totals = [], [], []
     for _ in range(repeat):
@@ -46,7 +46,7 @@ def kvfault_run(repeat: int) -> None:
     for _ in range(repeat):
         t0 = time.perf_counter()
         proc = subprocess.run(
-            [sys.executable, "-m", "faults.cli", "run", "--no-progress"],
+            [sys.executable, "-m", "kvfault.faults.cli", "run", "--no-progress"],
             capture_output=True,
             text=True,
         )

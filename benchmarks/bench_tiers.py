@@ -7,7 +7,7 @@ Three ways to run one scenario with one seed:
 - ``memory/virtual``: ``MemoryTier`` on the virtual clock (what ``kvfault run`` does);
 - ``memory/real``: ``MemoryTier`` on a real clock at the real tier's time scale, so the
   scaled forwards and deadlines are really waited for;
-- ``lmcache``: a real lmcache server through ``LMCacheTier`` (``faults.lmcache.executor``), same
+- ``lmcache``: a real lmcache server through ``LMCacheTier`` (``kvfault.faults.lmcache.executor``), same
   clock and scale. ``lmcache - memory/real`` is what the real tier itself costs.
 
     /work/venv-lmc/bin/python benchmarks/bench_tiers.py [--scenarios a,b] [--repeat 3]
@@ -23,13 +23,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from faults import (
+from kvfault.faults import (
     SCENARIOS,
     RunContext,  # noqa: E402
 )
-from faults.campaign import check, run_case  # noqa: E402
-from faults.lmcache.executor import LMCacheExecutor  # noqa: E402
-from faults.lmcache.session import DEFAULT_TIME_SCALE, LMCacheSession, RunClock  # noqa: E402
+from kvfault.faults.campaign import check, run_case  # noqa: E402
+from kvfault.faults.lmcache.executor import LMCacheExecutor  # noqa: E402
+from kvfault.faults.lmcache.session import DEFAULT_TIME_SCALE, LMCacheSession, RunClock  # noqa: E402
 
 DEFAULT_SCENARIOS = (
     "two_images",

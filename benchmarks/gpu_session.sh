@@ -37,4 +37,4 @@ stage tests 200 python3 -m gpu_tests.torch_env -q -rs -p no:cacheprovider 2>&1 |
 if [ -n "${BEFORE_TREE:-}" ]; then
   stage before 150 bash -c "cd '$BEFORE_TREE' && python3 benchmarks/bench_gpu_restore.py --reps 9 --json '$OUT/before_$TAG.json' --text '$OUT/before_$TAG.txt'" 2>&1 | tail -30
 fi
-stage info 60 python3 -c "import sys; from faults.cli import main; sys.exit(main(['gpu-info']))" 2>&1 | tee -a "$OUT/env_$TAG.txt"
+stage info 60 python3 -c "import sys; from kvfault.faults.cli import main; sys.exit(main(['gpu-info']))" 2>&1 | tee -a "$OUT/env_$TAG.txt"

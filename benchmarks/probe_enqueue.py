@@ -27,8 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from benchmarks.bench_gpu_restore import Gate  # noqa: E402
-from reference import OperationId  # noqa: E402
-from reference.device import (  # noqa: E402
+from kvfault.reference import OperationId  # noqa: E402
+from kvfault.reference.device import (  # noqa: E402
     DeviceKvPages,
     PinnedHostPool,
     TorchCopyEngine,

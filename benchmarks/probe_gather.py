@@ -28,7 +28,7 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 from triton.testing import do_bench  # noqa: E402
 
-from reference.device import map_pinned  # noqa: E402
+from kvfault.reference.device import map_pinned  # noqa: E402
 
 KIB = 1024
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from reference.stack.lookup_channel import rpc_base_budget
+from kvfault.reference.stack.lookup_channel import rpc_base_budget
 
 # An ipc:// path must fit in sockaddr_un; private_rpc_dir goes under the temp dir only
 # when it is at most this long (else under /tmp).
@@ -48,9 +48,9 @@ class SchedulerRig:
     call ``schedule`` / ``after_forward`` / ``apply`` themselves."""
 
     def __init__(self, geometry, model_kind="dense", state_grid="block", bound_s=40.0, **kw):
-        from fakes import MemoryTier, VirtualClock
-        from reference import Trace
-        from reference.stack import BlockPool, Scheduler, SchedulerConfig
+        from kvfault.fakes import MemoryTier, VirtualClock
+        from kvfault.reference import Trace
+        from kvfault.reference.stack import BlockPool, Scheduler, SchedulerConfig
 
         self.clock = VirtualClock()
         self.trace = Trace(self.clock.now)

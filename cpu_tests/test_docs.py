@@ -65,7 +65,7 @@ def test_nothing_cites_section_numbers_of_an_outside_design():
 
 def test_every_property_has_its_own_letter_in_the_table_and_on_the_properties_page():
     # A property without one shows as "?" in the table's props column and its legend.
-    from faults.properties import PROPERTIES
+    from kvfault.faults.properties import PROPERTIES
 
     PROPERTY_LETTERS = PROPERTIES.letters
     judged = {*PROPERTIES, "determinism"}

@@ -25,23 +25,23 @@ from typing import Any
 
 import pytest
 
-from reference.errors import LoadNotTerminal
-from reference.types import OperationId
+from kvfault.reference.errors import LoadNotTerminal
+from kvfault.reference.types import OperationId
 
 # Optional dependencies a module may import at its top (reference/device: torch): its
 # import may fail only where the dependency is not installed.
 OPTIONAL = ("torch", "numpy", "matplotlib")
 
-PACKAGES = ("reference", "fakes", "faults")
+PACKAGES = ("kvfault.reference", "kvfault.fakes", "kvfault.faults")
 
 # Exception types in faults/ that are not errors of kvfault's own, so do not derive from
 # faults.errors.KvfaultError, with why.
 NOT_KVFAULT_ERRORS = {
-    "faults.injectors.engine.EngineCrash": "the simulated engine's crash, inside a run",
-    "faults.processes.Interrupted": "a signal (KeyboardInterrupt): exit 128 + its number",
-    "faults.campaign.pool._Unwind": "a pool worker's SIGTERM (SystemExit): never leaves it",
-    "faults.pytest_plugin.NotExercised": "a warning (UserWarning) in a user's pytest run",
-    "faults.vllm.engine.EngineDied": "vLLM's scheduler raised: the run's story records it",
+    "kvfault.faults.injectors.engine.EngineCrash": "the simulated engine's crash, inside a run",
+    "kvfault.faults.processes.Interrupted": "a signal (KeyboardInterrupt): exit 128 + its number",
+    "kvfault.faults.campaign.pool._Unwind": "a pool worker's SIGTERM (SystemExit): never leaves it",
+    "kvfault.faults.pytest_plugin.NotExercised": "a warning (UserWarning) in a user's pytest run",
+    "kvfault.faults.vllm.engine.EngineDied": "vLLM's scheduler raised: the run's story records it",
 }
 
 
@@ -79,7 +79,7 @@ def _import_all() -> list[str]:
 
 
 def _ours(cls: type) -> bool:
-    return cls.__module__.split(".")[0] in PACKAGES
+    return cls.__module__ in PACKAGES or cls.__module__.startswith(tuple(f"{p}." for p in PACKAGES))
 
 
 def _error_types() -> list[type[BaseException]]:
@@ -116,12 +116,12 @@ class _Server:
 
 # Arguments of a type the test cannot make up from its annotation, by class.
 EXAMPLES: dict[str, tuple[Any, ...]] = {
-    "faults.lmcache.server.LMCacheServerWedged": (_Server(), "a lookup"),
-    "faults.atom.host.ServerHung": (
+    "kvfault.faults.lmcache.server.LMCacheServerWedged": (_Server(), "a lookup"),
+    "kvfault.faults.atom.host.ServerHung": (
         "atom-A",
         {"hung": "get_finished not answered within 11s", "hung_stack": "worker.py:1"},
     ),
-    "faults.atom.scheduler.WorkerHung": ("get_finished", 11.0, ["worker.py:1 in run"]),
+    "kvfault.faults.atom.scheduler.WorkerHung": ("get_finished", 11.0, ["worker.py:1 in run"]),
 }
 # Made-up values by annotation: every one differs from the others, so an error that
 # came back with its attributes swapped or dropped does not compare equal.
@@ -176,14 +176,14 @@ def round_trip_problem(cls: type[BaseException]) -> str | None:
 def survey() -> dict[str, list[str]]:
     """Import every module, find every error type, round-trip each: what the test
     asserts, computed in a fresh interpreter (``python THIS_FILE``)."""
-    from faults.errors import KvfaultError
+    from kvfault.faults.errors import KvfaultError
 
     failed = _import_all()
     types = _error_types()
     outside = [
         f"{c.__module__}.{c.__qualname__}"
         for c in types
-        if c.__module__.startswith("faults.") and not issubclass(c, KvfaultError)
+        if c.__module__.startswith("kvfault.faults.") and not issubclass(c, KvfaultError)
     ]
     problems = []
     for cls in types:
@@ -218,15 +218,15 @@ def test_every_module_imports_without_lmcache(surveyed):
 
 def test_the_walk_finds_the_errors_that_cross_a_process_boundary(surveyed):
     assert {
-        "reference.errors.EngineStopped",
-        "reference.errors.LoadNotTerminal",
-        "reference.errors.TransferUnprovable",
-        "reference.errors.EngineIdentityConflict",
-        "reference.stack.hbm.OutOfBlocks",
-        "reference.tiers.lmcache.LMCacheTierError",
-        "faults.injectors.engine.EngineCrash",
-        "faults.lmcache.server.LMCacheServerWedged",
-        "faults.processes.Interrupted",
+        "kvfault.reference.errors.EngineStopped",
+        "kvfault.reference.errors.LoadNotTerminal",
+        "kvfault.reference.errors.TransferUnprovable",
+        "kvfault.reference.errors.EngineIdentityConflict",
+        "kvfault.reference.stack.hbm.OutOfBlocks",
+        "kvfault.reference.tiers.lmcache.LMCacheTierError",
+        "kvfault.faults.injectors.engine.EngineCrash",
+        "kvfault.faults.lmcache.server.LMCacheServerWedged",
+        "kvfault.faults.processes.Interrupted",
     } <= set(surveyed["types"])
 
 

@@ -4,7 +4,7 @@ importing the package pulls in no heavy dependency.
 
 The packages are found by walking reference, fakes and faults, so a new curated package
 is checked without an entry here. A package's exports are its ``_EXPORTS`` (the names
-it resolves lazily, ``reference._lazy``) where it has them, else the public names its
+it resolves lazily, ``kvfault.reference._lazy``) where it has them, else the public names its
 ``__init__`` binds (modules left out)."""
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def _curated() -> list[str]:
     """The packages whose ``__init__`` sets ``__all__``, found on disk (importing
     nothing)."""
     return sorted(
-        ".".join(init.parent.relative_to(REPO).parts)
+        ".".join(("kvfault", *init.parent.relative_to(REPO).parts))
         for root in ROOTS
         for init in (REPO / root).rglob("__init__.py")
         if re.search(r"^__all__\b", init.read_text(), re.MULTILINE)
@@ -68,7 +68,13 @@ print(json.dumps([list(pkg.__all__), sorted(exported)]))
 
 
 def test_the_walk_finds_the_curated_packages():
-    assert {"reference", "fakes", "faults", "faults.campaign", "reference.device"} <= set(CURATED)
+    assert {
+        "kvfault.reference",
+        "kvfault.fakes",
+        "kvfault.faults",
+        "kvfault.faults.campaign",
+        "kvfault.reference.device",
+    } <= set(CURATED)
 
 
 @pytest.mark.parametrize("name", CURATED)

@@ -2,13 +2,13 @@
 a virtual clock, a deterministic model, an in-process LMCache-like tier, simulated
 copies and pages, faker workloads, and ``SimWorld`` that assembles them."""
 
-from fakes.clock import VirtualClock
-from fakes.copy_engine import SimCopyEngine
-from fakes.kv_pages import SimKvPages
-from fakes.memory_tier import MemoryTier
-from fakes.model import ConstantForwardTimer, DeterministicModel
-from fakes.sim import SimWorld, no_wrap
-from fakes.workloads import Workload, Workloads, resend
+from kvfault.fakes.clock import VirtualClock
+from kvfault.fakes.copy_engine import SimCopyEngine
+from kvfault.fakes.kv_pages import SimKvPages
+from kvfault.fakes.memory_tier import MemoryTier
+from kvfault.fakes.model import ConstantForwardTimer, DeterministicModel
+from kvfault.fakes.sim import SimWorld, no_wrap
+from kvfault.fakes.workloads import Workload, Workloads, resend
 
 __all__ = [
     "ConstantForwardTimer",

@@ -6,8 +6,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from reference.interfaces import Clock, KvPages, Page, State
-from reference.types import OperationId
+from kvfault.reference.interfaces import Clock, KvPages, Page, State
+from kvfault.reference.types import OperationId
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from reference.interfaces import Page, State
+from kvfault.reference.interfaces import Page, State
 
 
 class SimKvPages:

@@ -1,6 +1,6 @@
 """In-process tier with LMCache semantics, in virtual (or real) time.
 
-- Keys: prefix-chain chunk keys over tier ids (``reference.rules.keys.chunk_keys``); a partial
+- Keys: prefix-chain chunk keys over tier ids (``kvfault.reference.rules.keys.chunk_keys``); a partial
   chunk is not keyed, so it is neither stored nor hit.
 - Lookup: the contiguous prefix of full chunks held and visible.
 - Completion: asynchronous; a submitted retrieve or store answers ``latency_s`` later
@@ -33,7 +33,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from reference.interfaces import (
+from kvfault.reference.interfaces import (
     Clock,
     LookupQuery,
     LookupResult,
@@ -41,8 +41,8 @@ from reference.interfaces import (
     State,
     TierReply,
 )
-from reference.rules.keys import ChunkKeyMemo, chunk_keys
-from reference.types import Geometry, OperationId, StateGrid
+from kvfault.reference.rules.keys import ChunkKeyMemo, chunk_keys
+from kvfault.reference.types import Geometry, OperationId, StateGrid
 
 
 @dataclass

@@ -18,8 +18,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Sequence
 
-from reference.interfaces import KvPages
-from reference.types import Geometry, ModelKind, Request
+from kvfault.reference.interfaces import KvPages
+from kvfault.reference.types import Geometry, ModelKind, Request
 
 _KV_TAG = 0x4B56  # ints only: tuple hashes of ints ignore PYTHONHASHSEED
 _STATE_TAG = 0x5354

@@ -5,16 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from fakes.clock import VirtualClock
-from fakes.copy_engine import SimCopyEngine
-from fakes.kv_pages import SimKvPages
-from fakes.memory_tier import MemoryTier
-from fakes.model import ConstantForwardTimer, DeterministicModel
-from reference.interfaces import Clock, ForwardTimer, LookupClient, Tier
-from reference.rules import Rules
-from reference.stack.completion_channel import QueueChannel
-from reference.stack.engine import Collaborators, Engine, EngineConfig
-from reference.trace import Trace
+from kvfault.fakes.clock import VirtualClock
+from kvfault.fakes.copy_engine import SimCopyEngine
+from kvfault.fakes.kv_pages import SimKvPages
+from kvfault.fakes.memory_tier import MemoryTier
+from kvfault.fakes.model import ConstantForwardTimer, DeterministicModel
+from kvfault.reference.interfaces import Clock, ForwardTimer, LookupClient, Tier
+from kvfault.reference.rules import Rules
+from kvfault.reference.stack.completion_channel import QueueChannel
+from kvfault.reference.stack.engine import Collaborators, Engine, EngineConfig
+from kvfault.reference.trace import Trace
 
 # wrap(role, collaborator) -> collaborator; roles: "timer", "tier", "channel", "copy"
 Wrap = Callable[[str, Any], Any]

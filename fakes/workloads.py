@@ -14,8 +14,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar
 
-from reference.rules.keys import media_cache_seed
-from reference.types import Request
+from kvfault.reference.rules.keys import media_cache_seed
+from kvfault.reference.types import Request
 
 if TYPE_CHECKING:  # faker is imported lazily: a sweep's subprocess may never need it
     from faker import Faker

@@ -10,21 +10,21 @@ Layout (dependencies point down; ``lint-imports`` enforces it):
 - ``runs``: what one run is made from and what it leaves.
 """
 
-from reference._lazy import lazy_exports
+from kvfault.reference._lazy import lazy_exports
 
 _EXPORTS = {
-    "FaultPlan": "faults.injectors.plans",
-    "FaultSpec": "faults.injectors.plans",
-    "INJECTORS": "faults.injectors.catalog",
-    "KvfaultError": "faults.errors",
-    "PROPERTIES": "faults.properties.checks",
-    "REGRESSIONS": "faults.regressions.legacy",
-    "SCENARIOS": "faults.scenarios.catalog",
-    "RunContext": "faults.runs",
-    "RunResult": "faults.runs",
-    "run_case": "faults.campaign.execute",
-    "run_campaign": "faults.campaign.session",
-    "select_targets": "faults.campaign.select",
+    "FaultPlan": "kvfault.faults.injectors.plans",
+    "FaultSpec": "kvfault.faults.injectors.plans",
+    "INJECTORS": "kvfault.faults.injectors.catalog",
+    "KvfaultError": "kvfault.faults.errors",
+    "PROPERTIES": "kvfault.faults.properties.checks",
+    "REGRESSIONS": "kvfault.faults.regressions.legacy",
+    "SCENARIOS": "kvfault.faults.scenarios.catalog",
+    "RunContext": "kvfault.faults.runs",
+    "RunResult": "kvfault.faults.runs",
+    "run_case": "kvfault.faults.campaign.execute",
+    "run_campaign": "kvfault.faults.campaign.session",
+    "select_targets": "kvfault.faults.campaign.select",
 }
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

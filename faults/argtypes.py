@@ -141,8 +141,8 @@ def jobs(text: str) -> int | str:
 
 
 def workers(text: str) -> str:
-    """``-n``/``sweep -j``: pytest-xdist workers (``faults.fanout.workers_arg``)."""
-    from faults.fanout import workers_arg  # stdlib only: cheap
+    """``-n``/``sweep -j``: pytest-xdist workers (``kvfault.faults.fanout.workers_arg``)."""
+    from kvfault.faults.fanout import workers_arg  # stdlib only: cheap
 
     try:
         return workers_arg(text)
@@ -151,8 +151,8 @@ def workers(text: str) -> str:
 
 
 def gateway(text: str) -> str:
-    """``--tx``: an execnet gateway spec (``faults.fanout.tx_arg``)."""
-    from faults.fanout import tx_arg
+    """``--tx``: an execnet gateway spec (``kvfault.faults.fanout.tx_arg``)."""
+    from kvfault.faults.fanout import tx_arg
 
     try:
         return tx_arg(text)
@@ -163,7 +163,7 @@ def gateway(text: str) -> str:
 def hosts_refused(tx: list[str], rsyncdirs: list[str]) -> str | None:
     """Why ``--rsyncdir``/``--tx`` cannot run as given: rsync with no gateway to send
     to, or more gateways in all than one command may start."""
-    from faults.fanout import MAX_WORKERS, gateway_count
+    from kvfault.faults.fanout import MAX_WORKERS, gateway_count
 
     if rsyncdirs and not tx:
         return "--rsyncdir sends a directory to --tx gateways; give --tx too (or drop it)"

@@ -3,7 +3,7 @@
 The registries themselves are plain dicts built where their entries are defined
 (``SCENARIOS``, ``INJECTORS``, ``REGRESSIONS``, ``PROPERTIES``, and each tier's own);
 no module adds to another's registry. Which names run on which tier, each tier says
-itself (``faults.tiers.Tier.rows``); this module answers the questions that span the
+itself (``kvfault.faults.tiers.Tier.rows``); this module answers the questions that span the
 registered tiers: which names exist, and on which tier each runs.
 """
 
@@ -13,8 +13,8 @@ import difflib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from faults.errors import KvfaultError
-from faults.tiers import ROW_KINDS, Tiers
+from kvfault.faults.errors import KvfaultError
+from kvfault.faults.tiers import ROW_KINDS, Tiers
 
 
 class UnknownName(KvfaultError, ValueError):

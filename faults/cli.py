@@ -2,7 +2,7 @@
 
 The command line. Commands: ``run`` (the campaign), ``list``, ``repro NAME``, ``replay ARTIFACT``,
 ``sweep`` (PYTHONHASHSEED), ``prove`` (two-head proof in any git repository),
-``review`` (a pull request's per-row verdict, ``faults.review``: FIXED 0, REGRESSED 1,
+``review`` (a pull request's per-row verdict, ``kvfault.faults.review``: FIXED 0, REGRESSED 1,
 COULD NOT JUDGE 2, UNCHANGED 3) and ``gpu-info`` (the GPU restore path ``auto`` takes,
 and why).
 
@@ -23,7 +23,7 @@ import re
 import sys
 from typing import Any, Callable, NoReturn, Sequence
 
-from faults.argtypes import (
+from kvfault.faults.argtypes import (
     DEFAULT_CASE_TIMEOUT_S,
     MAX_SCALE,
     Once,
@@ -38,7 +38,7 @@ from faults.argtypes import (
     timeout_seconds,
     workers,
 )
-from faults.commands.run import DEFAULT_SEEDS, add_tier_options
+from kvfault.faults.commands.run import DEFAULT_SEEDS, add_tier_options
 
 
 class _Parser(argparse.ArgumentParser):
@@ -109,8 +109,8 @@ def _add_hosts(parser: argparse.ArgumentParser, what: str) -> None:
 
 
 def tier_name(text: str) -> str:
-    """A ``type=`` for ``--tier``: a registered tier's name (``faults.tiers``)."""
-    from faults.tiers import TierError, Tiers
+    """A ``type=`` for ``--tier``: a registered tier's name (``kvfault.faults.tiers``)."""
+    from kvfault.faults.tiers import TierError, Tiers
 
     try:
         Tiers.installed()[text]
@@ -120,7 +120,9 @@ def tier_name(text: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from faults.tiers.tier import DEFAULT_TIER  # here, not at import: main's handlers go in first
+    from kvfault.faults.tiers.tier import (
+        DEFAULT_TIER,  # here, not at import: main's handlers go in first
+    )
 
     parser = _Parser(
         prog="kvfault",
@@ -231,7 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="what each seed's `python -m pytest` gets")  # fmt: skip
 
     prove = sub.add_parser("prove", help="prove that NEW fixes what fails at OLD (any git repo)")
-    from faults.prove import add_arguments  # stdlib only: cheap
+    from kvfault.faults.prove import add_arguments  # stdlib only: cheap
 
     add_arguments(prove)
 
@@ -240,13 +242,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="a pull request's per-row verdict: the tier's campaign at BASE and HEAD, "
         "compared row by row (run inside the checkout under test)",
     )
-    from faults.review import add_arguments as add_review_arguments
+    from kvfault.faults.review import add_arguments as add_review_arguments
 
     add_review_arguments(review)
     review.late_options = add_tier_options  # --property, ...: passed on to both sides
 
     gpu = sub.add_parser("gpu-info", help="the GPU, its host pool's placement, and the restore path 'auto' takes per page size, with why")  # fmt: skip
-    from faults.commands.gpu_info import add_arguments as gpu_arguments  # stdlib only: cheap
+    from kvfault.faults.commands.gpu_info import (
+        add_arguments as gpu_arguments,  # stdlib only: cheap
+    )
 
     gpu_arguments(gpu)
     return parser
@@ -254,14 +258,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 # Each command's module and function, imported when it runs (``faults.commands``).
 COMMANDS = {
-    "run": "faults.commands.run:command",
-    "list": "faults.commands.listing:command",
-    "repro": "faults.commands.repro:repro_command",
-    "replay": "faults.commands.repro:replay_command",
-    "sweep": "faults.commands.sweep:command",
-    "prove": "faults.prove:run",
-    "review": "faults.review:run",
-    "gpu-info": "faults.commands.gpu_info:command",
+    "run": "kvfault.faults.commands.run:command",
+    "list": "kvfault.faults.commands.listing:command",
+    "repro": "kvfault.faults.commands.repro:repro_command",
+    "replay": "kvfault.faults.commands.repro:replay_command",
+    "sweep": "kvfault.faults.commands.sweep:command",
+    "prove": "kvfault.faults.prove:run",
+    "review": "kvfault.faults.review:run",
+    "gpu-info": "kvfault.faults.commands.gpu_info:command",
 }
 
 
@@ -277,12 +281,12 @@ def main(argv: Sequence[str] | None = None, *, program: bool = False) -> int:
     ``kvfault prove`` does). A reader that went away (``kvfault list | head -1``): no
     traceback, exit 141, what a shell reports for SIGPIPE. A closed or full stdout: one
     line, exit 2; a closed or full stderr: the exit code stands
-    (``faults.streams``). ``program``: this is the process's own command (the console
-    script, ``python -m faults.cli``), which exits next: a stop signal that comes once
+    (``kvfault.faults.streams``). ``program``: this is the process's own command (the console
+    script, ``python -m kvfault.faults.cli``), which exits next: a stop signal that comes once
     the command has ended is ignored rather than the handlers put back."""
     import signal
 
-    from faults.processes import STOP_SIGNALS, Signals  # stdlib only: cheap
+    from kvfault.faults.processes import STOP_SIGNALS, Signals  # stdlib only: cheap
 
     # The handlers go in first: a signal that lands during the imports below also ends
     # the command with its one line.
@@ -299,7 +303,7 @@ def main(argv: Sequence[str] | None = None, *, program: bool = False) -> int:
         try:
             # What a worker stopped mid-case left of its ipc directory goes, however we
             # ended.
-            from reference.stack.lookup_channel import remove_orphan_rpc_dirs
+            from kvfault.reference.stack.lookup_channel import remove_orphan_rpc_dirs
 
             remove_orphan_rpc_dirs(empty_unowned=stopped)
         except KeyboardInterrupt as exc:  # the first stop came during this cleanup
@@ -316,7 +320,7 @@ def _command_line(argv: Sequence[str] | None, signals: Any) -> int:
     try:
         import tempfile
 
-        from faults.streams import guard_streams
+        from kvfault.faults.streams import guard_streams
 
         # tempfile finds its directory by creating and removing a probe file there:
         # held, a signal cannot land between the two and leave the probe behind.
@@ -344,7 +348,7 @@ def _command_line(argv: Sequence[str] | None, signals: Any) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return 141
     except Exception as exc:
-        from faults.errors import KvfaultError
+        from kvfault.faults.errors import KvfaultError
 
         if isinstance(exc, KvfaultError):  # every error of kvfault's own: one line, its code
             _disarm_guards()  # one raised mid-campaign leaves no hang guard armed
@@ -362,7 +366,7 @@ def _stopped(exc: KeyboardInterrupt) -> int:
     exit code is 128 + signum."""
     import signal
 
-    from faults.processes import Interrupted, stop_descendants
+    from kvfault.faults.processes import Interrupted, stop_descendants
 
     _disarm_guards()
     stop_descendants()
@@ -378,8 +382,8 @@ def _run_under_known_hash_seed(args: argparse.Namespace) -> None:
     (runs still vary, each one recorded). Where this process's differs, or is random,
     the same command line is executed again in its place under that seed (``exec``:
     same process id, signals and exit status)."""
-    from faults.campaign.artifacts import hashseed
-    from faults.repro import wanted_hash_seed
+    from kvfault.faults.campaign.artifacts import hashseed
+    from kvfault.faults.repro import wanted_hash_seed
 
     wanted = wanted_hash_seed(args.command, getattr(args, "artifact", None))
     if wanted is None or wanted == hashseed():
@@ -391,7 +395,7 @@ def _run_under_known_hash_seed(args: argparse.Namespace) -> None:
     if os.name == "posix":
         import signal
 
-        from faults.processes import STOP_SIGNALS
+        from kvfault.faults.processes import STOP_SIGNALS
 
         # Blocked across the exec (a mask survives it): the new interpreter's own start
         # cannot be cut, and its main() takes a pending stop once its handlers are in.
@@ -415,12 +419,12 @@ def _disarm_guards() -> None:
     import faulthandler
 
     faulthandler.cancel_dump_traceback_later()
-    if "faults.campaign.hang_guard" in sys.modules:
-        sys.modules["faults.campaign.hang_guard"].disarm_hang_guard()
+    if "kvfault.faults.campaign.hang_guard" in sys.modules:
+        sys.modules["kvfault.faults.campaign.hang_guard"].disarm_hang_guard()
 
 
 if __name__ == "__main__":
-    from faults.processes import adopt_orphans
+    from kvfault.faults.processes import adopt_orphans
 
     adopt_orphans()  # as the console script does (faults.entry)
     raise SystemExit(main(program=True))

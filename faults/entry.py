@@ -1,7 +1,7 @@
 """The ``kvfault`` program's first lines (its console script).
 
 The stop signals are blocked before anything of kvfault is imported, and
-``faults.cli.main`` unblocks them once its handlers are in: a SIGINT, SIGTERM or SIGHUP
+``kvfault.faults.cli.main`` unblocks them once its handlers are in: a SIGINT, SIGTERM or SIGHUP
 that comes while the command starts waits for them, so it too ends the command with
 one line and 128 + signum, not a traceback from the middle of an import.
 """
@@ -12,15 +12,15 @@ import signal
 
 # The stdlib and nothing else: importing the reference package's ``__init__`` imports
 # none of its modules.
-from reference.signals import STOP_SIGNALS
+from kvfault.reference.signals import STOP_SIGNALS
 
 
 def main() -> int:
-    """Hold the stop signals, then run ``faults.cli.main`` (which releases them)."""
+    """Hold the stop signals, then run ``kvfault.faults.cli.main`` (which releases them)."""
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-    from faults.cli import main as command_line
-    from faults.processes import adopt_orphans
+    from kvfault.faults.cli import main as command_line
+    from kvfault.faults.processes import adopt_orphans
 
     adopt_orphans()  # the command's own process: what it starts stays below it
     return command_line(program=True)

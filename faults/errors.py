@@ -2,13 +2,13 @@
 
 Every error class in ``faults/`` derives from ``KvfaultError``, so the ``kvfault``
 command turns any of them into one line on stderr and its ``exit_code`` in one place
-(``faults.cli.main``). Each subclass keeps the builtin base it had (``ValueError``,
+(``kvfault.faults.cli.main``). Each subclass keeps the builtin base it had (``ValueError``,
 ``RuntimeError``, ``OSError``), so callers that catch those still do.
 
-Not here: the stack's own errors (``reference.errors``: a run records them as
+Not here: the stack's own errors (``kvfault.reference.errors``: a run records them as
 evidence; ``reference`` imports nothing of ``faults``), the simulated engine crash an
-injector raises inside a run (``faults.injectors.engine.EngineCrash``) and the signal
-that interrupts a command (``faults.processes.Interrupted``, a ``KeyboardInterrupt``:
+injector raises inside a run (``kvfault.faults.injectors.engine.EngineCrash``) and the signal
+that interrupts a command (``kvfault.faults.processes.Interrupted``, a ``KeyboardInterrupt``:
 its exit code is 128 plus the signal's number).
 """
 

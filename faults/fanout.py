@@ -10,9 +10,9 @@ engine. Each worker calls ``task(payload)``; the JSON of what it returns rides b
 the item's test report (``user_properties``), so no shared file system is needed.
 
 No test functions ship in the library: this module is loaded on the workers as a
-plugin (``-p faults.fanout``), the items reach them through xdist's ``workerinput``,
+plugin (``-p kvfault.faults.fanout``), the items reach them through xdist's ``workerinput``,
 and the plugin turns them into pytest items when pytest collects this very module
-(``--pyargs faults.fanout``). Every worker collects the same node ids, whatever its
+(``--pyargs kvfault.faults.fanout``). Every worker collects the same node ids, whatever its
 host or install path (xdist insists on that).
 
 A deadline stops *starting* items: a worker skips an item once the deadline has passed
@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 if TYPE_CHECKING:
     import pytest  # imported where used: a fan-out's caller may never need it
 
-from faults.errors import KvfaultError
+from kvfault.faults.errors import KvfaultError
 
 __all__ = [
     "LEAN_SESSION",

@@ -18,9 +18,9 @@ from typing import Any, Callable, TypeAlias
 # Cheap at import (the stdlib and two stdlib-only modules of ``reference``, not the
 # stack): a command installs its handlers (``Signals``) before it imports anything else,
 # so that a signal in its first milliseconds also ends it with one line.
-from reference.pids import running as running
-from reference.signals import STOP_SIGNALS as STOP_SIGNALS  # the signals ending a command
-from reference.signals import stop_signals_held
+from kvfault.reference.pids import running as running
+from kvfault.reference.signals import STOP_SIGNALS as STOP_SIGNALS  # the signals ending a command
+from kvfault.reference.signals import stop_signals_held
 
 # What signal.signal takes and returns: a function, SIG_DFL or SIG_IGN, or None (a
 # handler not installed from Python).
@@ -91,7 +91,7 @@ class Signals:
     """SIGINT/SIGTERM/SIGHUP become `Interrupted`, but only where we can afford it.
 
     Inside `deferred()` (creating and removing worktrees) a signal is held and raised
-    when the block ends (``reference.signals.stop_signals_held``), so a Ctrl-C cannot
+    when the block ends (``kvfault.reference.signals.stop_signals_held``), so a Ctrl-C cannot
     leave a half-created, locked worktree behind. Once: after the first `Interrupted`,
     further signals are dropped, so none cuts into the first one's cleanup or replaces
     its exit status. Handlers can only be set from the main thread; elsewhere this does

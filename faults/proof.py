@@ -1,6 +1,6 @@
-"""A two-head proof's verdict as data (``kvfault prove``, ``faults.prove``): the runs of
+"""A two-head proof's verdict as data (``kvfault prove``, ``kvfault.faults.prove``): the runs of
 each side, the verdict rule as a pure function of them, and the report that renders
-them. Only the standard library and ``faults.verdicts``."""
+them. Only the standard library and ``kvfault.faults.verdicts``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from faults.verdicts import EXIT_CODES, Verdict
+from kvfault.faults.verdicts import EXIT_CODES, Verdict
 
 
 @dataclass

@@ -42,8 +42,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn, TextIO
 
-from faults.errors import KvfaultError
-from faults.processes import (
+from kvfault.faults.errors import KvfaultError
+from kvfault.faults.processes import (
     Interrupted,
     Signals,
     descendants,
@@ -51,8 +51,15 @@ from faults.processes import (
     reap_group,
     stop_descendants,
 )
-from faults.proof import UNJUDGED_EXITS, ProofResult, SideRun, decide, format_report, outcome
-from faults.verdicts import EXIT_CODES, Verdict
+from kvfault.faults.proof import (
+    UNJUDGED_EXITS,
+    ProofResult,
+    SideRun,
+    decide,
+    format_report,
+    outcome,
+)
+from kvfault.faults.verdicts import EXIT_CODES, Verdict
 
 __all__ = [
     "EXIT_CODES",
@@ -182,7 +189,7 @@ def source_env(worktree: Path) -> dict[str, str]:
     registered tier's source option's), each pointing at ``worktree``: inside a proof or
     a review, a side's checkout is its worktree whatever the caller exported."""
     try:
-        from faults.tiers import Tiers
+        from kvfault.faults.tiers import Tiers
 
         tiers = list(Tiers.installed())
     except Exception:  # noqa: BLE001 - no usable tier registry: nothing to point
@@ -570,7 +577,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     it for REMAINDER); `run` checks it is there. Required options are checked by `run`,
     not by argparse, so a missing one gives the same one-line error as a bad value.
     """
-    from faults import argtypes  # stdlib only: cheap
+    from kvfault.faults import argtypes  # stdlib only: cheap
 
     parser.add_argument("--old", metavar="REV", help="the revision expected to fail")
     parser.add_argument("--new", metavar="REV", help="the revision expected to pass")
@@ -671,7 +678,7 @@ def run(args: argparse.Namespace) -> int:
             raise ProveError("both --old REV and --new REV are required")
         command = _command_from(args.cmd)
         if args.artifacts is not None:
-            from faults.argtypes import dir_refused
+            from kvfault.faults.argtypes import dir_refused
 
             why = dir_refused(args.artifacts, "--artifacts")
             if why:
@@ -709,7 +716,7 @@ class _OneLineParser(argparse.ArgumentParser):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m faults.prove ...``: the same as ``kvfault prove ...``."""
+    """``python -m kvfault.faults.prove ...``: the same as ``kvfault prove ...``."""
     parser = _OneLineParser(
         prog="kvfault prove", description="Prove that NEW fixes what fails at OLD."
     )
@@ -718,7 +725,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from faults.processes import adopt_orphans
+    from kvfault.faults.processes import adopt_orphans
 
     adopt_orphans()  # as kvfault's console script does: what CMD detaches stays below
     sys.exit(main())

@@ -1,5 +1,5 @@
 """Which code a case ran: the checkout under test, its commit and whether its tree was
-dirty. A replay artifact records it (``faults.campaign.artifacts``) and a replay says
+dirty. A replay artifact records it (``kvfault.faults.campaign.artifacts``) and a replay says
 so, before it runs, when the code it would run now is not that code. Only the standard
 library and git."""
 
@@ -95,7 +95,7 @@ def checkout(path: str, engine: str) -> Code:
 
 def kvfault_root() -> str:
     """The directory kvfault's own packages are imported from (a checkout's root)."""
-    import faults
+    import kvfault.faults as faults
 
     return str(Path(faults.__file__).resolve().parent.parent)
 
@@ -105,7 +105,7 @@ def of_target(tier: str, options: tuple[str, ...] | list[str]) -> Code | None:
     options, as recorded) runs: the one its source option (or that option's environment
     variable) names, or None (the tier's code under test is kvfault's own stack or
     installed packages, or no checkout is named)."""
-    from faults.tiers import Tiers
+    from kvfault.faults.tiers import Tiers
 
     on = Tiers.installed()[tier]
     opt = on.source_option

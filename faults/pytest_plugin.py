@@ -13,15 +13,15 @@ Fixtures (all simulated, virtual time):
 - ``kv_engine`` — a factory of engines on ``kv_world`` under ``kv_rules`` and
   ``fault_plan``.
 - ``kv_scenario`` — runs and judges a named scenario: ``kv_scenario("restart_burst")``
-  returns a ``faults.campaign.execute.CaseResult``; a planned fault that never fired
+  returns a ``kvfault.faults.campaign.execute.CaseResult``; a planned fault that never fired
   warns ``NotExercised``.
 
 Markers ``gpu``, ``lmcache`` and ``slow`` are registered. A project that sets the ini
 value ``kv_hypothesis_profile`` gets the hypothesis profiles ``dev``, ``ci``,
-``nightly`` and ``mutation`` (``faults.hypothesis_profiles``): the ini value picks one, and
+``nightly`` and ``mutation`` (``kvfault.faults.hypothesis_profiles``): the ini value picks one, and
 ``HYPOTHESIS_PROFILE`` another; a project that does not set it is left alone (its
 profiles, its ``HYPOTHESIS_PROFILE``, its header). ``--hashseed-sweep RANGE``
-runs the whole session once per PYTHONHASHSEED in subprocesses (``faults.sweep``).
+runs the whole session once per PYTHONHASHSEED in subprocesses (``kvfault.faults.sweep``).
 A failing test that used a kvfault fixture gets a "kvfault replay" section with the
 command that reruns it under the same seed, faults and hash seed, and for each scenario
 it ran the ``kvfault run`` that reruns that very case, or why no command does.
@@ -41,15 +41,15 @@ from typing import TYPE_CHECKING, Any, Callable, Generator, Sequence
 
 import pytest
 
-from faults.argtypes import MAX_SCALE, scale, seed, seed_count
+from kvfault.faults.argtypes import MAX_SCALE, scale, seed, seed_count
 
 if TYPE_CHECKING:
-    from fakes.clock import VirtualClock
-    from fakes.sim import SimWorld
-    from faults.campaign.execute import CaseResult
-    from faults.injectors.plans import FaultPlan
-    from reference.rules import Rules
-    from reference.stack.engine import Engine, EngineConfig
+    from kvfault.fakes.clock import VirtualClock
+    from kvfault.fakes.sim import SimWorld
+    from kvfault.faults.campaign.execute import CaseResult
+    from kvfault.faults.injectors.plans import FaultPlan
+    from kvfault.reference.rules import Rules
+    from kvfault.reference.stack.engine import Engine, EngineConfig
 
 MARKERS = (
     "gpu: needs a CUDA or HIP device (gpu_tests/)",
@@ -67,7 +67,7 @@ _CALLS = pytest.StashKey[list]()
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("kvfault", "kvfault fault injection")
     group.addoption("--kv-fault", action="append", default=[], metavar="NAME",
-                    help="add this injector (defaults from faults.injectors.catalog.INJECTORS) to the "
+                    help="add this injector (defaults from kvfault.faults.injectors.catalog.INJECTORS) to the "
                          "fault_plan fixture; repeatable")  # fmt: skip
     group.addoption("--kv-seed", type=seed, default=0, metavar="N",
                     help="seed of kv_seed, fault_plan and kv_scenario (default 0)")  # fmt: skip
@@ -102,7 +102,7 @@ def pytest_configure(config: pytest.Config) -> None:
     regression = config.getoption("kv_regression")
     if faults or regression:
         # Check names at start-up (one line, exit 4), not in the first test that looks.
-        from faults.campaign import CampaignError, fault_target, regression_target
+        from kvfault.faults.campaign import CampaignError, fault_target, regression_target
 
         try:
             for name in faults:
@@ -121,7 +121,7 @@ def _load_hypothesis_profile(config: pytest.Config) -> None:
     ini = config.getini("kv_hypothesis_profile")
     if not ini:
         return
-    from faults import hypothesis_profiles as profiles
+    from kvfault.faults import hypothesis_profiles as profiles
 
     env = os.environ.get(profiles.ENV)
     if env and env not in profiles.PROFILES and profiles.registered(env):
@@ -156,7 +156,14 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
     spec = config.getoption("hashseed_sweep", None)
     if not spec:
         return None
-    from faults.sweep import CHILD_ENV, SweepError, format_result, format_seed, parse_seeds, sweep
+    from kvfault.faults.sweep import (
+        CHILD_ENV,
+        SweepError,
+        format_result,
+        format_seed,
+        parse_seeds,
+        sweep,
+    )
 
     if os.environ.get(CHILD_ENV):
         return None  # a sweep's child runs its tests
@@ -220,15 +227,15 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 @pytest.fixture
 def kv_clock() -> VirtualClock:
     """A fresh virtual clock: simulated seconds that pass only when someone sleeps."""
-    from fakes.clock import VirtualClock
+    from kvfault.fakes.clock import VirtualClock
 
     return VirtualClock()
 
 
 @pytest.fixture
 def kv_world() -> SimWorld:
-    """A fresh simulated host (``fakes.sim.SimWorld``): one clock, one trace."""
-    from fakes.sim import SimWorld
+    """A fresh simulated host (``kvfault.fakes.sim.SimWorld``): one clock, one trace."""
+    from kvfault.fakes.sim import SimWorld
 
     return SimWorld()
 
@@ -244,10 +251,10 @@ def kv_rules(request: pytest.FixtureRequest) -> Rules:
     """The fixed rules, or ``--kv-regression NAME``'s legacy rules."""
     name = request.config.getoption("kv_regression")
     if name:
-        from faults.regressions.legacy import REGRESSIONS
+        from kvfault.faults.regressions.legacy import REGRESSIONS
 
         return REGRESSIONS[name].rules
-    from reference.rules import Rules
+    from kvfault.reference.rules import Rules
 
     return Rules()
 
@@ -256,8 +263,8 @@ def kv_rules(request: pytest.FixtureRequest) -> Rules:
 def fault_plan(request: pytest.FixtureRequest, kv_seed: int) -> FaultPlan:
     """The ``--kv-fault`` injectors with their catalog defaults, seeded by ``kv_seed``,
     at ``--kv-scale`` (an empty plan when no fault was named)."""
-    from faults.injectors.catalog import INJECTORS
-    from faults.injectors.plans import FaultPlan, FaultSpec
+    from kvfault.faults.injectors.catalog import INJECTORS
+    from kvfault.faults.injectors.plans import FaultPlan, FaultSpec
 
     names = request.config.getoption("kv_fault") or []
     specs = tuple(FaultSpec.of(n, **INJECTORS[n].defaults) for n in names)
@@ -269,8 +276,8 @@ def kv_engine(kv_world: SimWorld, kv_rules: Rules, fault_plan: FaultPlan) -> Cal
     """``kv_engine(config=None, *, rules=None, plan=None, name="engine", **kw)``: an
     engine on ``kv_world`` with ``kv_rules`` and a fresh set of ``fault_plan``'s
     injectors wrapped around its collaborators (``engine.injectors`` lists them)."""
-    from faults.injectors.base import wrap_all
-    from reference.stack.engine import EngineConfig
+    from kvfault.faults.injectors.base import wrap_all
+    from kvfault.reference.stack.engine import EngineConfig
 
     def make(
         config: EngineConfig | None = None,
@@ -298,7 +305,7 @@ def kv_engine(kv_world: SimWorld, kv_rules: Rules, fault_plan: FaultPlan) -> Cal
 
 class NotExercised(UserWarning):
     """A fault that ``kv_scenario`` ran never fired: the test proved nothing about it
-    (the campaign's NOT EXERCISED). ``-W error::faults.pytest_plugin.NotExercised``
+    (the campaign's NOT EXERCISED). ``-W error::kvfault.faults.pytest_plugin.NotExercised``
     makes it fail the test."""
 
 
@@ -328,8 +335,8 @@ def kv_scenario(
     planned fault that never fired also warns (``NotExercised``)."""
     from dataclasses import replace
 
-    from faults.campaign.execute import run_case
-    from faults.scenarios import SCENARIOS
+    from kvfault.faults.campaign.execute import run_case
+    from kvfault.faults.scenarios import SCENARIOS
 
     calls = request.node.stash.setdefault(_CALLS, [])
 
@@ -423,13 +430,13 @@ def _kvfault_line(call: _Call, regression: str | None) -> str:
     """The ``kvfault run`` that reruns ``call`` as it ran, or why there is none (the
     pytest line reruns it): a campaign row runs one fault at a time, with its catalog
     defaults, on the scenario where the catalog exercises it, seeded by the case."""
-    from faults.injectors.catalog import INJECTORS
+    from kvfault.faults.injectors.catalog import INJECTORS
 
     none = "no kvfault command runs {}; the pytest line above reruns it"
     plan = call.plan
-    from faults.argtypes import MAX_SEED
-    from faults.scenarios import SCENARIOS
-    from faults.tiers import DEFAULT_TIER
+    from kvfault.faults.argtypes import MAX_SEED
+    from kvfault.faults.scenarios import SCENARIOS
+    from kvfault.faults.tiers import DEFAULT_TIER
 
     if call.own_rules:
         return none.format("the test's own rules")

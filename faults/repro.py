@@ -1,8 +1,8 @@
 """Reproduce one case: ``kvfault repro NAME`` and ``kvfault replay ARTIFACT``.
 
-The case's replay artifact (``faults.campaign.artifacts``) is written *before* the case
+The case's replay artifact (``kvfault.faults.campaign.artifacts``) is written *before* the case
 runs, so a crash or a hang still leaves it behind; the hang guard
-(``faults.campaign.hang_guard``) ends a hung case instead of blocking CI.
+(``kvfault.faults.campaign.hang_guard``) ends a hung case instead of blocking CI.
 
 Verdicts and exit codes (docs/design.md#planted-regressions): FIXED 0 (legacy fails with its signature
 property, fixed passes); STILL FAILING 1 (the fixed stack fails); NOT REPRODUCED or
@@ -16,19 +16,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from faults.argtypes import DEFAULT_CASE_TIMEOUT_S
-from faults.campaign import Case, CaseOutcome
-from faults.campaign.artifacts import replay_command
-from faults.verdicts import Verdict
+from kvfault.faults.argtypes import DEFAULT_CASE_TIMEOUT_S
+from kvfault.faults.campaign import Case, CaseOutcome
+from kvfault.faults.campaign.artifacts import replay_command
+from kvfault.faults.verdicts import Verdict
 
 
 def draw_timeline(outcome: CaseOutcome, path: Path) -> bool:
     """Draw ``outcome``'s timeline picture (legacy above fixed) through
-    ``faults.report.timeline`` at ``path`` (its extension names the format,
-    ``faults.report.timeline.FORMATS``); False when the case kept no run to draw.
+    ``kvfault.faults.report.timeline`` at ``path`` (its extension names the format,
+    ``kvfault.faults.report.timeline.FORMATS``); False when the case kept no run to draw.
     Raises ``ImportError`` when pictures cannot be drawn here (no matplotlib),
     ``OSError`` when the file cannot be written, and whatever drawing raised."""
-    from faults.report.timeline import write_timeline as draw
+    from kvfault.faults.report.timeline import write_timeline as draw
 
     def judged(result: Any) -> Any:
         return result if result is not None and getattr(result, "run", None) is not None else None
@@ -72,17 +72,17 @@ def reproduce(
     timeout_s: float | None = DEFAULT_CASE_TIMEOUT_S,
     keep_runs: str = "all",
 ) -> Reproduction:
-    """Run ``case`` through the campaign's own loop (``faults.campaign.session``), with
+    """Run ``case`` through the campaign's own loop (``kvfault.faults.campaign.session``), with
     its artifact in ``artifacts`` (None: none) kept whatever the verdict: written
     before the case runs, so a crash or a hang leaves it; a case that runs past
     ``timeout_s`` has its artifact record it. The tier opens with the target's own
     options (``--atom-src``, ``--property``), as the case ran. Interrupted (Ctrl-C, a stop signal), the
     case has no verdict: an artifact this call wrote goes again, as the campaign's does
     (one that was there before stays)."""
-    from faults.campaign.artifacts import CampaignArtifacts
-    from faults.campaign.backends import open_backend
-    from faults.campaign.session import run_session
-    from faults.tiers import Tiers
+    from kvfault.faults.campaign.artifacts import CampaignArtifacts
+    from kvfault.faults.campaign.backends import open_backend
+    from kvfault.faults.campaign.session import run_session
+    from kvfault.faults.tiers import Tiers
 
     store = CampaignArtifacts(artifacts, keep_passing=True) if artifacts is not None else None
     t = case.target
@@ -104,7 +104,7 @@ def wanted_hash_seed(command: str, artifact: Path | None = None) -> str | None:
     else a fresh random one, so campaigns still try new hash orders and record each."""
     import random
 
-    from faults.campaign.artifacts import ArtifactError, hashseed, read_artifact
+    from kvfault.faults.campaign.artifacts import ArtifactError, hashseed, read_artifact
 
     current = hashseed()
     if command == "replay" and artifact is not None:
@@ -128,7 +128,7 @@ def format_reproduction(rep: Reproduction) -> str:
     lines = case.target.kind.reproduction(o)
     if o.signature:
         lines.append(f"signature: {o.signature}")
-    from faults.campaign.artifacts import case_code
+    from kvfault.faults.campaign.artifacts import case_code
 
     code = case_code(case)
     if code is not None:

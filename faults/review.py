@@ -6,7 +6,7 @@ own for the in-process tier). Both revisions are checked out in temporary worktr
 compared: the rows this PR breaks, fixes, that fail on both (known), that are unstable
 (a row whose verdict differs between the sides is re-run K times on each side first),
 and that could not be judged. The summary is markdown for the pull request; ``--report
-DIR`` keeps both sides' reports. Exit status (``faults.verdicts``): FIXED 0, REGRESSED
+DIR`` keeps both sides' reports. Exit status (``kvfault.faults.verdicts``): FIXED 0, REGRESSED
 1, COULD NOT JUDGE 2 (and bad arguments), UNCHANGED 3; 130/143/129 on a stop signal.
 
 The sides may also differ by arguments on one commit (``--head-args '--atom-fix
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from faults.prove import (
+from kvfault.faults.prove import (
     ProveError,
     _add_worktree,
     _check_repo,
@@ -40,7 +40,7 @@ from faults.prove import (
     hide_worktree_in_file,
     notes,
 )
-from faults.review_diff import (
+from kvfault.faults.review_diff import (
     KNOWN,
     PASS,
     UNJUDGED,
@@ -55,7 +55,7 @@ from faults.review_diff import (
     markdown,
     read_rows,
 )
-from faults.verdicts import Verdict
+from kvfault.faults.verdicts import Verdict
 
 DEFAULT_RERUNS = 2
 DEFAULT_SIDE_TIMEOUT_S = 3600.0
@@ -123,7 +123,7 @@ def row_selection(target: dict[str, Any]) -> list[str]:
     """The ``kvfault run`` words that pick exactly the row of ``target`` (its JSON in
     the summary), as its kind selects it (``--fault NAME``, ``--swarm --scenario NAME``);
     a row this kvfault does not know is picked by its kind's flag and name."""
-    from faults.campaign.kinds import kind_named
+    from kvfault.faults.campaign.kinds import kind_named
 
     try:
         kind = kind_named(target.get("kind"))
@@ -150,7 +150,7 @@ class Reviewer:
         tmp: Path,
         progress: TextIO | None,
     ) -> None:
-        from faults.tiers import Tiers
+        from kvfault.faults.tiers import Tiers
 
         self.repo, self.tier, self.run_words = repo, Tiers.installed()[tier], run_words
         self.reruns, self.side_timeout, self.progress = reruns, side_timeout, progress
@@ -181,7 +181,7 @@ class Reviewer:
         return env
 
     def _argv(self, spec: SideSpec, words: list[str], report: Path) -> list[str]:
-        argv = [sys.executable, "-m", "faults.cli", "run", "--no-progress"]
+        argv = [sys.executable, "-m", "kvfault.faults.cli", "run", "--no-progress"]
         if self.tier.source != "kvfault":
             argv += ["--tier", self.tier.name]
         opt = self.tier.source_option
@@ -224,7 +224,7 @@ class Reviewer:
             return None
         assert spec.worktree is not None
         log = self.tmp / f"{spec.name}-import.log"
-        probe = "import faults.cli, faults; print(faults.__file__)"
+        probe = "import kvfault.faults.cli as cli; print(cli.__file__)"
         r = _run_once(
             command=[sys.executable, "-c", probe], shell=False, cwd=spec.worktree,
             env=self._env(spec), timeout=120, log_path=log, expect=None, tail_lines=1,
@@ -275,7 +275,7 @@ class Reviewer:
 
     def code(self, spec: SideSpec) -> str:
         """What the side runs, in one phrase: the engine and the commit of its worktree."""
-        from faults.provenance import checkout
+        from kvfault.faults.provenance import checkout
 
         assert spec.worktree is not None
         engine = self.tier.engine or "kvfault"
@@ -310,7 +310,7 @@ class Reviewer:
 
 
 def _notes(repo: Path, base: SideSpec, head: SideSpec) -> list[str]:
-    """One line each (``faults.prove.notes``): the same commit on both sides (an A/B of
+    """One line each (``kvfault.faults.prove.notes``): the same commit on both sides (an A/B of
     arguments when their arguments differ), a dirty working tree."""
     said = notes(repo, ("base", base.sha), ("head", head.sha))
     if base.sha == head.sha and base.args != head.args:
@@ -338,8 +338,8 @@ def review(
     worktree, then the per-row diff. Raises ``ReviewError``/``ProveError`` for bad
     arguments and setup failures, ``Interrupted`` on a stop signal; the worktrees are
     removed in every case."""
-    from faults.processes import Signals
-    from faults.tiers import Tiers
+    from kvfault.faults.processes import Signals
+    from kvfault.faults.tiers import Tiers
 
     on = Tiers.installed()[tier]
     if not on.source:
@@ -429,7 +429,7 @@ def review(
 
 def _point_at_findings(tier: Any, rows: list[RowDiff]) -> None:
     """A known row names the entry of the tier's findings page that is about it."""
-    from faults.provenance import kvfault_root
+    from kvfault.faults.provenance import kvfault_root
 
     if not getattr(tier, "findings", ""):
         return
@@ -456,8 +456,8 @@ def _command_line(
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``kvfault review``'s options on ``parser``; the ``kvfault run`` options it passes
-    on to both sides are added by ``faults.commands.run.add_tier_options`` and here."""
-    from faults import argtypes
+    on to both sides are added by ``kvfault.faults.commands.run.add_tier_options`` and here."""
+    from kvfault.faults import argtypes
 
     parser.add_argument("base", metavar="BASE", help="the revision the PR starts from")
     parser.add_argument("head", metavar="HEAD", help="the revision under review")
@@ -530,8 +530,8 @@ def _split(text: str, flag: str) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     """Run the review ARGS describe; print the markdown summary; return the exit code
     (FIXED 0, REGRESSED 1, COULD NOT JUDGE 2, UNCHANGED 3; bad arguments: one line, 2)."""
-    from faults.processes import Interrupted
-    from faults.tiers import DEFAULT_TIER, TierError, Tiers
+    from kvfault.faults.processes import Interrupted
+    from kvfault.faults.tiers import DEFAULT_TIER, TierError, Tiers
 
     try:
         tier = args.tier or DEFAULT_TIER
@@ -550,7 +550,7 @@ def run(args: argparse.Namespace) -> int:
                 f"drop {opt.flag}"
             )
         if args.report is not None:
-            from faults.argtypes import dir_refused
+            from kvfault.faults.argtypes import dir_refused
 
             why = dir_refused(args.report, "--report")
             if why:

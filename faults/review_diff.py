@@ -1,8 +1,8 @@
 """``kvfault review``'s judgement as data: each side's rows read from its campaign's
 ``summary.json``, the per-row diff between the two sides (with the re-runs that tell a
 change from noise), the review's one verdict, and the markdown a reviewer pastes into a
-pull request. Pure: no process is started here (``faults.review`` runs the sides).
-Only the standard library and ``faults.verdicts``."""
+pull request. Pure: no process is started here (``kvfault.faults.review`` runs the sides).
+Only the standard library and ``kvfault.faults.verdicts``."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from faults.errors import KvfaultError
-from faults.verdicts import OK, Verdict
+from kvfault.faults.errors import KvfaultError
+from kvfault.faults.verdicts import OK, Verdict
 
 # What one run of a row says, as compared across runs and sides.
 PASS, FAIL, UNJUDGED = "pass", "fail", "could not judge"

@@ -7,18 +7,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable
 
-from fakes.clock import VirtualClock
-from fakes.model import DeterministicModel
-from fakes.sim import SimWorld
-from reference.errors import EngineStopped
-from reference.interfaces import Clock, Tier
-from reference.rules import Rules
-from reference.stack.engine import EngineConfig, RunOutcome
-from reference.trace import Trace
-from reference.types import Request
+from kvfault.fakes.clock import VirtualClock
+from kvfault.fakes.model import DeterministicModel
+from kvfault.fakes.sim import SimWorld
+from kvfault.reference.errors import EngineStopped
+from kvfault.reference.interfaces import Clock, Tier
+from kvfault.reference.rules import Rules
+from kvfault.reference.stack.engine import EngineConfig, RunOutcome
+from kvfault.reference.trace import Trace
+from kvfault.reference.types import Request
 
 if TYPE_CHECKING:  # injectors sit above this module; the fields only need the type
-    from faults.injectors.base import Injector
+    from kvfault.faults.injectors.base import Injector
 
 
 @dataclass
@@ -102,7 +102,7 @@ class Ending:
 
     @classmethod
     def of(cls, run: RunResult) -> Ending:
-        from reference.trace import Ev
+        from kvfault.reference.trace import Ev
 
         stop = next(iter(run.trace.of(Ev.STOP)), None)
         if run.startup_error is not None:

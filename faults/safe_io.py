@@ -20,7 +20,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from faults.errors import KvfaultOSError
+from kvfault.faults.errors import KvfaultOSError
 
 
 class NotARegularFile(KvfaultOSError):

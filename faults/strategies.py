@@ -1,7 +1,7 @@
 """Hypothesis strategies for fault plans and workloads (docs/design.md#faults, docs/design.md#interfaces).
 
 Everything drawn here is plain data (``FaultSpec``, ``FaultPlan``, ``WorkloadParams``)
-whose parameters come from the injector catalog's schema (``faults.injectors.catalog.INJECTORS``),
+whose parameters come from the injector catalog's schema (``kvfault.faults.injectors.catalog.INJECTORS``),
 so a new injector is drawable as soon as it is registered. Draws shrink toward the
 simplest case: no faults, seed 0, the first scenario, each injector's catalog defaults
 (the parameters known to make it fire in its own scenario).
@@ -14,8 +14,8 @@ from typing import Any, Mapping, Sequence
 
 from hypothesis import strategies as st
 
-from faults.injectors.catalog import INJECTORS
-from faults.injectors.plans import FaultPlan, FaultSpec
+from kvfault.faults.injectors.catalog import INJECTORS
+from kvfault.faults.injectors.plans import FaultPlan, FaultSpec
 
 SEEDS = st.integers(min_value=0, max_value=2**16 - 1)
 
@@ -66,7 +66,7 @@ def fault_plans(
 
 @dataclass(frozen=True)
 class WorkloadParams:
-    """The workload of one case: a named scenario (``faults.scenarios.SCENARIOS``)
+    """The workload of one case: a named scenario (``kvfault.faults.scenarios.SCENARIOS``)
     and the seed that draws its prompts, ids and pictures."""
 
     scenario: str
@@ -78,7 +78,7 @@ def workload_params(
 ) -> st.SearchStrategy[WorkloadParams]:
     """A scenario (default: any registered one) and a seed; shrinks toward the first
     scenario and seed 0."""
-    from faults.scenarios import SCENARIOS
+    from kvfault.faults.scenarios import SCENARIOS
 
     pool = _names("workload_params", scenarios, SCENARIOS)
     unknown = [s for s in pool if s not in SCENARIOS]

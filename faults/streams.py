@@ -18,7 +18,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any, TextIO
 
-from faults.errors import KvfaultOSError
+from kvfault.faults.errors import KvfaultOSError
 
 
 class StreamClosed(KvfaultOSError):

@@ -9,10 +9,10 @@ fails.
 Distribution is pytest-xdist's, never a pool of our own: ``-n auto`` among ARGS
 spreads each seed's tests over workers (they inherit the seed); ``jobs`` (or execnet
 gateway specs ``tx``, for other hosts) spreads the *seeds* over xdist workers through
-``faults.fanout`` (one work item per seed).
+``kvfault.faults.fanout`` (one work item per seed).
 
 The cost of one extra seed is one short subprocess: keep imports lazy (nothing here or
-in ``faults.cli`` imports torch, zmq or faker).
+in ``kvfault.faults.cli`` imports torch, zmq or faker).
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from faults.errors import KvfaultError
+from kvfault.faults.errors import KvfaultError
 
 if TYPE_CHECKING:
-    from faults.fanout import ItemResult
+    from kvfault.faults.fanout import ItemResult
 
 CHILD_ENV = "KVFAULT_SWEEP_CHILD"  # set in every child, so a child never sweeps again
 MAX_SEED = 4294967295  # PYTHONHASHSEED's range
@@ -142,7 +142,7 @@ def run_seed(
     """Run pytest once under ``PYTHONHASHSEED=seed`` in a subprocess. With
     ``own_group`` it leads its own process group, which a timeout or Ctrl-C stops
     whole; an xdist worker passes False, so the sweep's group holds the child too."""
-    from faults.processes import communicate_or_stop  # stdlib only: cheap
+    from kvfault.faults.processes import communicate_or_stop  # stdlib only: cheap
 
     t0 = time.perf_counter()
     try:
@@ -226,7 +226,7 @@ def _sweep_on_xdist(
     timeout_s: float | None,
     on_seed: Callable[[SeedOutcome], None] | None,
 ) -> list[SeedOutcome]:
-    from faults.fanout import WorkItem, fan_out
+    from kvfault.faults.fanout import WorkItem, fan_out
 
     # Paths and interpreters of this host mean nothing on another one: unless the
     # caller named them, each seed runs in its worker's directory (the rsync'd copy on
@@ -265,7 +265,7 @@ def _sweep_on_xdist(
 
 
 def seed_task(payload: dict[str, Any]) -> dict[str, Any]:
-    """One seed's run on a fan-out worker (``faults.fanout``): its ``SeedOutcome`` as
+    """One seed's run on a fan-out worker (``kvfault.faults.fanout``): its ``SeedOutcome`` as
     JSON."""
     outcome = run_seed(
         payload["seed"],

@@ -12,17 +12,17 @@ from dataclasses import dataclass
 
 import torch
 
-from fakes import MemoryTier
-from reference import Geometry, LoadOp, OperationId, OpKind, Trace
-from reference.clock import RealClock
-from reference.device import (
+from kvfault.fakes import MemoryTier
+from kvfault.reference import Geometry, LoadOp, OperationId, OpKind, Trace
+from kvfault.reference.clock import RealClock
+from kvfault.reference.device import (
     DeviceKvPages,
     HostPage,
     PinnedHostPool,
     TorchCopyEngine,
 )
-from reference.rules import RestoreDeadline
-from reference.stack import QueueChannel, RestoreWorker
+from kvfault.reference.rules import RestoreDeadline
+from kvfault.reference.stack import QueueChannel, RestoreWorker
 
 POISON = 0xA5  # every byte of a destination before a restore
 

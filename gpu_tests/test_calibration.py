@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from gpu_tests import device_stack as ds
-from reference import OperationId
-from reference.device import DeviceKvPages, PinnedHostPool, TorchCopyEngine
-from reference.device.calibration import CalibrationCache, Calibrator
+from kvfault.reference import OperationId
+from kvfault.reference.device import DeviceKvPages, PinnedHostPool, TorchCopyEngine
+from kvfault.reference.device.calibration import CalibrationCache, Calibrator
 
 KIB = 1024
 

@@ -10,8 +10,14 @@ import pytest
 import torch
 
 from gpu_tests import device_stack as ds
-from reference import OperationId, RestoreFenceError
-from reference.device import DeviceKvPages, HostPage, PinnedHostPool, TorchCopyEngine, launch
+from kvfault.reference import OperationId, RestoreFenceError
+from kvfault.reference.device import (
+    DeviceKvPages,
+    HostPage,
+    PinnedHostPool,
+    TorchCopyEngine,
+    launch,
+)
 
 KIB = 1024
 # (bytes per block, dtype): the benchmark's sizes, plus an odd one moved as int16 words

@@ -2,14 +2,14 @@
 host slot block by block (across devices, converting dtype), host pages of the slot's
 dtype through the threaded gather, and a retrieve copies the slot back out as contiguous
 host pages. No lmcache server is needed: the slot is a host tensor shaped as the
-server's, and the copies are the tier's own (``reference.tiers.lmcache_pages``)."""
+server's, and the copies are the tier's own (``kvfault.reference.tiers.lmcache_pages``)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from reference.tiers.lmcache_pages import CopyThreads, KVLayout, _PageCodec, _Recycler
+from kvfault.reference.tiers.lmcache_pages import CopyThreads, KVLayout, _PageCodec, _Recycler
 
 CHUNK, BLOCK = 256, 16
 PER_CHUNK = CHUNK // BLOCK

@@ -13,10 +13,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from faults.regressions.legacy import SubmissionDeadline
 from gpu_tests import device_stack as ds
-from reference import Ev, Outcome, RestoreFenceError, TransferUnprovable
-from reference.rules import RestoreDeadline
+from kvfault.faults.regressions.legacy import SubmissionDeadline
+from kvfault.reference import Ev, Outcome, RestoreFenceError, TransferUnprovable
+from kvfault.reference.rules import RestoreDeadline
 
 DEADLINE_S = 1.0  # the seed's 30 s, scaled
 SLOW_FORWARD_S = 1.5  # the first forward compiling, scaled: longer than the deadline

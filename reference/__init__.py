@@ -6,27 +6,27 @@ channels); ``tiers/`` and ``device/`` (real adapters, optional dependencies impo
 lazily). This package imports neither ``fakes`` nor ``faults``.
 
 Importing this package imports none of its modules: each name below loads its module on
-first use, so a part that needs one module (``reference.signals``) pays for that alone.
+first use, so a part that needs one module (``kvfault.reference.signals``) pays for that alone.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from reference._lazy import lazy_exports
+from kvfault.reference._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from reference.errors import (
+    from kvfault.reference.errors import (
         EngineIdentityConflict,
         EngineStopped,
         LoadNotTerminal,
         RestoreFenceError,
         TransferUnprovable,
     )
-    from reference.rules import Rules
-    from reference.stack import Engine, EngineConfig, RunOutcome
-    from reference.trace import Ev, Trace, TraceEvent
-    from reference.types import (
+    from kvfault.reference.rules import Rules
+    from kvfault.reference.stack import Engine, EngineConfig, RunOutcome
+    from kvfault.reference.trace import Ev, Trace, TraceEvent
+    from kvfault.reference.types import (
         Completion,
         Geometry,
         LoadOp,
@@ -39,27 +39,27 @@ if TYPE_CHECKING:
     )
 
 _EXPORTS = {
-    "EngineIdentityConflict": "reference.errors",
-    "EngineStopped": "reference.errors",
-    "LoadNotTerminal": "reference.errors",
-    "RestoreFenceError": "reference.errors",
-    "TransferUnprovable": "reference.errors",
-    "Rules": "reference.rules",
-    "Engine": "reference.stack",
-    "EngineConfig": "reference.stack",
-    "RunOutcome": "reference.stack",
-    "Ev": "reference.trace",
-    "Trace": "reference.trace",
-    "TraceEvent": "reference.trace",
-    "Completion": "reference.types",
-    "Geometry": "reference.types",
-    "LoadOp": "reference.types",
-    "OperationId": "reference.types",
-    "OpKind": "reference.types",
-    "Outcome": "reference.types",
-    "Request": "reference.types",
-    "SaveOp": "reference.types",
-    "StepMeta": "reference.types",
+    "EngineIdentityConflict": "kvfault.reference.errors",
+    "EngineStopped": "kvfault.reference.errors",
+    "LoadNotTerminal": "kvfault.reference.errors",
+    "RestoreFenceError": "kvfault.reference.errors",
+    "TransferUnprovable": "kvfault.reference.errors",
+    "Rules": "kvfault.reference.rules",
+    "Engine": "kvfault.reference.stack",
+    "EngineConfig": "kvfault.reference.stack",
+    "RunOutcome": "kvfault.reference.stack",
+    "Ev": "kvfault.reference.trace",
+    "Trace": "kvfault.reference.trace",
+    "TraceEvent": "kvfault.reference.trace",
+    "Completion": "kvfault.reference.types",
+    "Geometry": "kvfault.reference.types",
+    "LoadOp": "kvfault.reference.types",
+    "OperationId": "kvfault.reference.types",
+    "OpKind": "kvfault.reference.types",
+    "Outcome": "kvfault.reference.types",
+    "Request": "kvfault.reference.types",
+    "SaveOp": "kvfault.reference.types",
+    "StepMeta": "kvfault.reference.types",
 }
 __all__ = [
     "Completion",

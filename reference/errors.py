@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from reference.types import OperationId
+from kvfault.reference.types import OperationId
 
 
 def rebuilt(cls: type[BaseException], args: tuple[Any, ...], state: dict[str, Any]) -> Any:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence
 
-from reference.types import Completion, OperationId, StateGrid
+from kvfault.reference.types import Completion, OperationId, StateGrid
 
 # Content of one HBM page / tier block. The simulator uses 64-bit fingerprints (ints);
 # the real-time tiers use tensors. The stack itself never looks inside.

@@ -1,6 +1,6 @@
 """Typed trace events and the recorder every component of a run writes to.
 
-Checkers (``faults.properties.checks``) read a trace; nothing in the stack reads it back.
+Checkers (``kvfault.faults.properties.checks``) read a trace; nothing in the stack reads it back.
 A trace has a digest so two runs can be compared for determinism.
 """
 
@@ -11,7 +11,7 @@ import hashlib
 import json
 from typing import Any, Callable, Iterator, NamedTuple
 
-from reference.types import OperationId
+from kvfault.reference.types import OperationId
 
 
 class Ev(str, enum.Enum):

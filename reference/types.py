@@ -61,7 +61,7 @@ class Request:
     ``req_id`` is a string as real engines use (set order over such ids depends on
     PYTHONHASHSEED). ``media`` holds the bytes of each picture; the placeholder ids in
     ``prompt_token_ids`` are the same for every picture. ``cache_seed`` is -1 for text,
-    else a 64-bit digest of the media (see ``reference.rules.keys.media_cache_seed``).
+    else a 64-bit digest of the media (see ``kvfault.reference.rules.keys.media_cache_seed``).
     """
 
     req_id: str

@@ -21,7 +21,11 @@ from collections import Counter
 from pathlib import Path
 
 # Area of a mutant by its module prefix; "core" is the reference stack the target is on.
-AREAS = (("reference.", "core (reference/)"), ("fakes.", "fakes/"), ("faults.", "injectors"))
+AREAS = (
+    ("kvfault.reference.", "core (reference/)"),
+    ("kvfault.fakes.", "fakes/"),
+    ("kvfault.faults.", "injectors"),
+)
 DETECTED = {"killed", "timeout", "segfault"}
 UNDETECTED = {"survived", "no tests"}
 

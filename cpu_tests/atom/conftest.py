@@ -9,7 +9,7 @@ import importlib.util
 
 import pytest
 
-from faults.atom.source import AtomSource, AtomSourceMissing
+from kvfault.faults.atom.source import AtomSource, AtomSourceMissing
 
 
 def _missing() -> str | None:

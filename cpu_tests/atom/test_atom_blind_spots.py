@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from faults.atom import catalog
-from faults.atom.executor import atom_executor
-from faults.campaign.execute import run_case
+from kvfault.faults.atom import catalog
+from kvfault.faults.atom.executor import atom_executor
+from kvfault.faults.campaign.execute import run_case
 
 CONNECTOR = "atom/kv_transfer/offload/dense/connector.py"
 REPORTS_FAILED = ("            if loaded:\n", "            if loaded and False:\n")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from faults.atom import boundary
+from kvfault.faults.atom import boundary
 
 
 def _segments(num_blocks: int = 6):

@@ -15,7 +15,7 @@ import tempfile
 
 import pytest
 
-from faults.atom.catalog import ROWS
+from kvfault.faults.atom.catalog import ROWS
 
 # row -> the property its FAIL names at ffdf3bb5d (docs/atom/findings.md)
 FINDINGS = {
@@ -73,7 +73,7 @@ def _campaign(
         [
             sys.executable,
             "-m",
-            "faults.cli",
+            "kvfault.faults.cli",
             "run",
             "--tier",
             "atom",

@@ -20,7 +20,7 @@ def _probe(atom_src: str, body: str) -> dict:
         textwrap.dedent(
             """
         import json, sys, tempfile
-        from faults.atom import boundary
+        from kvfault.faults.atom import boundary
         boundary.install_all(tempfile.mkdtemp())
         """
         )
@@ -40,9 +40,9 @@ import ast, functools, inspect, itertools
 from types import SimpleNamespace
 import numpy as np
 from atom.model_engine.scheduler import ScheduledBatch
-from faults.atom.runner_rules import RUNNER_MODULE, pure_middle_chunk_rule
-from faults.atom.scheduler import SchedulerProcess
-from faults.atom.spec import AtomRequest, ServerSpec
+from kvfault.faults.atom.runner_rules import RUNNER_MODULE, pure_middle_chunk_rule
+from kvfault.faults.atom.scheduler import SchedulerProcess
+from kvfault.faults.atom.spec import AtomRequest, ServerSpec
 
 rule = pure_middle_chunk_rule()
 

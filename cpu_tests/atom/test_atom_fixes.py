@@ -1,5 +1,5 @@
 """The candidate fixes of ATOM's findings (``--atom-fix``) and their proof on one commit
-(``faults.atom.fix_proof``): every fix names a row, an unknown fix is one line and exit
+(``kvfault.faults.atom.fix_proof``): every fix names a row, an unknown fix is one line and exit
 2, and a proof flips its row with the recorded path, or says NOT FIXED when the fix
 does not fix the row it is run against."""
 
@@ -9,9 +9,9 @@ import os
 import subprocess
 import sys
 
-from faults.atom.catalog import ROWS
-from faults.atom.fixes import FIXES
-from faults.atom.recorded_path import path_difference
+from kvfault.faults.atom.catalog import ROWS
+from kvfault.faults.atom.fixes import FIXES
+from kvfault.faults.atom.recorded_path import path_difference
 
 
 def test_every_fix_is_named_for_a_row_and_names_its_atom_function():
@@ -21,7 +21,7 @@ def test_every_fix_is_named_for_a_row_and_names_its_atom_function():
 
 def test_an_unknown_fix_is_one_line_and_exit_2(atom_src):
     proc = subprocess.run(
-        [sys.executable, "-m", "faults.cli", "run", "--tier", "atom", "--atom-src", atom_src,
+        [sys.executable, "-m", "kvfault.faults.cli", "run", "--tier", "atom", "--atom-src", atom_src,
          "--atom-fix", "nope", "--scenario", "chunk_aligned"],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
@@ -44,7 +44,7 @@ def test_path_difference_groups_lines_by_function_in_spans():
 def test_review_proves_a_fix_on_one_commit_and_the_path_shows(atom_src, tmp_path):
     base, head = tmp_path / "base", tmp_path / "head"
     review = subprocess.run(
-        [sys.executable, "-m", "faults.cli", "review", "-C", atom_src, "HEAD", "HEAD",
+        [sys.executable, "-m", "kvfault.faults.cli", "review", "-C", atom_src, "HEAD", "HEAD",
          "--tier", "atom", "--scenario", "chunk_aligned", "--scenario", "prefix_reuse",
          "--base-args", f"--atom-record-path {base}",
          "--head-args", f"--atom-fix chunk_aligned --atom-record-path {head}"],
@@ -53,7 +53,7 @@ def test_review_proves_a_fix_on_one_commit_and_the_path_shows(atom_src, tmp_path
     assert review.returncode == 0, review.stdout[-3000:] + review.stderr[-2000:]
     assert "**FIXED**: 0 breaking, 1 fixed" in review.stdout
     path = subprocess.run(
-        [sys.executable, "-m", "faults.atom.recorded_path", str(base), str(head),
+        [sys.executable, "-m", "kvfault.faults.atom.recorded_path", str(base), str(head),
          "chunk_aligned", "--atom-src", atom_src],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
@@ -61,7 +61,7 @@ def test_review_proves_a_fix_on_one_commit_and_the_path_shows(atom_src, tmp_path
     # Without the fix the load fails on the partial last chunk and ATOM reports it.
     assert "dense/connector.py" in path.stdout, path.stdout
     missing = subprocess.run(
-        [sys.executable, "-m", "faults.atom.recorded_path", str(base), str(head), "two_servers"],
+        [sys.executable, "-m", "kvfault.faults.atom.recorded_path", str(base), str(head), "two_servers"],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert missing.returncode == 2 and "no recorded run of two_servers" in missing.stderr

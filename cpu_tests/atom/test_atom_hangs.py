@@ -9,12 +9,12 @@ import re
 import shutil
 from pathlib import Path
 
-from faults.atom.executor import atom_executor
-from faults.atom.scenarios import RUN_LIMIT_S
-from faults.atom.scheduler import HANG_GRACE_S
-from faults.campaign import Case, CaseRunner
-from faults.campaign.kinds import scenario_target
-from faults.verdicts import Verdict
+from kvfault.faults.atom.executor import atom_executor
+from kvfault.faults.atom.scenarios import RUN_LIMIT_S
+from kvfault.faults.atom.scheduler import HANG_GRACE_S
+from kvfault.faults.campaign import Case, CaseRunner
+from kvfault.faults.campaign.kinds import scenario_target
+from kvfault.faults.verdicts import Verdict
 
 
 def patched_copy(atom_src: str, dest: Path, path: str, old: str, new: str) -> Path:
@@ -69,7 +69,7 @@ def test_an_import_that_blocks_is_one_line_and_exit_2(atom_src, tmp_path):
         "from __future__ import annotations\nimport time\ntime.sleep(3600)\n",
     )  # fmt: skip
     env = {**os.environ, "TMPDIR": str(tmp_path)}
-    cmd = [sys.executable, "-m", "faults.cli", "run", "--tier", "atom", "--atom-src", str(src),
+    cmd = [sys.executable, "-m", "kvfault.faults.cli", "run", "--tier", "atom", "--atom-src", str(src),
            "--scenario", "prefix_reuse", "--no-progress"]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=280)
     assert proc.returncode == 2, proc.stderr

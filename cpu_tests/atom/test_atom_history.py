@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from faults.atom.catalog import ROWS
+from kvfault.faults.atom.catalog import ROWS
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "atom" / "history.md"
 SAMPLE = ("4d0b15f", "9acb084", "7427e05", "15ebe26")  # proved on every run (CI)
@@ -93,8 +93,8 @@ def test_the_reproduction_proves_the_fix(line, atom_src, pytestconfig):
     inner = argv.index("--")
     # The doc's commands, with this interpreter for ``kvfault`` (the console script
     # need not be on PATH in a test environment).
-    cmd = [sys.executable, "-m", "faults.prove", "-C", atom_src, *argv[2:inner], "--"]
-    cmd += [sys.executable, "-m", "faults.cli", *argv[inner + 2 :]]
+    cmd = [sys.executable, "-m", "kvfault.faults.prove", "-C", atom_src, *argv[2:inner], "--"]
+    cmd += [sys.executable, "-m", "kvfault.faults.cli", *argv[inner + 2 :]]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=dict(os.environ))
     reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:  # the proof in the test log

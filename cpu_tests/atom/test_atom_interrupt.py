@@ -50,7 +50,7 @@ def test_sigint_to_the_process_group_leaves_nothing(atom_src, tmp_path, moment):
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     env = {**os.environ, "TMPDIR": str(tmp), "KVFAULT_ATOM_SRC": atom_src}
-    cmd = [sys.executable, "-m", "faults.cli", "run", "--tier", "atom", "--scenario",
+    cmd = [sys.executable, "-m", "kvfault.faults.cli", "run", "--tier", "atom", "--scenario",
            "two_servers", "--no-progress"]  # fmt: skip
     proc = subprocess.Popen(cmd, env=env, cwd=tmp_path, start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
@@ -86,8 +86,8 @@ def test_a_sigint_while_the_host_closes_lets_it_finish(atom_src, tmp_path, monke
     The close runs whole, then the KeyboardInterrupt comes."""
     import tempfile
 
-    from faults.atom.host import AtomHost, Server, ZygotePool
-    from faults.atom.spec import ServerSpec
+    from kvfault.faults.atom.host import AtomHost, Server, ZygotePool
+    from kvfault.faults.atom.spec import ServerSpec
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     # Python's own Ctrl-C handler, whatever an earlier test of the session installed.

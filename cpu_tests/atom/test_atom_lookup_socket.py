@@ -10,12 +10,12 @@ import dataclasses
 
 import pytest
 
-from faults.atom import catalog
-from faults.atom.executor import atom_executor
-from faults.atom.scenarios import LOST_SOCKET_TIMEOUT_MS
-from faults.atom.spec import FaultSpec
-from faults.campaign.execute import run_case
-from reference.trace import Ev
+from kvfault.faults.atom import catalog
+from kvfault.faults.atom.executor import atom_executor
+from kvfault.faults.atom.scenarios import LOST_SOCKET_TIMEOUT_MS
+from kvfault.faults.atom.spec import FaultSpec
+from kvfault.faults.campaign.execute import run_case
+from kvfault.reference.trace import Ev
 
 ROWS = ("lookup_socket_removed", "lookup_socket_stolen")
 

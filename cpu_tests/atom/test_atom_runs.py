@@ -14,13 +14,13 @@ import sys
 
 import pytest
 
-from faults.atom import catalog
-from faults.atom.executor import atom_executor
-from faults.atom.spec import FaultSpec
-from faults.campaign import Case, CaseRunner
-from faults.campaign.execute import run_case
-from faults.campaign.kinds import scenario_target
-from faults.verdicts import Verdict
+from kvfault.faults.atom import catalog
+from kvfault.faults.atom.executor import atom_executor
+from kvfault.faults.atom.spec import FaultSpec
+from kvfault.faults.campaign import Case, CaseRunner
+from kvfault.faults.campaign.execute import run_case
+from kvfault.faults.campaign.kinds import scenario_target
+from kvfault.faults.verdicts import Verdict
 
 
 @pytest.fixture(scope="module")
@@ -52,9 +52,9 @@ def test_a_healthy_reuse_loads_and_passes(executor):
 
 
 def test_a_host_leaves_nothing_behind(executor):
-    from faults.atom.host import AtomHost
-    from faults.atom.spec import ServerSpec
-    from faults.processes import running
+    from kvfault.faults.atom.host import AtomHost
+    from kvfault.faults.atom.spec import ServerSpec
+    from kvfault.faults.processes import running
 
     host = AtomHost(executor.pool)
     server = host.start(ServerSpec("A"))
@@ -88,7 +88,7 @@ def test_run_writes_its_report_and_keeps_to_a_budget(atom_src, tmp_path):
     # hold its row.
     report = tmp_path / "report"
     proc = subprocess.run(
-        [sys.executable, "-m", "faults.cli", "run", "--tier", "atom", "--atom-src", atom_src,
+        [sys.executable, "-m", "kvfault.faults.cli", "run", "--tier", "atom", "--atom-src", atom_src,
          "--scenario", "prefix_reuse", "--seeds", "3", "--budget", "1s",
          "--report", str(report), "--no-progress"],
         capture_output=True, text=True, timeout=600, env=dict(os.environ),
@@ -125,9 +125,9 @@ def test_two_servers_pass_when_the_engine_id_carries_the_port(atom_src, tmp_path
     subprocess.run([*git, "commit", "-qam", "engine id carries the port"], check=True)
     proc = subprocess.run(
         [
-            sys.executable, "-m", "faults.prove", "-C", str(scratch),
+            sys.executable, "-m", "kvfault.faults.prove", "-C", str(scratch),
             "--old", "HEAD~1", "--new", "HEAD", "--expect", "identity: B binds",
-            "--", sys.executable, "-m", "faults.cli", "run", "--tier", "atom",
+            "--", sys.executable, "-m", "kvfault.faults.cli", "run", "--tier", "atom",
             "--atom-src", ".", "--scenario", "two_servers", "--no-progress",
         ],
         capture_output=True, text=True, timeout=600, env=dict(os.environ),
@@ -159,7 +159,7 @@ def test_a_failed_store_is_judged_by_what_atom_promises(executor):
 def test_a_race_row_tells_its_story_on_each_schedule_until_one_violates(executor, monkeypatch):
     """A row that exists for a race runs its schedules in one case (each on a fresh host,
     schedule 0 the plain one); the first run that violates a property is the case's."""
-    from faults.atom import executor as executor_module
+    from kvfault.faults.atom import executor as executor_module
 
     told: list[int] = []
     story = dataclasses.replace(
@@ -176,8 +176,8 @@ def test_a_race_row_tells_its_story_on_each_schedule_until_one_violates(executor
 
 
 def test_schedules_draw_their_own_prompts_and_jitter_the_worker():
-    from faults.atom.host import AtomHost
-    from faults.atom.scenarios import AtomRun
+    from kvfault.faults.atom.host import AtomHost
+    from kvfault.faults.atom.scenarios import AtomRun
 
     host = AtomHost.__new__(AtomHost)
     plain, other = AtomRun(host, 0), AtomRun(host, 0, schedule=1)
@@ -187,7 +187,7 @@ def test_schedules_draw_their_own_prompts_and_jitter_the_worker():
 @pytest.mark.parametrize("value", ["0", "x", "21"])
 def test_a_bad_schedule_count_is_one_line_and_exit_2(atom_src, value):
     proc = subprocess.run(
-        [sys.executable, "-m", "faults.cli", "run", "--tier", "atom", "--atom-src", atom_src,
+        [sys.executable, "-m", "kvfault.faults.cli", "run", "--tier", "atom", "--atom-src", atom_src,
          "--atom-schedules", value, "--scenario", "one_token"],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from faults.atom import catalog
-from faults.atom.executor import atom_executor
-from faults.campaign.execute import run_case
-from reference.trace import Ev
+from kvfault.faults.atom import catalog
+from kvfault.faults.atom.executor import atom_executor
+from kvfault.faults.campaign.execute import run_case
+from kvfault.reference.trace import Ev
 
 CONNECTOR = "atom/kv_transfer/offload/dense/connector.py"
 SAVES_PARTIAL = (

@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from faults.atom import catalog
-from faults.atom.executor import atom_executor
-from faults.atom.spec import FaultSpec
-from faults.campaign import Case, CaseRunner
-from faults.campaign.execute import run_case
-from faults.campaign.kinds import scenario_target
-from faults.verdicts import Verdict
+from kvfault.faults.atom import catalog
+from kvfault.faults.atom.executor import atom_executor
+from kvfault.faults.atom.spec import FaultSpec
+from kvfault.faults.campaign import Case, CaseRunner
+from kvfault.faults.campaign.execute import run_case
+from kvfault.faults.campaign.kinds import scenario_target
+from kvfault.faults.verdicts import Verdict
 
 OLD_FIELDS = "9bed95e^"  # the last commit whose offload loads come as finished_recving
 

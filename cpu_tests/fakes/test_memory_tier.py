@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from fakes import MemoryTier, VirtualClock
-from reference import Geometry, OperationId, OpKind
-from reference.interfaces import LookupQuery
-from reference.rules import chunk_keys
+from kvfault.fakes import MemoryTier, VirtualClock
+from kvfault.reference import Geometry, OperationId, OpKind
+from kvfault.reference.interfaces import LookupQuery
+from kvfault.reference.rules import chunk_keys
 
 GEO = Geometry(16, 64, 256, 256)  # 4 blocks per chunk
 IDS = tuple(range(500, 500 + 300))

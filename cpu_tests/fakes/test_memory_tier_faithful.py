@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from fakes import MemoryTier, VirtualClock
-from reference import Geometry, OperationId, OpKind
-from reference.interfaces import LookupQuery
+from kvfault.fakes import MemoryTier, VirtualClock
+from kvfault.reference import Geometry, OperationId, OpKind
+from kvfault.reference.interfaces import LookupQuery
 
 GEO = Geometry(16, 64, 256, 256)  # 4 blocks per chunk
 CS = GEO.chunk_size

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from fakes import ConstantForwardTimer, DeterministicModel, SimKvPages
-from reference import Geometry, Request
+from kvfault.fakes import ConstantForwardTimer, DeterministicModel, SimKvPages
+from kvfault.reference import Geometry, Request
 
 GEO = Geometry(16, 64, 256, 256)
 IDS = tuple(range(3000, 3000 + 200))  # 12 full blocks + 8 tokens

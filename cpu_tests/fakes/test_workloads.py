@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from fakes.workloads import (
+from kvfault.fakes.workloads import (
     IMAGE_PLACEHOLDER_ID,
     VOCAB_BASE,
     VOCAB_SIZE,
@@ -23,8 +23,8 @@ from fakes.workloads import (
     token_id,
     tokenize,
 )
-from reference.rules import media_cache_seed
-from reference.types import TEXT_CACHE_SEED
+from kvfault.reference.rules import media_cache_seed
+from kvfault.reference.types import TEXT_CACHE_SEED
 
 ROOT = Path(__file__).resolve().parents[2]
 UUID_ID = re.compile(
@@ -140,7 +140,7 @@ def test_resend_keeps_prompt_and_media():
 
 _PROBE = """
 import hashlib
-from fakes import Workloads
+from kvfault.fakes import Workloads
 w = Workloads(9)
 parts = [w.gsm8k_fewshot(3), w.multimodal_same_text(2), w.burst(4, 300)]
 h = hashlib.sha256(repr([p.requests for p in parts]).encode()).hexdigest()
@@ -167,7 +167,7 @@ def test_workloads_do_not_depend_on_pythonhashseed():
 def test_a_workload_drawn_again_is_the_same_and_leaves_the_generators_where_drawing_would():
     """A re-run draws from remembered workloads; what it is handed, and every draw after
     it, equals a fresh draw."""
-    from fakes import workloads as wl
+    from kvfault.fakes import workloads as wl
 
     def story(w: Workloads):
         return w.burst(3, 64), w.gsm8k_fewshot(2, prefix_tokens=64), w.request_id(), w.words(5)

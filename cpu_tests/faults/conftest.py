@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
-from faults.injectors import INJECTORS
-from faults.runs import finishes
+from kvfault.faults.injectors import INJECTORS
+from kvfault.faults.runs import finishes
 
 
 @pytest.fixture

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from faults import cli
-from faults.campaign import Case, fault_target, regression_target
-from faults.campaign.artifacts import ArtifactError, read_artifact, write_artifact
+from kvfault.faults import cli
+from kvfault.faults.campaign import Case, fault_target, regression_target
+from kvfault.faults.campaign.artifacts import ArtifactError, read_artifact, write_artifact
 
 
 def one_line(capsys, argv: list[str]) -> str:
@@ -62,7 +62,7 @@ def test_budget_with_and_without_a_unit_parse_alike(capsys, tmp_path, monkeypatc
     a = one_line(capsys, ["run", "--budget", "-5s"])
     b = one_line(capsys, ["run", "--budget=-5s"])
     assert a == b
-    from faults.argtypes import duration
+    from kvfault.faults.argtypes import duration
 
     assert duration("5") == duration("5s") == 5.0
 
@@ -84,9 +84,9 @@ def test_n_is_capped_at_the_work_there_is(monkeypatch):
         seen["workers"], seen["items"] = workers, len(items)
         return [], ""
 
-    monkeypatch.setattr("faults.campaign.xdist.fan_out", fake_fan_out)
-    from faults.campaign.session import run_session
-    from faults.campaign.xdist import Xdist
+    monkeypatch.setattr("kvfault.faults.campaign.xdist.fan_out", fake_fan_out)
+    from kvfault.faults.campaign.session import run_session
+    from kvfault.faults.campaign.xdist import Xdist
 
     run_session([regression_target("media_keys")], [0, 1], Xdist(workers="64"))
     assert seen == {"workers": "2", "items": 2}

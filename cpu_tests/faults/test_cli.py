@@ -11,18 +11,18 @@ from pathlib import Path
 
 import pytest
 
-from faults import SCENARIOS, cli
-from faults.atom.catalog import FAULTS as ATOM_FAULTS
-from faults.atom.catalog import ROWS as ATOM_ROWS
-from faults.errors import KvfaultError, UsageError
-from faults.injectors import INJECTORS
-from faults.lmcache.wire_faults import WIRE_FAULTS
-from faults.properties import PROPERTIES, Violation
-from faults.regressions import REGRESSIONS
-from faults.safe_io import NotARegularFile
-from faults.vllm.catalog import FAULTS as VLLM_FAULTS
-from faults.vllm.catalog import ROWS as VLLM_ROWS
-from reference import Rules
+from kvfault.faults import SCENARIOS, cli
+from kvfault.faults.atom.catalog import FAULTS as ATOM_FAULTS
+from kvfault.faults.atom.catalog import ROWS as ATOM_ROWS
+from kvfault.faults.errors import KvfaultError, UsageError
+from kvfault.faults.injectors import INJECTORS
+from kvfault.faults.lmcache.wire_faults import WIRE_FAULTS
+from kvfault.faults.properties import PROPERTIES, Violation
+from kvfault.faults.regressions import REGRESSIONS
+from kvfault.faults.safe_io import NotARegularFile
+from kvfault.faults.vllm.catalog import FAULTS as VLLM_FAULTS
+from kvfault.faults.vllm.catalog import ROWS as VLLM_ROWS
+from kvfault.reference import Rules
 
 
 @pytest.fixture(autouse=True)
@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def kvfault(*args: str, cwd: Path = ROOT, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "faults.cli", *args],
+        [sys.executable, "-m", "kvfault.faults.cli", *args],
         cwd=cwd,
         capture_output=True,
         text=True,
@@ -51,10 +51,10 @@ def kvfault(*args: str, cwd: Path = ROOT, timeout: float = 120) -> subprocess.Co
 @pytest.mark.parametrize(
     "code",
     [
-        "import faults.cli",
-        "import faults.cli; faults.cli.build_parser()",
-        "import faults.sweep, faults.fanout, faults.campaign.xdist, faults.pytest_plugin",
-        "from faults.cli import main; main(['list'])",
+        "import kvfault.faults.cli",
+        "import kvfault.faults.cli; kvfault.faults.cli.build_parser()",
+        "import kvfault.faults.sweep, kvfault.faults.fanout, kvfault.faults.campaign.xdist, kvfault.faults.pytest_plugin",
+        "from kvfault.faults.cli import main; main(['list'])",
     ],
 )
 def test_the_cli_imports_no_torch_zmq_or_faker(code):
@@ -204,19 +204,19 @@ def test_an_error_of_kvfaults_own_is_one_line_and_its_exit_code(
     def command(args):
         raise error
 
-    monkeypatch.setattr("faults.commands.listing.command", command)
+    monkeypatch.setattr("kvfault.faults.commands.listing.command", command)
     assert cli.main(["list"]) == code
     assert capsys.readouterr().err == line
 
 
 def test_an_error_raised_mid_campaign_leaves_no_hang_guard_armed(capsys, monkeypatch):
-    from faults.campaign import hang_guard
+    from kvfault.faults.campaign import hang_guard
 
     def command(args):
         hang_guard.arm_hang_guard(300.0)  # as the in-process campaign does before a case
         raise UsageError("the tier went away")
 
-    monkeypatch.setattr("faults.commands.listing.command", command)
+    monkeypatch.setattr("kvfault.faults.commands.listing.command", command)
     try:
         assert cli.main(["list"]) == 2
         assert hang_guard._guard is None
@@ -379,8 +379,8 @@ def test_repro_draws_a_timeline(tmp_path, capsys):
 
 
 def test_replay_of_a_fault_case(tmp_path, capsys):
-    from faults.campaign import Case, fault_target
-    from faults.report import write_artifact
+    from kvfault.faults.campaign import Case, fault_target
+    from kvfault.faults.report import write_artifact
 
     path = write_artifact(Case(fault_target("fence_failure"), 1), tmp_path)
     assert cli.main(["replay", str(path)]) == 0
@@ -393,8 +393,8 @@ def test_replay_of_a_fault_case(tmp_path, capsys):
 def test_a_replayed_plan_its_command_would_not_run_is_said(tmp_path, capsys):
     # An artifact replays the plan it records (an older kvfault may have drawn another);
     # its printed command draws today's: when the two differ, replay says so.
-    from faults.campaign import Case, fault_target
-    from faults.report import write_artifact
+    from kvfault.faults.campaign import Case, fault_target
+    from kvfault.faults.report import write_artifact
 
     path = write_artifact(Case(fault_target("fence_failure"), 1), tmp_path)
     note = "kvfault: note: the artifact's fault plan is not the one its target draws now"
@@ -456,13 +456,13 @@ def test_the_artifact_is_on_disk_before_a_hanging_case_and_the_hang_dumps_stacks
     script = textwrap.dedent(
         f"""
         import time
-        import faults.campaign.execute
-        from faults.cli import main
+        import kvfault.faults.campaign.execute
+        from kvfault.faults.cli import main
 
         def hang(*args, **kwargs):
             time.sleep(60)
 
-        faults.campaign.execute.run_case = hang
+        kvfault.faults.campaign.execute.run_case = hang
         main(["repro", "media_keys", "--artifacts", {str(tmp_path)!r}, "--timeout", "1"])
         """
     )
@@ -481,9 +481,9 @@ def test_the_artifact_is_on_disk_before_a_hanging_case_and_the_hang_dumps_stacks
 def test_every_listed_name_runs_by_name_or_names_its_tier(capsys):
     # Each name `kvfault list` prints selects on the tiers it lists; on any other tier
     # `kvfault run` answers in one line which --tier it needs (it used to say "unknown").
-    from faults.campaign import select_targets
-    from faults.catalog import entries
-    from faults.tiers import Tiers
+    from kvfault.faults.campaign import select_targets
+    from kvfault.faults.catalog import entries
+    from kvfault.faults.tiers import Tiers
 
     # The tiers the one campaign runs (a tier with its own loop has its own list).
     on_campaign = list(Tiers.installed().names)  # every tier runs on the one campaign
@@ -511,7 +511,7 @@ def test_every_listed_name_runs_by_name_or_names_its_tier(capsys):
 
 
 def test_list_with_a_tier_lists_only_what_runs_on_it(capsys):
-    from faults.catalog import entries
+    from kvfault.faults.catalog import entries
 
     assert cli.main(["list", "--tier", "lmcache"]) == 0
     out = capsys.readouterr().out

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from faults import cli
+from kvfault.faults import cli
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -34,7 +34,7 @@ def _env() -> dict[str, str]:
 
 def kvfault(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "faults.cli", *args],
+        [sys.executable, "-m", "kvfault.faults.cli", *args],
         cwd=cwd,
         env=_env(),
         capture_output=True,
@@ -113,7 +113,7 @@ def test_an_artifacts_path_under_a_file(tmp_path):
 def test_repro_where_nothing_can_be_written():
     """/proc takes no new directories, not even from root: a read-only place for anyone."""
     out = subprocess.run(
-        [sys.executable, "-m", "faults.cli", "repro", "media_keys"],
+        [sys.executable, "-m", "kvfault.faults.cli", "repro", "media_keys"],
         cwd="/proc", env=_env(), capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     one_error_line(out, ".kvfault")
@@ -162,7 +162,7 @@ def test_a_closed_pipe_is_no_traceback(tmp_path):
     """`kvfault list | head -1`: the reader is gone before the listing is written (the
     listing is smaller than a pipe's buffer, so it must be gone before, not after)."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "faults.cli", "list"],
+        [sys.executable, "-m", "kvfault.faults.cli", "list"],
         cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
     proc.stdout.close()
@@ -205,7 +205,7 @@ def _interrupt(args: list[str], cwd: Path, ready, min_children: int = 0) -> tupl
     descendants run, send SIGINT to it alone (not its group), and return its exit
     status and stderr after checking that none of its descendants outlived it."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "faults.cli", *args],
+        [sys.executable, "-m", "kvfault.faults.cli", *args],
         cwd=cwd, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )  # fmt: skip
     fd = proc.stderr.fileno()
@@ -282,8 +282,8 @@ def test_ctrl_c_during_a_sweep_on_xdist_workers_leaves_no_process(tmp_path):
 
 
 def test_ctrl_c_during_repro_and_replay(tmp_path):
-    from faults.campaign.reading import target_from_json
-    from faults.campaign.targets import Case
+    from kvfault.faults.campaign.reading import target_from_json
+    from kvfault.faults.campaign.targets import Case
 
     artifact = tmp_path / ".kvfault" / "artifacts" / "regression-restart_all_over_fix-seed0.json"
     # The artifact is written just before the case runs: interrupt the case itself.
@@ -291,8 +291,8 @@ def test_ctrl_c_during_repro_and_replay(tmp_path):
     _one_interrupt_line(code, err)
     assert not artifact.exists()  # an interrupted case has no verdict: its artifact goes
     # A replay of the same case at 16x its size runs for minutes: interrupt it too.
-    from faults.campaign.artifacts import write_artifact
-    from faults.campaign.kinds import regression_target
+    from kvfault.faults.campaign.artifacts import write_artifact
+    from kvfault.faults.campaign.kinds import regression_target
 
     obj = json.loads(write_artifact(Case(regression_target("restart_all_over_fix"), 0),
                                     artifact.parent).read_text())  # fmt: skip
@@ -313,13 +313,13 @@ def test_a_case_past_timeout_exits_2_with_one_line_and_the_stacks(tmp_path):
     script = textwrap.dedent(
         f"""
         import sys, time
-        import faults.campaign.execute
-        from faults.cli import main
+        import kvfault.faults.campaign.execute
+        from kvfault.faults.cli import main
 
         def hang(*args, **kwargs):
             time.sleep(60)
 
-        faults.campaign.execute.run_case = hang
+        kvfault.faults.campaign.execute.run_case = hang
         sys.exit(main(["repro", "media_keys", "--artifacts", {str(tmp_path)!r}, "--timeout", "1"]))
         """
     )
@@ -417,7 +417,7 @@ def test_in_one_process_a_case_past_timeout_keeps_it_in_its_artifact_for_its_rep
     # The replay of a case that ran past --timeout runs under the same bound (and
     # times out again), unless its own --timeout says otherwise.
     def kvfault(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "faults.cli", *args], cwd=tmp_path,
+        return subprocess.run([sys.executable, "-m", "kvfault.faults.cli", *args], cwd=tmp_path,
                               env={**os.environ, "PYTHONPATH": str(ROOT)},
                               capture_output=True, text=True, timeout=120)  # fmt: skip
 
@@ -438,7 +438,7 @@ def test_in_one_process_a_case_past_timeout_keeps_it_in_its_artifact_for_its_rep
 
 def test_repro_past_its_timeout_records_it_for_the_replay(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "faults.cli", "repro", "restore_deadline_from_submission",
+        [sys.executable, "-m", "kvfault.faults.cli", "repro", "restore_deadline_from_submission",
          "--timeout", "0.01", "--artifacts", "rr"],
         cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},
         capture_output=True, text=True, timeout=120,
@@ -453,9 +453,9 @@ def test_repro_past_its_timeout_records_it_for_the_replay(tmp_path):
 @pytest.mark.parametrize("timeout_s, typed", [(0.001, "0.001"), (600.0, "600"),
                                               (0.0001234567, "0.0001234567"), (1e-320, "1e-320")])  # fmt: skip
 def test_a_replay_line_names_the_very_timeout_its_artifact_records(timeout_s, typed):
-    from faults.campaign import Case
-    from faults.campaign.artifacts import replay_command
-    from faults.campaign.kinds import scenario_target
+    from kvfault.faults.campaign import Case
+    from kvfault.faults.campaign.artifacts import replay_command
+    from kvfault.faults.campaign.kinds import scenario_target
 
     line = replay_command(Case(scenario_target("two_images"), 0), timeout_s)
     assert line.endswith(f" --timeout {typed}") and float(line.split()[-1]) == timeout_s
@@ -492,7 +492,7 @@ def test_a_hash_seed_python_takes_in_another_spelling_is_recorded_as_its_number(
     """Python starts with PYTHONHASHSEED=" 0" or "+0": the replay line and the artifact
     say 0, so the line works in a shell and ``replay`` takes the artifact."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONHASHSEED": given}
-    argv = [sys.executable, "-m", "faults.cli", "run", "--legacy", "hybrid_last_chunk",
+    argv = [sys.executable, "-m", "kvfault.faults.cli", "run", "--legacy", "hybrid_last_chunk",
             "--scenario", "chunk_aligned_hybrid", "--seeds", "1", "--no-progress"]  # fmt: skip
     out = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 1, out.stderr
@@ -500,7 +500,7 @@ def test_a_hash_seed_python_takes_in_another_spelling_is_recorded_as_its_number(
     (artifact,) = (tmp_path / ".kvfault" / "artifacts").glob("*.json")
     assert json.loads(artifact.read_text())["pythonhashseed"] in (0, "0")
     env.pop("PYTHONHASHSEED")
-    again = subprocess.run([sys.executable, "-m", "faults.cli", "replay", str(artifact)],
+    again = subprocess.run([sys.executable, "-m", "kvfault.faults.cli", "replay", str(artifact)],
                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
     assert again.returncode == 1 and "FAIL" in again.stdout, again.stdout + again.stderr
 

@@ -61,7 +61,7 @@ def test_documented_sessions_print_what_the_tool_prints(tmp_path):
     env.pop("KVFAULT_ARTIFACTS", None)
     # The hand-edited artifact the reviewer's guide replays.
     (tmp_path / "bad.json").write_text('{"kvfault_artifact": 1, "seed": "zero"}\n')
-    kv = [sys.executable, "-m", "faults.cli"]
+    kv = [sys.executable, "-m", "kvfault.faults.cli"]
     wrong = []
     for doc, cmd, lines, code in _documented():
         argv = shlex.split(cmd)

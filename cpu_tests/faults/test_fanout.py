@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from faults.fanout import FanoutError, WorkItem, fan_out, tx_arg, workers_arg
+from kvfault.faults.fanout import FanoutError, WorkItem, fan_out, tx_arg, workers_arg
 
 
 def test_results_come_back_in_item_order_with_each_failure_explained():

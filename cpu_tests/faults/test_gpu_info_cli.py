@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from faults.cli import main
+from kvfault.faults.cli import main
 
 
 def test_without_a_device_it_says_why_in_one_line(capsys):

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from faults.campaign import Case, regression_target
-from faults.campaign.artifacts import (
+from kvfault.faults.campaign import Case, regression_target
+from kvfault.faults.campaign.artifacts import (
     ArtifactError,
     artifact_path,
     drop_artifact,
@@ -23,7 +23,7 @@ from faults.campaign.artifacts import (
     stage_artifact,
     write_artifact,
 )
-from faults.safe_io import NotARegularFile, read_bounded, write_atomic
+from kvfault.faults.safe_io import NotARegularFile, read_bounded, write_atomic
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -62,7 +62,7 @@ def test_replay_of_a_link_to_a_device_is_one_line_not_a_read_until_oom(tmp_path,
     out = _limited(
         f"""
         import sys
-        from faults import cli
+        from kvfault.faults import cli
         sys.exit(cli.main(["replay", {str(link)!r}]))
         """,
         tmp_path,
@@ -80,7 +80,7 @@ def test_replay_of_a_fifo_does_not_block(tmp_path):
     out = _limited(
         f"""
         import sys
-        from faults import cli
+        from kvfault.faults import cli
         sys.exit(cli.main(["replay", {str(fifo)!r}]))
         """,
         tmp_path,
@@ -128,8 +128,8 @@ def test_stage_artifact_over_a_planted_link_to_dev_zero_neither_reads_nor_follow
     out = _limited(
         f"""
         from pathlib import Path
-        from faults.campaign import Case, regression_target
-        from faults.campaign.artifacts import artifact_path, drop_artifact, stage_artifact
+        from kvfault.faults.campaign import Case, regression_target
+        from kvfault.faults.campaign.artifacts import artifact_path, drop_artifact, stage_artifact
         d = Path({str(tmp_path)!r})
         case = Case(regression_target("side_chain_seed"), 0)
         artifact_path(case, d).symlink_to("/dev/zero")
@@ -211,8 +211,8 @@ def test_temporary_files_are_private(tmp_path, monkeypatch):
 _WRITER = """
 import sys
 from pathlib import Path
-from faults.campaign import Case, regression_target
-from faults.campaign.artifacts import write_artifact
+from kvfault.faults.campaign import Case, regression_target
+from kvfault.faults.campaign.artifacts import write_artifact
 d = Path(sys.argv[1])
 cases = [Case(regression_target("side_chain_seed"), s) for s in range(5)]
 for i in range(300):
@@ -240,8 +240,8 @@ def test_four_processes_writing_artifacts_into_one_directory_all_succeed(tmp_pat
 _STAGER = """
 import sys
 from pathlib import Path
-from faults.campaign import Case, regression_target
-from faults.campaign.artifacts import drop_artifact, keep_artifact, stage_artifact
+from kvfault.faults.campaign import Case, regression_target
+from kvfault.faults.campaign.artifacts import drop_artifact, keep_artifact, stage_artifact
 d, failing = Path(sys.argv[1]), int(sys.argv[2])
 for round in range(40):
     for s in range(4):
@@ -295,7 +295,7 @@ def test_a_staged_artifact_outlives_a_crash_and_a_later_pass_keeps_it(tmp_path):
 
 
 def test_six_concurrent_campaigns_in_one_directory_lose_nothing(tmp_path):
-    cmd = [sys.executable, "-m", "faults.cli", "run", "--regression", "side_chain_seed",
+    cmd = [sys.executable, "-m", "kvfault.faults.cli", "run", "--regression", "side_chain_seed",
            "--seeds", "12", "-j", "1", "--no-progress"]  # fmt: skip
     procs = [
         subprocess.Popen(

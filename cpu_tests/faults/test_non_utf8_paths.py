@@ -18,7 +18,7 @@ def kvfault(cwd: Path, *args: str | bytes) -> subprocess.CompletedProcess[bytes]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONIOENCODING": "utf-8:strict",
            "LC_ALL": "C.UTF-8", "PYTHONHASHSEED": "0"}  # fmt: skip
     env.pop("KVFAULT_ATOM_SRC", None)
-    return subprocess.run([sys.executable, "-m", "faults.cli", *args], cwd=cwd, env=env,
+    return subprocess.run([sys.executable, "-m", "kvfault.faults.cli", *args], cwd=cwd, env=env,
                           capture_output=True, timeout=300)  # fmt: skip
 
 

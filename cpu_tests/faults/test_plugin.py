@@ -21,10 +21,10 @@ def test_fixtures_build_a_world_an_engine_and_a_scenario(pytester):
     result = _run(
         pytester,
         """
-        from fakes import VirtualClock
-        from fakes import SimWorld
-        from reference.stack import Engine, EngineConfig
-        from reference import Rules
+        from kvfault.fakes import VirtualClock
+        from kvfault.fakes import SimWorld
+        from kvfault.reference.stack import Engine, EngineConfig
+        from kvfault.reference import Rules
 
         def test_clock_and_world(kv_clock, kv_world):
             assert isinstance(kv_clock, VirtualClock) and kv_clock.now() == 0.0
@@ -85,7 +85,7 @@ def test_kv_regression_swaps_in_legacy_rules(pytester):
     result = _run(
         pytester,
         """
-        from faults.regressions import REGRESSIONS
+        from kvfault.faults.regressions import REGRESSIONS
 
         def test_rules(kv_rules, kv_scenario):
             assert kv_rules == REGRESSIONS["hybrid_last_chunk"].rules
@@ -181,7 +181,7 @@ def test_a_failing_kvfault_test_prints_its_replay_line(pytester, monkeypatch):
 
 _REPLAYED = """
 import pytest
-from faults.injectors.plans import FaultPlan, FaultSpec
+from kvfault.faults.injectors.plans import FaultPlan, FaultSpec
 
 @pytest.mark.parametrize("name", ["restart_burst", "two_images"])
 def test_fault(kv_scenario, name):
@@ -220,7 +220,7 @@ def test_a_replay_line_names_a_kvfault_command_only_where_one_reruns_the_same_ca
 
 
 def test_a_plain_scenario_line_reruns_the_same_row(pytester, monkeypatch, capsys):
-    from faults.cli import main
+    from kvfault.faults.cli import main
 
     monkeypatch.setenv("PYTHONHASHSEED", "0")
     source = "def test_x(kv_scenario):\n    kv_scenario('two_images')\n    assert False\n"
@@ -248,7 +248,7 @@ def test_kv_scenario_runs_a_plan_as_the_campaign_does(pytester):
         pytester,
         """
         import pytest
-        from faults.catalog import UnknownName
+        from kvfault.faults.catalog import UnknownName
 
         def test_fires(kv_scenario):
             r = kv_scenario("small_restart_burst")
@@ -274,7 +274,7 @@ def test_a_fault_that_never_fired_warns_not_exercised(pytester):
     result.stdout.fnmatch_lines(["*NotExercised: kvfault: lost_completion never fired in "
                                  "two_images (seed 0): NOT EXERCISED*"])  # fmt: skip
     strict = _run(pytester, source, "--kv-fault", "lost_completion",
-                  "-W", "error::faults.pytest_plugin.NotExercised")  # fmt: skip
+                  "-W", "error::kvfault.faults.pytest_plugin.NotExercised")  # fmt: skip
     strict.assert_outcomes(failed=1)
 
 
@@ -315,7 +315,7 @@ def test_hashseed_sweep_option_reruns_the_session_per_seed(pytester):
 
 def test_plugin_import_pulls_in_no_torch_zmq_or_faker():
     code = (
-        "import sys, faults.pytest_plugin\n"
+        "import sys, kvfault.faults.pytest_plugin\n"
         "print(sorted(m for m in ('torch', 'zmq', 'faker') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -408,7 +408,7 @@ def test_no_kvfault_line_for_a_call_no_command_reruns(pytester, monkeypatch):
     monkeypatch.setenv("PYTHONHASHSEED", "0")
     source = """
         import pytest
-        from faults.catalog import UnknownName
+        from kvfault.faults.catalog import UnknownName
 
         def test_x(kv_scenario):
             kv_scenario("two_images", properties=["correctness"])

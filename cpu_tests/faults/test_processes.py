@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from faults.processes import running, stop_group
+from kvfault.faults.processes import running, stop_group
 
 
 def _group_leader() -> subprocess.Popen[bytes]:
@@ -75,7 +75,7 @@ def test_stop_descendants_returns_once_the_killed_have_ended():
     # A child that ignores SIGTERM and holds 1 GiB: after its SIGKILL it takes a while to
     # end. What runs next (removing a killed worker's ipc directory, which needs its
     # maker gone) must see it gone; before, the call returned with the child still there.
-    from faults.processes import stop_descendants
+    from kvfault.faults.processes import stop_descendants
 
     child = subprocess.Popen(
         [
@@ -97,7 +97,7 @@ def test_stop_descendants_returns_once_the_killed_have_ended():
 
 
 def test_wait_ended_returns_only_what_still_runs_when_its_bound_passes():
-    from faults.processes import wait_ended
+    from kvfault.faults.processes import wait_ended
 
     quick = subprocess.Popen([sys.executable, "-c", "pass"])
     slow = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
@@ -140,7 +140,7 @@ def _swallowed(install: str, sig: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_a_workers_sigterm_swallowed_in_a_weakref_callback_still_unwinds_it():
-    done = _swallowed("from faults.campaign.pool import stop_on_sigterm\nstop_on_sigterm()",
+    done = _swallowed("from kvfault.faults.campaign.pool import stop_on_sigterm\nstop_on_sigterm()",
                       "SIGTERM")  # fmt: skip
     assert done.stdout == "callback done\nunwound\n", done.stdout + done.stderr
     assert done.returncode == 128 + signal.SIGTERM and done.stderr == ""
@@ -148,7 +148,7 @@ def test_a_workers_sigterm_swallowed_in_a_weakref_callback_still_unwinds_it():
 
 def test_a_commands_signal_swallowed_in_a_weakref_callback_still_interrupts_it():
     install = (
-        "from faults.processes import Interrupted, Signals\n"
+        "from kvfault.faults.processes import Interrupted, Signals\n"
         "Signals().install()\n"
         "sys.excepthook = lambda t, e, tb: (print(f'Interrupted {e.signum}', file=sys.stderr),"
         " sys.exit(128 + e.signum)) if isinstance(e, Interrupted) else sys.__excepthook__(t, e, tb)"
@@ -163,7 +163,7 @@ def test_a_commands_signal_swallowed_in_a_weakref_callback_still_interrupts_it()
 
 def test_an_unraisable_that_is_no_stop_still_reaches_the_previous_hook():
     install = (
-        "from faults.processes import SwallowedStops\n"
+        "from kvfault.faults.processes import SwallowedStops\n"
         "SwallowedStops(lambda exc: None).install()\n"
         "class Noisy:\n"
         "    def __del__(self): raise ValueError('from __del__')\n"
@@ -178,7 +178,7 @@ def test_a_signal_inside_deferred_is_raised_when_the_block_ends_and_a_second_is_
     """``Signals.deferred`` (prove's worktrees): the block runs to its end, then the
     held signal raises ``Interrupted``; while that one's cleanup runs (deferred again),
     another signal is not raised into it."""
-    from faults.processes import Interrupted, Signals
+    from kvfault.faults.processes import Interrupted, Signals
 
     signals = Signals()
     signals.install()
@@ -197,21 +197,21 @@ def test_a_signal_inside_deferred_is_raised_when_the_block_ends_and_a_second_is_
     assert steps == ["block ran on", "cleanup ran on"]
 
 
-@pytest.mark.parametrize("module", ["faults.entry", "faults.processes"])
+@pytest.mark.parametrize("module", ["kvfault.faults.entry", "kvfault.faults.processes"])
 def test_the_command_can_install_its_handlers_before_importing_the_stack(module):
     """``kvfault`` blocks the stop signals and installs ``Signals`` first (a signal
-    during its imports is one line): its entry and ``faults.processes`` import the
+    during its imports is one line): its entry and ``kvfault.faults.processes`` import the
     stdlib and no module of kvfault's but the two stdlib-only ones they name."""
     code = (
         f"import sys, {module}\n"
-        "print(sorted(m for m in sys.modules if m.split('.')[0] in "
-        "('reference', 'faults', 'fakes')))\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'kvfault'))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60, check=True).stdout  # fmt: skip
-    expected = ["faults", "reference", "reference._lazy", "reference.signals"]
-    if module == "faults.processes":
-        expected += ["faults.processes", "reference.pids"]
+    expected = ["kvfault", "kvfault.faults", "kvfault.reference", "kvfault.reference._lazy",
+                "kvfault.reference.signals"]  # fmt: skip
+    if module == "kvfault.faults.processes":
+        expected += ["kvfault.faults.processes", "kvfault.reference.pids"]
     else:
-        expected += ["faults.entry"]
+        expected += ["kvfault.faults.entry"]
     assert out == f"{sorted(expected)}\n", out

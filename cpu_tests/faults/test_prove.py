@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from faults import prove as prove_mod
-from faults.prove import ProofResult, SideRun, Verdict, decide, main, prove
+from kvfault.faults import prove as prove_mod
+from kvfault.faults.prove import ProofResult, SideRun, Verdict, decide, main, prove
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -92,8 +92,8 @@ def broken_to_fixed(repo: Path, *args: str) -> int:
 
 
 def module_argv(repo: Path, *args: str) -> list[str]:
-    """``python -m faults.prove -C REPO ARGS``: the proof in a process of its own."""
-    return [sys.executable, "-m", "faults.prove", "-C", str(repo), *args]
+    """``python -m kvfault.faults.prove -C REPO ARGS``: the proof in a process of its own."""
+    return [sys.executable, "-m", "kvfault.faults.prove", "-C", str(repo), *args]
 
 
 def verdict_line(out: str) -> str:
@@ -588,7 +588,7 @@ def test_argparse_keeps_double_dash() -> None:
 def test_an_expect_that_backtracks_for_ever_is_an_error_not_a_hang(
     repo: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import faults.prove as prove_module
+    import kvfault.faults.prove as prove_module
 
     monkeypatch.setattr(prove_module, "EXPECT_SEARCH_S", 0.5)
     rc = cli(repo, "--old", "broken", "--new", "fixed", "--expect", "(a+)+$", "--",
@@ -659,7 +659,15 @@ def test_a_sides_artifact_line_names_a_file_that_outlives_the_proof(
     and named by absolute path; without it, none is named by a path that is gone. An
     exported KVFAULT_ARTIFACTS does not make the two sides share one directory."""
     monkeypatch.setenv("KVFAULT_ARTIFACTS", str(tmp_path / "shared"))
-    cmd = [sys.executable, "-m", "faults.cli", "repro", "load_bound_without_restart", "--seed", "0"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "kvfault.faults.cli",
+        "repro",
+        "load_bound_without_restart",
+        "--seed",
+        "0",
+    ]
     keep = tmp_path / "kept"
     monkeypatch.chdir(repo)  # the reviewer's place: a relative path would be read from here
     # Both sides pass (repro's FIXED is exit 0): NOT REPRODUCED; the artifacts are the point.

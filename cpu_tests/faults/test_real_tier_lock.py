@@ -11,7 +11,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from faults.lmcache.server import RealTierLock
+from kvfault.faults.lmcache.server import RealTierLock
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -19,7 +19,7 @@ HOLD = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from faults.lmcache.server import RealTierLock
+    from kvfault.faults.lmcache.server import RealTierLock
     lock = RealTierLock(path=Path(sys.argv[1])).acquire()
     print("held", flush=True)
     time.sleep(float(sys.argv[2]))
@@ -29,7 +29,7 @@ WAIT = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from faults.lmcache.server import RealTierLock
+    from kvfault.faults.lmcache.server import RealTierLock
     t0 = time.monotonic()
     with RealTierLock(path=Path(sys.argv[1])):
         print(f"got it after {time.monotonic() - t0:.1f}s", flush=True)

@@ -22,7 +22,7 @@ def kvfault(*args: str, cwd: Path, hashseed: str | None = None) -> subprocess.Co
     if hashseed is not None:
         env["PYTHONHASHSEED"] = hashseed
     return subprocess.run(
-        [sys.executable, "-m", "faults.cli", *args],
+        [sys.executable, "-m", "kvfault.faults.cli", *args],
         capture_output=True, text=True, cwd=cwd, env=env, timeout=300,
     )  # fmt: skip
 

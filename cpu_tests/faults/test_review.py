@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from faults import review_diff as rd
-from faults.review_diff import Row, decide, diff, finding_anchor, markdown
-from faults.verdicts import Verdict
+from kvfault.faults import review_diff as rd
+from kvfault.faults.review_diff import Row, decide, diff, finding_anchor, markdown
+from kvfault.faults.verdicts import Verdict
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -156,10 +156,9 @@ def kv_repo(tmp_path_factory) -> Path:
     error in the command line (unimportable)."""
     repo = tmp_path_factory.mktemp("kv") / "repo"
     repo.mkdir()
-    for part in ("faults", "reference", "fakes", "_backend"):
-        if (ROOT / part).exists():
-            shutil.copytree(ROOT / part, repo / part,
-                            ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+    for part in ("faults", "reference", "fakes", "kvfault"):  # kvfault/: links to the three
+        shutil.copytree(ROOT / part, repo / part, symlinks=True,
+                        ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
     # kvfault's own tiers are declared there: a checkout finds them as they stand.
     shutil.copy(ROOT / "pyproject.toml", repo / "pyproject.toml")
     (repo / "NOTES.md").write_text("notes\n")
@@ -187,7 +186,7 @@ def kv_repo(tmp_path_factory) -> Path:
 def review(
     repo: Path, *args: str, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, "-m", "faults.cli", "review", "-C", str(repo), "-k", "1",
+    argv = [sys.executable, "-m", "kvfault.faults.cli", "review", "-C", str(repo), "-k", "1",
             "--scenario", "two_servers", "--scenario", "two_images", "--seeds", "1", *args]  # fmt: skip
     run_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
     return subprocess.run(argv, cwd=ROOT, env=run_env, capture_output=True, text=True, timeout=600)
@@ -284,7 +283,7 @@ def test_a_stopped_review_removes_its_worktrees(kv_repo, tmp_path):
 
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    argv = [sys.executable, "-m", "faults.cli", "review", "-C", str(kv_repo), "fixed", "broken",
+    argv = [sys.executable, "-m", "kvfault.faults.cli", "review", "-C", str(kv_repo), "fixed", "broken",
             "--seeds", "1", "--fault", "slow_forward", "--scenario", "loaded_restart_burst"]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp)}
     proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE,

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from faults import cli
-from faults.report.progress import Lines, show
+from kvfault.faults import cli
+from kvfault.faults.report.progress import Lines, show
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -57,7 +57,7 @@ def test_a_run_under_xdist_names_no_case_as_running(tmp_path):
     call a case running that has already finished."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     out = subprocess.run(
-        [sys.executable, "-m", "faults.cli", "run", "--scenario", "two_images", "--scenario",
+        [sys.executable, "-m", "kvfault.faults.cli", "run", "--scenario", "two_images", "--scenario",
          "two_servers", "--seeds", "2", "-n", "2"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
@@ -70,7 +70,7 @@ def test_a_run_under_xdist_names_no_case_as_running(tmp_path):
 def test_a_piped_run_prints_few_progress_lines(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     out = subprocess.run(
-        [sys.executable, "-m", "faults.cli", "run", "--regression", "side_chain_seed",
+        [sys.executable, "-m", "kvfault.faults.cli", "run", "--regression", "side_chain_seed",
          "--seeds", "40", "-j", "1"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
@@ -116,7 +116,20 @@ def test_pip_install_leaves_the_checkout_clean(tmp_path):
         cwd=clone, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert out.returncode == 0, out.stdout + out.stderr
-    assert (target / "faults" / "cli.py").exists()
+    assert (target / "kvfault" / "faults" / "cli.py").exists()
+    # One top-level name: `import reference` fails, `import kvfault.faults.cli` works (-S:
+    # no .pth file puts a checkout on sys.path).
+    assert not [name for name in ("reference", "fakes", "faults") if (target / name).exists()]
+    for module, code in (("reference", 1), ("kvfault.faults.cli", 0)):
+        probe = f"import sys; sys.path.insert(0, {str(target)!r}); import {module}"
+        out = subprocess.run(
+            [sys.executable, "-S", "-c", probe],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert out.returncode == code, (module, out.stderr)
     assert status() == before
     # Every hook a build frontend calls, each in a process of its own, then all of them
     # twice in one process (tox keeps one backend process for every env it packages).

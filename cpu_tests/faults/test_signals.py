@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from faults.processes import STOP_SIGNALS, descendants, running
+from kvfault.faults.processes import STOP_SIGNALS, descendants, running
 
 ROOT = Path(__file__).resolve().parents[2]
 PROGRESS = re.compile(r"^kvfault: \d+/\d+ cases|^kvfault prove: (old|new) .* run \d+/\d+ \.\.\.$")
@@ -111,7 +111,7 @@ def test_a_signal_ends_every_mode_in_one_line_leaving_nothing(
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(short_tmpdir)}
     env.pop("PYTHONHASHSEED", None)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "faults.cli", *MODES[mode]],
+        [sys.executable, "-m", "kvfault.faults.cli", *MODES[mode]],
         cwd=work,
         env=env,
         stdout=subprocess.PIPE,
@@ -180,7 +180,7 @@ def test_a_run_removes_the_ipc_directory_of_a_worker_killed_before_it_could(shor
         [
             sys.executable,
             "-c",
-            "import os; from reference.stack.lookup_channel import private_rpc_dir;"
+            "import os; from kvfault.reference.stack.lookup_channel import private_rpc_dir;"
             "print(private_rpc_dir(), flush=True); os._exit(9)",
         ],
         env=env,
@@ -191,7 +191,16 @@ def test_a_run_removes_the_ipc_directory_of_a_worker_killed_before_it_could(shor
     orphan = Path(made.stdout.strip())
     assert made.returncode == 9 and orphan.is_dir() and orphan.parent == short_tmpdir
     run = subprocess.run(
-        [sys.executable, "-m", "faults.cli", "run", "--scenario", "two_servers", "--seeds", "1"],
+        [
+            sys.executable,
+            "-m",
+            "kvfault.faults.cli",
+            "run",
+            "--scenario",
+            "two_servers",
+            "--seeds",
+            "1",
+        ],
         env=env,
         capture_output=True,
         text=True,
@@ -216,7 +225,7 @@ def test_a_signal_that_comes_while_the_command_starts_is_its_one_line(signame, t
     old = signal.pthread_sigmask(signal.SIG_BLOCK, stops)  # the child starts with them held
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-c", "import sys; from faults.entry import main; sys.exit(main())",
+            [sys.executable, "-c", "import sys; from kvfault.faults.entry import main; sys.exit(main())",
              "run", "--scenario", "two_images", "--no-progress"],
             cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
@@ -230,9 +239,9 @@ def test_a_signal_that_comes_while_the_command_starts_is_its_one_line(signame, t
 def test_a_stop_during_the_last_cleanup_is_still_one_line(monkeypatch, capsys):
     """The command is done and removes orphaned ipc directories when the signal comes:
     the stop still ends it with its one line and 128 + signum (not a traceback, not 0)."""
-    from faults import cli
-    from faults.processes import Interrupted
-    from reference.stack import lookup_channel
+    from kvfault.faults import cli
+    from kvfault.faults.processes import Interrupted
+    from kvfault.reference.stack import lookup_channel
 
     def interrupted(**_: object) -> None:
         raise Interrupted(signal.SIGTERM)
@@ -246,12 +255,12 @@ def test_a_stop_during_the_last_cleanup_is_still_one_line(monkeypatch, capsys):
 @pytest.mark.parametrize("program", [True, False])
 def test_a_stop_after_the_command_ended_leaves_its_exit_status(signame, program, tmp_path):
     """The command is done and its process is on its way out when the signal comes: as
-    a program (the console script, ``python -m faults.cli``) its exit status stands;
+    a program (the console script, ``python -m kvfault.faults.cli``) its exit status stands;
     called from Python, the caller's handlers are back and take it."""
     signum = getattr(signal, signame)
     code = (
         "import os, signal, sys\n"
-        "from faults import cli\n"
+        "from kvfault.faults import cli\n"
         # The caller's own handler (the default: it may have started with one ignored).
         f"signal.signal({int(signum)}, signal.SIG_DFL)\n"
         f"code = cli.main(['list', '--faults'], program={program})\n"

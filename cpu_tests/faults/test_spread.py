@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from faults.campaign import fault_target, scenario_target
-from faults.campaign.session import run_campaign, seeds_ran
+from kvfault.faults.campaign import fault_target, scenario_target
+from kvfault.faults.campaign.session import run_campaign, seeds_ran
 
 SELECTION = [
     "--seeds", "2", "--regression", "hybrid_last_chunk", "--fault", "fence_failure",
@@ -27,7 +27,7 @@ def kvfault(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     # but the comparison should not rest on that.
     env = dict(os.environ, PYTHONHASHSEED="0")
     return subprocess.run(
-        [sys.executable, "-m", "faults.cli", *args],
+        [sys.executable, "-m", "kvfault.faults.cli", *args],
         capture_output=True, text=True, cwd=cwd, env=env, timeout=300,
     )  # fmt: skip
 
@@ -67,11 +67,12 @@ def test_a_gateway_in_a_directory_of_its_own_gives_what_one_process_gives(tmp_pa
     one = kvfault("run", *SELECTION, "--report", "one", cwd=tmp_path)
     spread = kvfault(
         "run", *SELECTION, "--tx", f"popen//chdir={far}",
-        *[a for d in ("reference", "fakes", "faults") for a in ("--rsyncdir", os.path.relpath(root / d, tmp_path))],
+        *[a for d in ("kvfault", "reference", "fakes", "faults") for a in ("--rsyncdir", os.path.relpath(root / d, tmp_path))],
         "--report", "far", cwd=tmp_path,
     )  # fmt: skip
     assert spread.returncode == 0, spread.stdout + spread.stderr
     assert (far / "faults" / "fanout.py").exists()  # the tree went there first
+    assert (far / "kvfault" / "faults").resolve() == (far / "faults").resolve()  # links too
     assert table(spread.stdout) == table(one.stdout)
     assert cases(tmp_path / "far") == cases(tmp_path / "one")
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from faults import cli
+from kvfault.faults import cli
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -24,9 +25,9 @@ def _run(script: str, cwd: Path) -> tuple[int, str, str]:
     rc_file = cwd / ".rc"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("PYTHONHASHSEED", None)
-    kv = f"{sys.executable} -m faults.cli"
+    kv = f"{sys.executable} -m kvfault.faults.cli"
     out = subprocess.run(
-        ["sh", "-c", f"{script.replace('kvfault', kv)}; echo $? > {rc_file}"],
+        ["sh", "-c", f"{re.sub(r'^kvfault ', kv + ' ', script)}; echo $? > {rc_file}"],
         cwd=cwd,
         env=env,
         capture_output=True,
@@ -70,7 +71,7 @@ def test_a_closed_stderr_reopened_on_dev_null_is_open_in_children_too(tmp_path):
     child = "import sys, os; os.fstat(2); print('child has fd 2')"
     script = (
         "import subprocess, sys\n"
-        "from faults.streams import guard_streams\n"
+        "from kvfault.faults.streams import guard_streams\n"
         "with guard_streams():\n"
         f"    rc = subprocess.run([sys.executable, '-c', {child!r}]).returncode\n"
         "print('child exit', rc)\n"

@@ -17,7 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from faults.sweep import SeedOutcome, SweepError, SweepResult, format_result, parse_seeds, sweep
+from kvfault.faults.sweep import (
+    SeedOutcome,
+    SweepError,
+    SweepResult,
+    format_result,
+    parse_seeds,
+    sweep,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -27,9 +34,9 @@ ROOT = Path(__file__).resolve().parents[2]
 SPLIT = f"""
 import importlib.util
 
-from faults.regressions import REGRESSIONS
-from reference import Rules
-from faults.campaign import check
+from kvfault.faults.regressions import REGRESSIONS
+from kvfault.reference import Rules
+from kvfault.faults.campaign import check
 
 _spec = importlib.util.spec_from_file_location("hash_order", {str(ROOT / "cpu_tests" / "faults" / "injectors" / "test_hash_order.py")!r})
 hash_order = importlib.util.module_from_spec(_spec)
@@ -112,7 +119,7 @@ def test_kvfault_sweep_reports_each_seed_and_fails_when_one_does(tmp_path):
         "import os\n\ndef test_not_seed_one():\n    assert os.environ['PYTHONHASHSEED'] != '1'\n"
     )
     proc = subprocess.run(
-        [sys.executable, "-m", "faults.cli", "sweep", "--hashseeds", "0-1", "--",
+        [sys.executable, "-m", "kvfault.faults.cli", "sweep", "--hashseeds", "0-1", "--",
          "-q", "-p", "no:cacheprovider", "--noconftest", "test_seed.py"],
         cwd=tmp_path, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
@@ -134,7 +141,7 @@ def test_kvfault_sweep_reports_each_seed_and_fails_when_one_does(tmp_path):
 def test_bad_arguments_exit_2_with_one_line():
     for args in (["--hashseeds", "9-1", "--", "x"], ["--hashseeds", "0-1", "x.py"]):
         proc = subprocess.run(
-            [sys.executable, "-m", "faults.cli", "sweep", *args],
+            [sys.executable, "-m", "kvfault.faults.cli", "sweep", *args],
             capture_output=True,
             text=True,
             cwd=ROOT,
@@ -151,7 +158,7 @@ def test_a_sweep_over_popen_gateways_gives_what_the_plain_sweep_gives(tmp_path):
 
     def statuses(*spread: str) -> list[str]:
         proc = subprocess.run(
-            [sys.executable, "-m", "faults.cli", "sweep", "--hashseeds", "0-1", *spread, "--",
+            [sys.executable, "-m", "kvfault.faults.cli", "sweep", "--hashseeds", "0-1", *spread, "--",
              "test_seed.py", *CHILD[1:]],
             cwd=tmp_path, capture_output=True, text=True, timeout=300,
         )  # fmt: skip

@@ -15,8 +15,8 @@ from typing import Any, Callable, Iterator
 import pytest
 from lmc_util import GEOMETRY, HAVE_LMCACHE, SKIP_REASON
 
-from faults.lmcache import LMCacheServer
-from reference import Geometry
+from kvfault.faults.lmcache import LMCacheServer
+from kvfault.reference import Geometry
 
 
 class _SkippedModule(pytest.Module):
@@ -76,7 +76,7 @@ def fresh_server() -> Iterator[LMCacheServer]:
 @pytest.fixture
 def make_tier() -> Iterator[Callable[..., Any]]:
     """Build ``LMCacheTier``s against a URL; all are closed after the test."""
-    from reference.tiers import LMCacheTier
+    from kvfault.reference.tiers import LMCacheTier
 
     tiers: list[LMCacheTier] = []
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from faults.lmcache.server import INSTALL_HINT, lmcache_available
-from reference import Geometry
-from reference.interfaces import TierReply
+from kvfault.faults.lmcache.server import INSTALL_HINT, lmcache_available
+from kvfault.reference import Geometry
+from kvfault.reference.interfaces import TierReply
 
 HAVE_LMCACHE = lmcache_available()
 SKIP_REASON = f"cpu_tests/lmcache: lmcache is not installed; {INSTALL_HINT}"

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from faults.lmcache.server import (
+from kvfault.faults.lmcache.server import (
     SHM_DIR,
     LMCacheNotInstalled,
     LMCacheServer,
@@ -63,7 +63,7 @@ def _child(tmp_path: Path, body: str, *args: str) -> tuple[subprocess.CompletedP
 
 WRITE_INFO = """
 import json, os
-from faults.lmcache import LMCacheServer
+from kvfault.faults.lmcache import LMCacheServer
 def write_info(s):
     with open(os.environ["KVF_INFO"], "w") as f:
         json.dump({"pid": s.pid, "segment": s.shm_segment, "tmpdir": str(s.tmpdir)}, f)
@@ -200,8 +200,8 @@ def test_a_session_whose_start_fails_leaves_nothing(
 ) -> None:
     import tempfile
 
-    from faults.lmcache.server import LMCacheServerError
-    from faults.lmcache.session import LMCacheSession
+    from kvfault.faults.lmcache.server import LMCacheServerError
+    from kvfault.faults.lmcache.session import LMCacheSession
 
     place = tmp_path / "tmp"
     place.mkdir()
@@ -228,7 +228,7 @@ def test_a_killed_sessions_client_directory_is_swept_by_the_next_start(tmp_path:
     # so a later start sees its owner gone and removes it (it had stayed for ever).
     body = (
         "import json, os, signal, sys\n"
-        "from faults.lmcache.session import LMCacheSession\n"
+        "from kvfault.faults.lmcache.session import LMCacheSession\n"
         "s = LMCacheSession().start()\n"
         "print(json.dumps({'logdir': s._logdir}), flush=True)\n"
         "os.kill(os.getpid(), signal.SIGKILL)\n"

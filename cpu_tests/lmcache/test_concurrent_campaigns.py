@@ -19,7 +19,7 @@ WAIT_LINE = "kvfault: another real-tier campaign (pid "
 def _campaign(cwd: Path) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("PYTHONHASHSEED", None)
-    cmd = [sys.executable, "-m", "faults.cli", "run", "--tier", "lmcache", "--seeds", "1"]
+    cmd = [sys.executable, "-m", "kvfault.faults.cli", "run", "--tier", "lmcache", "--seeds", "1"]
     cmd += ["--fault", "wire_delay_short", "--no-progress"]
     return subprocess.Popen(
         cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True

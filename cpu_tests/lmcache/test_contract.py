@@ -13,9 +13,9 @@ from typing import Any, Callable, Iterator
 import pytest
 from lmc_util import GEOMETRY, SAFETY_NET_S, wait_reply
 
-from reference import OperationId, OpKind, Request
-from reference.interfaces import LookupQuery
-from reference.rules import tier_token_ids
+from kvfault.reference import OperationId, OpKind, Request
+from kvfault.reference.interfaces import LookupQuery
+from kvfault.reference.rules import tier_token_ids
 
 CS, BS = GEOMETRY.chunk_size, GEOMETRY.block_size
 _gen = iter(range(1, 10**9))
@@ -36,8 +36,8 @@ def fingerprints(rng: random.Random, n_tokens: int) -> list[int]:
 @pytest.fixture(params=["memory", "lmcache"])
 def tier(request: pytest.FixtureRequest, make_tier: Callable[..., Any]) -> Iterator[Any]:
     if request.param == "memory":
-        from fakes import MemoryTier
-        from reference.clock import RealClock
+        from kvfault.fakes import MemoryTier
+        from kvfault.reference.clock import RealClock
 
         yield MemoryTier(RealClock(), GEOMETRY, state_grid="chunk", latency_s=1e-4)
     else:
@@ -188,14 +188,14 @@ def test_ids_outside_u32_never_answered(tier: Any) -> None:
 def small_tier(request: pytest.FixtureRequest, make_tier: Callable[..., Any]) -> Iterator[Any]:
     """A tier that holds about a dozen chunks."""
     if request.param == "memory":
-        from fakes import MemoryTier
-        from reference.clock import RealClock
+        from kvfault.fakes import MemoryTier
+        from kvfault.reference.clock import RealClock
 
         yield MemoryTier(RealClock(), GEOMETRY, state_grid="chunk", capacity_chunks=12,
                          latency_s=1e-4)  # fmt: skip
         return
-    from faults.lmcache import LMCacheServer
-    from reference.tiers import KVLayout
+    from kvfault.faults.lmcache import LMCacheServer
+    from kvfault.reference.tiers import KVLayout
 
     # 2 MiB chunks in a 24 MiB pool: about a dozen chunks before the watermark.
     with LMCacheServer(l1_size_gb=24 / 1024) as server:

@@ -12,9 +12,9 @@ from typing import Any, Callable
 import pytest
 from lmc_util import GEOMETRY, SAFETY_NET_S, wait_reply
 
-from faults.lmcache import LMCacheServer, WireFault, WireProxy
-from reference import LoadOp, OperationId, OpKind
-from reference.interfaces import LookupQuery
+from kvfault.faults.lmcache import LMCacheServer, WireFault, WireProxy
+from kvfault.reference import LoadOp, OperationId, OpKind
+from kvfault.reference.interfaces import LookupQuery
 
 CS, BS = GEOMETRY.chunk_size, GEOMETRY.block_size
 NO_REPLY_S = 2.0  # how long "never replies" is watched (the reply normally takes ms)
@@ -109,11 +109,11 @@ def test_killed_server_inflight_futures_never_answered(
 def run_worker_until_stop(tier: Any, ids: tuple[int, ...], start: int, end: int,
                           deadline_s: float = 1.5) -> tuple[Any, float]:  # fmt: skip
     """Drive a RestoreWorker with one load in real time; return (error, seconds)."""
-    from fakes import SimCopyEngine, SimKvPages
-    from reference import Trace, TransferUnprovable
-    from reference.clock import RealClock
-    from reference.rules import RestoreDeadline
-    from reference.stack import QueueChannel, RestoreWorker
+    from kvfault.fakes import SimCopyEngine, SimKvPages
+    from kvfault.reference import Trace, TransferUnprovable
+    from kvfault.reference.clock import RealClock
+    from kvfault.reference.rules import RestoreDeadline
+    from kvfault.reference.stack import QueueChannel, RestoreWorker
 
     clock = RealClock()
     kv = SimKvPages(64)

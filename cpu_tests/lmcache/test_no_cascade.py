@@ -7,7 +7,7 @@ context's I/O thread with a blocking send. A client that gave up on a paused ser
 still holds its unsent request (zmq lingers), so when that server dies the event has
 no reader and the I/O thread blocks for good: with lmcache's default, process-wide
 context, every later client of the process timed out, whatever server it talked to
-(the 30 s tier setups of the issue). ``reference.tiers.lmcache_client.close_client``
+(the 30 s tier setups of the issue). ``kvfault.reference.tiers.lmcache_client.close_client``
 stops the monitor first. ``LMCacheSession.check`` is the second line of defence: it
 replaces a client context or a server that stopped answering before the next run.
 """
@@ -21,12 +21,12 @@ from collections.abc import Iterator
 import pytest
 from lmc_util import GEOMETRY
 
-from faults.campaign.execute import CaseResult, run_case
-from faults.lmcache.executor import LMCacheExecutor
-from faults.lmcache.server import LMCacheServer
-from faults.lmcache.session import LMCacheSession
-from faults.lmcache.wire_faults import WireServerFault
-from reference.tiers.lmcache import LMCacheTier, LMCacheTierError
+from kvfault.faults.campaign.execute import CaseResult, run_case
+from kvfault.faults.lmcache.executor import LMCacheExecutor
+from kvfault.faults.lmcache.server import LMCacheServer
+from kvfault.faults.lmcache.session import LMCacheSession
+from kvfault.faults.lmcache.wire_faults import WireServerFault
+from kvfault.reference.tiers.lmcache import LMCacheTier, LMCacheTierError
 
 HEALTHY = "real_restart_tier_kept"
 
@@ -154,6 +154,6 @@ def test_a_run_that_cannot_set_up_its_tier_ends_naming_the_request_and_the_next_
 
 
 def test_the_lmcache_internals_the_safe_close_needs_are_there() -> None:
-    from reference.tiers.lmcache_client import check_internals
+    from kvfault.reference.tiers.lmcache_client import check_internals
 
     assert check_internals() == []

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from faults.lmcache.server import LMCacheServer, LMCacheServerError
-from reference.tiers.lmcache_client import server_answers
+from kvfault.faults.lmcache.server import LMCacheServer, LMCacheServerError
+from kvfault.reference.tiers.lmcache_client import server_answers
 
 ROUNDS = 25  # the group stop takes 0-64 ms after killpg; each round is a fresh race
 

@@ -1,4 +1,4 @@
-"""The campaign on the real LMCache tier (``faults.campaign.run_campaign`` with the lmcache executor):
+"""The campaign on the real LMCache tier (``kvfault.faults.campaign.run_campaign`` with the lmcache executor):
 the real-tier scenarios on the fixed stack, the planted regressions whose scenarios
 run there (legacy fails with its signature, fixed passes) and every wire fault, each
 with the ending it must have; then nothing of the campaign survives it: no server
@@ -18,14 +18,20 @@ from pathlib import Path
 
 import pytest
 
-from faults.campaign import CampaignError, CampaignResult, CaseOutcome, run_campaign, select_targets
-from faults.campaign.tiers import open_executor
-from faults.catalog import entries, on_tier
-from faults.lmcache.server import SHM_DIR, TMP_PREFIX
-from faults.lmcache.wire_faults import EITHER, FINISH, STOP, WIRE_FAULTS
-from faults.report import summary_json
-from faults.verdicts import Verdict
-from reference import Ev, OpKind
+from kvfault.faults.campaign import (
+    CampaignError,
+    CampaignResult,
+    CaseOutcome,
+    run_campaign,
+    select_targets,
+)
+from kvfault.faults.campaign.tiers import open_executor
+from kvfault.faults.catalog import entries, on_tier
+from kvfault.faults.lmcache.server import SHM_DIR, TMP_PREFIX
+from kvfault.faults.lmcache.wire_faults import EITHER, FINISH, STOP, WIRE_FAULTS
+from kvfault.faults.report import summary_json
+from kvfault.faults.verdicts import Verdict
+from kvfault.reference import Ev, OpKind
 
 REAL_SCENARIOS = on_tier("scenario", "lmcache")
 REAL_REGRESSIONS = {
@@ -122,8 +128,8 @@ README_COMMAND = "kvfault run --tier lmcache"
 
 def _readme_seeds() -> list[int]:
     """The seeds the README's command runs, as ``kvfault run`` picks them."""
-    from faults.cli import build_parser
-    from faults.commands.run import default_seed_count
+    from kvfault.faults.cli import build_parser
+    from kvfault.faults.commands.run import default_seed_count
 
     assert f"`{README_COMMAND}`" in (Path(__file__).parents[2] / "README.md").read_text()
     args = build_parser().parse_args(README_COMMAND.split()[1:])
@@ -189,7 +195,7 @@ def test_scenarios_pass_on_the_fixed_stack(campaign: Campaign, name: str, seed: 
 def test_regressions_legacy_fails_with_its_signature_fixed_passes(
     campaign: Campaign, name: str, seed: int
 ) -> None:
-    from faults.regressions import REGRESSIONS
+    from kvfault.faults.regressions import REGRESSIONS
 
     o = campaign.outcome(f"lmcache:regression:{name}@seed{seed}")
     assert o.verdict == Verdict.FIXED, o.signature

@@ -1,4 +1,4 @@
-"""The scenarios (docs/design.md#scenarios) on the real LMCache tier (``faults.lmcache.executor.LMCacheExecutor``): the fixed stack
+"""The scenarios (docs/design.md#scenarios) on the real LMCache tier (``kvfault.faults.lmcache.executor.LMCacheExecutor``): the fixed stack
 holds every property of each scenario except determinism, in real time, against one
 real lmcache server for the whole module.
 
@@ -13,11 +13,11 @@ from typing import Iterator
 
 import pytest
 
-from faults import SCENARIOS
-from faults.campaign import properties_of, run_case
-from faults.catalog import on_tier
-from faults.lmcache.executor import LMCacheExecutor
-from faults.lmcache.session import (
+from kvfault.faults import SCENARIOS
+from kvfault.faults.campaign import properties_of, run_case
+from kvfault.faults.catalog import on_tier
+from kvfault.faults.lmcache.executor import LMCacheExecutor
+from kvfault.faults.lmcache.session import (
     DEFAULT_TIME_SCALE,
     MAX_TIME_SCALE,
     REFERENCE_LOOKUP_S,
@@ -26,9 +26,9 @@ from faults.lmcache.session import (
     lmcache_context,
     paced_time_scale,
 )
-from faults.lmcache.wire_faults import WIRE_FAULTS
-from faults.lmcache.wire_proxy import WireFault, WireProxy
-from reference import Ev
+from kvfault.faults.lmcache.wire_faults import WIRE_FAULTS
+from kvfault.faults.lmcache.wire_proxy import WireFault, WireProxy
+from kvfault.reference import Ev
 
 
 @pytest.fixture(scope="module")

@@ -11,9 +11,9 @@ from typing import Any, Callable
 import pytest
 from lmc_util import GEOMETRY, SAFETY_NET_S
 
-from faults.lmcache import LMCacheServer
-from reference import OperationId, OpKind
-from reference.tiers.lmcache_pages import CopyThreads
+from kvfault.faults.lmcache import LMCacheServer
+from kvfault.reference import OperationId, OpKind
+from kvfault.reference.tiers.lmcache_pages import CopyThreads
 
 CS, BS = GEOMETRY.chunk_size, GEOMETRY.block_size
 _ops = iter(range(1, 10**9))

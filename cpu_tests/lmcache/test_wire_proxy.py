@@ -10,9 +10,9 @@ from typing import Any, Callable
 import pytest
 from lmc_util import GEOMETRY, SAFETY_NET_S, wait_reply
 
-from faults.lmcache import LMCacheServer, WireFault, WireProxy
-from reference import OperationId, OpKind
-from reference.interfaces import LookupQuery
+from kvfault.faults.lmcache import LMCacheServer, WireFault, WireProxy
+from kvfault.reference import OperationId, OpKind
+from kvfault.reference.interfaces import LookupQuery
 
 CS, BS = GEOMETRY.chunk_size, GEOMETRY.block_size
 

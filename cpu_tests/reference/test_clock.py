@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from reference.clock import RealClock
+from kvfault.reference.clock import RealClock
 
 
 def test_sleep_waits_at_least_the_time_asked():

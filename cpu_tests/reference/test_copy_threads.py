@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from reference.tiers.lmcache_pages import CopyThreads
+from kvfault.reference.tiers.lmcache_pages import CopyThreads
 
 
 def _helpers_alive() -> list[threading.Thread]:

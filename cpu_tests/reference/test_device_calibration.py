@@ -1,4 +1,4 @@
-"""How the copy engine's ``auto`` picks a path (``reference.device.calibration``): by
+"""How the copy engine's ``auto`` picks a path (``kvfault.reference.device.calibration``): by
 a timer, cached per device in one JSON file, robust to a bad file and to two writers.
 Plain data: no torch, no device."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from reference.device.calibration import (
+from kvfault.reference.device.calibration import (
     CACHE_FORMAT,
     CACHE_VERSION,
     CalibrationCache,
@@ -210,7 +210,7 @@ WRITER = textwrap.dedent(
     """
     import sys
     from pathlib import Path
-    from reference.device.calibration import CalibrationCache, Choice
+    from kvfault.reference.device.calibration import CalibrationCache, Choice
     path, who, n = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
     cache = CalibrationCache(path, warn=lambda line: sys.exit("warned: " + line))
     for i in range(n):

@@ -1,4 +1,4 @@
-"""``reference.device``'s public surface: importing it costs no torch, and every name it
+"""``kvfault.reference.device``'s public surface: importing it costs no torch, and every name it
 exports loads the object its module defines (no device needed)."""
 
 from __future__ import annotations
@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-import reference.device as device
+import kvfault.reference.device as device
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_importing_the_package_imports_neither_torch_nor_triton():
     probe = (
-        "import reference.device as d, sys\n"
+        "import kvfault.reference.device as d, sys\n"
         "dir(d)\n"
         "print('HEAVY', sorted(m for m in ('torch', 'triton', 'numpy') if m in sys.modules))"
     )

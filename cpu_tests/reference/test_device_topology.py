@@ -1,4 +1,4 @@
-"""Where a GPU sits on its host (``reference.device.topology``): sysfs read from a fake
+"""Where a GPU sits on its host (``kvfault.reference.device.topology``): sysfs read from a fake
 tree, the placement decision, and the NUMA system calls on this machine's own memory."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from reference.device.topology import (
+from kvfault.reference.device.topology import (
     GpuTopology,
     NumaPolicy,
     _node_list,

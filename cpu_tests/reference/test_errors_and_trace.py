@@ -9,14 +9,14 @@ import json
 
 import pytest
 
-from reference.errors import (
+from kvfault.reference.errors import (
     EngineIdentityConflict,
     EngineStopped,
     LoadNotTerminal,
     TransferUnprovable,
 )
-from reference.trace import Ev, Trace, TraceEvent
-from reference.types import OperationId, OpKind
+from kvfault.reference.trace import Ev, Trace, TraceEvent
+from kvfault.reference.types import OperationId, OpKind
 
 OP = OperationId("req-1", 4)
 

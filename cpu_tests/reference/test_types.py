@@ -7,7 +7,7 @@ import pickle
 
 import pytest
 
-from reference.types import Geometry, OperationId, OpKind, Request
+from kvfault.reference.types import Geometry, OperationId, OpKind, Request
 
 
 def test_the_default_geometry_is_valid():

@@ -48,7 +48,7 @@ def executor():
     """One opened tier (lmcache server, warm interpreters) per module: it holds the
     host-wide real-tier lock, which a module that runs ``kvfault`` itself must not
     find taken by its own session."""
-    from faults.vllm.executor import vllm_executor
+    from kvfault.faults.vllm.executor import vllm_executor
 
     with vllm_executor() as ex:
         yield ex

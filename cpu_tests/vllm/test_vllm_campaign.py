@@ -26,7 +26,7 @@ EXPECTED = {
 
 def _kvfault(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "faults.cli", "run", "--tier", "vllm", "--no-progress", *args],
+        [sys.executable, "-m", "kvfault.faults.cli", "run", "--tier", "vllm", "--no-progress", *args],
         capture_output=True, text=True, cwd=ROOT, timeout=900,
     )  # fmt: skip
 

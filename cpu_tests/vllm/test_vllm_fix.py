@@ -11,7 +11,7 @@ from types import SimpleNamespace
 from vllm.v1.outputs import KVConnectorOutput
 from vllm.v1.request import RequestStatus
 
-from faults.vllm.fix import guard_completions
+from kvfault.faults.vllm.fix import guard_completions
 
 
 class _Scheduler:

@@ -7,10 +7,10 @@ import contextlib
 
 import pytest
 
-from faults.campaign.execute import check
-from faults.runs import RunContext
-from faults.vllm.catalog import FAULTS, JUDGED, SCENARIOS, VllmRow
-from reference.trace import Ev
+from kvfault.faults.campaign.execute import check
+from kvfault.faults.runs import RunContext
+from kvfault.faults.vllm.catalog import FAULTS, JUDGED, SCENARIOS, VllmRow
+from kvfault.reference.trace import Ev
 
 
 @contextlib.contextmanager
@@ -32,7 +32,7 @@ def run(executor, row: VllmRow | None, scenario: str = "prefix_reuse", seed: int
 def test_tensor_pages_read_back_only_what_was_written() -> None:
     import torch
 
-    from faults.vllm.pages import TensorPages
+    from kvfault.faults.vllm.pages import TensorPages
 
     tensors = {n: torch.zeros(2, 4, 16, 2, 16) for n in ("l0", "l1")}
     pages = TensorPages(torch, tensors)
@@ -107,7 +107,7 @@ def test_a_lost_completion_leaves_the_request_waiting_forever(executor) -> None:
 
 
 def test_a_run_past_its_limit_is_killed_and_the_next_run_works(executor, monkeypatch) -> None:
-    import faults.vllm.executor as ex
+    import kvfault.faults.vllm.executor as ex
 
     monkeypatch.setattr(ex, "SETUP_S", -7.5)  # the run's 8 s limit becomes 0.5 s
     with pytest.raises(ex.VllmRunError, match="passed 0.5s; killed"):

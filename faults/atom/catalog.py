@@ -2,9 +2,9 @@
 judged by, how each must end, and why the rest of kvfault's catalog does not apply.
 
 Plain data built here and nowhere else. A row names its story
-(``faults.atom.scenarios``), the faults its servers carry (``FaultSpec``) and the
+(``kvfault.faults.atom.scenarios``), the faults its servers carry (``FaultSpec``) and the
 injector names that must fire. The tier's declaration reads three views of it: its
-``Row``s (``faults.atom.tier.rows``), its scenario catalog (``SCENARIOS``: each story
+``Row``s (``kvfault.faults.atom.tier.rows``), its scenario catalog (``SCENARIOS``: each story
 with the properties that judge it and how it must end) and its fault catalog
 (``FAULTS``: each fault row, whose ``factory`` builds the ``ServerFault`` a run carries
 to its servers).
@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from faults.atom import scenarios as s
-from faults.atom.spec import FaultSpec
-from faults.injectors.base import Injector
-from faults.runs import Expect, finishes, refuses
+from kvfault.faults.atom import scenarios as s
+from kvfault.faults.atom.spec import FaultSpec
+from kvfault.faults.injectors.base import Injector
+from kvfault.faults.runs import Expect, finishes, refuses
 
 # In the order a row's detail names the first violation: what the story is about first.
 _ONE = (
@@ -73,7 +73,7 @@ class AtomRow:
         return self.story.__name__
 
     def factory(self, seed: int) -> ServerFault:
-        """The fault as a run carries it (``faults.tiers.TierFault``)."""
+        """The fault as a run carries it (``kvfault.faults.tiers.TierFault``)."""
         return ServerFault(self, seed)
 
 
@@ -90,7 +90,7 @@ class ServerFault(Injector):
 
 @dataclass(frozen=True)
 class AtomScenario:
-    """A story as the campaign names it (``faults.tiers.Tier.scenarios``): the
+    """A story as the campaign names it (``kvfault.faults.tiers.Tier.scenarios``): the
     properties that judge it, how it must end; it runs at one size."""
 
     name: str

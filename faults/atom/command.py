@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from faults.atom.catalog import DROPPED, NOT_HERE, ROWS, AtomRow
-from faults.tiers import Selection
+from kvfault.faults.atom.catalog import DROPPED, NOT_HERE, ROWS, AtomRow
+from kvfault.faults.tiers import Selection
 
 
 def refused(selection: Selection) -> str | None:
@@ -16,7 +16,7 @@ def refused(selection: Selection) -> str | None:
     dropped (with why), an ``--atom-fix`` that is no fix, a ``--property`` that is no
     property or that a chosen row is not judged by. Other names that are no row of the
     tier (a planted regression) are the campaign's to answer, with the tier they run on."""
-    from faults.atom.fixes import fixes
+    from kvfault.faults.atom.fixes import fixes
 
     for kind, asked in (("scenario", selection.scenarios), ("fault", selection.faults)):
         for name in asked:
@@ -43,7 +43,7 @@ def refused(selection: Selection) -> str | None:
 
 def _elsewhere(kind: str, name: str) -> str:
     """Which installed tiers run ``name`` (`` (it runs with --tier memory)``), or ''."""
-    from faults.tiers import Tiers
+    from kvfault.faults.tiers import Tiers
 
     on = [t.name for t in Tiers.installed() if any(r.name == name for r in t.rows(kind))]
     return " (it runs with " + " or ".join(f"--tier {n}" for n in on) + ")" if on else ""
@@ -65,7 +65,7 @@ def judged_by(chosen: list[AtomRow], names: list[str]) -> list[AtomRow]:
     """The rows judged by ``names`` only (in the rows' own order of properties).
     ``KeyError`` with one line for a name that is no property, or that some row is
     not judged by."""
-    from faults.properties.checks import PROPERTIES
+    from kvfault.faults.properties.checks import PROPERTIES
 
     for name in names:
         if name not in PROPERTIES:
@@ -79,13 +79,13 @@ def judged_by(chosen: list[AtomRow], names: list[str]) -> list[AtomRow]:
 def list_command(args: Any) -> int:
     """What runs with ``--tier atom``: its scenarios and faults, the properties each is
     judged by, and why the rest of kvfault's catalog does not apply."""
-    from faults.properties.checks import PROPERTIES
+    from kvfault.faults.properties.checks import PROPERTIES
 
     show_all = not any(
         getattr(args, k, False)
         for k in ("scenarios", "properties", "faults", "regressions", "tiers")
     )
-    from faults.atom.row_config import configuration, tier_settings
+    from kvfault.faults.atom.row_config import configuration, tier_settings
 
     def runs(r: AtomRow) -> str:
         schedules = f"; {r.schedules} schedules a case" if r.schedules > 1 else ""
@@ -113,7 +113,7 @@ def list_command(args: Any) -> int:
                 doc = " ".join((PROPERTIES[p].__doc__ or "").split()).split(". ")[0]
                 print(f"  {p}  {doc}")
     if show_all or args.faults:
-        from faults.atom.fixes import FIXES
+        from kvfault.faults.atom.fixes import FIXES
 
         print("candidate fixes of ATOM (--atom-fix NAME, named for the finding's row):")
         for f in FIXES.values():
@@ -123,7 +123,7 @@ def list_command(args: Any) -> int:
         for what, why in NOT_HERE.items():
             print(f"  {what}: {why}")
     if show_all or getattr(args, "tiers", False):
-        from faults.tiers import Tiers
+        from kvfault.faults.tiers import Tiers
 
         print("tiers:")
         for t in Tiers.installed():

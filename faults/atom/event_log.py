@@ -1,8 +1,8 @@
 """What a server process records: trace events stamped with the host's monotonic clock
 (``EventLog``), the trace operation id of an ATOM completion id (``op_of``) and where
 an ATOM connector output carries completions (``completion_fields``). Both
-server processes (``faults.atom.worker``, ``faults.atom.scheduler``) record through it;
-the host merges what they send back (``faults.atom.runs``)."""
+server processes (``kvfault.faults.atom.worker``, ``kvfault.faults.atom.scheduler``) record through it;
+the host merges what they send back (``kvfault.faults.atom.runs``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import threading
 import time
 from typing import Any
 
-from faults.atom.spec import RawEvent
+from kvfault.faults.atom.spec import RawEvent
 
 
 class EventLog:

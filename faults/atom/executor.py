@@ -1,23 +1,23 @@
 """The ``atom`` tier's executor: each run is one of the tier's stories told on a fresh
 simulated host against the ATOM checkout, with the fault its row carries, and comes
-back as a ``faults.runs.RunResult`` the campaign judges like any other (the case
-runner, properties and verdicts are the campaign's own, ``faults.campaign``)."""
+back as a ``kvfault.faults.runs.RunResult`` the campaign judges like any other (the case
+runner, properties and verdicts are the campaign's own, ``kvfault.faults.campaign``)."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
 
-from faults.atom.catalog import SCENARIOS, AtomRow, ServerFault
-from faults.atom.command import schedules_of
-from faults.atom.host import AtomHost, ServerHung, ServerRefused, ZygotePool
-from faults.atom.runs import result_of
-from faults.atom.scenarios import AtomRun
-from faults.atom.source import AtomSource
-from faults.atom.spec import FaultSpec
-from faults.runs import REFUSE, RunContext, RunResult
-from faults.tiers import Executor
-from reference.types import Geometry
+from kvfault.faults.atom.catalog import SCENARIOS, AtomRow, ServerFault
+from kvfault.faults.atom.command import schedules_of
+from kvfault.faults.atom.host import AtomHost, ServerHung, ServerRefused, ZygotePool
+from kvfault.faults.atom.runs import result_of
+from kvfault.faults.atom.scenarios import AtomRun
+from kvfault.faults.atom.source import AtomSource
+from kvfault.faults.atom.spec import FaultSpec
+from kvfault.faults.runs import REFUSE, RunContext, RunResult
+from kvfault.faults.tiers import Executor
+from kvfault.reference.types import Geometry
 
 GEOMETRY = Geometry(block_size=16, chunk_size=64, prefill_budget=512)
 
@@ -128,7 +128,7 @@ class AtomExecutor(Executor):
 def _violated(run: RunResult, properties: Sequence[str]) -> bool:
     """Whether ``run`` breaks any of ``properties`` (the campaign judges it again: this
     only picks which schedule's run is the case's), or hung."""
-    from faults.properties import PROPERTIES
+    from kvfault.faults.properties import PROPERTIES
 
     if run.outcomes and run.outcomes[0].hung:
         return True
@@ -137,7 +137,7 @@ def _violated(run: RunResult, properties: Sequence[str]) -> bool:
 
 def write_path(directory: str, run: str, executed: list[tuple[str, str, int, int]]) -> None:
     """``directory/run.json``: the ATOM lines a run executed, ``[file, function, line,
-    times]`` each (``faults.atom.fix_proof`` reads it)."""
+    times]`` each (``kvfault.faults.atom.fix_proof`` reads it)."""
     import json
     import os
 
@@ -164,7 +164,7 @@ def atom_executor(
     """The tier's opener: an ``AtomExecutor`` on the checkout at ``atom_src`` (default:
     ``$KVFAULT_ATOM_SRC``; ``AtomSourceMissing`` in one line without one), judged by
     ``property`` only when given, every server running the candidate fixes named in
-    ``atom_fix`` (``faults.atom.fixes``); with ``atom_record_path``, each run's
+    ``atom_fix`` (``kvfault.faults.atom.fixes``); with ``atom_record_path``, each run's
     executed ATOM lines are written there (``write_path``); with ``atom_schedules``,
     every row tells its story on that many thread schedules per case. One warm interpreter is started on entry, so an ATOM
     that does not import is one line (``ZygoteError``) before any case; every warm

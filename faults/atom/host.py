@@ -21,13 +21,13 @@ from dataclasses import replace
 from multiprocessing.connection import Listener
 from typing import Any
 
-from faults.atom import pipe
-from faults.atom.spec import AtomRequest, RawEvent, ServerSpec
-from faults.atom.zygote import Zygote
-from faults.errors import KvfaultError
-from faults.processes import wait_ended
-from reference.errors import RebuiltWhenUnpickled
-from reference.signals import stop_signals_held
+from kvfault.faults.atom import pipe
+from kvfault.faults.atom.spec import AtomRequest, RawEvent, ServerSpec
+from kvfault.faults.atom.zygote import Zygote
+from kvfault.faults.errors import KvfaultError
+from kvfault.faults.processes import wait_ended
+from kvfault.reference.errors import RebuiltWhenUnpickled
+from kvfault.reference.signals import stop_signals_held
 
 
 class ServerRefused(KvfaultError, RuntimeError):

@@ -1,6 +1,6 @@
 """The lines of ATOM's own source a server process executes (``ServerSpec.record_path``),
 recorded with ``sys.settrace`` over ATOM's files only: the path a finding's run took
-through ATOM, to set against a passing twin's (``faults.atom.fix_proof``).
+through ATOM, to set against a passing twin's (``kvfault.faults.atom.fix_proof``).
 
 Runs only inside server processes. Every thread started after ``start`` is traced too
 (ATOM's save and load threads); frames outside the checkout are not traced at all.

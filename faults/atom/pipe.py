@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from faults.atom.spec import RawEvent
+from kvfault.faults.atom.spec import RawEvent
 
 
 def call(

@@ -1,4 +1,4 @@
-"""The main loops of the server processes (forked by ``faults.atom.zygote``).
+"""The main loops of the server processes (forked by ``kvfault.faults.atom.zygote``).
 
 A scheduler process connects to the host, listens for its worker, waits until the
 worker has registered its KV caches (so the worker's lookup server is bound before the
@@ -15,8 +15,8 @@ import traceback
 from multiprocessing.connection import Client, Listener
 from typing import Any
 
-from faults.atom.spec import ServerSpec
-from faults.errors import KvfaultError
+from kvfault.faults.atom.spec import ServerSpec
+from kvfault.faults.errors import KvfaultError
 
 
 def _one_line(e: BaseException) -> str:
@@ -56,7 +56,7 @@ def _recorder(spec: ServerSpec) -> Any:
     """A started ``LineRecorder`` over ATOM's checkout when ``spec.record_path``."""
     if not spec.record_path:
         return None
-    from faults.atom.line_record import LineRecorder, atom_root
+    from kvfault.faults.atom.line_record import LineRecorder, atom_root
 
     recorder = LineRecorder(atom_root())
     recorder.start()
@@ -75,8 +75,8 @@ def worker_main(spec: ServerSpec, address: str, authkey: bytes, socket_dir: str)
     import faulthandler
     import signal
 
-    from faults.atom.event_log import EventLog
-    from faults.atom.worker import WorkerProcess
+    from kvfault.faults.atom.event_log import EventLog
+    from kvfault.faults.atom.worker import WorkerProcess
 
     conn = _connect(address, authkey)
     log = EventLog()
@@ -111,8 +111,8 @@ def worker_main(spec: ServerSpec, address: str, authkey: bytes, socket_dir: str)
 def scheduler_main(
     spec: ServerSpec, host: str, listen: str, authkey: bytes, socket_dir: str
 ) -> int:
-    from faults.atom.event_log import EventLog
-    from faults.atom.scheduler import SchedulerProcess, WorkerHung, WorkerLink
+    from kvfault.faults.atom.event_log import EventLog
+    from kvfault.faults.atom.scheduler import SchedulerProcess, WorkerHung, WorkerLink
 
     conn = _connect(host, authkey)
     log = EventLog()

@@ -1,11 +1,11 @@
 """The path a finding's run took through ATOM, against its passing twin's: the ATOM
 lines one run executed and the other did not, from two ``--atom-record-path``
-directories (``faults.atom.line_record``), grouped by ATOM function.
+directories (``kvfault.faults.atom.line_record``), grouped by ATOM function.
 
     kvfault review -C ATOM HEAD HEAD --tier atom --scenario ROW \
         --base-args '--atom-record-path /tmp/base' \
         --head-args '--atom-fix ROW --atom-record-path /tmp/head'
-    python -m faults.atom.recorded_path /tmp/base /tmp/head ROW --atom-src ATOM
+    python -m kvfault.faults.atom.recorded_path /tmp/base /tmp/head ROW --atom-src ATOM
 
 The review proves the fix on one commit (the row FAIL -> PASS, no other row moves);
 this prints what the failing side ran that the fixed side did not, and the other way
@@ -59,7 +59,9 @@ def path_difference(
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m faults.atom.recorded_path", description=__doc__)
+    ap = argparse.ArgumentParser(
+        prog="python -m kvfault.faults.atom.recorded_path", description=__doc__
+    )
     ap.add_argument("failing", help="the --atom-record-path DIR of the side where ROW fails")
     ap.add_argument("passing", help="the --atom-record-path DIR of its passing twin")
     ap.add_argument("row", help="the row (its seed-0 run)")
@@ -73,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     src = None
     if args.atom_src or os.environ.get("KVFAULT_ATOM_SRC"):
-        from faults.atom.source import AtomSource
+        from kvfault.faults.atom.source import AtomSource
 
         src = str(AtomSource.find(args.atom_src).path)
     for title, ran, other in (

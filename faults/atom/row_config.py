@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from faults.atom.spec import AtomRequest, ServerSpec
+from kvfault.faults.atom.spec import AtomRequest, ServerSpec
 
 # What a user of ATOM's dense offload connector gets without setting anything
 # (ATOM's Config, lmcache's environment defaults, ATOM's OFFLOAD_MIN_LOAD_TOKENS), by
@@ -113,9 +113,9 @@ class _DryHost:
 
 
 def servers(row: Any) -> list[ServerSpec]:
-    """The servers ``row`` (``faults.atom.catalog.AtomRow``) starts, with its fault's
+    """The servers ``row`` (``kvfault.faults.atom.catalog.AtomRow``) starts, with its fault's
     setting changes applied, from its story told to a host that starts nothing."""
-    from faults.atom.scenarios import AtomRun
+    from kvfault.faults.atom.scenarios import AtomRun
 
     class _DryRun(AtomRun):
         def idle(self, seconds: float) -> None:

@@ -7,7 +7,7 @@ taken from the checkout's source instead: the one method's AST is compiled under
 module's own file name (a tracer attributes its lines to ``model_runner.py``) and run
 as ATOM wrote it. Nothing of its body is written here.
 
-Runs only inside server processes (``faults.atom.zygote`` forks them).
+Runs only inside server processes (``kvfault.faults.atom.zygote`` forks them).
 """
 
 from __future__ import annotations

@@ -1,15 +1,15 @@
-"""A run of the ``atom`` tier as the judge reads every run: a ``faults.runs.RunResult``
+"""A run of the ``atom`` tier as the judge reads every run: a ``kvfault.faults.runs.RunResult``
 whose trace holds the events the server processes recorded, in host time."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from faults.atom.spec import AtomRequest, RawEvent
-from faults.runs import RunResult
-from reference.stack.engine import EngineConfig, RunOutcome
-from reference.trace import Ev, Trace, TraceEvent
-from reference.types import Geometry, OperationId, OpKind, Request
+from kvfault.faults.atom.spec import AtomRequest, RawEvent
+from kvfault.faults.runs import RunResult
+from kvfault.reference.stack.engine import EngineConfig, RunOutcome
+from kvfault.reference.trace import Ev, Trace, TraceEvent
+from kvfault.reference.types import Geometry, OperationId, OpKind, Request
 
 
 @dataclass

@@ -13,8 +13,8 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
-from faults.atom.host import AtomHost, Server
-from faults.atom.spec import AtomRequest, FaultSpec, ServerSpec
+from kvfault.faults.atom.host import AtomHost, Server
+from kvfault.faults.atom.spec import AtomRequest, FaultSpec, ServerSpec
 
 # Past this a server has hung: over 3 times lmcache's 3 s lookup timeout, which a lost
 # lookup reply costs once, and 100 times what an idle-to-idle run takes here.

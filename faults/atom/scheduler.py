@@ -2,9 +2,9 @@
 ``BlockManager`` and the offload connector's scheduler half), stepped by ATOM's own
 ``EngineCore`` step methods bound to a stand-in, and its pipe to the worker process.
 
-Runs only inside server processes (``faults.atom.zygote`` forks them). ATOM is imported
+Runs only inside server processes (``kvfault.faults.atom.zygote`` forks them). ATOM is imported
 from the checkout on ``sys.path``; method names that drift between ATOM commits are
-looked up, not assumed. What is faked is listed in ``faults.atom.boundary``; the one
+looked up, not assumed. What is faked is listed in ``kvfault.faults.atom.boundary``; the one
 more stand-in is ATOM's process manager (``_RunnerManager``), which carries ATOM's calls
 to the worker over a pipe instead of shared memory.
 """
@@ -17,14 +17,14 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from faults.atom import pipe
-from faults.atom.event_log import EventLog, completion_fields, op_of
-from faults.atom.fixes import fixes
-from faults.atom.runner_rules import pure_middle_chunk_rule
-from faults.atom.server_config import atom_config, use_lmcache_env
-from faults.atom.spec import AtomRequest, ServerSpec
-from faults.errors import KvfaultError
-from reference.errors import RebuiltWhenUnpickled
+from kvfault.faults.atom import pipe
+from kvfault.faults.atom.event_log import EventLog, completion_fields, op_of
+from kvfault.faults.atom.fixes import fixes
+from kvfault.faults.atom.runner_rules import pure_middle_chunk_rule
+from kvfault.faults.atom.server_config import atom_config, use_lmcache_env
+from kvfault.faults.atom.spec import AtomRequest, ServerSpec
+from kvfault.faults.errors import KvfaultError
+from kvfault.reference.errors import RebuiltWhenUnpickled
 
 # How long past its run's limit a call into the worker may take before it has hung.
 HANG_GRACE_S = 1.0
@@ -147,7 +147,7 @@ class SchedulerProcess:
     _advance_idle_kv_transfer: Callable[[], None]
 
     def __init__(self, spec: ServerSpec, log: EventLog, link: WorkerLink, socket_dir: str):
-        from faults.atom import boundary
+        from kvfault.faults.atom import boundary
 
         use_lmcache_env(spec, os.path.dirname(socket_dir))
         boundary.install_all(socket_dir)
@@ -321,7 +321,7 @@ class SchedulerProcess:
         ATOM's HBM hit. Asked before ATOM allocates for the request."""
         if not self.spec.prefix_caching:
             return
-        from reference.types import Request
+        from kvfault.reference.types import Request
 
         name = self.names[seq.id]
         r = self.requests[name]
@@ -416,7 +416,7 @@ class SchedulerProcess:
     def forward(self, batch: Any) -> Any:
         from atom.model_engine.scheduler import ScheduledBatchOutput
 
-        from reference.types import Request
+        from kvfault.reference.types import Request
 
         items = []
         starts = list(getattr(batch, "num_cached_tokens", []) or [])

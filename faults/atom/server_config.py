@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from types import SimpleNamespace
 
-from faults.atom.spec import ServerSpec
+from kvfault.faults.atom.spec import ServerSpec
 
 
 def atom_config(spec: ServerSpec) -> SimpleNamespace:

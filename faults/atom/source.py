@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from faults.errors import KvfaultError
+from kvfault.faults.errors import KvfaultError
 
 ENV = "KVFAULT_ATOM_SRC"
 _NEEDED = ("atom/model_engine/scheduler.py", "atom/kv_transfer/offload")

@@ -5,12 +5,12 @@ imports nothing of ATOM, lmcache or torch."""
 
 from __future__ import annotations
 
-from faults.tiers.tier import Row, Tier, TierOption
+from kvfault.faults.tiers.tier import Row, Tier, TierOption
 
 
 def rows() -> list[Row]:
-    """Every row of the tier's catalog (``faults.atom.catalog.ROWS``), each on its story."""
-    from faults.atom.catalog import ROWS
+    """Every row of the tier's catalog (``kvfault.faults.atom.catalog.ROWS``), each on its story."""
+    from kvfault.faults.atom.catalog import ROWS
 
     return [Row(r.kind, r.name, r.description, r.scenario) for r in ROWS.values()]
 
@@ -19,10 +19,10 @@ TIER = Tier(
     name="atom",
     description="ATOM's real scheduler and offload connector from --atom-src, with a real "
     "lmcache engine (needs the lmcache and atom extras)",
-    opener="faults.atom.executor:atom_executor",
-    catalog="faults.atom.tier:rows",
-    faults="faults.atom.catalog:FAULTS",
-    scenarios="faults.atom.catalog:SCENARIOS",
+    opener="kvfault.faults.atom.executor:atom_executor",
+    catalog="kvfault.faults.atom.tier:rows",
+    faults="kvfault.faults.atom.catalog:FAULTS",
+    scenarios="kvfault.faults.atom.catalog:SCENARIOS",
     options=(
         TierOption(
             "--atom-src",
@@ -63,8 +63,8 @@ TIER = Tier(
             elsewhere="--property is for --tier atom; the other tiers judge every property",
         ),
     ),
-    refuses="faults.atom.command:refused",
-    listing="faults.atom.command:list_command",
+    refuses="kvfault.faults.atom.command:refused",
+    listing="kvfault.faults.atom.command:list_command",
     rank=20,
     seeds=1,
     source="--atom-src",

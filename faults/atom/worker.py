@@ -2,9 +2,9 @@
 offload connector's worker half, a real lmcache engine and its ZMQ lookup server, and
 the fake forward writing page fingerprints into ATOM's KV tensors).
 
-Runs only inside server processes (``faults.atom.zygote`` forks them). ATOM is imported
-from the checkout on ``sys.path``; what is faked is listed in ``faults.atom.boundary``.
-Its injected faults are ``faults.atom.worker_faults.WorkerFaults``.
+Runs only inside server processes (``kvfault.faults.atom.zygote`` forks them). ATOM is imported
+from the checkout on ``sys.path``; what is faked is listed in ``kvfault.faults.atom.boundary``.
+Its injected faults are ``kvfault.faults.atom.worker_faults.WorkerFaults``.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ import time
 from types import SimpleNamespace
 from typing import Any
 
-from faults.atom.event_log import EventLog, completion_fields, op_of
-from faults.atom.server_config import atom_config, use_lmcache_env
-from faults.atom.spec import ServerSpec
-from faults.atom.worker_faults import WorkerFaults
-from reference.stack.worker import page_digest
+from kvfault.faults.atom.event_log import EventLog, completion_fields, op_of
+from kvfault.faults.atom.server_config import atom_config, use_lmcache_env
+from kvfault.faults.atom.spec import ServerSpec
+from kvfault.faults.atom.worker_faults import WorkerFaults
+from kvfault.reference.stack.worker import page_digest
 
 # What a block ATOM freed (or took fresh) holds until a forward or a load writes it:
 # a page no prompt's fingerprint is, so a load reported done that wrote nothing reads
@@ -27,7 +27,7 @@ POISON = 0x5EA1_DEAD_0FF1_CE
 
 
 class HostKv:
-    """``reference.interfaces.KvPages`` over ATOM's KV tensors: a page's fingerprint is
+    """``kvfault.reference.interfaces.KvPages`` over ATOM's KV tensors: a page's fingerprint is
     written into every segment of its block (first 8 bytes of each), so a restore that
     moved any segment wrong reads back as a different page."""
 
@@ -59,15 +59,15 @@ class WorkerProcess:
     a real lmcache engine and lookup server, and the fake forward."""
 
     def __init__(self, spec: ServerSpec, log: EventLog, socket_dir: str):
-        from faults.atom import boundary
+        from kvfault.faults.atom import boundary
 
         use_lmcache_env(spec, os.path.dirname(socket_dir))
         boundary.install_all(socket_dir)
         kernels = boundary.install_kernels()
         import torch
 
-        from fakes.model import DeterministicModel
-        from reference.types import Geometry
+        from kvfault.fakes.model import DeterministicModel
+        from kvfault.reference.types import Geometry
 
         self.spec, self.log = spec, log
         self.host_dir = os.path.dirname(socket_dir)
@@ -86,7 +86,7 @@ class WorkerProcess:
             for i in range(2)
         }
         self.kv = HostKv([t for layer in layers.values() for t in (layer.k_cache, layer.v_cache)])
-        from faults.atom.fixes import fixes
+        from kvfault.faults.atom.fixes import fixes
 
         for fix in fixes(spec.fixes):
             fix.before_build("worker")

@@ -10,11 +10,11 @@ import time
 import weakref
 from typing import TYPE_CHECKING, Any
 
-from faults.atom.event_log import EventLog, completion_fields, op_of
-from faults.atom.spec import FaultSpec
+from kvfault.faults.atom.event_log import EventLog, completion_fields, op_of
+from kvfault.faults.atom.spec import FaultSpec
 
 if TYPE_CHECKING:
-    from faults.atom.worker import WorkerProcess
+    from kvfault.faults.atom.worker import WorkerProcess
 
 
 class WorkerFaults:
@@ -75,7 +75,7 @@ class WorkerFaults:
     ) -> None:
         # The tier's files change under lmcache, before its n-th call touches them:
         # what a cleanup or a torn write leaves for the next read or write.
-        from faults.atom.server_config import local_disk_dir, shared_tier_dir
+        from kvfault.faults.atom.server_config import local_disk_dir, shared_tier_dir
 
         spec = worker.spec
         shared = spec.shared_tier

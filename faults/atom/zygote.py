@@ -27,7 +27,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from faults.errors import KvfaultError
+from kvfault.faults.errors import KvfaultError
 
 _PRELOAD = (
     "torch",
@@ -40,10 +40,10 @@ _PRELOAD = (
     "atom.kv_transfer.offload.connector",
     # kvfault's own server side, so a fork reads nothing from disk (and a checkout
     # edited during a campaign cannot change it halfway)
-    "fakes.model",
-    "faults.atom.worker",
-    "faults.atom.scheduler",
-    "faults.atom.processes",
+    "kvfault.fakes.model",
+    "kvfault.faults.atom.worker",
+    "kvfault.faults.atom.scheduler",
+    "kvfault.faults.atom.processes",
 )
 
 
@@ -101,7 +101,7 @@ class Zygote:
         start_timeout_s: float,
     ) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "faults.atom.zygote", atom_src, str(theirs.fileno())],
+            [sys.executable, "-m", "kvfault.faults.atom.zygote", atom_src, str(theirs.fileno())],
             env=env,
             pass_fds=(theirs.fileno(),),
             stdin=subprocess.DEVNULL,
@@ -208,7 +208,7 @@ def main(argv: list[str]) -> int:
         import importlib
         import logging
 
-        from faults.atom import boundary
+        from kvfault.faults.atom import boundary
 
         # No socket directory yet: each forked server points the shim at its host's.
         boundary.install_all(None)
@@ -241,7 +241,7 @@ def main(argv: list[str]) -> int:
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             code = 1
             try:
-                from faults.atom.processes import child_main
+                from kvfault.faults.atom.processes import child_main
 
                 code = child_main(role, args)
             finally:

@@ -13,15 +13,15 @@ import re
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
-from faults.argtypes import MAX_SEED, MAX_TIMEOUT_S
-from faults.campaign.outcomes import CaseOutcome
-from faults.campaign.reading import target_from_json
-from faults.campaign.targets import CampaignError, Case
-from faults.errors import KvfaultError
-from faults.injectors.plans import FaultPlan
-from faults.provenance import Code, of_target
-from faults.safe_io import NotARegularFile, locked_dir, read_bounded, write_atomic
-from faults.tiers import DEFAULT_TIER, Tiers
+from kvfault.faults.argtypes import MAX_SEED, MAX_TIMEOUT_S
+from kvfault.faults.campaign.outcomes import CaseOutcome
+from kvfault.faults.campaign.reading import target_from_json
+from kvfault.faults.campaign.targets import CampaignError, Case
+from kvfault.faults.errors import KvfaultError
+from kvfault.faults.injectors.plans import FaultPlan
+from kvfault.faults.provenance import Code, of_target
+from kvfault.faults.safe_io import NotARegularFile, locked_dir, read_bounded, write_atomic
+from kvfault.faults.tiers import DEFAULT_TIER, Tiers
 
 T = TypeVar("T")
 
@@ -70,7 +70,7 @@ def case_hashseed(case: Case) -> str | None:
 
 
 def case_code(case: Case) -> Code | None:
-    """The engine checkout ``case`` runs (``faults.provenance.of_target``): its absolute
+    """The engine checkout ``case`` runs (``kvfault.faults.provenance.of_target``): its absolute
     path, commit and whether its tree is dirty; None for kvfault's own stack."""
     return of_target(case.target.tier, case.target.options)
 
@@ -177,7 +177,7 @@ def write_artifact(case: Case, directory: Path, timeout_s: float | None = None) 
     """Write ``case``'s replay artifact into ``directory`` (created if needed) and
     return its path (``timeout_s``: the ``--timeout`` the case ran past). The file
     appears whole or not at all, through a private temporary file
-    (``faults.safe_io.write_atomic``); any number of processes may write into one
+    (``kvfault.faults.safe_io.write_atomic``); any number of processes may write into one
     directory at once."""
     path = artifact_path(case, directory)
     obj = artifact_json(case, path, timeout_s)

@@ -1,6 +1,6 @@
 """The backend ``kvfault run`` asks for (``open_backend``): this process on a tier's
-executor, forked workers (``faults.campaign.pool``) or pytest-xdist workers and hosts
-(``faults.campaign.xdist``). The top of the campaign package: it imports every
+executor, forked workers (``kvfault.faults.campaign.pool``) or pytest-xdist workers and hosts
+(``kvfault.faults.campaign.xdist``). The top of the campaign package: it imports every
 backend, none of them imports it."""
 
 from __future__ import annotations
@@ -8,12 +8,12 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Iterator, Mapping, Sequence
 
-from faults.campaign.pool import ForkPool, can_fork, units, usable_cpus
-from faults.campaign.session import Backend, InProcess
-from faults.campaign.targets import Target
-from faults.campaign.tiers import open_executor
-from faults.campaign.xdist import Xdist
-from faults.tiers import Tiers
+from kvfault.faults.campaign.pool import ForkPool, can_fork, units, usable_cpus
+from kvfault.faults.campaign.session import Backend, InProcess
+from kvfault.faults.campaign.targets import Target
+from kvfault.faults.campaign.tiers import open_executor
+from kvfault.faults.campaign.xdist import Xdist
+from kvfault.faults.tiers import Tiers
 
 
 @contextlib.contextmanager

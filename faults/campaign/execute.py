@@ -1,9 +1,9 @@
 """Run one case (a scenario, a seed, a rule set, injectors) on a tier and judge it.
 
 The tier is a parameter: an ``Executor`` builds a run's context and runs the scenario
-on its tier. ``faults.memory.executor.MemoryExecutor`` is the in-process tier in
+on its tier. ``kvfault.faults.memory.executor.MemoryExecutor`` is the in-process tier in
 virtual time (the default tier's, ``default_executor``);
-``faults.lmcache.executor.LMCacheExecutor`` is a real lmcache server in real time.
+``kvfault.faults.lmcache.executor.LMCacheExecutor`` is a real lmcache server in real time.
 Everything else -- the property list, the checks, the fired count -- is the same.
 
 The determinism property needs two runs: on a deterministic executor the case runs
@@ -16,15 +16,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-from faults.catalog import UnknownName
-from faults.injectors.base import Injector
-from faults.injectors.plans import fired_report, not_exercised
-from faults.properties.checks import PROPERTIES, Violation
-from faults.runs import Ending, RunContext, RunResult
-from faults.scenarios import SCENARIOS
-from faults.tiers import Executor, Tiers
-from reference.rules import Rules
-from reference.types import Request
+from kvfault.faults.catalog import UnknownName
+from kvfault.faults.injectors.base import Injector
+from kvfault.faults.injectors.plans import fired_report, not_exercised
+from kvfault.faults.properties.checks import PROPERTIES, Violation
+from kvfault.faults.runs import Ending, RunContext, RunResult
+from kvfault.faults.scenarios import SCENARIOS
+from kvfault.faults.tiers import Executor, Tiers
+from kvfault.reference.rules import Rules
+from kvfault.reference.types import Request
 
 InjectorFactory = Callable[[], Sequence[Injector]]
 RequestMap = Callable[[Request], Request]
@@ -32,7 +32,7 @@ RequestMap = Callable[[Request], Request]
 
 def default_executor() -> Executor:
     """The executor a run gets when none is given: a fresh one of the default tier's,
-    which needs nothing started (``faults.tiers.Tier.executor``)."""
+    which needs nothing started (``kvfault.faults.tiers.Tier.executor``)."""
     return Tiers.installed().default.new_executor()
 
 
@@ -41,7 +41,7 @@ class CaseResult:
     """One run judged (``run_case``): the properties checked and the ``Violation``s
     they returned, its stop and ending, what fired, and the run itself until it is let
     go (``drop_run``). A case has one, or two for a regression (legacy and fixed); its
-    record, ``faults.campaign.outcomes.CaseOutcome``, keeps them for a timeline."""
+    record, ``kvfault.faults.campaign.outcomes.CaseOutcome``, keeps them for a timeline."""
 
     scenario: str
     seed: int
@@ -85,7 +85,7 @@ class CaseResult:
 
 def scenarios_on(tier: str) -> Mapping[str, Any]:
     """The scenario catalog of ``tier``: its own when it declares one
-    (``faults.tiers.Tier.scenarios``), else the shared ``SCENARIOS``."""
+    (``kvfault.faults.tiers.Tier.scenarios``), else the shared ``SCENARIOS``."""
     tiers = Tiers.installed()
     return tiers[tier].scenario_catalog() if tier in tiers else SCENARIOS
 

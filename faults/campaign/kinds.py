@@ -25,7 +25,7 @@ back from a worker process has the same kind as the one sent out.
   the scenario declares.
 - ``swarm``: a random subset of injectors drawn from the seed; judged by the properties
   alone. An injector some swarm run enabled must fire in one of them (a campaign-level
-  NOT EXERCISED, ``faults.campaign.outcomes.CampaignResult``).
+  NOT EXERCISED, ``kvfault.faults.campaign.outcomes.CampaignResult``).
 """
 
 from __future__ import annotations
@@ -34,26 +34,26 @@ import shlex
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Protocol, Sequence
 
-from faults.campaign.execute import CaseResult, properties_of, run_case, scenarios_on
-from faults.campaign.outcomes import CaseOutcome, TargetOutcome, signature
-from faults.campaign.targets import CampaignError, Case, Target
-from faults.catalog import UnknownName, close_matches, resolve
-from faults.errors import KvfaultError
-from faults.injectors.catalog import INJECTORS
-from faults.injectors.plans import FaultPlan, fired_report
-from faults.injectors.plans import swarm_plan as draw_swarm
-from faults.regressions.legacy import REGRESSIONS
-from faults.tiers import DEFAULT_TIER, Executor, Tiers
-from faults.verdicts import Verdict, worst
+from kvfault.faults.campaign.execute import CaseResult, properties_of, run_case, scenarios_on
+from kvfault.faults.campaign.outcomes import CaseOutcome, TargetOutcome, signature
+from kvfault.faults.campaign.targets import CampaignError, Case, Target
+from kvfault.faults.catalog import UnknownName, close_matches, resolve
+from kvfault.faults.errors import KvfaultError
+from kvfault.faults.injectors.catalog import INJECTORS
+from kvfault.faults.injectors.plans import FaultPlan, fired_report
+from kvfault.faults.injectors.plans import swarm_plan as draw_swarm
+from kvfault.faults.regressions.legacy import REGRESSIONS
+from kvfault.faults.tiers import DEFAULT_TIER, Executor, Tiers
+from kvfault.faults.verdicts import Verdict, worst
 
 if TYPE_CHECKING:
-    from faults.regressions.legacy import Regression as PlantedRegression
-    from faults.runs import Expect
+    from kvfault.faults.regressions.legacy import Regression as PlantedRegression
+    from kvfault.faults.runs import Expect
 
 
 class Runs(Protocol):
     """What a kind's judge asks of the case runner that hands it a case
-    (``faults.campaign.runner.CaseRunner``): the tier's executor, whether to keep
+    (``kvfault.faults.campaign.runner.CaseRunner``): the tier's executor, whether to keep
     digests, and the stack's plain run of a scenario (computed once per runner)."""
 
     executor: Executor
@@ -441,7 +441,7 @@ def swarm_target(scenario: str, pinned: Sequence[str] = (), tier: str = DEFAULT_
 def swarm_plan(seed: int, scenario: str, pinned: Sequence[str] = ()) -> FaultPlan:
     """The swarm plan of one run on ``scenario``: a random subset of injectors drawn
     from ``seed`` and the scenario (``pinned`` fixes the subset), as
-    ``faults.injectors.plans.swarm_plan`` draws it."""
+    ``kvfault.faults.injectors.plans.swarm_plan`` draws it."""
     return draw_swarm(seed, pinned=tuple(pinned) or None, scenario=scenario)
 
 

@@ -5,9 +5,9 @@ these only say what happened, and keep the evidence as data until then.
 
 A case passes through three records, each for its own reader:
 
-- ``faults.runs.RunResult``: what one run left (its trace, requests, engines' ends),
+- ``kvfault.faults.runs.RunResult``: what one run left (its trace, requests, engines' ends),
   for the properties to read. A case has one or two (a regression: legacy and fixed).
-- ``faults.campaign.execute.CaseResult``: one run judged: the properties checked and
+- ``kvfault.faults.campaign.execute.CaseResult``: one run judged: the properties checked and
   the ``Violation`` objects they returned, its stop, digest and ending. The judge
   reads it; a cache of fixed runs keeps it after the run itself is let go.
 - ``CaseOutcome``: the case's one record: its verdict and the reason (``signature``),
@@ -21,13 +21,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from faults.campaign.targets import CampaignError, Case, Target
-from faults.injectors.catalog import INJECTORS
-from faults.properties.violation import Violation
-from faults.verdicts import OK, Verdict, exit_code, worst
+from kvfault.faults.campaign.targets import CampaignError, Case, Target
+from kvfault.faults.injectors.catalog import INJECTORS
+from kvfault.faults.properties.violation import Violation
+from kvfault.faults.verdicts import OK, Verdict, exit_code, worst
 
 if TYPE_CHECKING:
-    from faults.campaign.execute import CaseResult
+    from kvfault.faults.campaign.execute import CaseResult
 
 FIXED = Verdict.FIXED
 NOT_EXERCISED = Verdict.NOT_EXERCISED
@@ -93,7 +93,7 @@ class CaseOutcome:
         return plan.as_json() if plan is not None else None
 
     def as_json(self) -> dict[str, Any]:
-        """The record as plain JSON, for another process (``faults.campaign.reading`` reads it)."""
+        """The record as plain JSON, for another process (``kvfault.faults.campaign.reading`` reads it)."""
         return {
             "id": self.case.id,
             "target": self.case.target.as_json(),

@@ -3,7 +3,7 @@
 The pool only distributes and gathers: each worker is a fork of this process that runs
 cases with the one ``CaseRunner`` (the same judge, properties and verdicts as a run in
 one process) and sends each ``CaseOutcome`` back over a pipe. The session
-(``faults.campaign.session``) does the rest: the budget, artifacts, progress, the dead
+(``kvfault.faults.campaign.session``) does the rest: the budget, artifacts, progress, the dead
 worker's ERROR and the campaign order. The table, the verdicts, the reports, the
 artifacts and the exit status are those of a run in one process.
 
@@ -30,13 +30,13 @@ import signal
 import sys
 from typing import TYPE_CHECKING, Any, Sequence
 
-from faults.campaign.hang_guard import TIMEOUT_EXIT
-from faults.campaign.outcomes import CaseOutcome
-from faults.campaign.runner import ERROR, CaseRunner
-from faults.campaign.session import Session, guarded
-from faults.campaign.targets import Case, Target
-from faults.campaign.tiers import Opened
-from faults.processes import STOP_SIGNALS, SwallowedStops
+from kvfault.faults.campaign.hang_guard import TIMEOUT_EXIT
+from kvfault.faults.campaign.outcomes import CaseOutcome
+from kvfault.faults.campaign.runner import ERROR, CaseRunner
+from kvfault.faults.campaign.session import Session, guarded
+from kvfault.faults.campaign.targets import Case, Target
+from kvfault.faults.campaign.tiers import Opened
+from kvfault.faults.processes import STOP_SIGNALS, SwallowedStops
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
@@ -76,7 +76,7 @@ def units(targets: Sequence[Target], seeds: Sequence[int]) -> list[list[Case]]:
 
 
 def _trace_of(events: list[Any]) -> Any:
-    from reference.trace import Trace
+    from kvfault.reference.trace import Trace
 
     last = events[-1].t if events else 0.0
     return Trace(lambda: last, None, events)
@@ -88,7 +88,7 @@ def _dumps(outcome: CaseOutcome) -> bytes:
     travels as its events. If a run still cannot make the round trip, the outcome goes
     without its runs (no timeline); if even that fails, as an ERROR outcome that says
     why (``unsendable``), never as an exception in the worker."""
-    from reference.trace import Trace
+    from kvfault.reference.trace import Trace
 
     buf = io.BytesIO()
     pickler = pickle.Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL)
@@ -351,7 +351,7 @@ def _warm() -> None:
     legacy rules, and faker for the workloads), so no worker pays for it again."""
     import importlib
 
-    for module in ("faults.campaign.execute", "faults.regressions.legacy", "faker"):
+    for module in ("kvfault.faults.campaign.execute", "kvfault.faults.regressions.legacy", "faker"):
         try:
             importlib.import_module(module)
         except ImportError:  # a worker imports it itself, and says what is missing

@@ -7,14 +7,14 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from faults.argtypes import check_scale
-from faults.campaign.kinds import kind_named
-from faults.campaign.outcomes import CaseOutcome, TargetOutcome
-from faults.campaign.select import legacy_stack
-from faults.campaign.targets import CampaignError, Case, Target
-from faults.injectors.catalog import INJECTORS
-from faults.properties.violation import Violation
-from faults.tiers import DEFAULT_TIER, Selection, Tiers
+from kvfault.faults.argtypes import check_scale
+from kvfault.faults.campaign.kinds import kind_named
+from kvfault.faults.campaign.outcomes import CaseOutcome, TargetOutcome
+from kvfault.faults.campaign.select import legacy_stack
+from kvfault.faults.campaign.targets import CampaignError, Case, Target
+from kvfault.faults.injectors.catalog import INJECTORS
+from kvfault.faults.properties.violation import Violation
+from kvfault.faults.tiers import DEFAULT_TIER, Selection, Tiers
 
 
 def target_from_json(obj: Any) -> Target:

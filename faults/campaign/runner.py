@@ -2,7 +2,7 @@
 
 A campaign is a list of *targets*, each run over the same seeds. ``CaseRunner`` runs
 one case on one tier and hands it to its target's kind to judge
-(``faults.campaign.kinds``: regression, fault, scenario, swarm, each with its judge);
+(``kvfault.faults.campaign.kinds``: regression, fault, scenario, swarm, each with its judge);
 a crash of the judge is an ERROR verdict, not a crash of the campaign.
 
 Whether stopping was right is the properties' call (``no_false_stop``, ``liveness``);
@@ -10,7 +10,7 @@ in addition, every scenario and fault row meets the ending its catalog entry dec
 (``Expect``: run to the end, stop with a named error on a named operation within a
 bound, or refuse to start with a named error), and a regression's legacy run ends as
 its entry declares; any other ending fails the row and names what happened. This
-module does no I/O: the session (``faults.campaign.session``) runs the cases, in
+module does no I/O: the session (``kvfault.faults.campaign.session``) runs the cases, in
 this process or over workers.
 """
 
@@ -19,10 +19,10 @@ from __future__ import annotations
 import time
 import traceback
 
-from faults.campaign.execute import CaseResult, Executor, default_executor, run_case
-from faults.campaign.outcomes import CaseOutcome
-from faults.campaign.targets import Case, Target
-from faults.verdicts import Verdict
+from kvfault.faults.campaign.execute import CaseResult, Executor, default_executor, run_case
+from kvfault.faults.campaign.outcomes import CaseOutcome
+from kvfault.faults.campaign.targets import Case, Target
+from kvfault.faults.verdicts import Verdict
 
 ERROR = Verdict.ERROR
 

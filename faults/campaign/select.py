@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Sequence
 
-from faults.argtypes import check_scale
-from faults.campaign.kinds import (
+from kvfault.faults.argtypes import check_scale
+from kvfault.faults.campaign.kinds import (
     FAULT,
     REGRESSION,
     SCENARIO,
@@ -18,10 +18,10 @@ from faults.campaign.kinds import (
     scenario_target,
     swarm_target,
 )
-from faults.campaign.targets import CampaignError, Target
-from faults.catalog import close_matches, on_tier
-from faults.regressions.legacy import REGRESSIONS
-from faults.tiers import DEFAULT_TIER, Tier, TierError, Tiers
+from kvfault.faults.campaign.targets import CampaignError, Target
+from kvfault.faults.catalog import close_matches, on_tier
+from kvfault.faults.regressions.legacy import REGRESSIONS
+from kvfault.faults.tiers import DEFAULT_TIER, Tier, TierError, Tiers
 
 
 def select_targets(
@@ -103,7 +103,7 @@ def legacy_stack(name: Any, kind: TargetKind | None = None, tier: str = DEFAULT_
 
 
 def _tier(name: str) -> Tier:
-    """The registered tier ``name`` (``faults.tiers.Tier``); one-line ``CampaignError``."""
+    """The registered tier ``name`` (``kvfault.faults.tiers.Tier``); one-line ``CampaignError``."""
     try:
         return Tiers.installed()[name]
     except TierError as exc:

@@ -9,7 +9,7 @@ each written once here:
   seed that started runs whole (every target), and the first seed always runs
   (``always_runs``: the one place that rule is written; the backends ask for it);
 - **artifacts**: a case's replay artifact is staged before it runs and kept or dropped
-  when its outcome is back (``faults.campaign.artifacts.CampaignArtifacts``); when the
+  when its outcome is back (``kvfault.faults.campaign.artifacts.CampaignArtifacts``); when the
   campaign is interrupted, every staged case with no outcome has its staging undone.
   A stop signal is held while a staging or an outcome is recorded, so it lands between
   them, never inside one (which would leave a passing case's artifact behind);
@@ -27,8 +27,8 @@ A *backend* only says where the cases run and calls the session's hooks
 session's to clean up (``interrupted``). The backends:
 
 - ``InProcess`` (``-j 1``, ``--tier lmcache``): this process, on a tier's executor;
-- ``faults.campaign.pool.ForkPool`` (``-j N``): forked workers on this machine;
-- ``faults.campaign.xdist.Xdist`` (``-n N``, ``--tx``): pytest-xdist workers or
+- ``kvfault.faults.campaign.pool.ForkPool`` (``-j N``): forked workers on this machine;
+- ``kvfault.faults.campaign.xdist.Xdist`` (``-n N``, ``--tx``): pytest-xdist workers or
   execnet gateways.
 
 Every backend gives the same table, verdicts, digests and exit status
@@ -43,20 +43,20 @@ import signal
 import time
 from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence
 
-from faults.argtypes import MAX_SEED
-from faults.campaign.execute import Executor
-from faults.campaign.hang_guard import hang_guard
-from faults.campaign.outcomes import (
+from kvfault.faults.argtypes import MAX_SEED
+from kvfault.faults.campaign.execute import Executor
+from kvfault.faults.campaign.hang_guard import hang_guard
+from kvfault.faults.campaign.outcomes import (
     CampaignFailure,
     CampaignResult,
     CaseOutcome,
     in_campaign_order,
 )
-from faults.campaign.runner import CaseRunner
-from faults.campaign.targets import Case, Target
-from faults.errors import UsageError
-from faults.verdicts import Verdict
-from reference.signals import stop_signals_held
+from kvfault.faults.campaign.runner import CaseRunner
+from kvfault.faults.campaign.targets import Case, Target
+from kvfault.faults.errors import UsageError
+from kvfault.faults.verdicts import Verdict
+from kvfault.reference.signals import stop_signals_held
 
 # (cases done, cases in all, the case starting ("" where unknown), or "done" at the end)
 Progress = Callable[[int, int, str], None]
@@ -70,7 +70,7 @@ INTERRUPTS = (KeyboardInterrupt, SystemExit)
 
 
 class Artifacts(Protocol):
-    """Where replay artifacts go (``faults.campaign.artifacts.CampaignArtifacts``):
+    """Where replay artifacts go (``kvfault.faults.campaign.artifacts.CampaignArtifacts``):
     ``before`` stages a case's artifact and returns a token; ``after`` keeps or drops
     it once the outcome is known (token None: the case ran where this process could
     not stage it); ``abandon`` undoes a staging whose case will have no outcome."""

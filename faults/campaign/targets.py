@@ -1,20 +1,20 @@
 """What a campaign runs: targets (a regression, a fault, a scenario, a swarm) on a
 tier, and cases (a target with one seed). Plain data: a case is what a replay
 artifact records. The bottom of the campaign package: a target's kind
-(``faults.campaign.kinds``) builds it, ``faults.campaign.select`` chooses the
-campaign's, and ``faults.campaign.reading`` reads one back from its JSON."""
+(``kvfault.faults.campaign.kinds``) builds it, ``kvfault.faults.campaign.select`` chooses the
+campaign's, and ``kvfault.faults.campaign.reading`` reads one back from its JSON."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from faults.errors import KvfaultError
-from faults.tiers import DEFAULT_TIER
+from kvfault.faults.errors import KvfaultError
+from kvfault.faults.tiers import DEFAULT_TIER
 
 if TYPE_CHECKING:
-    from faults.campaign.kinds import TargetKind
-    from faults.injectors.plans import FaultPlan
+    from kvfault.faults.campaign.kinds import TargetKind
+    from kvfault.faults.injectors.plans import FaultPlan
 
 
 class CampaignError(KvfaultError, ValueError):
@@ -24,7 +24,7 @@ class CampaignError(KvfaultError, ValueError):
 @dataclass(frozen=True)
 class Target:
     """One line of the campaign: a regression, a fault, a scenario or a swarm, on one
-    tier (a registered ``faults.tiers.Tier``; by default the in-process one).
+    tier (a registered ``kvfault.faults.tiers.Tier``; by default the in-process one).
 
     ``stack`` names the stack under test: None for the fixed (reference) stack, or a
     planted regression whose legacy rules stand in for it (``kvfault run --legacy
@@ -51,13 +51,13 @@ class Target:
         return base if self.tier == DEFAULT_TIER else f"{self.tier}:{base}"
 
     def rules(self) -> Any:
-        """The rules of the stack under test (``reference.rules.Rules``)."""
+        """The rules of the stack under test (``kvfault.reference.rules.Rules``)."""
         # Imported when asked for: reading a target costs no rule or regression module.
         if self.stack is None:
-            from reference.rules import Rules
+            from kvfault.reference.rules import Rules
 
             return Rules()
-        from faults.regressions.legacy import REGRESSIONS
+        from kvfault.faults.regressions.legacy import REGRESSIONS
 
         return REGRESSIONS[self.stack].rules
 

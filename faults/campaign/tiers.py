@@ -1,4 +1,4 @@
-"""Open a tier's executor by name, through the registered tiers (``faults.tiers``): a
+"""Open a tier's executor by name, through the registered tiers (``kvfault.faults.tiers``): a
 tier's opener is imported only when it is opened, so the in-process campaign never
 imports a real tier's harness or its client library. A worker (forked, or
 pytest-xdist's) opens the tier its cases run on the same way (``Opened``)."""
@@ -9,7 +9,7 @@ import contextlib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from faults.tiers import DEFAULT_TIER, Executor, Tiers
+from kvfault.faults.tiers import DEFAULT_TIER, Executor, Tiers
 
 
 @contextlib.contextmanager

@@ -1,6 +1,6 @@
 """The pytest-xdist backend of the campaign session (``kvfault run -n N``, ``--tx``).
 
-The session's cases go out as work items of ``faults.fanout`` (local workers with
+The session's cases go out as work items of ``kvfault.faults.fanout`` (local workers with
 ``workers``, other hosts with execnet gateway specs in ``tx``): one item per case, or
 one per seed under a budget (the fan-out's deadline is the budget: workers start no
 seed after it, but the session's ``always_runs`` seed always runs). A worker runs each case exactly as the
@@ -16,12 +16,12 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from faults.campaign.artifacts import CampaignArtifacts
-from faults.campaign.reading import outcome_from_json, target_from_json
-from faults.campaign.session import InProcess, Session, run_session
-from faults.campaign.targets import Case
-from faults.campaign.tiers import Opened
-from faults.fanout import ItemResult, WorkItem, fan_out
+from kvfault.faults.campaign.artifacts import CampaignArtifacts
+from kvfault.faults.campaign.reading import outcome_from_json, target_from_json
+from kvfault.faults.campaign.session import InProcess, Session, run_session
+from kvfault.faults.campaign.targets import Case
+from kvfault.faults.campaign.tiers import Opened
+from kvfault.faults.fanout import ItemResult, WorkItem, fan_out
 
 
 def cases_task(payload: dict[str, Any]) -> list[dict[str, Any]]:
@@ -51,7 +51,7 @@ class Xdist:
     ``auto``) or execnet gateways (``tx``; ``rsyncdirs`` sent to them first). Without
     a budget one work item per case, with one one per seed. A case whose worker died
     (a hang guard's exit, a crash) goes to ``session.lost``. Raises
-    ``faults.fanout.FanoutError`` when the workers could not start."""
+    ``kvfault.faults.fanout.FanoutError`` when the workers could not start."""
 
     def __init__(
         self, workers: str | None = None, tx: Sequence[str] = (), rsyncdirs: Sequence[str] = ()

@@ -1,3 +1,3 @@
-"""The ``kvfault`` subcommands behind ``faults.cli``: each module takes the parsed
+"""The ``kvfault`` subcommands behind ``kvfault.faults.cli``: each module takes the parsed
 arguments of one command, runs it and renders what came back (``run``, ``listing``,
-``repro`` for repro and replay, ``sweep``); ``prove`` is ``faults.prove.run``."""
+``repro`` for repro and replay, ``sweep``); ``prove`` is ``kvfault.faults.prove.run``."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from faults.errors import UsageError
+from kvfault.faults.errors import UsageError
 
 PAGE_KIB = (8, 32, 256, 2048)
 # a calibration restore is at most 16 MiB: pools of this many bytes let it take that
@@ -24,10 +24,10 @@ def command(args: argparse.Namespace) -> int:
         ) from None
     if not torch.cuda.is_available() or torch.cuda.device_count() == 0:
         raise UsageError(f"gpu-info: no CUDA or HIP device visible to torch {torch.__version__}")
-    from reference.device import DeviceKvPages, PinnedHostPool, TorchCopyEngine
-    from reference.device.calibration import CalibrationCache, Calibrator, cache_path
-    from reference.device.device_pages import device_backend, device_pci_bus, driver_version
-    from reference.device.topology import read_topology
+    from kvfault.reference.device import DeviceKvPages, PinnedHostPool, TorchCopyEngine
+    from kvfault.reference.device.calibration import CalibrationCache, Calibrator, cache_path
+    from kvfault.reference.device.device_pages import device_backend, device_pci_bus, driver_version
+    from kvfault.reference.device.topology import read_topology
 
     device = torch.device(
         "cuda", args.device if args.device is not None else torch.cuda.current_device()

@@ -9,19 +9,19 @@ import argparse
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from faults.catalog import Entry
+    from kvfault.faults.catalog import Entry
 
 
 def command(args: argparse.Namespace) -> int:
     """Print the lists the arguments ask for (all of them by default); exit 0."""
-    from faults.tiers import DEFAULT_TIER, Tiers
+    from kvfault.faults.tiers import DEFAULT_TIER, Tiers
 
     tiers = Tiers.installed()
     own = tiers[args.tier].own_listing() if args.tier else None
     if own is not None:
         return int(own(args))
-    from faults.catalog import entries
-    from faults.properties.checks import PROPERTIES
+    from kvfault.faults.catalog import entries
+    from kvfault.faults.properties.checks import PROPERTIES
 
     def first_line(text: str | None) -> str:
         # A docstring's first sentence, on one line.
@@ -41,8 +41,8 @@ def command(args: argparse.Namespace) -> int:
             parts = [f"also --tier {t}" for t in others]
         return f" [{'; '.join(parts)}]" if parts else ""
 
-    from faults.regressions.legacy import REGRESSIONS
-    from faults.scenarios import SCENARIOS
+    from kvfault.faults.regressions.legacy import REGRESSIONS
+    from kvfault.faults.scenarios import SCENARIOS
 
     def grows(e: Entry) -> str:
         # What --scale K multiplies, for a scenario that has a size.

@@ -9,15 +9,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from faults.argtypes import DEFAULT_CASE_TIMEOUT_S, dir_refused
-from faults.commands.run import bad
+from kvfault.faults.argtypes import DEFAULT_CASE_TIMEOUT_S, dir_refused
+from kvfault.faults.commands.run import bad
 
 
 def repro_command(args: argparse.Namespace) -> int:
     """Run planted regression NAME legacy vs fixed on one seed and print the verdict."""
-    from faults.campaign import CampaignError, Case, regression_target
-    from faults.campaign.artifacts import artifact_dir
-    from faults.repro import format_reproduction, reproduce
+    from kvfault.faults.campaign import CampaignError, Case, regression_target
+    from kvfault.faults.campaign.artifacts import artifact_dir
+    from kvfault.faults.repro import format_reproduction, reproduce
 
     try:
         target = regression_target(args.name)
@@ -35,8 +35,8 @@ def repro_command(args: argparse.Namespace) -> int:
 
 def replay_command(args: argparse.Namespace) -> int:
     """Run the case a replay artifact names again, as it ran, and print the verdict."""
-    from faults.campaign.artifacts import hashseed, read_artifact
-    from faults.repro import format_reproduction, reproduce
+    from kvfault.faults.campaign.artifacts import hashseed, read_artifact
+    from kvfault.faults.repro import format_reproduction, reproduce
 
     case, obj = read_artifact(args.artifact)
     why = _timeline_refused(args.timeline)
@@ -53,8 +53,8 @@ def replay_command(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
     if "code" in obj:
-        from faults.campaign.artifacts import case_code
-        from faults.provenance import Code
+        from kvfault.faults.campaign.artifacts import case_code
+        from kvfault.faults.provenance import Code
 
         then, now = Code.from_json(obj["code"]), case_code(case)
         why = then.differs(now) if now is not None else f"recorded at {then.describe()}"
@@ -91,7 +91,7 @@ def _timeline_refused(path: Path | None) -> str | None:
         return None
     import importlib.util
 
-    from faults.report.timeline import PLOT_HINT, picture_format
+    from kvfault.faults.report.timeline import PLOT_HINT, picture_format
 
     try:
         picture_format(path)
@@ -115,7 +115,7 @@ def _timeline(path: Path | None, outcome: Any, code: int) -> int:
     (one line on stderr, exit 2) after the verdict, which stands as printed."""
     if path is None:
         return code
-    from faults.repro import write_timeline
+    from kvfault.faults.repro import write_timeline
 
     why = write_timeline(outcome, path)
     if why is not None:

@@ -1,5 +1,5 @@
 """``kvfault run``: the campaign, from parsed arguments to the table, the reports and
-the exit status. The loop itself is the session's (``faults.campaign.session``): this
+the exit status. The loop itself is the session's (``kvfault.faults.campaign.session``): this
 module picks the targets, the seeds and the backend, and renders what came back."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from faults.argtypes import dir_refused, hosts_refused, seeds_refused
+from kvfault.faults.argtypes import dir_refused, hosts_refused, seeds_refused
 
 if TYPE_CHECKING:
-    from faults.campaign import CampaignResult, Target
-    from faults.campaign.artifacts import CampaignArtifacts
+    from kvfault.faults.campaign import CampaignResult, Target
+    from kvfault.faults.campaign.artifacts import CampaignArtifacts
 
 # Seeds per target in a plain `kvfault run`: the whole default campaign aims at 10 s on
 # 2 cores; it takes about 7.5 CPU seconds, spread over the cores (-j; docs/scale.md,
@@ -30,10 +30,10 @@ def bad(message: str) -> int:
 
 def refused(args: argparse.Namespace) -> str | None:
     """What the options given together cannot mean, in one line (each value alone is
-    checked by its argument type, ``faults.argtypes``): an option another tier
-    declares (``faults.tiers.TierOption``), what the chosen tier cannot run (its
+    checked by its argument type, ``kvfault.faults.argtypes``): an option another tier
+    declares (``kvfault.faults.tiers.TierOption``), what the chosen tier cannot run (its
     capabilities, its own ``Tier.refused``)."""
-    from faults.tiers import Selection, Tiers
+    from kvfault.faults.tiers import Selection, Tiers
 
     bad_here = seeds_refused(args.first_seed, args.seeds, args.budget) or hosts_refused(
         args.tx, args.rsyncdir
@@ -66,15 +66,15 @@ def refused(args: argparse.Namespace) -> str | None:
 def default_seed_count(tier: str) -> int:
     """How many seeds per target ``kvfault run --tier TIER`` runs without ``--seeds``:
     the tier's declared count, else ``DEFAULT_SEEDS``."""
-    from faults.tiers import Tiers
+    from kvfault.faults.tiers import Tiers
 
     return Tiers.installed()[tier].seeds or DEFAULT_SEEDS
 
 
 def add_tier_options(parser: argparse.ArgumentParser) -> None:
-    """Each option a registered tier declares (``faults.tiers.TierOption``), once, with
+    """Each option a registered tier declares (``kvfault.faults.tiers.TierOption``), once, with
     the tier named in its help: ``kvfault run``'s parser adds them when it first parses."""
-    from faults.tiers import Tiers
+    from kvfault.faults.tiers import Tiers
 
     seen: set[str] = set()
     for tier in Tiers.installed():
@@ -89,7 +89,7 @@ def add_tier_options(parser: argparse.ArgumentParser) -> None:
 
 def tier_options(args: argparse.Namespace) -> dict[str, Any]:
     """The values of the chosen tier's own options, by the keyword its opener takes."""
-    from faults.tiers import Tiers
+    from kvfault.faults.tiers import Tiers
 
     return {opt.dest: getattr(args, opt.dest, None) for opt in Tiers.installed()[args.tier].options}
 
@@ -101,7 +101,7 @@ def tier_words(args: argparse.Namespace) -> list[str]:
     the replay line runs the same checkout from any directory and any environment."""
     import os
 
-    from faults.tiers import Tiers
+    from kvfault.faults.tiers import Tiers
 
     words: list[str] = []
     for opt in Tiers.installed()[args.tier].options:
@@ -119,15 +119,15 @@ def command(args: argparse.Namespace) -> int:
     """Run the campaign the arguments name; print its table; write its reports."""
     from dataclasses import replace
 
-    from faults.campaign import CampaignError, select_targets
-    from faults.campaign.artifacts import CampaignArtifacts, artifact_dir
-    from faults.campaign.backends import open_backend
-    from faults.campaign.outcomes import CampaignFailure
-    from faults.campaign.session import INTERRUPTS, Session, interrupted_by, run_session
-    from faults.report.progress import progress_mode, show
-    from faults.tiers import DEFAULT_TIER
-    from faults.verdicts import Verdict
-    from reference.signals import stop_signals_held
+    from kvfault.faults.campaign import CampaignError, select_targets
+    from kvfault.faults.campaign.artifacts import CampaignArtifacts, artifact_dir
+    from kvfault.faults.campaign.backends import open_backend
+    from kvfault.faults.campaign.outcomes import CampaignFailure
+    from kvfault.faults.campaign.session import INTERRUPTS, Session, interrupted_by, run_session
+    from kvfault.faults.report.progress import progress_mode, show
+    from kvfault.faults.tiers import DEFAULT_TIER
+    from kvfault.faults.verdicts import Verdict
+    from kvfault.reference.signals import stop_signals_held
 
     if args.tier is None:
         args.tier = DEFAULT_TIER
@@ -207,7 +207,7 @@ def finish(
 ) -> int:
     """Print the table, write the reports, and return the exit status: all from
     ``result``'s one verdict."""
-    from faults.report.table import format_campaign
+    from kvfault.faults.report.table import format_campaign
 
     print(format_campaign(result, store.kept), flush=True)
     if args.budget is not None:
@@ -230,7 +230,7 @@ def _scaled(targets: list[Target], k: int) -> tuple[list[Target], str | None]:
     option is refused."""
     from dataclasses import replace
 
-    from faults.scenarios import SCENARIOS
+    from kvfault.faults.scenarios import SCENARIOS
 
     fixed = sorted({t.scenario for t in targets if not SCENARIOS[t.scenario].scales})
     if len(fixed) == len({t.scenario for t in targets}):
@@ -245,16 +245,16 @@ def _scaled(targets: list[Target], k: int) -> tuple[list[Target], str | None]:
 def write_report(
     args: argparse.Namespace, result: CampaignResult, seeds: list[int], kept: dict[str, Path]
 ) -> list[str]:
-    """summary.json and junit.xml (``faults.report.summary``), a timeline per failing case;
+    """summary.json and junit.xml (``kvfault.faults.report.summary``), a timeline per failing case;
     returns the timelines that could not be written, each as "PATH: why" (the reports
     say ``"timeline": null`` for them). Without matplotlib there are no timelines, and
     one note says so.
 
     The summary's own ``ok`` is per case; ``meta.campaign`` carries the campaign's
     verdict, which judges a regression by its target (caught on some seed)."""
-    from faults.campaign.artifacts import hashseed
-    from faults.campaign.session import seeds_ran
-    from faults.report.summary import write_reports
+    from kvfault.faults.campaign.artifacts import hashseed
+    from kvfault.faults.campaign.session import seeds_ran
+    from kvfault.faults.report.summary import write_reports
 
     report: Path = args.report
     report.mkdir(parents=True, exist_ok=True)
@@ -283,7 +283,7 @@ def write_report(
 def _write_timelines(result: CampaignResult, where: Path) -> tuple[dict[str, Path], list[str]]:
     """A timeline in ``where`` per failing case that kept its runs: the ones written, by
     case id, and the ones that could not be ("PATH: why")."""
-    from faults.repro import draw_timeline
+    from kvfault.faults.repro import draw_timeline
 
     written: dict[str, Path] = {}
     unwritten: list[str] = []
@@ -322,8 +322,8 @@ def _write_timelines(result: CampaignResult, where: Path) -> tuple[dict[str, Pat
 
 def _budget_line(args: argparse.Namespace, result: CampaignResult) -> str:
     """The footer of a budgeted run: how many of the seeds asked for fitted."""
-    from faults.campaign.session import seeds_ran
-    from faults.report.table import seed_span
+    from kvfault.faults.campaign.session import seeds_ran
+    from kvfault.faults.report.table import seed_span
 
     ran = seeds_ran(result)
     return f"budget {args.budget:g}s: {len(ran)} of {args.seeds} seeds ran ({seed_span(ran)})"

@@ -1,4 +1,4 @@
-"""``kvfault sweep``: the test suite once per PYTHONHASHSEED (``faults.sweep``),
+"""``kvfault sweep``: the test suite once per PYTHONHASHSEED (``kvfault.faults.sweep``),
 in this process or over pytest-xdist workers and gateways."""
 
 from __future__ import annotations
@@ -6,13 +6,13 @@ from __future__ import annotations
 import argparse
 import shlex
 
-from faults.argtypes import hosts_refused
-from faults.commands.run import bad
+from kvfault.faults.argtypes import hosts_refused
+from kvfault.faults.commands.run import bad
 
 
 def command(args: argparse.Namespace) -> int:
     """Run pytest once per hash seed of ``--hashseeds``; print each seed's line and the sum."""
-    from faults.sweep import SweepError, format_result, format_seed, parse_seeds, sweep
+    from kvfault.faults.sweep import SweepError, format_result, format_seed, parse_seeds, sweep
 
     raw = list(args.pytest_args)
     if raw and raw[0] == "--":

@@ -20,11 +20,11 @@ import random
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from reference.trace import Ev, Trace
-from reference.types import OperationId, Request
+from kvfault.reference.trace import Ev, Trace
+from kvfault.reference.types import OperationId, Request
 
 if TYPE_CHECKING:  # scenarios import this module; the hooks only need the type
-    from faults.runs import RunContext
+    from kvfault.faults.runs import RunContext
 
 
 @dataclass(frozen=True)

@@ -8,19 +8,24 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-from faults.injectors.base import Injector
-from faults.injectors.completions import (
+from kvfault.faults.injectors.base import Injector
+from kvfault.faults.injectors.completions import (
     DuplicateCompletion,
     LateCompletion,
     LostCompletion,
     LostSaveCompletion,
 )
-from faults.injectors.engine import EngineRestart, SlowForward
-from faults.injectors.ids import HashOrderShuffle, PortZeroIds
-from faults.injectors.params import FLOAT, INT, INTS, PAIRS, SALT, Param
-from faults.injectors.restore_copy import FenceFailure
-from faults.injectors.tier import EvictAfterLookup, LateVisibility, LostTierReply, RetrieveFailure
-from faults.runs import Expect, finishes, refuses, stops
+from kvfault.faults.injectors.engine import EngineRestart, SlowForward
+from kvfault.faults.injectors.ids import HashOrderShuffle, PortZeroIds
+from kvfault.faults.injectors.params import FLOAT, INT, INTS, PAIRS, SALT, Param
+from kvfault.faults.injectors.restore_copy import FenceFailure
+from kvfault.faults.injectors.tier import (
+    EvictAfterLookup,
+    LateVisibility,
+    LostTierReply,
+    RetrieveFailure,
+)
+from kvfault.faults.runs import Expect, finishes, refuses, stops
 
 # -- parameter schema ------------------------------------------------------------------
 

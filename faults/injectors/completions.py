@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from faults.injectors.base import Injector, Trigger
-from reference.interfaces import CompletionChannel
-from reference.types import Completion, OpKind, Outcome
+from kvfault.faults.injectors.base import Injector, Trigger
+from kvfault.reference.interfaces import CompletionChannel
+from kvfault.reference.types import Completion, OpKind, Outcome
 
 
 class _ChannelFault(Injector):

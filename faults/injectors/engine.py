@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from faults.injectors.base import Injector, Trigger
-from reference.interfaces import (
+from kvfault.faults.injectors.base import Injector, Trigger
+from kvfault.reference.interfaces import (
     ForwardTimer,
 )
 

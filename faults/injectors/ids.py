@@ -7,14 +7,14 @@ import dataclasses
 import hashlib
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from reference.interfaces import (
+from kvfault.reference.interfaces import (
     CompletionChannel,
 )
-from reference.types import Completion, Request
+from kvfault.reference.types import Completion, Request
 
 if TYPE_CHECKING:  # scenarios import this module; the hooks only need the type
-    from faults.runs import RunContext
-from faults.injectors.base import Injector
+    from kvfault.faults.runs import RunContext
+from kvfault.faults.injectors.base import Injector
 
 
 class PortZeroIds(Injector):
@@ -73,7 +73,7 @@ class SaltedId(str):
 
 def salted_ids(salt: int) -> Callable[[Request], Request]:
     """A request map giving every request id a hash salted with ``salt``. Stable API:
-    the campaign passes it to ``faults.campaign.execute.run_case(request_map=..., replay_map=...)``."""
+    the campaign passes it to ``kvfault.faults.campaign.execute.run_case(request_map=..., replay_map=...)``."""
 
     def salt_request(req: Request) -> Request:
         return dataclasses.replace(req, req_id=SaltedId(str(req.req_id), salt))

@@ -1,11 +1,11 @@
 """Fault plans as data: a named injector, its parameters and its trigger, seeded.
 
 The injectors a plan can name, their parameters and how the fixed stack must end under
-each live in the catalog, ``faults.injectors.catalog.INJECTORS``.
+each live in the catalog, ``kvfault.faults.injectors.catalog.INJECTORS``.
 
 A ``FaultPlan`` is plain, hashable, JSON-able data; ``plan.injectors()`` builds fresh
 injector objects for one run (injectors hold per-run state, plans do not). Plans are
-drawable by hypothesis (``faults.strategies``) so a failing plan shrinks, and by
+drawable by hypothesis (``kvfault.faults.strategies``) so a failing plan shrinks, and by
 ``swarm_plan`` (a random subset of injectors drawn from a seed).
 
 Every injector of a plan must demonstrably fire: ``fired_report`` counts firings (the
@@ -20,10 +20,10 @@ import random
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from faults.argtypes import check_scale
-from faults.injectors.base import Injector
-from faults.injectors.catalog import INJECTORS
-from reference.types import Request
+from kvfault.faults.argtypes import check_scale
+from kvfault.faults.injectors.base import Injector
+from kvfault.faults.injectors.catalog import INJECTORS
+from kvfault.reference.types import Request
 
 # -- specs and plans -----------------------------------------------------------------------
 
@@ -77,7 +77,7 @@ class FaultSpec:
 @dataclass(frozen=True)
 class FaultPlan:
     """The faults of one run, the seed that drives their triggers (the run's seed) and
-    the scale the scenario runs at (``faults.scenarios.RunContext.scale``)."""
+    the scale the scenario runs at (``kvfault.faults.scenarios.RunContext.scale``)."""
 
     faults: tuple[FaultSpec, ...] = ()
     seed: int = 0

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from faults.injectors.base import Injector, Trigger
-from reference.errors import RestoreFenceError
-from reference.interfaces import (
+from kvfault.faults.injectors.base import Injector, Trigger
+from kvfault.reference.errors import RestoreFenceError
+from kvfault.reference.interfaces import (
     CopyEngine,
     Page,
     State,
 )
-from reference.types import OperationId
+from kvfault.reference.types import OperationId
 
 
 class FenceFailure(Injector):

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from faults.injectors.base import Injector, Trigger
-from reference.interfaces import (
+from kvfault.faults.injectors.base import Injector, Trigger
+from kvfault.reference.interfaces import (
     LookupQuery,
     LookupResult,
     Page,
@@ -15,7 +15,7 @@ from reference.interfaces import (
     Tier,
     TierReply,
 )
-from reference.types import OperationId
+from kvfault.reference.types import OperationId
 
 
 class _TierProxy:

@@ -1,7 +1,7 @@
 """The campaign's executor for the real LMCache tier: each run's tiers are clients of
 one real lmcache server (an ``LMCacheSession``), in real time, with every duration a
 scenario sets shrunk by a time scale. The case runner, judge and properties are the
-campaign's own (``faults.campaign``); only this executor differs."""
+campaign's own (``kvfault.faults.campaign``); only this executor differs."""
 
 from __future__ import annotations
 
@@ -10,17 +10,17 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import Callable
 
-from faults.lmcache.server import RealTierLock
-from faults.lmcache.session import (
+from kvfault.faults.lmcache.server import RealTierLock
+from kvfault.faults.lmcache.session import (
     DEFAULT_TIME_SCALE,
     LMCacheSession,
     RealTierFactory,
     RunClock,
     paced_time_scale,
 )
-from faults.runs import RunContext, RunResult
-from faults.scenarios import SCENARIOS
-from faults.tiers import Executor
+from kvfault.faults.runs import RunContext, RunResult
+from kvfault.faults.scenarios import SCENARIOS
+from kvfault.faults.tiers import Executor
 
 
 class LMCacheExecutor(Executor):

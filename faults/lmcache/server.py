@@ -37,10 +37,10 @@ import weakref
 from pathlib import Path
 from typing import IO, Callable, Sequence
 
-from faults.errors import KvfaultError
-from faults.processes import running, stop_group
-from faults.tiers import TierUnavailable
-from reference.errors import RebuiltWhenUnpickled
+from kvfault.faults.errors import KvfaultError
+from kvfault.faults.processes import running, stop_group
+from kvfault.faults.tiers import TierUnavailable
+from kvfault.reference.errors import RebuiltWhenUnpickled
 
 SHM_DIR = Path("/dev/shm")
 SHM_PREFIX = "lmcache_l1_pool_"  # lmcache prepends this to --shm-name

@@ -1,8 +1,8 @@
 """One real lmcache server per campaign and the tiers of each run on it (docs/design.md#tiers).
 
 The same scenarios that run on the in-process tier in virtual time run here on a real
-``lmcache`` multiprocess server (``faults.lmcache.server.LMCacheServer``) through the
-real client (``reference.tiers.lmcache.LMCacheTier``), in real time:
+``lmcache`` multiprocess server (``kvfault.faults.lmcache.server.LMCacheServer``) through the
+real client (``kvfault.reference.tiers.lmcache.LMCacheTier``), in real time:
 
 - ``LMCacheSession`` starts one server for a whole campaign (a start costs 10-20 s on
   two cores) and always stops it and removes what it leaves (process group, /dev/shm
@@ -36,7 +36,7 @@ test harness (both measured, see docs/lmcache_tier.md):
   healthy engine; at 0.1 its first load finished 0.9-2.0 s after dispatch against a
   4 s bound. ``DEFAULT_TIME_SCALE`` is 0.2 (deadline 6 s, bound 8 s): a 4x margin.
 
-The campaign runs on this tier through ``faults.lmcache.executor.LMCacheExecutor``:
+The campaign runs on this tier through ``kvfault.faults.lmcache.executor.LMCacheExecutor``:
 the same case runner and judge as the in-process tier, only the executor differs.
 """
 
@@ -51,21 +51,21 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from faults.injectors.base import Injector
-from faults.lmcache.server import TMP_PREFIX, LMCacheServer, LMCacheServerWedged
-from faults.lmcache.wire_faults import WireInjector
-from faults.runs import RunContext
-from reference.clock import RealClock
-from reference.interfaces import LookupQuery, LookupResult, Page, State, TierReply
-from reference.rules import Rules
-from reference.stack.engine import EngineConfig
-from reference.tiers.lmcache import LMCacheTicket, LMCacheTier
-from reference.tiers.lmcache_client import ClientContext, loop_healthy, server_answers
-from reference.tiers.lmcache_pages import KVLayout
-from reference.types import OperationId, Request
+from kvfault.faults.injectors.base import Injector
+from kvfault.faults.lmcache.server import TMP_PREFIX, LMCacheServer, LMCacheServerWedged
+from kvfault.faults.lmcache.wire_faults import WireInjector
+from kvfault.faults.runs import RunContext
+from kvfault.reference.clock import RealClock
+from kvfault.reference.interfaces import LookupQuery, LookupResult, Page, State, TierReply
+from kvfault.reference.rules import Rules
+from kvfault.reference.stack.engine import EngineConfig
+from kvfault.reference.tiers.lmcache import LMCacheTicket, LMCacheTier
+from kvfault.reference.tiers.lmcache_client import ClientContext, loop_healthy, server_answers
+from kvfault.reference.tiers.lmcache_pages import KVLayout
+from kvfault.reference.types import OperationId, Request
 
 if TYPE_CHECKING:
-    from fakes.sim import SimWorld
+    from kvfault.fakes.sim import SimWorld
 
 DEFAULT_TIME_SCALE = 0.2
 # The real time a run spends on lmcache is mostly lookup round trips: the heaviest step of
@@ -401,8 +401,8 @@ class LMCacheSession:
         own (a scratch namespace) at ``url``: the mean round trip, kept in
         ``lookup_s``. About 20-100 ms on the 2-core box. A lookup that gets no
         answer counts its whole timeout."""
-        from reference.interfaces import LookupQuery
-        from reference.types import Geometry
+        from kvfault.reference.interfaces import LookupQuery
+        from kvfault.reference.types import Geometry
 
         tier = LMCacheTier(
             url,

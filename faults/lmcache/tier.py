@@ -4,7 +4,7 @@ faults. Reading it imports nothing of lmcache or torch."""
 
 from __future__ import annotations
 
-from faults.tiers.tier import Row, Tier
+from kvfault.faults.tiers.tier import Row, Tier
 
 NAME = "lmcache"
 
@@ -31,9 +31,9 @@ REGRESSION_SCENARIOS = {
 def rows() -> list[Row]:
     """The scenarios that name this tier, its wire faults, and the planted regressions
     that show here (each on its real-tier size)."""
-    from faults.lmcache.wire_faults import WIRE_FAULTS
-    from faults.regressions.legacy import REGRESSIONS
-    from faults.scenarios import SCENARIOS
+    from kvfault.faults.lmcache.wire_faults import WIRE_FAULTS
+    from kvfault.faults.regressions.legacy import REGRESSIONS
+    from kvfault.faults.scenarios import SCENARIOS
 
     out = [
         Row("scenario", s.name, s.description, s.name)
@@ -53,8 +53,8 @@ TIER = Tier(
     name=NAME,
     description="a real lmcache server on 127.0.0.1, in real time, with wire faults "
     "(needs the lmcache extra: pip install -c constraints/ci.txt '.[lmcache]')",
-    opener="faults.lmcache.executor:lmcache_executor",
-    catalog="faults.lmcache.tier:rows",
-    faults="faults.lmcache.wire_faults:WIRE_FAULTS",
+    opener="kvfault.faults.lmcache.executor:lmcache_executor",
+    catalog="kvfault.faults.lmcache.tier:rows",
+    faults="kvfault.faults.lmcache.wire_faults:WIRE_FAULTS",
     rank=10,
 )

@@ -11,11 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from faults.injectors.base import Injector
-from faults.lmcache.server import LMCacheServer
-from faults.lmcache.wire_proxy import Action, FiredFault, WireFault, WireProxy
-from faults.runs import Expect, finishes, stops
-from reference.stack.engine import EngineConfig
+from kvfault.faults.injectors.base import Injector
+from kvfault.faults.lmcache.server import LMCacheServer
+from kvfault.faults.lmcache.wire_proxy import Action, FiredFault, WireFault, WireProxy
+from kvfault.faults.runs import Expect, finishes, stops
+from kvfault.reference.stack.engine import EngineConfig
 
 
 class WireInjector(Injector):
@@ -178,7 +178,7 @@ class WireFaultInfo:
     """Catalog entry of one wire fault: how to build it, the scenario it runs on, and
     how the fixed stack must end (``expect``: STOP, FINISH or EITHER; a STOP is
     ``TransferUnprovable``). Every outcome also holds every property (less
-    determinism): no wrong hit, no hang, no false stop. A ``faults.tiers.TierFault``."""
+    determinism): no wrong hit, no hang, no false stop. A ``kvfault.faults.tiers.TierFault``."""
 
     name: str
     factory: Callable[[int], WireInjector]

@@ -1,17 +1,17 @@
 """The ``memory`` tier's executor and opener: the shared scenarios
-(``faults.scenarios.SCENARIOS``) run in this process, in virtual time."""
+(``kvfault.faults.scenarios.SCENARIOS``) run in this process, in virtual time."""
 
 from __future__ import annotations
 
-from faults.runs import RunContext, RunResult
-from faults.scenarios import SCENARIOS
-from faults.tiers import Executor
+from kvfault.faults.runs import RunContext, RunResult
+from kvfault.faults.scenarios import SCENARIOS
+from kvfault.faults.tiers import Executor
 
 NAME = "memory"
 
 
 class MemoryExecutor(Executor):
-    """The in-process tier (``fakes.memory_tier``) in virtual time: deterministic."""
+    """The in-process tier (``kvfault.fakes.memory_tier``) in virtual time: deterministic."""
 
     tier = NAME
     deterministic = True

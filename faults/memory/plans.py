@@ -1,12 +1,12 @@
 """The ``memory`` tier's faults: the in-process injectors of
-``faults.injectors.catalog.INJECTORS``, each run as a one-fault plan with its default
+``kvfault.faults.injectors.catalog.INJECTORS``, each run as a one-fault plan with its default
 parameters (the tier's ``FaultPlans``)."""
 
 from __future__ import annotations
 
-from faults.injectors.catalog import INJECTORS
-from faults.injectors.plans import FaultPlan, FaultSpec
-from faults.runs import Expect
+from kvfault.faults.injectors.catalog import INJECTORS
+from kvfault.faults.injectors.plans import FaultPlan, FaultSpec
+from kvfault.faults.runs import Expect
 
 
 class InjectorPlans:

@@ -1,11 +1,11 @@
 """The ``memory`` tier's declaration (entry point ``kvfault.tiers: memory``): the
 reference stack on the in-process tier in virtual time. It registers like any outside
-tier; it is the default only because ``faults.tiers.DEFAULT_TIER`` names it. Reading
-it imports nothing of the tier (its executor is ``faults.memory.executor``)."""
+tier; it is the default only because ``kvfault.faults.tiers.DEFAULT_TIER`` names it. Reading
+it imports nothing of the tier (its executor is ``kvfault.faults.memory.executor``)."""
 
 from __future__ import annotations
 
-from faults.tiers import Row, Tier
+from kvfault.faults.tiers import Row, Tier
 
 NAME = "memory"  # as faults.memory.executor names it
 
@@ -13,9 +13,9 @@ NAME = "memory"  # as faults.memory.executor names it
 def rows() -> list[Row]:
     """Every scenario that names this tier, every in-process injector on its
     scenario, every planted regression on its scenario."""
-    from faults.injectors.catalog import INJECTORS
-    from faults.regressions.legacy import REGRESSIONS
-    from faults.scenarios import SCENARIOS
+    from kvfault.faults.injectors.catalog import INJECTORS
+    from kvfault.faults.regressions.legacy import REGRESSIONS
+    from kvfault.faults.scenarios import SCENARIOS
 
     out = [
         Row("scenario", s.name, s.description, s.name)
@@ -30,10 +30,10 @@ def rows() -> list[Row]:
 TIER = Tier(
     name=NAME,
     description="the embedded in-process tier in virtual time (the default)",
-    executor="faults.memory.executor:MemoryExecutor",
-    catalog="faults.memory.tier:rows",
+    executor="kvfault.faults.memory.executor:MemoryExecutor",
+    catalog="kvfault.faults.memory.tier:rows",
     rank=0,
-    fault_plans="faults.memory.plans:PLANS",
+    fault_plans="kvfault.faults.memory.plans:PLANS",
     parallel=True,
     scales=True,
     source="kvfault",

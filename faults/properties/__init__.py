@@ -2,26 +2,26 @@
 returns its violations, with the evidence a reviewer needs. ``PROPERTIES`` is the one
 registry; a new property is one ``Property`` class in a module of this package."""
 
-from reference._lazy import lazy_exports
+from kvfault.reference._lazy import lazy_exports
 
 _EXPORTS = {
-    "PROPERTIES": "faults.properties.checks",
-    "Properties": "faults.properties.registry",
-    "Property": "faults.properties.property",
-    "Violation": "faults.properties.checks",
-    "correctness": "faults.properties.checks",
-    "efficiency": "faults.properties.ledger",
-    "exactly_once": "faults.properties.ledger",
-    "load_failures": "faults.properties.ledger",
-    "hbm_owners": "faults.properties.ledger",
-    "resources": "faults.properties.ledger",
-    "grid": "faults.properties.checks",
-    "hybrid": "faults.properties.checks",
-    "identity": "faults.properties.checks",
-    "keys": "faults.properties.checks",
-    "liveness": "faults.properties.checks",
-    "no_false_stop": "faults.properties.checks",
-    "usage": "faults.properties.checks",
+    "PROPERTIES": "kvfault.faults.properties.checks",
+    "Properties": "kvfault.faults.properties.registry",
+    "Property": "kvfault.faults.properties.property",
+    "Violation": "kvfault.faults.properties.checks",
+    "correctness": "kvfault.faults.properties.checks",
+    "efficiency": "kvfault.faults.properties.ledger",
+    "exactly_once": "kvfault.faults.properties.ledger",
+    "load_failures": "kvfault.faults.properties.ledger",
+    "hbm_owners": "kvfault.faults.properties.ledger",
+    "resources": "kvfault.faults.properties.ledger",
+    "grid": "kvfault.faults.properties.checks",
+    "hybrid": "kvfault.faults.properties.checks",
+    "identity": "kvfault.faults.properties.checks",
+    "keys": "kvfault.faults.properties.checks",
+    "liveness": "kvfault.faults.properties.checks",
+    "no_false_stop": "kvfault.faults.properties.checks",
+    "usage": "kvfault.faults.properties.checks",
 }
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

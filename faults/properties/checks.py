@@ -10,13 +10,13 @@ from __future__ import annotations
 from collections import OrderedDict, defaultdict
 from dataclasses import dataclass
 
-from fakes.model import DeterministicModel
-from faults.properties.registry import Properties
-from faults.properties.violation import Checker, Violation
-from faults.runs import RunResult
-from reference.stack.worker import page_digest
-from reference.trace import Ev, TraceEvent
-from reference.types import Request
+from kvfault.fakes.model import DeterministicModel
+from kvfault.faults.properties.registry import Properties
+from kvfault.faults.properties.violation import Checker, Violation
+from kvfault.faults.runs import RunResult
+from kvfault.reference.stack.worker import page_digest
+from kvfault.reference.trace import Ev, TraceEvent
+from kvfault.reference.types import Request
 
 
 class _ColdRuns:
@@ -154,7 +154,7 @@ def keys(run: RunResult) -> list[Violation]:
 
 
 def _one_key_per_content(run: RunResult) -> list[Violation]:
-    from faults.properties.content import ContentChains
+    from kvfault.faults.properties.content import ContentChains
 
     chunk = run.config.geometry.chunk_size
     chains = ContentChains(run)
@@ -232,7 +232,7 @@ def hybrid(run: RunResult) -> list[Violation]:
     A save reported failed may have written its chunks and images anyway (its answer was
     lost, or it failed part-way): a claim beyond the joint boundary is also accepted at
     a grid position that such writes could have made one."""
-    from faults.properties.content import ContentChains, TierAccount
+    from kvfault.faults.properties.content import ContentChains, TierAccount
 
     geo = run.config.geometry
     bs, chunk = geo.block_size, geo.chunk_size
@@ -461,7 +461,7 @@ def _longest_gap(run: RunResult) -> float:
 
 
 # The accounting properties (what was loaded, which operations ended, what is held).
-from faults.properties.ledger import (  # noqa: E402
+from kvfault.faults.properties.ledger import (  # noqa: E402
     efficiency,
     exactly_once,
     hbm_owners,

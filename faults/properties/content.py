@@ -8,10 +8,10 @@ keeps, per content key, when the tier made that chunk visible.
 
 from __future__ import annotations
 
-from faults.runs import RunResult
-from reference.rules.keys import block_hash_chain
-from reference.trace import Ev, TraceEvent
-from reference.types import OperationId
+from kvfault.faults.runs import RunResult
+from kvfault.reference.rules.keys import block_hash_chain
+from kvfault.reference.trace import Ev, TraceEvent
+from kvfault.reference.types import OperationId
 
 
 class ContentChains:

@@ -24,11 +24,11 @@ from __future__ import annotations
 from collections import Counter, deque
 from itertools import count, repeat
 
-from faults.properties.content import TierAccount
-from faults.properties.violation import Violation
-from faults.runs import RunResult
-from reference.trace import Ev, TraceEvent
-from reference.types import OperationId, OpKind
+from kvfault.faults.properties.content import TierAccount
+from kvfault.faults.properties.violation import Violation
+from kvfault.faults.runs import RunResult
+from kvfault.reference.trace import Ev, TraceEvent
+from kvfault.reference.types import OperationId, OpKind
 
 
 def efficiency(run: RunResult) -> list[Violation]:
@@ -264,7 +264,7 @@ def hbm_owners(run: RunResult) -> list[Violation]:
     counted by reference: a block is free again when its last holder frees it. Checked
     from what the scheduler took and freed (``blocks`` events), never from what the
     pool raises."""
-    from reference.rules.keys import block_hash_chain
+    from kvfault.reference.rules.keys import block_hash_chain
 
     bs = run.config.geometry.block_size
     out: list[Violation] = []

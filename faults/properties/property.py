@@ -1,6 +1,6 @@
 """A property as one class: everything kvfault needs of it in one place, so adding a
-property is one class in one module of ``faults.properties`` plus its test. The
-registry (``faults.properties.registry.Properties``, the one ``PROPERTIES``) finds every
+property is one class in one module of ``kvfault.faults.properties`` plus its test. The
+registry (``kvfault.faults.properties.registry.Properties``, the one ``PROPERTIES``) finds every
 subclass defined in this package when it is first read."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from __future__ import annotations
 import abc
 from typing import ClassVar
 
-from faults.properties.violation import Violation
-from faults.runs import RunResult
+from kvfault.faults.properties.violation import Violation
+from kvfault.faults.runs import RunResult
 
 
 class Property(abc.ABC):

@@ -1,4 +1,4 @@
-"""The one registry of properties (``PROPERTIES`` in ``faults.properties.checks``): the
+"""The one registry of properties (``PROPERTIES`` in ``kvfault.faults.properties.checks``): the
 built-in checkers, and every ``Property`` subclass defined in a module of this
 package, found when the registry is first read (never at import)."""
 
@@ -9,8 +9,8 @@ import pkgutil
 from collections.abc import Iterator, Mapping, MutableMapping
 from typing import Callable
 
-from faults.properties.property import Property
-from faults.properties.violation import Checker
+from kvfault.faults.properties.property import Property
+from kvfault.faults.properties.violation import Checker
 
 # The results table's props column: one letter each, "determinism" included (it
 # compares two runs; faults.campaign.execute checks it). A Property class says its own.

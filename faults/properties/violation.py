@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from faults.runs import RunResult
+from kvfault.faults.runs import RunResult
 
 
 @dataclass(frozen=True)

@@ -10,14 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Sequence
 
-from faults.runs import Expect, finishes, stops
-from reference.rules import Rules
-from reference.rules.anchors import AnchorPolicy, grid_step
-from reference.rules.bounds import LoadBounds
-from reference.rules.deadline import LoadClock, RestoreDeadline
-from reference.rules.hits import HitPolicy, LoadPlan, joint_boundary
-from reference.rules.identity import EngineIdentity
-from reference.types import Geometry, OperationId, Request, StateGrid
+from kvfault.faults.runs import Expect, finishes, stops
+from kvfault.reference.rules import Rules
+from kvfault.reference.rules.anchors import AnchorPolicy, grid_step
+from kvfault.reference.rules.bounds import LoadBounds
+from kvfault.reference.rules.deadline import LoadClock, RestoreDeadline
+from kvfault.reference.rules.hits import HitPolicy, LoadPlan, joint_boundary
+from kvfault.reference.rules.identity import EngineIdentity
+from kvfault.reference.types import Geometry, OperationId, Request, StateGrid
 
 _SIDE_CHAIN_TAG = 0x5349_4445
 

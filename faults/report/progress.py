@@ -1,4 +1,4 @@
-"""Progress on stderr, as the campaign session reports it (``faults.campaign.session.
+"""Progress on stderr, as the campaign session reports it (``kvfault.faults.campaign.session.
 Progress``: cases done, cases in all, the case starting or ``"done"``): a bar on a
 terminal, a dozen lines when stderr is not one, nothing with ``--no-progress``."""
 

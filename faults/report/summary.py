@@ -2,7 +2,7 @@
 
 Nothing here runs a case; the CLI and the campaign hand their results in.
 
-Each case is a campaign ``CaseOutcome`` (``faults.campaign.outcomes``), the one record
+Each case is a campaign ``CaseOutcome`` (``kvfault.faults.campaign.outcomes``), the one record
 of a case; these writers render it. Its violations are ``Violation`` objects until
 here: ``summary.json`` writes them as objects, JUnit as lines of text.
 
@@ -58,7 +58,7 @@ violation as one line of text)::
           "digest": str,          # trace digest of the fixed (or only) run
           "error": str | null,    # traceback text for ERROR
           "command": str,         # the one command that replays the case
-          "plan": object | null,  # the fault plan (faults.injectors.plans.FaultPlan JSON)
+          "plan": object | null,  # the fault plan (kvfault.faults.injectors.plans.FaultPlan JSON)
           "artifact": str | null, # path of the case's replay artifact
           "timeline": str | null  # path of the case's timeline picture
         }
@@ -74,13 +74,13 @@ one more ``<testcase classname="kvfault.campaign" name="campaign:KIND">`` with i
 ``<failure>`` (``<error>`` when its verdict exits 2). So failures + errors is 0 exactly
 when the run exits 0, as ``summary.json``'s ``ok`` is true.
 
-Both take the verdict from ``campaign`` (a ``faults.campaign.CampaignResult``) when
+Both take the verdict from ``campaign`` (a ``kvfault.faults.campaign.CampaignResult``) when
 given, the one the table's footer and the exit status read, and whether a case is
 tolerated; without it, from the cases alone. ``artifacts`` and ``timelines`` map a
 case id to the path of its replay artifact and timeline picture, where written.
 
-Replay artifacts are ``faults.campaign.artifacts``; the hang guard is
-``faults.campaign.hang_guard``.
+Replay artifacts are ``kvfault.faults.campaign.artifacts``; the hang guard is
+``kvfault.faults.campaign.hang_guard``.
 """
 
 from __future__ import annotations
@@ -93,11 +93,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from faults.campaign.artifacts import replay_command
-from faults.verdicts import Verdict, exit_code, worst
+from kvfault.faults.campaign.artifacts import replay_command
+from kvfault.faults.verdicts import Verdict, exit_code, worst
 
 if TYPE_CHECKING:
-    from faults.campaign import CampaignResult, CaseOutcome
+    from kvfault.faults.campaign import CampaignResult, CaseOutcome
 
 __all__ = [
     "SUMMARY_SCHEMA",
@@ -174,7 +174,7 @@ def _verdict(
     rows: Sequence[dict[str, Any]], campaign: CampaignResult | None
 ) -> tuple[str, int, list[dict[str, str]]]:
     """The run's verdict, exit status and campaign failures: the campaign's own when
-    given (``faults.campaign.CampaignResult``), else the cases' that are not tolerated."""
+    given (``kvfault.faults.campaign.CampaignResult``), else the cases' that are not tolerated."""
     if campaign is not None:
         failures = [f.as_json() for f in campaign.failures]
         return str(campaign.verdict), campaign.exit_code, failures
@@ -379,9 +379,9 @@ def write_reports(
 
 
 def _write_atomic(path: Path, text: str) -> Path:
-    """The file appears whole or not at all (``faults.safe_io.write_atomic``: a private
+    """The file appears whole or not at all (``kvfault.faults.safe_io.write_atomic``: a private
     temporary sibling, removed on failure; no link followed)."""
-    from faults.safe_io import write_atomic
+    from kvfault.faults.safe_io import write_atomic
 
     path.parent.mkdir(parents=True, exist_ok=True)
     return write_atomic(path, text)

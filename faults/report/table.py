@@ -7,11 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from faults.campaign.artifacts import replay_command
-from faults.properties.checks import PROPERTIES
+from kvfault.faults.campaign.artifacts import replay_command
+from kvfault.faults.properties.checks import PROPERTIES
 
 if TYPE_CHECKING:
-    from faults.campaign import CampaignResult
+    from kvfault.faults.campaign import CampaignResult
 
 
 def table(rows: list[list[str]], header: list[str]) -> str:
@@ -88,7 +88,7 @@ def format_campaign(result: CampaignResult, artifacts: dict[str, Path] | None = 
             f"note: no swarm run drew {', '.join(result.never_drawn)} (more seeds draw more)"
         )
     if result.draws and (result.unexercised or result.never_drawn):
-        from faults.injectors.plans import swarm_seeds_to_cover
+        from kvfault.faults.injectors.plans import swarm_seeds_to_cover
 
         n = swarm_seeds_to_cover()
         out.append(
@@ -101,11 +101,11 @@ def format_campaign(result: CampaignResult, artifacts: dict[str, Path] | None = 
 
 
 def _codes(result: CampaignResult) -> list[str]:
-    """The engine checkouts the rows ran (``faults.provenance``), each in one phrase
+    """The engine checkouts the rows ran (``kvfault.faults.provenance``), each in one phrase
     with its commit and whether its tree was dirty: the output names the code it
     judged. None for kvfault's own stack."""
-    from faults.campaign import Case
-    from faults.campaign.artifacts import case_code
+    from kvfault.faults.campaign import Case
+    from kvfault.faults.campaign.artifacts import case_code
 
     seen: list[str] = []
     for t in result.targets:

@@ -1,11 +1,11 @@
 """Named, parameterised workloads: each assembles engines on a simulated host, runs its
-workload and returns a faults.runs.RunResult for the properties to judge."""
+workload and returns a kvfault.faults.runs.RunResult for the properties to judge."""
 
-from reference._lazy import lazy_exports
+from kvfault.reference._lazy import lazy_exports
 
 _EXPORTS = {
-    "SCENARIOS": "faults.scenarios.catalog",
-    "Scenario": "faults.scenarios.scenario",
+    "SCENARIOS": "kvfault.faults.scenarios.catalog",
+    "Scenario": "kvfault.faults.scenarios.scenario",
 }
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -3,9 +3,9 @@ generated workloads and the real-tier sizes. Each ``Scenario`` says which tiers 
 
 from __future__ import annotations
 
-from faults.scenarios.generated import GENERATED
-from faults.scenarios.real_sized import REAL_SIZED
-from faults.scenarios.scenario import Scenario
-from faults.scenarios.simulated import SIMULATED
+from kvfault.faults.scenarios.generated import GENERATED
+from kvfault.faults.scenarios.real_sized import REAL_SIZED
+from kvfault.faults.scenarios.scenario import Scenario
+from kvfault.faults.scenarios.simulated import SIMULATED
 
 SCENARIOS: dict[str, Scenario] = {**SIMULATED, **GENERATED, **REAL_SIZED}

@@ -17,12 +17,12 @@ import random
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from faults.runs import RunContext, RunResult, finishes
-from faults.scenarios.harness import _Run
-from faults.scenarios.scenario import _ONE_TIER, Scenario
-from reference.rules.keys import media_cache_seed
-from reference.stack.engine import EngineConfig
-from reference.types import Geometry, ModelKind, Request, StateGrid
+from kvfault.faults.runs import RunContext, RunResult, finishes
+from kvfault.faults.scenarios.harness import _Run
+from kvfault.faults.scenarios.scenario import _ONE_TIER, Scenario
+from kvfault.reference.rules.keys import media_cache_seed
+from kvfault.reference.stack.engine import EngineConfig
+from kvfault.reference.types import Geometry, ModelKind, Request, StateGrid
 
 if TYPE_CHECKING:
     from hypothesis.strategies import SearchStrategy

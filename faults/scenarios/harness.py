@@ -8,15 +8,15 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Sequence
 
-from fakes.sim import SimWorld
-from fakes.workloads import Workloads, resend
-from faults.argtypes import check_scale
-from faults.injectors.base import Injector, wrap_all
-from faults.runs import RunContext, RunResult
-from reference.interfaces import Tier
-from reference.stack.engine import Engine, EngineConfig, RunOutcome
-from reference.trace import Ev
-from reference.types import Request
+from kvfault.fakes.sim import SimWorld
+from kvfault.fakes.workloads import Workloads, resend
+from kvfault.faults.argtypes import check_scale
+from kvfault.faults.injectors.base import Injector, wrap_all
+from kvfault.faults.runs import RunContext, RunResult
+from kvfault.reference.interfaces import Tier
+from kvfault.reference.stack.engine import Engine, EngineConfig, RunOutcome
+from kvfault.reference.trace import Ev
+from kvfault.reference.types import Request
 
 
 class _Run:

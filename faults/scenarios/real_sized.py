@@ -4,10 +4,10 @@ in real time on two cores. They run on the ``lmcache`` tier."""
 
 from __future__ import annotations
 
-from faults.runs import RunContext, RunResult, finishes, stops
-from faults.scenarios.harness import _renamed, _Run
-from faults.scenarios.scenario import Scenario
-from faults.scenarios.simulated import (
+from kvfault.faults.runs import RunContext, RunResult, finishes, stops
+from kvfault.faults.scenarios.harness import _renamed, _Run
+from kvfault.faults.scenarios.scenario import Scenario
+from kvfault.faults.scenarios.simulated import (
     _BURST_CONFIG,
     _compile_and_load,
     _store_then_restart,
@@ -30,7 +30,7 @@ def real_restart_burst(ctx: RunContext) -> RunResult:
     run out; few enough for a real server on two cores. Only the restarted engine
     compiles slowly (the storing pass is not the story and would double the wall
     time). Healthy: no stop."""
-    from faults.injectors.engine import SlowForward
+    from kvfault.faults.injectors.engine import SlowForward
 
     slow = SlowForward({})
     run = _Run("real_restart_burst", ctx, _BURST_CONFIG, [slow])

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from faults.runs import Expect, RunContext, RunResult
+from kvfault.faults.runs import Expect, RunContext, RunResult
 
 
 @dataclass(frozen=True)

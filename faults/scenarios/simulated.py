@@ -3,15 +3,15 @@
 A scenario assembles engines on a simulated host, runs its workload and returns a
 ``RunResult`` (the trace plus what the checkers need). It takes the stack's ``Rules``
 (fixed or a planted legacy variant) and extra injectors from a fault plan; it never
-asserts anything itself: ``faults.properties.checks`` judges the trace.
+asserts anything itself: ``kvfault.faults.properties.checks`` judges the trace.
 
 A run's ``scale`` multiplies the size of the scenarios that have one (restore bursts,
 cold prompts, traffic length, prompt counts; ``Scenario.scales`` says what grows); the
 properties hold at every scale, and the run's cost grows linearly with it.
 
 The plumbing a story runs on (``_Run``: one world, injectors bound to its trace, request
-bookkeeping) is in ``faults.scenarios.harness``; what a scenario declares
-(``Scenario``) is in ``faults.scenarios.scenario``.
+bookkeeping) is in ``kvfault.faults.scenarios.harness``; what a scenario declares
+(``Scenario``) is in ``kvfault.faults.scenarios.scenario``.
 """
 
 from __future__ import annotations
@@ -19,17 +19,17 @@ from __future__ import annotations
 import os
 from typing import Callable, Sequence
 
-from fakes.workloads import resend
-from faults.injectors.completions import LostCompletion
-from faults.injectors.engine import SlowForward
-from faults.runs import RunContext, RunResult, finishes, stops
-from faults.scenarios.harness import _renamed, _Run
-from faults.scenarios.scenario import _ALL, _ONE_TIER, BOTH_TIERS, Scenario
-from reference.errors import EngineIdentityConflict
-from reference.rules.identity import lookup_socket_path
-from reference.stack.engine import Engine, EngineConfig, RunOutcome
-from reference.trace import Ev
-from reference.types import Geometry, Request
+from kvfault.fakes.workloads import resend
+from kvfault.faults.injectors.completions import LostCompletion
+from kvfault.faults.injectors.engine import SlowForward
+from kvfault.faults.runs import RunContext, RunResult, finishes, stops
+from kvfault.faults.scenarios.harness import _renamed, _Run
+from kvfault.faults.scenarios.scenario import _ALL, _ONE_TIER, BOTH_TIERS, Scenario
+from kvfault.reference.errors import EngineIdentityConflict
+from kvfault.reference.rules.identity import lookup_socket_path
+from kvfault.reference.stack.engine import Engine, EngineConfig, RunOutcome
+from kvfault.reference.trace import Ev
+from kvfault.reference.types import Geometry, Request
 
 # -- the scenarios ------------------------------------------------------------------
 
@@ -80,7 +80,7 @@ def _one_host(
     """One engine per (server, DP rank) on one host: a server per port of
     ``ctx.ports``, ``ranks`` ranks each, every engine with its own tier and a lookup
     socket named by the rules' engine id. A refused bind ends the run at startup."""
-    from reference.stack.lookup_channel import (
+    from kvfault.reference.stack.lookup_channel import (
         LookupServer,
         ZmqLookupClient,
         private_rpc_dir,
@@ -368,7 +368,7 @@ def small_restart_burst(ctx: RunContext) -> RunResult:
 def two_servers_configured(ctx: RunContext) -> RunResult:
     """``two_servers`` after the plan's configuration faults rewrite the servers'
     startup settings (port-0 ids: data_parallel_base_port left unresolved)."""
-    from faults.injectors.base import configure_all
+    from kvfault.faults.injectors.base import configure_all
 
     return two_servers(configure_all(ctx.injectors, ctx))
 
@@ -380,7 +380,7 @@ def _run_through_crashes(run: _Run, engine: Engine, sent: Sequence[Request]) -> 
     """Run ``engine``; when it dies (``EngineCrash``) restart it with the tier kept and
     send the requests it had not answered again, under the same ids, as clients retry.
     Returns the number of restarts."""
-    from faults.injectors.engine import EngineCrash
+    from kvfault.faults.injectors.engine import EngineCrash
 
     restarts = 0
     while True:
@@ -403,7 +403,7 @@ def restart_mid_run(ctx: RunContext) -> RunResult:
     ``engine_restart`` fault kills the engine at a forward in either pass: it restarts
     with the tier kept (HBM, scheduler and worker state gone) and the unanswered
     requests are sent again. Every answer must still equal its cold run."""
-    from faults.injectors.engine import arm_crashes
+    from kvfault.faults.injectors.engine import arm_crashes
 
     config = EngineConfig(
         geometry=Geometry(16, 256, 2048, 1024), model_kind="hybrid", state_grid="chunk"
@@ -494,7 +494,7 @@ def late_completion_after_restart(ctx: RunContext) -> RunResult:
     scheduler dispatches loads for the same requests at once. A completion reported
     before the crash may still arrive after it (the ``late_completion`` fault): the new
     scheduler must never take it for one of its own loads."""
-    from faults.injectors.engine import EngineRestart
+    from kvfault.faults.injectors.engine import EngineRestart
 
     crash = EngineRestart([2], limit=1)
     config = EngineConfig(geometry=Geometry(16, 256, 2048, 1024), model_kind="dense")

@@ -2,9 +2,9 @@
 (``Tiers``, read from the ``kvfault.tiers`` entry-point group when first needed).
 Importing this package imports no tier."""
 
-from faults.tiers.executor import Executor
-from faults.tiers.registry import GROUP, Tiers
-from faults.tiers.tier import (
+from kvfault.faults.tiers.executor import Executor
+from kvfault.faults.tiers.registry import GROUP, Tiers
+from kvfault.faults.tiers.tier import (
     DEFAULT_TIER,
     ROW_KINDS,
     FaultPlans,

@@ -9,11 +9,11 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:  # annotations only: reading the registry imports no simulator
-    from faults.runs import RunContext, RunResult
+    from kvfault.faults.runs import RunContext, RunResult
 
 
 class Executor(abc.ABC):
-    """Runs scenarios on one tier. ``tier`` names it (``faults.tiers.Tier.name``);
+    """Runs scenarios on one tier. ``tier`` names it (``kvfault.faults.tiers.Tier.name``);
     ``deterministic`` says whether the same seed must give the same trace there (then
     every case runs twice and the ``determinism`` property compares the traces);
     ``judged_by`` narrows the properties its runs are judged by (None: every property

@@ -14,7 +14,7 @@ from importlib.metadata import EntryPoint
 from pathlib import Path
 from typing import Any
 
-from faults.tiers.tier import DEFAULT_TIER, Tier, TierError
+from kvfault.faults.tiers.tier import DEFAULT_TIER, Tier, TierError
 
 GROUP = "kvfault.tiers"
 
@@ -63,7 +63,7 @@ class Tiers:
                 ) from None
             if not isinstance(tier, Tier):
                 raise TierError(
-                    f"tier plugin {where} is a {type(tier).__name__}, not a faults.tiers.Tier"
+                    f"tier plugin {where} is a {type(tier).__name__}, not a kvfault.faults.tiers.Tier"
                 )
             if tier.name != ep.name:
                 raise TierError(f"tier plugin {where} declares the name {tier.name!r}")

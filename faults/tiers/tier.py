@@ -10,13 +10,13 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from faults.errors import KvfaultError
+from kvfault.faults.errors import KvfaultError
 
 if TYPE_CHECKING:
-    from faults.injectors.base import Injector
-    from faults.injectors.plans import FaultPlan
-    from faults.runs import Expect
-    from faults.tiers.executor import Executor
+    from kvfault.faults.injectors.base import Injector
+    from kvfault.faults.injectors.plans import FaultPlan
+    from kvfault.faults.runs import Expect
+    from kvfault.faults.tiers.executor import Executor
 
 # The tier a run uses when none is named: the in-process one. It registers like any
 # other (``faults.memory``); only its name is the core's default.
@@ -118,7 +118,7 @@ class Tier:
     """One tier the campaign can run on, as its package declares it.
 
     ``opener``: ``"module:function"`` of a context manager that yields the tier's
-    executor (``faults.campaign.execute.Executor``) with whatever it needs started,
+    executor (``kvfault.faults.campaign.execute.Executor``) with whatever it needs started,
     and stops it on exit; it raises ``TierUnavailable`` in one line when it cannot.
     ``executor``: instead of an opener, ``"module:class"`` of an executor that needs
     nothing started (an in-process tier): made fresh for each opening, and for a run
@@ -129,7 +129,7 @@ class Tier:
     (empty when its faults are in-process plans, ``fault_plans``). ``scenarios``:
     ``"module:attribute"`` of the tier's own scenario catalog, a mapping of name to an
     entry with ``properties``, ``expect`` and ``scales`` (default: the shared
-    ``faults.scenarios.SCENARIOS``). ``options``: the ``TierOption``s it takes, handed
+    ``kvfault.faults.scenarios.SCENARIOS``). ``options``: the ``TierOption``s it takes, handed
     to its opener. ``refuses``: ``"module:function"`` that reads a ``Selection`` (what
     ``kvfault run`` or a replayed target asks for) and returns one line for what this
     tier cannot run (None: it can).
@@ -145,7 +145,7 @@ class Tier:
     default seeds per target (None: the campaign's).
 
     ``source``: where the code under test comes from, for ``kvfault review`` and for the
-    commit a replay artifact records (``faults.provenance``): ``"kvfault"`` (kvfault's
+    commit a replay artifact records (``kvfault.faults.provenance``): ``"kvfault"`` (kvfault's
     own reference stack: each side of a review runs its own checkout's kvfault), the
     flag of one of ``options`` that names a checkout (``"--atom-src"``), or ``""``
     (installed packages: nothing to check out). ``engine``: how reports name that code
@@ -212,7 +212,7 @@ class Tier:
         """The scenarios this tier's runs name: its own catalog, or the shared one."""
         if self.scenarios:
             return _load(self, self.scenarios)
-        from faults.scenarios import SCENARIOS
+        from kvfault.faults.scenarios import SCENARIOS
 
         return SCENARIOS
 

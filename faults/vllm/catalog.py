@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from faults.injectors.base import Injector
-from faults.runs import Expect, finishes
+from kvfault.faults.injectors.base import Injector
+from kvfault.faults.runs import Expect, finishes
 
 # The properties that have something to judge here (the tier records no ``key``,
 # ``sent`` or ``blocks`` events, and runs one server with a dense model).
@@ -42,7 +42,7 @@ class VllmRow:
         return SCENARIOS[self.scenario].properties
 
     def factory(self, seed: int) -> VllmFault:
-        """The fault as a run carries it (``faults.tiers.TierFault``)."""
+        """The fault as a run carries it (``kvfault.faults.tiers.TierFault``)."""
         return VllmFault(self, seed)
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from faults.tiers import Selection
-from faults.vllm.catalog import NOT_HERE, ROWS, SCENARIOS
+from kvfault.faults.tiers import Selection
+from kvfault.faults.vllm.catalog import NOT_HERE, ROWS, SCENARIOS
 
 
 def refused(selection: Selection) -> str | None:
@@ -36,7 +36,7 @@ def list_command(args: Any) -> int:
                 props = ", ".join(SCENARIOS[r.scenario].properties)
                 print(f"  {r.name}  {r.description} (on {r.scenario}) [{props}]")
     if show_all or args.properties:
-        from faults.properties.checks import PROPERTIES
+        from kvfault.faults.properties.checks import PROPERTIES
 
         used = {p for s in SCENARIOS.values() for p in s.properties}
         print("properties (--tier vllm):")

@@ -9,8 +9,8 @@ What stands in for what (docs/vllm/tier.md):
   connector mixin around it: bind the step's connector metadata, ``start_load_kv``,
   the forward, ``wait_for_save``, ``get_finished`` and ``get_block_ids_with_load_errors``
   into the ``ModelRunnerOutput``'s ``KVConnectorOutput``, then clear the metadata.
-- The forward is ``fakes.model.DeterministicModel`` writing page fingerprints into the
-  KV tensors (``faults.vllm.pages``) and sampling its tokens from them.
+- The forward is ``kvfault.fakes.model.DeterministicModel`` writing page fingerprints into the
+  KV tensors (``kvfault.faults.vllm.pages``) and sampling its tokens from them.
 - KV tensors are host memory. LMCache's worker connector picks its engine-driven
   transfer (gather/scatter through the server's shared-memory pool) for a CPU tensor,
   so no CUDA IPC is faked: lmcache's own worker code copies the blocks.
@@ -19,7 +19,7 @@ What stands in for what (docs/vllm/tier.md):
 
 Faults act on the runner's output on its way to the scheduler (what vLLM's executor
 and ``KVOutputAggregator`` hand over), or on the scheduler's inbox (an abort).
-Everything recorded is a plain dict (``faults.vllm.events``); nothing here is imported
+Everything recorded is a plain dict (``kvfault.faults.vllm.events``); nothing here is imported
 by the campaign process.
 """
 
@@ -31,9 +31,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from faults.vllm.events import EventLog
-from faults.vllm.pages import TensorPages
-from faults.vllm.spec import BLOCK_SIZE, CHUNK_SIZE, RunSpec
+from kvfault.faults.vllm.events import EventLog
+from kvfault.faults.vllm.pages import TensorPages
+from kvfault.faults.vllm.spec import BLOCK_SIZE, CHUNK_SIZE, RunSpec
 
 LAYERS = ("model.layers.0.self_attn.attn", "model.layers.1.self_attn.attn")
 KV_HEADS, HEAD_SIZE = 2, 16
@@ -128,7 +128,7 @@ class Server:
             config, kv_config, StructuredOutputManager(config), block_size=BLOCK_SIZE
         )
         if spec.fix:
-            from faults.vllm.fix import guard_completions
+            from kvfault.faults.vllm.fix import guard_completions
 
             guard_completions(self.scheduler, log)
         self.worker = KVConnectorFactory.create_connector(config, KVConnectorRole.WORKER, kv_config)
@@ -258,8 +258,8 @@ class FakeRunner:
     """vLLM's model runner with its KV-connector mixin, on the host (module docstring)."""
 
     def __init__(self, server: Server):
-        from fakes.model import DeterministicModel
-        from reference.types import Geometry
+        from kvfault.fakes.model import DeterministicModel
+        from kvfault.reference.types import Geometry
 
         self.server = server
         self.model = DeterministicModel(
@@ -315,7 +315,7 @@ class FakeRunner:
                     self.server.pages.read(b)
                     for b in blocks[start // BLOCK_SIZE : end // BLOCK_SIZE]
                 ]
-                from reference.stack.worker import page_digest
+                from kvfault.reference.stack.worker import page_digest
 
                 log.record("copy_complete", op=(rid, 0, "load"), digest=page_digest(
                     [0 if p is None else p for p in pages]))  # fmt: skip

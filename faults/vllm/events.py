@@ -8,7 +8,7 @@ from typing import Any
 
 
 class EventLog:
-    """The events one run records (``reference.trace.Ev`` names and their data)."""
+    """The events one run records (``kvfault.reference.trace.Ev`` names and their data)."""
 
     def __init__(self) -> None:
         self.events: list[dict[str, Any]] = []

@@ -1,6 +1,6 @@
 """The ``vllm`` tier's executor and opener: each run is one story told in a process
-forked from a warm interpreter (``faults.vllm.zygote``) against the campaign's lmcache
-server, and comes back as a ``faults.runs.RunResult`` the campaign judges like any
+forked from a warm interpreter (``kvfault.faults.vllm.zygote``) against the campaign's lmcache
+server, and comes back as a ``kvfault.faults.runs.RunResult`` the campaign judges like any
 other. Imports no vLLM in the campaign process."""
 
 from __future__ import annotations
@@ -14,15 +14,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from faults.errors import KvfaultError
-from faults.runs import RunContext, RunResult
-from faults.tiers import Executor, TierUnavailable
-from faults.vllm.catalog import SCENARIOS, Phase, VllmFault
-from faults.vllm.spec import BLOCK_SIZE, CHUNK_SIZE, RunSpec
-from faults.vllm.zygote import Zygote, ZygoteError, ZygotePool
-from reference.stack.engine import EngineConfig, RunOutcome
-from reference.trace import Ev, Trace, TraceEvent
-from reference.types import Geometry, OperationId, OpKind, Request
+from kvfault.faults.errors import KvfaultError
+from kvfault.faults.runs import RunContext, RunResult
+from kvfault.faults.tiers import Executor, TierUnavailable
+from kvfault.faults.vllm.catalog import SCENARIOS, Phase, VllmFault
+from kvfault.faults.vllm.spec import BLOCK_SIZE, CHUNK_SIZE, RunSpec
+from kvfault.faults.vllm.zygote import Zygote, ZygoteError, ZygotePool
+from kvfault.reference.stack.engine import EngineConfig, RunOutcome
+from kvfault.reference.trace import Ev, Trace, TraceEvent
+from kvfault.reference.types import Geometry, OperationId, OpKind, Request
 
 INSTALL_HINT = "install it with scripts/install_vllm.sh (docs/vllm/tier.md)"
 SETUP_S = 60.0  # a forked run builds its scheduler and registers with lmcache first
@@ -81,7 +81,7 @@ class VllmExecutor(Executor):
         with contextlib.ExitStack() as stack:
             model_dir = ""
             if len(phases) > 1:  # one lmcache key namespace for every process of the run
-                from faults.vllm.engine import write_model
+                from kvfault.faults.vllm.engine import write_model
 
                 shared = stack.enter_context(
                     tempfile.TemporaryDirectory(prefix="model-", dir=self.workdir)
@@ -219,7 +219,7 @@ def vllm_executor(vllm_fix: str | None = None) -> Iterator[VllmExecutor]:
     chunks) and the warm interpreters; all stopped on exit, however it ends."""
     if not vllm_available():
         raise TierUnavailable(f"vllm is not installed for this Python; {INSTALL_HINT}")
-    from faults.lmcache.server import LMCacheServer, RealTierLock
+    from kvfault.faults.lmcache.server import LMCacheServer, RealTierLock
 
     with contextlib.ExitStack() as stack:
         stack.enter_context(RealTierLock())

@@ -1,6 +1,6 @@
 """Page fingerprints in vLLM's KV tensors: the fake forward's memory.
 
-``fakes.model.DeterministicModel`` computes one 64-bit fingerprint per KV block. Here
+``kvfault.fakes.model.DeterministicModel`` computes one 64-bit fingerprint per KV block. Here
 a fingerprint is written into every element of the block in every layer's KV tensor
 (K and V), so whatever lmcache's engine-driven copy does with a block's bytes, a block
 read back decodes to its fingerprint only if every byte of it came back; anything
@@ -19,7 +19,7 @@ _SIGN = 1 << 63
 
 
 class TensorPages:
-    """``reference.interfaces.KvPages`` over vLLM-shaped KV tensors, one per layer,
+    """``kvfault.reference.interfaces.KvPages`` over vLLM-shaped KV tensors, one per layer,
     each ``[2, num_blocks, block_size, heads, head_size]`` (the block is axis 1)."""
 
     def __init__(self, torch: Any, tensors: dict[str, Any]):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 from dataclasses import asdict, dataclass
 
-from reference.types import Request
+from kvfault.reference.types import Request
 
 BLOCK_SIZE = 16
 CHUNK_SIZE = 64  # the lmcache server's chunk size

@@ -1,6 +1,6 @@
 """The ``vllm`` tier's stories and faults, told inside a run's forked process.
 
-A story sends kvfault ``Request``s to a ``faults.vllm.engine.Server`` in rounds and
+A story sends kvfault ``Request``s to a ``kvfault.faults.vllm.engine.Server`` in rounds and
 steps the engine until each round is answered and its stores are done. A fault acts on
 what the runner hands the scheduler (``Faults.deliver``), on the scheduler's inbox (an
 abort) or on the forward's duration, and records a ``fault`` event each time it acts.
@@ -16,10 +16,10 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
-from faults.vllm.engine import EngineDied, Server, block_hasher, vllm_request, write_model
-from faults.vllm.events import EventLog
-from faults.vllm.spec import PROMPT_LENS, RunSpec, prompt, requests_of
-from reference.types import Request
+from kvfault.faults.vllm.engine import EngineDied, Server, block_hasher, vllm_request, write_model
+from kvfault.faults.vllm.events import EventLog
+from kvfault.faults.vllm.spec import PROMPT_LENS, RunSpec, prompt, requests_of
+from kvfault.reference.types import Request
 
 IDLE_PAUSE_S = 0.002  # between steps that scheduled nothing (a lookup or store pending)
 

@@ -5,12 +5,12 @@ torch."""
 
 from __future__ import annotations
 
-from faults.tiers.tier import Row, Tier, TierOption
+from kvfault.faults.tiers.tier import Row, Tier, TierOption
 
 
 def rows() -> list[Row]:
-    """Every row of the tier's catalog (``faults.vllm.catalog.ROWS``)."""
-    from faults.vllm.catalog import ROWS
+    """Every row of the tier's catalog (``kvfault.faults.vllm.catalog.ROWS``)."""
+    from kvfault.faults.vllm.catalog import ROWS
 
     return [Row(r.kind, r.name, r.description, r.scenario) for r in ROWS.values()]
 
@@ -19,10 +19,10 @@ TIER = Tier(
     name="vllm",
     description="vLLM's real v1 scheduler and KV cache manager with LMCache's "
     "LMCacheMPConnector and a real lmcache server (needs vllm: scripts/install_vllm.sh)",
-    opener="faults.vllm.executor:vllm_executor",
-    catalog="faults.vllm.tier:rows",
-    faults="faults.vllm.catalog:FAULTS",
-    scenarios="faults.vllm.catalog:SCENARIOS",
+    opener="kvfault.faults.vllm.executor:vllm_executor",
+    catalog="kvfault.faults.vllm.tier:rows",
+    faults="kvfault.faults.vllm.catalog:FAULTS",
+    scenarios="kvfault.faults.vllm.catalog:SCENARIOS",
     options=(
         TierOption(
             "--vllm-fix",
@@ -33,8 +33,8 @@ TIER = Tier(
             elsewhere="--vllm-fix is for --tier vllm; add --tier vllm",
         ),
     ),
-    refuses="faults.vllm.command:refused",
-    listing="faults.vllm.command:list_command",
+    refuses="kvfault.faults.vllm.command:refused",
+    listing="kvfault.faults.vllm.command:list_command",
     rank=30,
     seeds=1,
 )

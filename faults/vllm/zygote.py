@@ -19,8 +19,8 @@ import sys
 import time
 from typing import IO, Any
 
-from faults.errors import KvfaultError
-from faults.processes import stop_group
+from kvfault.faults.errors import KvfaultError
+from kvfault.faults.processes import stop_group
 
 READY = "kvfault-vllm-zygote-ready"
 START_TIMEOUT_S = 180.0
@@ -31,9 +31,9 @@ class ZygoteError(KvfaultError, RuntimeError):
 
 
 def _child(line: str) -> None:  # in the forked process
-    from faults.vllm.engine import dump
-    from faults.vllm.spec import RunSpec
-    from faults.vllm.stories import run
+    from kvfault.faults.vllm.engine import dump
+    from kvfault.faults.vllm.spec import RunSpec
+    from kvfault.faults.vllm.stories import run
 
     spec = RunSpec.from_json(json.loads(line))
     try:
@@ -44,14 +44,14 @@ def _child(line: str) -> None:  # in the forked process
 
 
 def main() -> None:
-    """The zygote's loop (``python -m faults.vllm.zygote``)."""
+    """The zygote's loop (``python -m kvfault.faults.vllm.zygote``)."""
     # The protocol gets its own descriptor; what vLLM and lmcache log to stdout goes
     # where stderr goes, so no log line can be read as an answer.
     out = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
     import vllm.v1.core.sched.scheduler  # noqa: F401
 
-    import faults.vllm.stories  # noqa: F401  imports vLLM, torch and lmcache once
+    import kvfault.faults.vllm.stories  # noqa: F401  imports vLLM, torch and lmcache once
 
     out.write(READY + "\n")
     out.flush()
@@ -80,7 +80,7 @@ class Zygote:
         env = dict(os.environ, PYTHONHASHSEED=str(hash_seed), LMCACHE_DISABLE_BANNER="1")
         env.pop("LMCACHE_USE_UPSTREAM_MP", None)  # lmcache's own connector, as vLLM prefers
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "faults.vllm.zygote"],
+            [sys.executable, "-m", "kvfault.faults.vllm.zygote"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             env=env, text=True, start_new_session=True,
         )  # fmt: skip

@@ -5,9 +5,9 @@ One job per module:
 
 - ``host_pool``: ``PinnedHostPool``, its ``HostPage`` handles and ``HostPageBatch``, and
   ``map_pinned`` (pinned host memory viewed by the device in place);
-- ``device_pages``: ``DeviceKvPages`` (a ``reference.interfaces.KvPages`` in device
+- ``device_pages``: ``DeviceKvPages`` (a ``kvfault.reference.interfaces.KvPages`` in device
   memory), ``device_available``, ``device_backend``;
-- ``copy_engine``: ``TorchCopyEngine`` (a ``reference.interfaces.CopyEngine``) and how a
+- ``copy_engine``: ``TorchCopyEngine`` (a ``kvfault.reference.interfaces.CopyEngine``) and how a
   restore picks ``dma``, ``mapped`` or ``staged``;
 - ``ticket``: a restore in flight: its ``RestoreTicket`` and its pinned index buffer;
 - ``launch``: what the engine queues its work through (batched DMA through the CUDA
@@ -22,35 +22,44 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from reference._lazy import lazy_exports
+from kvfault.reference._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from reference.device.copy_engine import (
+    from kvfault.reference.device.copy_engine import (
         DMA_MIN_BLOCK_BYTES,
         Gather,
         Method,
         TorchCopyEngine,
         word_dtype,
     )
-    from reference.device.device_pages import DeviceKvPages, device_available, device_backend
-    from reference.device.host_pool import HostPage, HostPageBatch, PinnedHostPool, map_pinned
-    from reference.device.ticket import RestoreTicket
+    from kvfault.reference.device.device_pages import (
+        DeviceKvPages,
+        device_available,
+        device_backend,
+    )
+    from kvfault.reference.device.host_pool import (
+        HostPage,
+        HostPageBatch,
+        PinnedHostPool,
+        map_pinned,
+    )
+    from kvfault.reference.device.ticket import RestoreTicket
 
 # public name -> the module that defines it
 _EXPORTS = {
-    "PinnedHostPool": "reference.device.host_pool",
-    "HostPage": "reference.device.host_pool",
-    "HostPageBatch": "reference.device.host_pool",
-    "map_pinned": "reference.device.host_pool",
-    "DeviceKvPages": "reference.device.device_pages",
-    "device_available": "reference.device.device_pages",
-    "device_backend": "reference.device.device_pages",
-    "TorchCopyEngine": "reference.device.copy_engine",
-    "RestoreTicket": "reference.device.ticket",
-    "Method": "reference.device.copy_engine",
-    "Gather": "reference.device.copy_engine",
-    "DMA_MIN_BLOCK_BYTES": "reference.device.copy_engine",
-    "word_dtype": "reference.device.copy_engine",
+    "PinnedHostPool": "kvfault.reference.device.host_pool",
+    "HostPage": "kvfault.reference.device.host_pool",
+    "HostPageBatch": "kvfault.reference.device.host_pool",
+    "map_pinned": "kvfault.reference.device.host_pool",
+    "DeviceKvPages": "kvfault.reference.device.device_pages",
+    "device_available": "kvfault.reference.device.device_pages",
+    "device_backend": "kvfault.reference.device.device_pages",
+    "TorchCopyEngine": "kvfault.reference.device.copy_engine",
+    "RestoreTicket": "kvfault.reference.device.ticket",
+    "Method": "kvfault.reference.device.copy_engine",
+    "Gather": "kvfault.reference.device.copy_engine",
+    "DMA_MIN_BLOCK_BYTES": "kvfault.reference.device.copy_engine",
+    "word_dtype": "kvfault.reference.device.copy_engine",
 }
 
 __all__ = [

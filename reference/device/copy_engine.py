@@ -28,7 +28,7 @@ per block):
 
 Each path is probed once at construction (bytes compared), so a device or runtime that
 cannot do it falls back instead of failing a restore. ``method="auto"`` then takes the
-fastest of the paths that work, measured on this device (``reference.device.calibration``:
+fastest of the paths that work, measured on this device (``kvfault.reference.device.calibration``:
 once per device, driver, torch and page size, cached in the user's cache directory).
 
 The host side of ``enqueue`` works on a reused pinned index buffer with numpy (see
@@ -36,8 +36,8 @@ The host side of ``enqueue`` works on a reused pinned index buffer with numpy (s
 moves plus the transfer, so that time is kept to a few vectorised operations.
 
 The launch helpers (batched DMA, the Triton gather, stream ordering) live in
-``reference.device.launch``; a restore's ticket and its pinned index buffer in
-``reference.device.ticket``.
+``kvfault.reference.device.launch``; a restore's ticket and its pinned index buffer in
+``kvfault.reference.device.ticket``.
 """
 
 from __future__ import annotations
@@ -51,18 +51,18 @@ from typing import Any, Callable, Literal
 import numpy as np
 import torch
 
-from reference.device.calibration import Calibrator, Choice, device_key
-from reference.device.device_pages import (
+from kvfault.reference.device.calibration import Calibrator, Choice, device_key
+from kvfault.reference.device.device_pages import (
     DeviceKvPages,
     device_backend,
     device_pci_bus,
     driver_version,
 )
-from reference.device.host_pool import HostPage, HostPageBatch, PinnedHostPool, map_pinned
-from reference.device.launch import _BatchDma, _StreamOrder, _triton_gather, _TritonGather
-from reference.device.ticket import RestoreTicket, _IndexBuffer
-from reference.errors import RestoreFenceError
-from reference.types import OperationId
+from kvfault.reference.device.host_pool import HostPage, HostPageBatch, PinnedHostPool, map_pinned
+from kvfault.reference.device.launch import _BatchDma, _StreamOrder, _triton_gather, _TritonGather
+from kvfault.reference.device.ticket import RestoreTicket, _IndexBuffer
+from kvfault.reference.errors import RestoreFenceError
+from kvfault.reference.types import OperationId
 
 Method = Literal["auto", "dma", "mapped", "staged"]
 # a way to move pool rows: (once the sources are known, or None; once the blocks are)
@@ -113,7 +113,7 @@ def _itemsize(dt: torch.dtype) -> int:
 
 class TorchCopyEngine:
     """Restores tier pages into ``DeviceKvPages`` on a side stream; implements
-    ``reference.interfaces.CopyEngine``.
+    ``kvfault.reference.interfaces.CopyEngine``.
 
     ``enqueue`` only enqueues (it never waits on the device) and raises
     ``RestoreFenceError`` when the restore cannot be fenced: pages and blocks disagree, a

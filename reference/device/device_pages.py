@@ -22,7 +22,7 @@ def device_backend() -> str:
 
 class DeviceKvPages:
     """HBM: ``num_blocks`` KV pages of ``page_shape`` and ``dtype`` on a device, plus one
-    recurrent-state tensor per request. Implements ``reference.interfaces.KvPages``.
+    recurrent-state tensor per request. Implements ``kvfault.reference.interfaces.KvPages``.
 
     ``read`` returns a view of the page (clone it to keep a snapshot); ``write`` copies on
     the current stream.

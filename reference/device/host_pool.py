@@ -140,7 +140,7 @@ class PinnedHostPool:
     at once (a stale handle then still points at unrelated but valid memory).
 
     The pool is allocated on the NUMA node of ``device`` (default: the current one)
-    where the host shows several nodes and the GPU's (``reference.device.topology``);
+    where the host shows several nodes and the GPU's (``kvfault.reference.device.topology``);
     ``placement`` says where it went, read back from the pages. Where it could not be
     placed on a host that has several nodes, one line on stderr says so.
     """
@@ -240,8 +240,8 @@ def _placed(
 ) -> tuple[torch.Tensor, str]:
     """A pinned tensor on the NUMA node of ``device`` where that means anything, and a
     line saying where it went."""
-    from reference.device.device_pages import device_pci_bus
-    from reference.device.topology import NumaPolicy, placement_target, read_topology
+    from kvfault.reference.device.device_pages import device_pci_bus
+    from kvfault.reference.device.topology import NumaPolicy, placement_target, read_topology
 
     def plain() -> torch.Tensor:
         return torch.empty(shape, dtype=dtype, pin_memory=True)

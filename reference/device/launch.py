@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
-from reference.device.device_pages import device_backend
-from reference.device.host_pool import map_pinned
+from kvfault.reference.device.device_pages import device_backend
+from kvfault.reference.device.host_pool import map_pinned
 
 if TYPE_CHECKING:
-    from reference.device.ticket import _IndexBuffer
+    from kvfault.reference.device.ticket import _IndexBuffer
 
 
 class _StreamOrder:

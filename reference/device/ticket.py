@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from reference.types import OperationId
+from kvfault.reference.types import OperationId
 
 
 class _IndexBuffer:

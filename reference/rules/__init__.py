@@ -3,12 +3,12 @@
 ``Rules`` bundles them; the stack asks its ``Rules`` and never which variant it runs.
 """
 
-from reference.rules.anchors import AnchorPolicy, grid_step
-from reference.rules.bounds import LoadBounds
-from reference.rules.deadline import LoadClock, RestoreDeadline
-from reference.rules.hits import HitPolicy, LoadPlan, joint_boundary
-from reference.rules.identity import EngineIdentity, lookup_socket_path
-from reference.rules.keys import (
+from kvfault.reference.rules.anchors import AnchorPolicy, grid_step
+from kvfault.reference.rules.bounds import LoadBounds
+from kvfault.reference.rules.deadline import LoadClock, RestoreDeadline
+from kvfault.reference.rules.hits import HitPolicy, LoadPlan, joint_boundary
+from kvfault.reference.rules.identity import EngineIdentity, lookup_socket_path
+from kvfault.reference.rules.keys import (
     ChunkKeyMemo,
     block_hash_chain,
     chunk_keys,
@@ -17,7 +17,7 @@ from reference.rules.keys import (
     state_image_key,
     tier_token_ids,
 )
-from reference.rules.ruleset import Rules, side_chain_seed
+from kvfault.reference.rules.ruleset import Rules, side_chain_seed
 
 __all__ = [
     "AnchorPolicy",

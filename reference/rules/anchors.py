@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from reference.types import Geometry, StateGrid
+from kvfault.reference.types import Geometry, StateGrid
 
 
 def grid_step(geometry: Geometry, state_grid: StateGrid) -> int:

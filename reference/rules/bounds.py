@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import heapq
 
-from reference.types import OperationId
+from kvfault.reference.types import OperationId
 
 
 class LoadBounds:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from reference.types import Geometry
+from kvfault.reference.types import Geometry
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import hashlib
 from array import array
 from typing import Iterator, Sequence
 
-from reference.types import TEXT_CACHE_SEED, Request
+from kvfault.reference.types import TEXT_CACHE_SEED, Request
 
 _U32 = 0xFFFFFFFF
 _U32_LIMIT = 2**32

@@ -1,6 +1,6 @@
 """The rules of the stack as swappable collaborators, fixed behaviour by default.
 
-A planted regression (``faults.regressions.legacy``) replaces one of these with its legacy
+A planted regression (``kvfault.faults.regressions.legacy``) replaces one of these with its legacy
 variant; the stack itself has no branch that asks which one it runs.
 """
 
@@ -9,13 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from reference.rules.anchors import AnchorPolicy
-from reference.rules.bounds import LoadBounds
-from reference.rules.deadline import RestoreDeadline
-from reference.rules.hits import HitPolicy
-from reference.rules.identity import EngineIdentity
-from reference.rules.keys import tier_token_ids
-from reference.types import Request
+from kvfault.reference.rules.anchors import AnchorPolicy
+from kvfault.reference.rules.bounds import LoadBounds
+from kvfault.reference.rules.deadline import RestoreDeadline
+from kvfault.reference.rules.hits import HitPolicy
+from kvfault.reference.rules.identity import EngineIdentity
+from kvfault.reference.rules.keys import tier_token_ids
+from kvfault.reference.types import Request
 
 _SIDE_CHAIN_TAG = 0x5349_4445  # names hybrid state images; ints only (no hash salt)
 

@@ -1,12 +1,18 @@
 """The offload stack: scheduler-side connector, restore worker, HBM pool, channels and
 the engine step loop that drives them. Collaborators (tier, clock, copy engine, pages)
-come in through the constructors; see ``reference.interfaces``."""
+come in through the constructors; see ``kvfault.reference.interfaces``."""
 
-from reference.stack.completion_channel import QueueChannel
-from reference.stack.engine import Collaborators, Engine, EngineConfig, ModelRunner, RunOutcome
-from reference.stack.hbm import BlockPool, OutOfBlocks, UncachedBlockPool
-from reference.stack.scheduler import Phase, Scheduler, SchedulerConfig
-from reference.stack.worker import RestoreWorker, page_digest
+from kvfault.reference.stack.completion_channel import QueueChannel
+from kvfault.reference.stack.engine import (
+    Collaborators,
+    Engine,
+    EngineConfig,
+    ModelRunner,
+    RunOutcome,
+)
+from kvfault.reference.stack.hbm import BlockPool, OutOfBlocks, UncachedBlockPool
+from kvfault.reference.stack.scheduler import Phase, Scheduler, SchedulerConfig
+from kvfault.reference.stack.worker import RestoreWorker, page_digest
 
 __all__ = [
     "BlockPool",

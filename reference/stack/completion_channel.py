@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from reference.trace import Ev, Trace
-from reference.types import Completion
+from kvfault.reference.trace import Ev, Trace
+from kvfault.reference.types import Completion
 
 
 class QueueChannel:

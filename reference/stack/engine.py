@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Callable, Protocol
 
-from reference.errors import EngineStopped
-from reference.interfaces import (
+from kvfault.reference.errors import EngineStopped
+from kvfault.reference.interfaces import (
     Clock,
     CompletionChannel,
     CopyEngine,
@@ -23,17 +23,17 @@ from reference.interfaces import (
     LookupClient,
     Tier,
 )
-from reference.rules import Rules
-from reference.stack.completion_channel import QueueChannel
-from reference.stack.hbm import BlockPool, UncachedBlockPool
-from reference.stack.scheduler import Scheduler, SchedulerConfig
-from reference.stack.worker import RestoreWorker
-from reference.trace import Ev, Trace
-from reference.types import Geometry, ModelKind, Request, StateGrid, StepMeta
+from kvfault.reference.rules import Rules
+from kvfault.reference.stack.completion_channel import QueueChannel
+from kvfault.reference.stack.hbm import BlockPool, UncachedBlockPool
+from kvfault.reference.stack.scheduler import Scheduler, SchedulerConfig
+from kvfault.reference.stack.worker import RestoreWorker
+from kvfault.reference.trace import Ev, Trace
+from kvfault.reference.types import Geometry, ModelKind, Request, StateGrid, StepMeta
 
 
 class ModelRunner(Protocol):
-    """What the engine needs of a model (``fakes.model.DeterministicModel`` is one)."""
+    """What the engine needs of a model (``kvfault.fakes.model.DeterministicModel`` is one)."""
 
     def compute(
         self, kv: KvPages, req: Request, blocks: list[int], start: int, end: int

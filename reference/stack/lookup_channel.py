@@ -22,10 +22,10 @@ import tempfile
 import threading
 from typing import Any
 
-from reference.errors import EngineIdentityConflict
-from reference.interfaces import LookupClient, LookupQuery, LookupResult
-from reference.pids import running
-from reference.signals import stop_signals_held
+from kvfault.reference.errors import EngineIdentityConflict
+from kvfault.reference.interfaces import LookupClient, LookupQuery, LookupResult
+from kvfault.reference.pids import running
+from kvfault.reference.signals import stop_signals_held
 
 _PROBE_TIMEOUT_S = 5.0
 

@@ -15,15 +15,15 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TypedDict
 
-from reference.errors import LoadNotTerminal
-from reference.interfaces import Clock, LookupClient, LookupQuery
-from reference.rules import Rules
-from reference.rules.anchors import grid_step
-from reference.rules.hits import LoadPlan
-from reference.rules.keys import block_hash_chain, chunk_keys, state_image_key
-from reference.stack.hbm import BlockPool, UncachedBlockPool
-from reference.trace import Ev, Trace
-from reference.types import (
+from kvfault.reference.errors import LoadNotTerminal
+from kvfault.reference.interfaces import Clock, LookupClient, LookupQuery
+from kvfault.reference.rules import Rules
+from kvfault.reference.rules.anchors import grid_step
+from kvfault.reference.rules.hits import LoadPlan
+from kvfault.reference.rules.keys import block_hash_chain, chunk_keys, state_image_key
+from kvfault.reference.stack.hbm import BlockPool, UncachedBlockPool
+from kvfault.reference.trace import Ev, Trace
+from kvfault.reference.types import (
     Completion,
     Geometry,
     LoadOp,

@@ -12,8 +12,8 @@ import heapq
 from dataclasses import dataclass, field
 from typing import Sequence, TypedDict
 
-from reference.errors import RestoreFenceError, TransferUnprovable
-from reference.interfaces import (
+from kvfault.reference.errors import RestoreFenceError, TransferUnprovable
+from kvfault.reference.interfaces import (
     Clock,
     CompletionChannel,
     CopyEngine,
@@ -21,10 +21,10 @@ from reference.interfaces import (
     Tier,
     TierReply,
 )
-from reference.rules.deadline import LoadClock, RestoreDeadline
-from reference.rules.keys import ChunkKeyMemo
-from reference.trace import Ev, Trace
-from reference.types import Completion, LoadOp, OperationId, Outcome, SaveOp
+from kvfault.reference.rules.deadline import LoadClock, RestoreDeadline
+from kvfault.reference.rules.keys import ChunkKeyMemo
+from kvfault.reference.trace import Ev, Trace
+from kvfault.reference.types import Completion, LoadOp, OperationId, Outcome, SaveOp
 
 
 def page_digest(pages: list) -> int | None:

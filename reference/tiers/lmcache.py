@@ -1,4 +1,4 @@
-"""The real LMCache tier: a ``reference.interfaces.Tier`` over a running lmcache MP server.
+"""The real LMCache tier: a ``kvfault.reference.interfaces.Tier`` over a running lmcache MP server.
 
 Driven through lmcache's own client classes (``RequestClientFactory`` -> its ZMQ
 ``RequestClient``, ``IPCCacheServerKey``, ``RegisterEngineDrivenContextPayload`` and the
@@ -6,7 +6,7 @@ SHM ``EngineDrivenContext`` that maps the server's pool), in lmcache's *engine-d
 transfer mode: the server hands out slots of its POSIX shared-memory pool, the client
 copies CPU tensors in or out, then commits.
 
-What this tier promises (and where it differs from ``fakes.memory_tier``):
+What this tier promises (and where it differs from ``kvfault.fakes.memory_tier``):
 
 - Keys: lmcache's own prefix chain (blake3 over the previous hash and the packed chunk)
   over the tier ids; a partial chunk is neither stored nor hit. The ids go to the server
@@ -61,17 +61,17 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Generator, Sequence
 
-from reference.interfaces import LookupQuery, LookupResult, Page, State, TierReply
-from reference.tiers.lmcache_client import ClientContext, close_client, open_client
-from reference.tiers.lmcache_pages import (
+from kvfault.reference.interfaces import LookupQuery, LookupResult, Page, State, TierReply
+from kvfault.reference.tiers.lmcache_client import ClientContext, close_client, open_client
+from kvfault.reference.tiers.lmcache_pages import (
     _HEADER_INT16,
     CopyThreads,
     KVLayout,
     PageFormat,
     _Recycler,
 )
-from reference.tiers.lmcache_requests import _BACKOFF, Step, _Requests
-from reference.types import Geometry, OperationId, StateGrid
+from kvfault.reference.tiers.lmcache_requests import _BACKOFF, Step, _Requests
+from kvfault.reference.types import Geometry, OperationId, StateGrid
 
 BACKOFF_S = 0.001  # pause between prefetch-status rounds of a blocking wait or lookup
 

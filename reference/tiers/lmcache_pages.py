@@ -1,7 +1,7 @@
 """The LMCache tier's pages: the KV layout of the model it stores, how a simulator page
 (a 64-bit fingerprint, or a tensor of one block) becomes bytes in a server slot and back,
 and the recycled CPU buffers a retrieve copies into. Used by
-``reference.tiers.lmcache.LMCacheTier``; importing this module imports neither torch nor
+``kvfault.reference.tiers.lmcache.LMCacheTier``; importing this module imports neither torch nor
 lmcache (the tier hands its ``torch`` module in)."""
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any, Generator, Sequence
 
-from reference.interfaces import Page, State, TierReply
-from reference.tiers.lmcache_pages import _U32, _U64, PageFormat, _PageCodec
+from kvfault.reference.interfaces import Page, State, TierReply
+from kvfault.reference.tiers.lmcache_pages import _U32, _U64, PageFormat, _PageCodec
 
 _STATE_TAG = 0x6B765354  # "kvST": first id of every state-image key
 

@@ -12,19 +12,19 @@ from pathlib import Path
 
 import pytest
 
-import faults.atom.executor
-from faults.atom import catalog
-from faults.atom.catalog import ServerFault
-from faults.atom.executor import count_firings
-from faults.atom.runs import result_of
-from faults.atom.source import ENV, AtomSource, AtomSourceMissing
-from faults.atom.spec import AtomRequest, RawEvent
-from faults.campaign import Case, CaseRunner
-from faults.campaign.kinds import fault_target, scenario_target
-from faults.cli import main
-from faults.provenance import checkout
-from faults.verdicts import Verdict
-from reference.types import Geometry
+import kvfault.faults.atom.executor
+from kvfault.faults.atom import catalog
+from kvfault.faults.atom.catalog import ServerFault
+from kvfault.faults.atom.executor import count_firings
+from kvfault.faults.atom.runs import result_of
+from kvfault.faults.atom.source import ENV, AtomSource, AtomSourceMissing
+from kvfault.faults.atom.spec import AtomRequest, RawEvent
+from kvfault.faults.campaign import Case, CaseRunner
+from kvfault.faults.campaign.kinds import fault_target, scenario_target
+from kvfault.faults.cli import main
+from kvfault.faults.provenance import checkout
+from kvfault.faults.verdicts import Verdict
+from kvfault.reference.types import Geometry
 
 GEO = Geometry(block_size=16, chunk_size=64, prefill_budget=512)
 REQS = [AtomRequest("a", tuple(range(3, 203)))]
@@ -145,7 +145,7 @@ def test_list_shows_what_each_row_runs_against_atoms_defaults(capsys):
 
 
 def test_a_rows_servers_come_from_its_own_story():
-    from faults.atom.row_config import servers
+    from kvfault.faults.atom.row_config import servers
 
     specs = servers(catalog.ROWS["hash_order_shuffle"])
     assert [(s.name, s.scheduler_hash_seed, s.worker_hash_seed) for s in specs] == [("A", 0, 1)]
@@ -169,9 +169,9 @@ def _ev(t, kind, **data):
 
 
 def test_a_fault_that_never_fired_is_not_exercised_and_one_that_did_passes():
-    from fakes.model import DeterministicModel
-    from faults.campaign.outcomes import TargetOutcome
-    from reference.types import Request
+    from kvfault.fakes.model import DeterministicModel
+    from kvfault.faults.campaign.outcomes import TargetOutcome
+    from kvfault.reference.types import Request
 
     target = fault_target("retrieve_failure", "atom")
     cold = DeterministicModel("dense", GEO).cold_output(
@@ -215,7 +215,7 @@ def test_run_goes_through_the_one_loop_with_report_budget_and_artifacts(
     # rows into summary.json and junit.xml, --budget cuts the seeds, a failing case
     # leaves its replay artifact, the tier's options reach its opener. (Before, --report
     # and --budget were refused in one line.)
-    import faults.atom.executor
+    import kvfault.faults.atom.executor
 
     opened = []
     shared = [_ev(1.0, "bind", server="A", path="x"), _ev(2.0, "bind", server="B", path="x")]
@@ -230,7 +230,7 @@ def test_run_goes_through_the_one_loop_with_report_budget_and_artifacts(
         opened.append((atom_src, property))
         yield Slow(shared)
 
-    monkeypatch.setattr(faults.atom.executor, "atom_executor", recorded)
+    monkeypatch.setattr(kvfault.faults.atom.executor, "atom_executor", recorded)
     report = tmp_path / "report"
     argv = ["run", "--tier", "atom", "--atom-src", "/somewhere", "--scenario", "two_servers",
             "--seeds", "3", "--budget", "1s", "--report", str(report), "--no-progress"]  # fmt: skip
@@ -269,7 +269,7 @@ def test_property_narrows_what_the_case_is_judged_by():
 
 
 def test_property_narrows_each_row_to_the_named_properties():
-    from faults.atom.command import judged_by
+    from kvfault.faults.atom.command import judged_by
 
     rows = catalog.rows(["reload_twice", "two_servers"])
     narrowed = judged_by(rows, ["resources", "correctness"])
@@ -286,7 +286,7 @@ def test_property_is_refused_on_the_other_tiers_in_one_line(capsys):
 
 
 def test_a_lookup_pin_left_at_quiescence_fails_resources():
-    from faults.properties.ledger import resources
+    from kvfault.faults.properties.ledger import resources
 
     def run(pins):
         held = {"hbm_blocks": 0, "loads": 0, "lookup_pins": pins}
@@ -299,7 +299,7 @@ def test_a_lookup_pin_left_at_quiescence_fails_resources():
 
 
 def test_a_request_the_client_aborted_is_not_waited_for_and_any_other_is():
-    from faults.properties.checks import correctness
+    from kvfault.faults.properties.checks import correctness
 
     requests = [AtomRequest("kept", tuple(range(3, 203))), AtomRequest("gone", (5, 6, 7))]
 
@@ -317,7 +317,7 @@ def test_a_request_the_client_aborted_is_not_waited_for_and_any_other_is():
 
 
 def test_reported_cached_tokens_must_cover_the_prefix_loaded_from_the_tier():
-    from faults.properties.checks import correctness, usage
+    from kvfault.faults.properties.checks import correctness, usage
 
     reqs = [AtomRequest("a", tuple(range(3, 203)))]
 
@@ -340,7 +340,7 @@ def test_reported_cached_tokens_must_cover_the_prefix_loaded_from_the_tier():
 
 
 def _refusing_story(run):
-    from faults.atom.host import ServerRefused
+    from kvfault.faults.atom.host import ServerRefused
 
     raise ServerRefused(
         "A: ValueError: LMCACHE_LOCAL_DISK is set but LMCACHE_MAX_LOCAL_DISK_SIZE must be > 0",
@@ -361,8 +361,8 @@ def test_a_refusal_to_start_is_judged_only_where_the_row_expects_one(
     # ERROR, never FAIL, or ``kvfault prove`` could call such a commit FIXED.
     from dataclasses import replace
 
-    from faults.atom.executor import AtomExecutor
-    from faults.atom.host import ZygotePool
+    from kvfault.faults.atom.executor import AtomExecutor
+    from kvfault.faults.atom.host import ZygotePool
 
     monkeypatch.setitem(
         catalog.SCENARIOS, scenario, replace(catalog.SCENARIOS[scenario], story=_refusing_story)
@@ -375,8 +375,8 @@ def test_a_refusal_to_start_is_judged_only_where_the_row_expects_one(
 
 
 def test_the_lmcache_environment_is_the_spec_s_and_only_the_spec_s(tmp_path, monkeypatch):
-    from faults.atom.server_config import lmcache_env, use_lmcache_env
-    from faults.atom.spec import ServerSpec
+    from kvfault.faults.atom.server_config import lmcache_env, use_lmcache_env
+    from kvfault.faults.atom.spec import ServerSpec
 
     monkeypatch.setenv("LMCACHE_REMOTE_URL", "lm://elsewhere:1")  # the user's own
     monkeypatch.setenv("LMCACHE_MAX_LOCAL_DISK_SIZE", "5")
@@ -420,7 +420,7 @@ class _Link:
 def test_waiting_for_a_save_to_land_is_bounded_and_says_whether_it_did(answers, landed, calls):
     from types import SimpleNamespace
 
-    from faults.atom.scheduler import SchedulerProcess
+    from kvfault.faults.atom.scheduler import SchedulerProcess
 
     side = SimpleNamespace(link=_Link(*answers))
     # A chunk that never lands ends the wait at its bound (0.2 s), with False.
@@ -462,7 +462,7 @@ def atom_checkout(tmp_path, monkeypatch) -> Path:
     def recorded(atom_src=None, property=None, **_other_options):
         yield Recorded(SHARED)
 
-    monkeypatch.setattr(faults.atom.executor, "atom_executor", recorded)
+    monkeypatch.setattr(kvfault.faults.atom.executor, "atom_executor", recorded)
     monkeypatch.delenv("KVFAULT_ATOM_SRC", raising=False)
     monkeypatch.setenv("PYTHONHASHSEED", "1234")  # a campaign's random one
     checkout.cache_clear()
@@ -548,8 +548,8 @@ def test_an_artifact_whose_code_is_malformed_is_one_line(atom_checkout, tmp_path
 def test_pins_below_zero_counts_force_unpinned_chunks_unpinned_again():
     from types import SimpleNamespace
 
-    from faults.atom.spec import FaultSpec
-    from faults.atom.worker_faults import WorkerFaults
+    from kvfault.faults.atom.spec import FaultSpec
+    from kvfault.faults.atom.worker_faults import WorkerFaults
 
     faults = WorkerFaults.__new__(WorkerFaults)
     faults.spec, faults.forced = FaultSpec(), []

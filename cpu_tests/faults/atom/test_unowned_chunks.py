@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from faults.atom.spec import FaultSpec
-from faults.atom.worker_faults import WorkerFaults
+from kvfault.faults.atom.spec import FaultSpec
+from kvfault.faults.atom.worker_faults import WorkerFaults
 
 
 class Allocator:

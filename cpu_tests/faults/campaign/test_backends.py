@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from faults.campaign.pool import can_fork
+from kvfault.faults.campaign.pool import can_fork
 
 pytestmark = pytest.mark.skipif(not can_fork(), reason="-j workers are forked")
 
@@ -37,8 +37,8 @@ def targets() -> list[Any]:
     of them, and the fixed stack on a scenario that passes."""
     from dataclasses import replace
 
-    from faults.campaign import scenario_target, swarm_target
-    from faults.regressions import REGRESSIONS
+    from kvfault.faults.campaign import scenario_target, swarm_target
+    from kvfault.faults.regressions import REGRESSIONS
 
     out = [replace(scenario_target(r.scenario), stack=r.name) for r in REGRESSIONS.values()]
     out.append(replace(swarm_target("two_images", ("late_visibility",)), stack="media_keys"))
@@ -49,11 +49,11 @@ def targets() -> list[Any]:
 def outcome(backend: str) -> dict[str, Any]:
     """What ``backend`` gives for ``targets()`` on seed 0: rows, cases, the summary's
     verdicts and the exit status, as plain data."""
-    from faults.campaign.pool import ForkPool, usable_cpus
-    from faults.campaign.session import InProcess, run_session
-    from faults.campaign.xdist import Xdist
-    from faults.report.summary import summary_json
-    from faults.report.table import format_campaign
+    from kvfault.faults.campaign.pool import ForkPool, usable_cpus
+    from kvfault.faults.campaign.session import InProcess, run_session
+    from kvfault.faults.campaign.xdist import Xdist
+    from kvfault.faults.report.summary import summary_json
+    from kvfault.faults.report.table import format_campaign
 
     ts, seeds = targets(), [0]
     backends = {
@@ -120,7 +120,7 @@ def test_every_legacy_stack_gives_the_same_verdicts_on_every_backend():
 def kvfault(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONHASHSEED": "0"}
     return subprocess.run(
-        [sys.executable, "-m", "faults.cli", *args],
+        [sys.executable, "-m", "kvfault.faults.cli", *args],
         capture_output=True, text=True, cwd=cwd, env=env, timeout=600,
     )  # fmt: skip
 
@@ -192,7 +192,7 @@ def _can_draw() -> bool:
 
 
 def test_a_legacy_stack_runs_every_row_but_the_regressions():
-    from faults.campaign import select_targets
+    from kvfault.faults.campaign import select_targets
 
     fixed, legacy = select_targets(), select_targets(stack="media_keys")
     assert {t.kind.name for t in legacy} == {"fault", "scenario"}
@@ -202,7 +202,7 @@ def test_a_legacy_stack_runs_every_row_but_the_regressions():
 
 
 def test_a_legacy_case_replays_as_it_failed(tmp_path, capsys, monkeypatch):
-    from faults import cli
+    from kvfault.faults import cli
 
     monkeypatch.chdir(tmp_path)
     args = ["run", "--legacy", "media_keys", "--scenario", "two_images", "--seeds", "1",
@@ -231,7 +231,7 @@ def test_a_legacy_case_replays_as_it_failed(tmp_path, capsys, monkeypatch):
     ],
 )  # fmt: skip
 def test_a_bad_legacy_is_one_line_and_exit_2(capsys, args, needle):
-    from faults import cli
+    from kvfault.faults import cli
 
     assert cli.main(["run", *args]) == 2
     lines = capsys.readouterr().err.splitlines()

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from faults import SCENARIOS
-from faults import campaign as cm
-from faults.campaign import (
+from kvfault.faults import SCENARIOS
+from kvfault.faults import campaign as cm
+from kvfault.faults.campaign import (
     CampaignError,
     CampaignResult,
     Case,
@@ -23,14 +23,14 @@ from faults.campaign import (
     run_campaign,
     select_targets,
 )
-from faults.campaign.outcomes import CampaignFailure
-from faults.campaign.reading import row_from_json, target_from_json
-from faults.injectors import INJECTORS
-from faults.properties import PROPERTIES, Violation
-from faults.regressions import REGRESSIONS, Regression
-from faults.runs import stops
-from faults.verdicts import Verdict
-from reference import Rules
+from kvfault.faults.campaign.outcomes import CampaignFailure
+from kvfault.faults.campaign.reading import row_from_json, target_from_json
+from kvfault.faults.injectors import INJECTORS
+from kvfault.faults.properties import PROPERTIES, Violation
+from kvfault.faults.regressions import REGRESSIONS, Regression
+from kvfault.faults.runs import stops
+from kvfault.faults.verdicts import Verdict
+from kvfault.reference import Rules
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -299,7 +299,7 @@ def test_outcomes_round_trip_through_json():
 
 def test_kvfault_run_spreads_targets_over_xdist_workers(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "faults.cli", "run", "-n", "2", "--seeds", "1",
+        [sys.executable, "-m", "kvfault.faults.cli", "run", "-n", "2", "--seeds", "1",
          "--regression", "hybrid_last_chunk", "--fault", "fence_failure", "--report", str(tmp_path)],
         capture_output=True, text=True, cwd=tmp_path, timeout=180,
     )  # fmt: skip
@@ -318,7 +318,7 @@ def test_kvfault_run_spreads_targets_over_xdist_workers(tmp_path):
 def test_a_cached_fixed_run_keeps_its_digest_when_its_run_is_dropped():
     """The campaign's cache of fixed runs lets each passing run go; its digest, taken
     when first asked for, stays (and is the trace's)."""
-    from faults.campaign import CaseRunner, run_case
+    from kvfault.faults.campaign import CaseRunner, run_case
 
     kept = run_case("two_servers", 3)
     cached = CaseRunner().fixed("two_servers", 3)
@@ -329,7 +329,7 @@ def test_a_cached_fixed_run_keeps_its_digest_when_its_run_is_dropped():
 def test_without_digests_a_campaign_judges_the_same_and_digests_nothing():
     """``kvfault run`` without --report digests no trace (only summary.json shows a
     digest); every verdict and signature is what a digesting run gives."""
-    from faults.campaign import run_campaign, select_targets
+    from kvfault.faults.campaign import run_campaign, select_targets
 
     targets = select_targets(["media_keys"], ["fence_failure"], ["two_images"])
     plain = run_campaign(targets, [0, 1])
@@ -346,8 +346,8 @@ def test_without_digests_a_campaign_judges_the_same_and_digests_nothing():
 def test_a_default_swarm_fires_every_injector_and_passes(capsys, tmp_path):
     """Issue 19: ``kvfault run --swarm`` with its defaults was red on the healthy stack
     (7 of 14 injectors never drawn). Now every injector fires in some run and it exits 0."""
-    from faults import cli
-    from faults.injectors.catalog import INJECTORS
+    from kvfault.faults import cli
+    from kvfault.faults.injectors.catalog import INJECTORS
 
     code = cli.main(["run", "--swarm", "--no-progress", "--report", str(tmp_path)])
     out = capsys.readouterr().out

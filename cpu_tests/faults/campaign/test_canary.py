@@ -1,7 +1,7 @@
 """Canary: every planted regression must make the property suite fail, with its signature.
 
-Each planted regression (faults.regressions.legacy) is swapped into the stack in turn and its
-scenario is judged by faults.properties.checks. If a property is weakened so that it no longer
+Each planted regression (kvfault.faults.regressions.legacy) is swapped into the stack in turn and its
+scenario is judged by kvfault.faults.properties.checks. If a property is weakened so that it no longer
 sees the legacy behaviour it exists for, its canary goes red here: a green property
 suite proves something only while these fail the legacy stack.
 """
@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from faults import SCENARIOS
-from faults.campaign import run_case
-from faults.properties import PROPERTIES
-from faults.regressions import REGRESSIONS, Regression
+from kvfault.faults import SCENARIOS
+from kvfault.faults.campaign import run_case
+from kvfault.faults.properties import PROPERTIES
+from kvfault.faults.regressions import REGRESSIONS, Regression
 
 
 def _trace_properties(reg: Regression) -> list[str]:

@@ -1,4 +1,4 @@
-"""Expected endings (faults.runs.Expect): every scenario, fault and regression row
+"""Expected endings (kvfault.faults.runs.Expect): every scenario, fault and regression row
 declares how its run must end, and the campaign fails any other ending, naming it.
 
 The breaks here are ones no property notices, so only the judge's expectation can."""
@@ -9,16 +9,16 @@ import dataclasses
 
 import pytest
 
-from faults import SCENARIOS
-from faults import campaign as cm
-from faults.campaign import Case, CaseRunner
-from faults.injectors import INJECTORS
-from faults.properties import PROPERTIES
-from faults.regressions import REGRESSIONS
-from faults.runs import Ending, Expect, finishes, refuses, stops
-from faults.verdicts import Verdict
-from reference.rules import EngineIdentity
-from reference.stack import Scheduler
+from kvfault.faults import SCENARIOS
+from kvfault.faults import campaign as cm
+from kvfault.faults.campaign import Case, CaseRunner
+from kvfault.faults.injectors import INJECTORS
+from kvfault.faults.properties import PROPERTIES
+from kvfault.faults.regressions import REGRESSIONS
+from kvfault.faults.runs import Ending, Expect, finishes, refuses, stops
+from kvfault.faults.verdicts import Verdict
+from kvfault.reference.rules import EngineIdentity
+from kvfault.reference.stack import Scheduler
 
 
 def test_every_catalog_entry_declares_its_ending():

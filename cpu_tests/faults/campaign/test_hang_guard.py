@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[3]
 SCRIPT = textwrap.dedent(
     """
     import threading, time
-    from faults.campaign.hang_guard import arm_hang_guard, disarm_hang_guard
+    from kvfault.faults.campaign.hang_guard import arm_hang_guard, disarm_hang_guard
 
     reporting = threading.Event()
 
@@ -43,7 +43,7 @@ def test_a_guard_that_fired_ends_the_process_even_if_the_block_ends_meanwhile():
 
 def test_a_guard_disarmed_in_time_never_fires():
     script = (
-        "from faults.campaign.hang_guard import arm_hang_guard, disarm_hang_guard\n"
+        "from kvfault.faults.campaign.hang_guard import arm_hang_guard, disarm_hang_guard\n"
         "arm_hang_guard(60.0, lambda: print('fired'))\n"
         "disarm_hang_guard()\n"
         "print('went on')\n"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from faults.campaign import (
+from kvfault.faults.campaign import (
     KINDS,
     CampaignError,
     Case,
@@ -23,7 +23,7 @@ from faults.campaign import (
     scenario_target,
     swarm_target,
 )
-from faults.campaign.reading import target_from_json
+from kvfault.faults.campaign.reading import target_from_json
 
 ROOT = Path(__file__).resolve().parents[3]
 NAMES = ("regression", "fault", "scenario", "swarm")
@@ -128,7 +128,7 @@ def test_no_module_compares_a_kind_with_a_string_outside_the_kind_classes():
         lines = _kind_compares(ast.parse(path.read_text(), rel))
         if lines:
             found[rel] = lines
-    assert found == {}, "ask the target's kind (faults.campaign.kinds) instead"
+    assert found == {}, "ask the target's kind (kvfault.faults.campaign.kinds) instead"
 
 
 def test_the_scan_finds_a_comparison_when_one_is_planted():
@@ -140,8 +140,8 @@ def test_the_scan_finds_a_comparison_when_one_is_planted():
 
 def test_a_reproduction_names_a_tier_fault_that_is_no_plan():
     # An atom or lmcache fault is its tier's own, not a plan: the header had said "no fault".
-    from faults.campaign import CaseOutcome, fault_target
-    from faults.verdicts import Verdict
+    from kvfault.faults.campaign import CaseOutcome, fault_target
+    from kvfault.faults.verdicts import Verdict
 
     target = fault_target("wire_kill", "lmcache")
     lines = target.kind.reproduction(CaseOutcome(Case(target, 0), Verdict.PASS))

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from faults import cli
-from faults.campaign import fault_target, regression_target, scenario_target, select_targets
-from faults.campaign.pool import ForkPool, can_fork, units
-from faults.campaign.session import run_session, seeds_ran
+from kvfault.faults import cli
+from kvfault.faults.campaign import fault_target, regression_target, scenario_target, select_targets
+from kvfault.faults.campaign.pool import ForkPool, can_fork, units
+from kvfault.faults.campaign.session import run_session, seeds_ran
 
 pytestmark = pytest.mark.skipif(not can_fork(), reason="workers are forked")
 
@@ -43,7 +43,7 @@ def kvfault(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     # command the forked workers have the command's own.
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONHASHSEED": "0"}
     return subprocess.run(
-        [sys.executable, "-m", "faults.cli", *args],
+        [sys.executable, "-m", "kvfault.faults.cli", *args],
         capture_output=True, text=True, cwd=cwd, env=env, timeout=300,
     )  # fmt: skip
 
@@ -156,7 +156,7 @@ def test_a_dead_worker_leaves_an_error_case_and_its_artifact_and_the_rest_runs(t
 def test_a_unit_that_kills_every_worker_before_a_case_starts_still_ends(monkeypatch):
     """Each worker dies before it starts a case: every case becomes an ERROR, one per
     dead worker, and the run ends (it does not hand the same unit out for ever)."""
-    import faults.campaign.pool as pool
+    import kvfault.faults.campaign.pool as pool
 
     class Dies:
         def __init__(self, **kwargs):
@@ -196,7 +196,7 @@ def test_workers_whose_command_was_killed_exit_after_their_case(tmp_path):
     case is done and it finds the command's end of the pipe closed."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "faults.cli", "run", "-j", "2", "--seeds", "2", "--no-progress"],
+        [sys.executable, "-m", "kvfault.faults.cli", "run", "-j", "2", "--seeds", "2", "--no-progress"],
         cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     deadline = time.monotonic() + 120
@@ -315,8 +315,8 @@ def test_a_failing_stack_that_stops_comes_back_from_a_worker_as_in_one_process(
     from the worker, and the table is the one of a single process."""
     import dataclasses
 
-    from faults.injectors import INJECTORS
-    from faults.runs import finishes
+    from kvfault.faults.injectors import INJECTORS
+    from kvfault.faults.runs import finishes
 
     info = INJECTORS["lost_completion"]
     monkeypatch.setitem(INJECTORS, "lost_completion", dataclasses.replace(info, expect=finishes()))
@@ -358,7 +358,7 @@ def test_an_outcome_that_cannot_come_back_is_an_error_row_with_its_artifact(
     """Unpickling it in this process fails (the parent's side) or pickling it in the
     worker does (the worker's side): either way that case is an ERROR row saying why,
     its artifact is kept, the rest of the campaign is judged, and no traceback."""
-    import faults.campaign.pool as pool
+    import kvfault.faults.campaign.pool as pool
 
     class Spoiled(pool.CaseRunner):
         def run(self, case):
@@ -385,7 +385,7 @@ def test_an_outcome_that_cannot_come_back_is_an_error_row_with_its_artifact(
 def test_runs_that_cannot_come_back_are_dropped_and_the_verdict_kept(monkeypatch):
     """A failing case's runs (kept for its timeline) that do not survive the trip: the
     outcome comes back without them, with its own verdict and signature."""
-    import faults.campaign.pool as pool
+    import kvfault.faults.campaign.pool as pool
 
     class Spoiled(pool.CaseRunner):
         def run(self, case):

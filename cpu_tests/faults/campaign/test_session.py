@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from faults.campaign import CaseOutcome, scenario_target
-from faults.campaign.artifacts import CampaignArtifacts, artifact_path, read_artifact
-from faults.campaign.pool import ForkPool, can_fork
-from faults.campaign.runner import CaseRunner
-from faults.campaign.session import InProcess, Session, run_session
-from faults.campaign.targets import Case
-from faults.processes import Interrupted
-from faults.verdicts import Verdict
+from kvfault.faults.campaign import CaseOutcome, scenario_target
+from kvfault.faults.campaign.artifacts import CampaignArtifacts, artifact_path, read_artifact
+from kvfault.faults.campaign.pool import ForkPool, can_fork
+from kvfault.faults.campaign.runner import CaseRunner
+from kvfault.faults.campaign.session import InProcess, Session, run_session
+from kvfault.faults.campaign.targets import Case
+from kvfault.faults.processes import Interrupted
+from kvfault.faults.verdicts import Verdict
 
 TARGETS = [scenario_target("two_servers"), scenario_target("two_images")]
 
@@ -93,7 +93,7 @@ def test_xdist_in_a_budget_sends_seeds_in_waves_and_none_once_spent(monkeypatch)
     # collected and skipped.
     from types import SimpleNamespace
 
-    import faults.campaign.xdist as xdist
+    import kvfault.faults.campaign.xdist as xdist
 
     now = [0.0]
     waves = []
@@ -141,7 +141,7 @@ def _campaign(where: Path) -> None:
 
 
 def _repro(where: Path) -> None:
-    from faults.repro import reproduce
+    from kvfault.faults.repro import reproduce
 
     reproduce(CASE, where)
 
@@ -164,7 +164,7 @@ def test_in_process_a_crash_keeps_the_staged_artifact_and_an_interrupt_undoes_it
 def test_on_an_xdist_worker_a_crash_keeps_the_staged_artifact_and_an_interrupt_undoes_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, escape: BaseException, kept: bool
 ) -> None:
-    from faults.campaign import xdist
+    from kvfault.faults.campaign import xdist
 
     def run(self: CaseRunner, case: Case) -> CaseOutcome:
         raise escape
@@ -248,7 +248,7 @@ def test_ctrl_c_inside_a_staging_or_an_outcome_lands_after_it_and_leaves_no_arti
 def test_on_an_xdist_worker_ctrl_c_inside_a_staging_or_an_outcome_leaves_no_artifact(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str, ctrl_c_raises: None
 ) -> None:
-    from faults.campaign import xdist
+    from kvfault.faults.campaign import xdist
 
     monkeypatch.setattr(xdist, "CampaignArtifacts", lambda d: StopInside(d, where))
     payload = {
@@ -265,8 +265,8 @@ def test_on_an_xdist_worker_ctrl_c_inside_a_staging_or_an_outcome_leaves_no_arti
 def test_an_interrupted_repro_leaves_an_artifact_that_was_there_before(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from faults.campaign.artifacts import write_artifact
-    from faults.repro import reproduce
+    from kvfault.faults.campaign.artifacts import write_artifact
+    from kvfault.faults.repro import reproduce
 
     before = write_artifact(CASE, tmp_path).read_bytes()  # a reviewer's, from an earlier repro
 
@@ -281,15 +281,15 @@ def test_an_interrupted_repro_leaves_an_artifact_that_was_there_before(
 
 @pytest.mark.parametrize("seed", [-1, 2**40, "x", True, 1.0])
 def test_the_library_refuses_a_seed_the_command_line_refuses(seed) -> None:
-    from faults.errors import KvfaultError
+    from kvfault.faults.errors import KvfaultError
 
     with pytest.raises(KvfaultError, match="a seed is a whole number from 0 to 4294967295"):
         run_session(TARGETS, [0, seed])
 
 
 def test_an_unknown_scenario_is_a_kvfault_error_in_one_line() -> None:
-    from faults.campaign.execute import run_case
-    from faults.catalog import UnknownName
+    from kvfault.faults.campaign.execute import run_case
+    from kvfault.faults.catalog import UnknownName
 
     with pytest.raises(UnknownName, match="unknown scenario 'nope'; known: two_servers"):
         run_case("nope", 0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from faults.injectors import (
+from kvfault.faults.injectors import (
     EngineRestart,
     EvictAfterLookup,
     FenceFailure,
@@ -19,7 +19,7 @@ from faults.injectors import (
     SlowForward,
     Trigger,
 )
-from faults.injectors.plans import FaultPlan, FaultSpec
+from kvfault.faults.injectors.plans import FaultPlan, FaultSpec
 
 
 @pytest.mark.parametrize(

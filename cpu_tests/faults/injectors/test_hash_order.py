@@ -33,12 +33,12 @@ from dataclasses import replace
 
 import pytest
 
-from faults import RunResult
-from faults.campaign import check, run_case
-from faults.injectors import SlowForward, wrap_all
-from faults.regressions import REGRESSIONS
-from reference import Ev, Geometry, Request, Rules
-from reference.stack import EngineConfig
+from kvfault.faults import RunResult
+from kvfault.faults.campaign import check, run_case
+from kvfault.faults.injectors import SlowForward, wrap_all
+from kvfault.faults.regressions import REGRESSIONS
+from kvfault.reference import Ev, Geometry, Request, Rules
+from kvfault.reference.stack import EngineConfig
 
 _PROPS = ["no_false_stop", "liveness", "correctness"]
 
@@ -59,7 +59,7 @@ def _requests(seed: int, n: int, length: int, tag: str) -> list[Request]:
 def loads_dispatched_together(seed: int, rules: Rules, loads: int = 8) -> RunResult:
     """``loads`` prompts are stored, the engine restarts with the tier kept, and all of
     them come back in one step (plus a cold prompt that keeps the forwards going)."""
-    from fakes import SimWorld
+    from kvfault.fakes import SimWorld
 
     config = EngineConfig(geometry=Geometry(16, 256, 2048, 512), model_kind="dense")
     world = SimWorld()

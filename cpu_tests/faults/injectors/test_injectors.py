@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from faults.campaign import CaseResult, run_case
-from faults.injectors import (
+from kvfault.faults.campaign import CaseResult, run_case
+from kvfault.faults.injectors import (
     EngineCrash,
     HashOrderShuffle,
     SaltedId,
@@ -21,10 +21,16 @@ from faults.injectors import (
     Trigger,
     salted_ids,
 )
-from faults.injectors.catalog import INJECTORS
-from faults.injectors.plans import FaultPlan, FaultSpec, fired_report, not_exercised, planned
-from faults.regressions import REGRESSIONS
-from reference import Ev
+from kvfault.faults.injectors.catalog import INJECTORS
+from kvfault.faults.injectors.plans import (
+    FaultPlan,
+    FaultSpec,
+    fired_report,
+    not_exercised,
+    planned,
+)
+from kvfault.faults.regressions import REGRESSIONS
+from kvfault.reference import Ev
 
 
 @functools.cache
@@ -88,7 +94,7 @@ def test_injector_fires_and_fixed_stack_holds(name: str) -> None:
 
 
 def test_catalog_entries_are_complete() -> None:
-    from faults import SCENARIOS
+    from kvfault.faults import SCENARIOS
 
     for name, info in INJECTORS.items():
         assert info.name == name
@@ -304,7 +310,7 @@ def test_slow_forward_keeps_its_constructor() -> None:
 
 
 def test_engine_crash_is_not_an_engine_stop() -> None:
-    from reference import EngineStopped
+    from kvfault.reference import EngineStopped
 
     # Engine.run catches EngineStopped; a crash must leave the run for the scenario.
     assert not issubclass(EngineCrash, EngineStopped)

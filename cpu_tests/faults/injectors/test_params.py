@@ -1,4 +1,4 @@
-"""Parameter kinds are types (``faults.injectors.params``): each checks a value into
+"""Parameter kinds are types (``kvfault.faults.injectors.params``): each checks a value into
 canonical form, says what it wants in one line, and draws values its own check takes.
 A new kind is one ``ParamKind`` class; shown with one that lives only in this test."""
 
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from faults.injectors.catalog import INJECTORS
-from faults.injectors.params import PARAM_KINDS, Param, ParamKind
+from kvfault.faults.injectors.catalog import INJECTORS
+from kvfault.faults.injectors.params import PARAM_KINDS, Param, ParamKind
 
 
 @settings(max_examples=30, deadline=None)

@@ -11,13 +11,19 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from faults import SCENARIOS
-from faults.campaign import run_case
-from faults.injectors.catalog import INJECTORS
-from faults.injectors.plans import FaultPlan, FaultSpec, fired_report, not_exercised, swarm_plan
-from faults.regressions import REGRESSIONS
-from faults.strategies import WorkloadParams, fault_plans, fault_specs, workload_params
-from reference import Ev
+from kvfault.faults import SCENARIOS
+from kvfault.faults.campaign import run_case
+from kvfault.faults.injectors.catalog import INJECTORS
+from kvfault.faults.injectors.plans import (
+    FaultPlan,
+    FaultSpec,
+    fired_report,
+    not_exercised,
+    swarm_plan,
+)
+from kvfault.faults.regressions import REGRESSIONS
+from kvfault.faults.strategies import WorkloadParams, fault_plans, fault_specs, workload_params
+from kvfault.reference import Ev
 
 # Explicit settings: these tests are about the search itself, not the profile's budget.
 _SEARCH = settings(
@@ -170,7 +176,7 @@ def test_swarm_pins_fix_the_subset_without_shifting_the_draws() -> None:
 def test_swarm_draws_vary_per_scenario_and_seed() -> None:
     """Issue 19: draws depended on the seed alone, so every scenario got the same
     injectors. Now a scenario and a seed make the draw, and each is repeatable."""
-    from faults.scenarios import SCENARIOS
+    from kvfault.faults.scenarios import SCENARIOS
 
     for seed in range(4):
         plans = {s: swarm_plan(seed, scenario=s) for s in SCENARIOS}
@@ -183,7 +189,7 @@ def test_each_home_injector_takes_its_turn_at_its_defaults() -> None:
     injector is enabled on its catalog scenario with the catalog's defaults (where its
     fault row shows it fires), next to companions that let the run go on (none that
     stops it or refuses its start)."""
-    from faults.injectors.plans import _runs_on, home_injectors, swarm_seeds_to_cover
+    from kvfault.faults.injectors.plans import _runs_on, home_injectors, swarm_seeds_to_cover
 
     n = swarm_seeds_to_cover()
     scenarios = {i.scenario for i in INJECTORS.values()}

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from faults.campaign import run_case
-from reference.stack import Scheduler
+from kvfault.faults.campaign import run_case
+from kvfault.reference.stack import Scheduler
 
 
 def _props(result) -> set[str]:
@@ -64,7 +64,7 @@ def test_efficiency_holds_on_the_healthy_stack():
 def test_a_lookup_that_never_matches_its_saves_is_a_silent_miss(monkeypatch):
     """The scheduler asks the tier with ids that are not the ones it saves under:
     outputs stay right (it recomputes), only efficiency sees the loss."""
-    import reference.stack.scheduler as sched
+    import kvfault.reference.stack.scheduler as sched
 
     query = sched.LookupQuery
     monkeypatch.setattr(
@@ -93,10 +93,10 @@ def test_a_save_of_content_already_stored_late_is_no_silent_miss():
     content is acknowledged at once, and pass 2's lookup misses the chunk. The tier
     is right (a store of a chunk it holds writes nothing); the property used to take
     the earliest visibility of any save and called this a silent miss."""
-    from faults.injectors import FaultPlan, FaultSpec
-    from faults.properties.content import ContentChains
-    from reference.trace import Ev
-    from reference.types import OpKind
+    from kvfault.faults.injectors import FaultPlan, FaultSpec
+    from kvfault.faults.properties.content import ContentChains
+    from kvfault.reference.trace import Ev
+    from kvfault.reference.types import OpKind
 
     plan = FaultPlan((FaultSpec.of("late_visibility", nth=(7, 11), p=0.5),), 0)
     res = run_case("restart_tier_kept", 0, injectors=plan.injectors, properties=["efficiency"])
@@ -131,8 +131,8 @@ def test_a_save_of_content_already_stored_late_is_no_silent_miss():
 def test_a_silent_miss_is_still_caught_under_late_visibility(monkeypatch):
     """With late and prompt saves mixed, a lookup that never matches its saves is
     still a silent miss."""
-    import reference.stack.scheduler as sched
-    from faults.injectors import FaultPlan, FaultSpec
+    import kvfault.reference.stack.scheduler as sched
+    from kvfault.faults.injectors import FaultPlan, FaultSpec
 
     query = sched.LookupQuery
     monkeypatch.setattr(
@@ -169,7 +169,7 @@ def test_resources_hold_on_the_healthy_stack():
 def test_a_finished_request_that_keeps_its_blocks_is_caught(monkeypatch):
     """The scheduler forgets to free a finished request's HBM blocks: with a pool this
     large nothing else notices."""
-    from reference.stack import BlockPool, UncachedBlockPool
+    from kvfault.reference.stack import BlockPool, UncachedBlockPool
 
     for pool in (BlockPool, UncachedBlockPool):  # whichever the scenario's engine takes
         monkeypatch.setattr(pool, "free", lambda self, blocks: None)
@@ -182,8 +182,8 @@ def test_a_late_completion_meets_a_reused_operation_id(monkeypatch):
     """Operation ids that start again with every engine build: a completion from
     before a crash arrives after it and is applied to the new scheduler's load of the
     same request, whose pages were never copied (the fixed stack continues the ids)."""
-    from faults.injectors import FaultPlan, FaultSpec
-    from reference.stack import Engine
+    from kvfault.faults.injectors import FaultPlan, FaultSpec
+    from kvfault.reference.stack import Engine
 
     plan = FaultPlan((FaultSpec.of("late_completion", nth=[1]),), 0)
     healthy = run_case("late_completion_after_restart", 0, injectors=plan.injectors)
@@ -203,7 +203,7 @@ def test_correctness_judges_each_run_against_the_cold_run_whatever_ran_before():
     scenario and seed. They are the cold run's, never what a run produced, and they
     belong to whole requests (a picture's cache seed included): a wrong run is caught
     before and after a right one, and the right one passes."""
-    from faults.regressions import REGRESSIONS
+    from kvfault.faults.regressions import REGRESSIONS
 
     def check(rules=None):
         return run_case("two_images", 5, rules=rules, properties=["correctness"])
@@ -244,7 +244,7 @@ def test_a_load_under_other_keys_than_its_saves_is_an_unexplained_failure(monkey
 
 
 def test_a_load_failure_an_injected_fault_explains_is_no_violation():
-    from faults.injectors import FaultPlan, FaultSpec
+    from kvfault.faults.injectors import FaultPlan, FaultSpec
 
     for name in ("retrieve_failure", "evict_after_lookup"):
         plan = FaultPlan((FaultSpec.of(name, nth=(1, 2, 3)),), 0)
@@ -258,7 +258,7 @@ def _free_ignores_references(monkeypatch):
     """The prefix-cache pool frees every block of a finished request at once, shared
     or not: a shared prefix block goes back to the free list while another request
     still holds it, and is handed out again."""
-    from reference.stack import BlockPool
+    from kvfault.reference.stack import BlockPool
 
     def free(self, blocks):
         for b in blocks:
@@ -312,7 +312,7 @@ def test_a_state_image_no_hit_can_use_is_caught():
     (the stack before issue 19, planted as ``anchor_past_full_chunks``): on
     ``two_images`` (876 tokens, 256-token chunks) the image at 864 lies past the 768
     tokens of full chunks, so no hit ever uses it; nothing else notices."""
-    from faults.regressions import REGRESSIONS
+    from kvfault.faults.regressions import REGRESSIONS
 
     rules = REGRESSIONS["anchor_past_full_chunks"].rules
     res = run_case("two_images", 0, rules=rules, properties=["correctness", "hybrid", "efficiency"])
@@ -325,10 +325,10 @@ def test_the_joint_boundary_counts_only_images_the_tier_keeps():
     a story whose stack cuts on the block grid: the image at 1920 is sent and dropped,
     so the derived joint boundary is 1792, as claimed (the tier's grid comes from what
     the worker recorded sending, not from the stack's configuration)."""
-    from fakes import MemoryTier
-    from faults.properties import hybrid
-    from faults.runs import RunContext
-    from faults.scenarios import SCENARIOS
+    from kvfault.fakes import MemoryTier
+    from kvfault.faults.properties import hybrid
+    from kvfault.faults.runs import RunContext
+    from kvfault.faults.scenarios import SCENARIOS
 
     ctx = RunContext(seed=0)
     ctx.tier_factory = lambda world, config: MemoryTier(world.clock, config.geometry, "chunk")
@@ -341,8 +341,8 @@ def _lost_store_answer_tier(world, config):  # type: ignore[no-untyped-def]
     """A MemoryTier whose first store past the first chunk that carries state images
     keeps its data and answers failure: the answer lost after the write, as a dropped
     ``commit_store`` reply does on the real server (issue 34, item 15)."""
-    from fakes import MemoryTier
-    from reference.interfaces import TierReply
+    from kvfault.fakes import MemoryTier
+    from kvfault.reference.interfaces import TierReply
 
     class LostAnswer(MemoryTier):
         lost: object = None
@@ -367,9 +367,9 @@ def test_a_hit_on_what_a_failed_save_wrote_is_no_hybrid_violation():
     images it wrote is right (the outputs are), and the boundary it claims is one such
     writes could make. Before the fix the judge counted only finished saves and failed
     the fixed stack (``claims 1792 ...; the joint boundary is 256``)."""
-    from faults.properties import correctness, hybrid
-    from faults.runs import RunContext
-    from faults.scenarios import SCENARIOS
+    from kvfault.faults.properties import correctness, hybrid
+    from kvfault.faults.runs import RunContext
+    from kvfault.faults.scenarios import SCENARIOS
 
     ctx = RunContext(seed=0)
     ctx.tier_factory = _lost_store_answer_tier

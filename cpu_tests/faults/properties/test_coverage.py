@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Callable
 
-from faults.campaign import properties_of, run_case
-from faults.properties import PROPERTIES
-from faults.runs import RunResult
-from faults.scenarios import SCENARIOS
-from reference.trace import Ev
+from kvfault.faults.campaign import properties_of, run_case
+from kvfault.faults.properties import PROPERTIES
+from kvfault.faults.runs import RunResult
+from kvfault.faults.scenarios import SCENARIOS
+from kvfault.reference.trace import Ev
 
 
 def _any(kind: Ev, test: Callable[[dict], bool] = lambda d: True) -> Callable[[RunResult], bool]:
@@ -60,7 +60,7 @@ def test_every_property_is_judged_in_at_least_two_scenarios():
 
 
 def test_a_property_only_another_tier_records_is_listed_on_its_rows():
-    from faults.atom.catalog import SCENARIOS as ATOM_SCENARIOS
+    from kvfault.faults.atom.catalog import SCENARIOS as ATOM_SCENARIOS
 
     for prop, tier in OTHER_TIER.items():
         assert tier == "atom"

@@ -4,11 +4,11 @@ records) is a load the stack's own prefix cache should have served (ATOM's #1725
 
 from __future__ import annotations
 
-from faults.properties.ledger import efficiency
-from faults.runs import RunOutcome, RunResult
-from reference.stack.engine import EngineConfig
-from reference.trace import Ev, Trace
-from reference.types import Geometry, Request
+from kvfault.faults.properties.ledger import efficiency
+from kvfault.faults.runs import RunOutcome, RunResult
+from kvfault.reference.stack.engine import EngineConfig
+from kvfault.reference.trace import Ev, Trace
+from kvfault.reference.types import Geometry, Request
 
 CHUNK = 64
 

@@ -6,12 +6,12 @@ overwrote each other's page); these traces are what it recorded."""
 
 from __future__ import annotations
 
-from faults.properties.ledger import hbm_owners
-from faults.runs import RunContext, RunOutcome, RunResult
-from faults.scenarios.generated import Prompt, Workload, run_workload
-from reference.stack.engine import EngineConfig
-from reference.trace import Ev, Trace
-from reference.types import Geometry, Request
+from kvfault.faults.properties.ledger import hbm_owners
+from kvfault.faults.runs import RunContext, RunOutcome, RunResult
+from kvfault.faults.scenarios.generated import Prompt, Workload, run_workload
+from kvfault.reference.stack.engine import EngineConfig
+from kvfault.reference.trace import Ev, Trace
+from kvfault.reference.types import Geometry, Request
 
 BS = 16
 

@@ -7,7 +7,7 @@ pass 2: every prompt again with its own media, plus a twin of one prompt with th
 token ids and a different picture. It asserts
 
 - correctness: every output equals ``DeterministicModel.cold_output``;
-- key separation: ``faults.properties.checks.keys`` finds nothing, the same media gives the
+- key separation: ``kvfault.faults.properties.checks.keys`` finds nothing, the same media gives the
   same keys at every site, a text prompt keys on exactly its raw ids, and the twin
   hits nothing of the prompt it copies (not in the tier, not in HBM);
 - loadable hits: the hybrid claim is the joint boundary, the dense claim gives back
@@ -24,13 +24,13 @@ from dataclasses import replace
 from hypothesis import given, note
 from hypothesis import strategies as st
 
-from fakes import DeterministicModel, SimWorld
-from faults import RunResult
-from faults.properties import correctness, hybrid, keys
-from reference import Ev, Geometry, Request
-from reference.interfaces import LookupQuery
-from reference.rules import chunk_keys, media_cache_seed, tier_token_ids
-from reference.stack import EngineConfig
+from kvfault.fakes import DeterministicModel, SimWorld
+from kvfault.faults import RunResult
+from kvfault.faults.properties import correctness, hybrid, keys
+from kvfault.reference import Ev, Geometry, Request
+from kvfault.reference.interfaces import LookupQuery
+from kvfault.reference.rules import chunk_keys, media_cache_seed, tier_token_ids
+from kvfault.reference.stack import EngineConfig
 
 TEXT = -1
 

@@ -1,4 +1,4 @@
-"""A property is one ``Property`` class in a module of ``faults.properties``: the one
+"""A property is one ``Property`` class in a module of ``kvfault.faults.properties``: the one
 registry (``PROPERTIES``) finds it, the shared scenarios it names judge it, the table
 shows its letter, and a run that breaks it fails with its name. Shown here with a
 property that exists only in this test, put where the registry looks."""
@@ -17,9 +17,9 @@ ROOT = Path(__file__).resolve().parents[3]
 # A property that fails every answer whose first token is even: a break by design, so
 # the campaign must see it fail, by name, in exactly the scenarios it names.
 _MODULE = '''
-from faults.properties.property import Property
-from faults.properties.violation import Violation
-from reference.trace import Ev
+from kvfault.faults.properties.property import Property
+from kvfault.faults.properties.violation import Violation
+from kvfault.reference.trace import Ev
 
 
 class FirstTokenOdd(Property):
@@ -43,11 +43,11 @@ class FirstTokenOdd(Property):
 
 _RUN = """
 import sys
-import faults.properties
-faults.properties.__path__.append(sys.argv[1])  # where the registry looks: this package
-from faults.cli import main
-from faults.properties import PROPERTIES
-from faults.campaign import properties_of
+import kvfault.faults.properties
+kvfault.faults.properties.__path__.append(sys.argv[1])  # where the registry looks: this package
+from kvfault.faults.cli import main
+from kvfault.faults.properties import PROPERTIES
+from kvfault.faults.campaign import properties_of
 assert "first_token_odd" in PROPERTIES and PROPERTIES.letters["first_token_odd"] == "Q"
 print("judged-by", sorted(s for s in ("two_images", "restart_burst", "two_servers")
                           if "first_token_odd" in properties_of(s)))

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from faults.campaign import CaseResult, run_case
-from faults.regressions import REGRESSIONS
+from kvfault.faults.campaign import CaseResult, run_case
+from kvfault.faults.regressions import REGRESSIONS
 
 
 def _pair(name: str) -> tuple[CaseResult, CaseResult]:

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from faults import cli
-from faults.campaign import runner as campaign_runner
-from faults.verdicts import Verdict
+from kvfault.faults import cli
+from kvfault.faults.campaign import runner as campaign_runner
+from kvfault.faults.verdicts import Verdict
 
 ROOT = Path(__file__).resolve().parents[3]
 FOOTER = re.compile(r"^\d+ targets, \d+ runs: \d+ ok, \d+ failed.* in [0-9.]+s wall$", re.M)
@@ -97,7 +97,7 @@ def test_a_failing_row_fails_all_four(capsys, unexercised_fault):
 
 
 def test_an_error_row_is_an_error_in_all_four(capsys, monkeypatch):
-    from faults.campaign.kinds import Scenario
+    from kvfault.faults.campaign.kinds import Scenario
 
     real = Scenario.judge
 
@@ -143,7 +143,7 @@ def test_a_case_past_timeout_in_one_process_is_a_campaign_failure_in_all_four(tm
     reports say which case hung and how many never ran, and the exit status is 2."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(
-        [sys.executable, "-m", "faults.cli", "run", "-j", "1", "--seeds", "2", "--scenario",
+        [sys.executable, "-m", "kvfault.faults.cli", "run", "-j", "1", "--seeds", "2", "--scenario",
          "two_images", "--scenario", "two_servers", "--timeout", "0.001", "--no-progress",
          "--report", "rep"],
         capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120,

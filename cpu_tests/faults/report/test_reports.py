@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from faults.campaign import (
+from kvfault.faults.campaign import (
     Case,
     CaseOutcome,
     CaseRunner,
@@ -21,11 +21,11 @@ from faults.campaign import (
     scenario_target,
     swarm_target,
 )
-from faults.campaign.artifacts import ArtifactError, read_artifact, write_artifact
-from faults.campaign.reading import outcome_from_json
-from faults.properties import Violation
-from faults.report.summary import SUMMARY_SCHEMA, summary_json, write_junit, write_reports
-from faults.verdicts import Verdict
+from kvfault.faults.campaign.artifacts import ArtifactError, read_artifact, write_artifact
+from kvfault.faults.campaign.reading import outcome_from_json
+from kvfault.faults.properties import Violation
+from kvfault.faults.report.summary import SUMMARY_SCHEMA, summary_json, write_junit, write_reports
+from kvfault.faults.verdicts import Verdict
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -125,7 +125,7 @@ def test_summary_has_the_documented_fields(tmp_path: Path):
     scen = obj["cases"][2]
     assert scen["kind"] == "scenario" and scen["verdict"] == "PASS" and len(scen["digest"]) == 64
     # The module docstring documents every field (the reviewer doc points there).
-    import faults.report.summary as mod
+    import kvfault.faults.report.summary as mod
 
     for name in CASE_FIELDS | TOP_FIELDS:
         assert f'"{name}"' in mod.__doc__, name
@@ -307,8 +307,8 @@ def test_artifact_is_on_disk_before_the_case_runs(tmp_path: Path):
         import os, sys
         sys.path.insert(0, {str(ROOT)!r})
         from pathlib import Path
-        from faults.campaign import Case, regression_target
-        from faults.report import write_artifact
+        from kvfault.faults.campaign import Case, regression_target
+        from kvfault.faults.report import write_artifact
 
         def case():
             os._exit(86)  # a crash: nothing after this line runs
@@ -334,7 +334,7 @@ LEGACY_RUN = ["run", "--legacy", "load_bound_without_restart", "--scenario", "re
 
 
 def _run_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> tuple[int, str]:
-    from faults import cli
+    from kvfault.faults import cli
 
     monkeypatch.chdir(tmp_path)
     code = cli.main(LEGACY_RUN)
@@ -357,7 +357,7 @@ def test_a_timeline_place_that_is_not_a_directory_is_one_error_line(
 def test_a_timeline_that_cannot_be_written_is_one_error_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ):
-    import faults.report.timeline as timeline
+    import kvfault.faults.report.timeline as timeline
 
     def full(legacy, fixed, path, **kw):
         raise OSError(28, "No space left on device", str(path))
@@ -373,7 +373,7 @@ def test_a_timeline_that_cannot_be_written_is_one_error_line(
 def test_without_matplotlib_there_are_no_timelines_and_the_verdict_stands(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ):
-    import faults.report.timeline as timeline
+    import kvfault.faults.report.timeline as timeline
 
     def missing(legacy, fixed, path, **kw):
         raise ImportError("timeline pictures need matplotlib; install the plot extra")
@@ -390,7 +390,7 @@ def test_without_matplotlib_there_are_no_timelines_and_the_verdict_stands(
 
 def test_the_same_case_on_each_tier_has_its_own_artifact(tmp_path: Path):
     # A kept artifact of one tier's case must not be overwritten by another tier's.
-    from faults.campaign.artifacts import artifact_path
+    from kvfault.faults.campaign.artifacts import artifact_path
 
     base = scenario_target("two_images")
     paths = {artifact_path(Case(replace(base, tier=t), 0), tmp_path).name

@@ -4,8 +4,8 @@ failing case is listed under the table."""
 
 from __future__ import annotations
 
-from faults.cli import build_parser
-from faults.commands.run import command
+from kvfault.faults.cli import build_parser
+from kvfault.faults.commands.run import command
 
 
 def test_a_cut_detail_ends_in_dots_and_every_violation_is_listed(capsys, tmp_path, monkeypatch):

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from faults.campaign import run_case
-from faults.regressions import REGRESSIONS
-from faults.report.timeline import load_rows, panel_of, short_op, write_timeline
-from faults.report.timeline.notes import _diagnosis
+from kvfault.faults.campaign import run_case
+from kvfault.faults.regressions import REGRESSIONS
+from kvfault.faults.report.timeline import load_rows, panel_of, short_op, write_timeline
+from kvfault.faults.report.timeline.notes import _diagnosis
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from faults import cli
-from faults.campaign import run_case
-from faults.report.timeline import picture_format, write_timeline
+from kvfault.faults import cli
+from kvfault.faults.campaign import run_case
+from kvfault.faults.report.timeline import picture_format, write_timeline
 
 ROOT = Path(__file__).resolve().parents[3]
 MAGIC = {".png": b"\x89PNG", ".svg": b"<?xml", ".pdf": b"%PDF", ".jpg": b"\xff\xd8\xff"}
@@ -41,7 +41,7 @@ def test_other_extensions_are_refused_before_drawing(small_run, tmp_path, name):
 
 def kvfault(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "faults.cli", *args],
+        [sys.executable, "-m", "kvfault.faults.cli", *args],
         cwd=cwd,
         capture_output=True,
         text=True,

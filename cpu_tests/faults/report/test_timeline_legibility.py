@@ -1,5 +1,5 @@
 """Issue 24, item 6: every regression's timeline picture passes the legibility check
-(faults.report.timeline.legibility: no text over text or over bars, every row labelled,
+(kvfault.faults.report.timeline.legibility: no text over text or over bars, every row labelled,
 one meaning per colour), and the check catches each kind of problem."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from faults.campaign import Case, CaseRunner, regression_target  # noqa: E402
-from faults.regressions.legacy import REGRESSIONS  # noqa: E402
-from faults.report.timeline import draw  # noqa: E402
-from faults.report.timeline.legibility import problems  # noqa: E402
+from kvfault.faults.campaign import Case, CaseRunner, regression_target  # noqa: E402
+from kvfault.faults.regressions.legacy import REGRESSIONS  # noqa: E402
+from kvfault.faults.report.timeline import draw  # noqa: E402
+from kvfault.faults.report.timeline.legibility import problems  # noqa: E402
 
 
 def _figure(name: str):  # type: ignore[no-untyped-def]
@@ -44,7 +44,7 @@ def test_the_check_sees_text_over_text_and_over_bars():
 
 
 def test_the_check_sees_an_unlabelled_row(monkeypatch):
-    from faults.report.timeline import panel
+    from kvfault.faults.report.timeline import panel
 
     real = panel._y_labels
 
@@ -63,7 +63,7 @@ def test_the_check_sees_an_unlabelled_row(monkeypatch):
 
 
 def test_the_check_sees_a_colour_with_two_meanings(monkeypatch):
-    from faults.report.timeline import notes
+    from kvfault.faults.report.timeline import notes
 
     # The bound's clock drawn in the bound restarts' purple, as it used to be.
     monkeypatch.setitem(notes._C, "bound_clock", notes._C["restart"])

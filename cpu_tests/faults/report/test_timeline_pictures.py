@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from faults.report.timeline import (
+from kvfault.faults.report.timeline import (
     clock_style,
     collapse_rows,
     hybrid_claims,

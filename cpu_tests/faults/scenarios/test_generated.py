@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from hypothesis import given, note, settings
 
-from faults.campaign import run_case, select_targets
-from faults.campaign.execute import check
-from faults.runs import RunContext
-from faults.scenarios import SCENARIOS
-from faults.scenarios.generated import (
+from kvfault.faults.campaign import run_case, select_targets
+from kvfault.faults.campaign.execute import check
+from kvfault.faults.runs import RunContext
+from kvfault.faults.scenarios import SCENARIOS
+from kvfault.faults.scenarios.generated import (
     GENERATED,
     Prompt,
     Workload,
@@ -17,7 +17,7 @@ from faults.scenarios.generated import (
     run_workload,
     workloads,
 )
-from reference.types import Geometry
+from kvfault.reference.types import Geometry
 
 
 def test_the_seed_is_the_workload():
@@ -75,7 +75,7 @@ def test_a_draw_writes_nothing_into_the_working_directory(tmp_path):
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[3]
-    code = "from faults.scenarios.generated import draw_workload as d; [d(s) for s in range(20)]"
+    code = "from kvfault.faults.scenarios.generated import draw_workload as d; [d(s) for s in range(20)]"
     env = {**os.environ, "PYTHONPATH": str(root)}
     subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, check=True, timeout=120)
     assert list(tmp_path.iterdir()) == []

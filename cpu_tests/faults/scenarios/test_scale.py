@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from faults import SCENARIOS, RunContext
-from faults.argtypes import MAX_SCALE, check_scale, scales
-from faults.campaign import run_case, run_scenario, scenario_target, select_targets
-from faults.campaign.reading import target_from_json
-from faults.injectors import INJECTORS, FaultPlan, FaultSpec
-from reference import Ev
+from kvfault.faults import SCENARIOS, RunContext
+from kvfault.faults.argtypes import MAX_SCALE, check_scale, scales
+from kvfault.faults.campaign import run_case, run_scenario, scenario_target, select_targets
+from kvfault.faults.campaign.reading import target_from_json
+from kvfault.faults.injectors import INJECTORS, FaultPlan, FaultSpec
+from kvfault.reference import Ev
 
 pytest_plugins = ["pytester"]
 
@@ -91,7 +91,7 @@ def test_a_plan_with_a_bad_scale_is_one_clear_error(obj, message):
 
 
 def test_a_target_with_a_bad_scale_is_one_clear_error():
-    from faults.campaign import CampaignError
+    from kvfault.faults.campaign import CampaignError
 
     with pytest.raises(CampaignError, match="target scale must be from 1 to 256, got 0"):
         target_from_json({"kind": "scenario", "name": "restart_burst", "scale": 0})
@@ -127,7 +127,7 @@ def test_a_target_carries_its_scale_into_its_id_plan_command_and_json():
 
 def kvfault(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "faults.cli", *args],
+        [sys.executable, "-m", "kvfault.faults.cli", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -154,7 +154,7 @@ def test_the_plugin_scales_the_plan_and_kv_scenario(pytester):
     pytester.makepyfile(
         test_user=textwrap.dedent(
             """
-            from reference import Ev
+            from kvfault.reference import Ev
 
             def test_scaled(fault_plan, kv_scenario):
                 assert fault_plan.scale == 2

@@ -13,9 +13,9 @@ import os
 
 import pytest
 
-from faults import SCENARIOS, RunContext
-from faults.campaign import CaseResult, run_case
-from reference import Ev
+from kvfault.faults import SCENARIOS, RunContext
+from kvfault.faults.campaign import CaseResult, run_case
+from kvfault.reference import Ev
 
 SEED_SCENARIOS = (
     "two_servers",

@@ -24,8 +24,8 @@ TOY_TIER = '''
 import contextlib
 from dataclasses import dataclass
 
-from faults.runs import Expect
-from faults.tiers import Executor, Row, Tier, TierOption
+from kvfault.faults.runs import Expect
+from kvfault.faults.tiers import Executor, Row, Tier, TierOption
 
 
 class ToyExecutor(Executor):
@@ -33,7 +33,7 @@ class ToyExecutor(Executor):
     deterministic = True
 
     def execute(self, scenario, ctx):
-        from faults.scenarios import SCENARIOS
+        from kvfault.faults.scenarios import SCENARIOS
 
         return SCENARIOS[scenario].run(ctx), {"toy_executor": True}
 
@@ -56,8 +56,8 @@ class ToyFault:
     kills_server: bool = False
 
     def factory(self, seed):
-        from faults.injectors.catalog import INJECTORS
-        from faults.injectors.plans import FaultSpec
+        from kvfault.faults.injectors.catalog import INJECTORS
+        from kvfault.faults.injectors.plans import FaultSpec
 
         injector = FaultSpec.of(self.wraps, **INJECTORS[self.wraps].defaults).build(seed)
         injector.name = self.name  # it fires under this tier's name for it
@@ -65,7 +65,7 @@ class ToyFault:
 
 
 def _faults():
-    from faults.injectors.catalog import INJECTORS
+    from kvfault.faults.injectors.catalog import INJECTORS
 
     lost = INJECTORS["lost_completion"]
     return {
@@ -119,7 +119,7 @@ def _dist(where: Path, name: str, entry_points: str, module: str | None = None) 
 def _kvfault(site: Path, *argv: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)])}
     return subprocess.run(
-        [sys.executable, "-m", "faults.cli", *argv],
+        [sys.executable, "-m", "kvfault.faults.cli", *argv],
         capture_output=True,
         text=True,
         env=env,
@@ -175,7 +175,7 @@ def test_a_parallel_tier_from_an_outside_package_runs_in_workers(
     _dist(site, "toy_tier", "[kvfault.tiers]\ntoy = toy_tier:TIER\n", _PARALLEL_TOY)
     log, report = tmp_path / "toy.log", tmp_path / "report"
     run = subprocess.Popen(
-        [sys.executable, "-m", "faults.cli", "run", "--tier", "toy", "--seeds", "2",
+        [sys.executable, "-m", "kvfault.faults.cli", "run", "--tier", "toy", "--seeds", "2",
          "--no-progress", "--report", str(report), "--toy-log", str(log), *spread],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=site,
         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)])},
@@ -224,10 +224,10 @@ def test_the_toy_tier_cannot_run_what_it_does_not_declare(tmp_path: Path) -> Non
         ),
         (
             ("odd_tier", "[kvfault.tiers]\nodd = odd_tier:TIER\n", "TIER = 'a string'\n"),
-            "tier plugin odd = odd_tier:TIER is a str, not a faults.tiers.Tier",
+            "tier plugin odd = odd_tier:TIER is a str, not a kvfault.faults.tiers.Tier",
         ),
         (
-            ("twin_tier", "[kvfault.tiers]\nmemory = faults.memory.tier:TIER\n", None),
+            ("twin_tier", "[kvfault.tiers]\nmemory = kvfault.faults.memory.tier:TIER\n", None),
             "tier 'memory' is registered twice",
         ),
     ],
@@ -250,9 +250,9 @@ def test_a_bad_plugin_is_one_line_and_exit_2(
 _WRITE_ARTIFACT = """
 import sys
 from pathlib import Path
-from faults.campaign import Case
-from faults.campaign.artifacts import write_artifact
-from faults.campaign.reading import target_from_json
+from kvfault.faults.campaign import Case
+from kvfault.faults.campaign.artifacts import write_artifact
+from kvfault.faults.campaign.reading import target_from_json
 
 target = target_from_json({"kind": "scenario", "name": "small_restart_burst", "tier": "toy",
                            "options": ["--toy-log", sys.argv[2]]})
@@ -289,7 +289,7 @@ def test_a_replay_opens_the_tier_with_the_options_the_case_ran_with(tmp_path: Pa
 
 _BOOM_TIER = """
 import contextlib
-from faults.tiers import Row, Tier
+from kvfault.faults.tiers import Row, Tier
 
 
 @contextlib.contextmanager
@@ -329,7 +329,7 @@ def test_a_plugin_bug_is_one_line_and_exit_2(tmp_path: Path, argv: list[str], sa
 def test_a_tier_with_nothing_to_run_is_refused_not_passed(tmp_path: Path) -> None:
     site = tmp_path / "site"
     empty = (
-        "from faults.tiers import Tier\n"
+        "from kvfault.faults.tiers import Tier\n"
         "def rows():\n    return []\n"
         "EMPTY = Tier(name='empty', description='lists nothing', opener='x:y', "
         "catalog='empty_tier:rows')\n"
@@ -347,7 +347,7 @@ def test_a_tier_with_nothing_to_run_is_refused_not_passed(tmp_path: Path) -> Non
 
 _SLOW_TIER = """
 import contextlib, os, time
-from faults.tiers import Row, Tier
+from kvfault.faults.tiers import Row, Tier
 
 
 @contextlib.contextmanager
@@ -379,7 +379,7 @@ def _signalled_at_the_mark(
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)]),
            "SLOW_TIER_MARK": str(mark)}  # fmt: skip
     proc = subprocess.Popen(
-        [sys.executable, "-m", "faults.cli", "run", "--tier", "slow", "--no-progress",
+        [sys.executable, "-m", "kvfault.faults.cli", "run", "--tier", "slow", "--no-progress",
          "--report", "r"],
         cwd=site, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
@@ -412,7 +412,7 @@ _CLOSING_TIER = _SLOW_TIER.replace(
     """    open(os.environ["SLOW_TIER_MARK"], "w").close()  # opening: a server starting, a lock
     time.sleep(60)
     yield None""",
-    """    from faults.memory.executor import MemoryExecutor
+    """    from kvfault.faults.memory.executor import MemoryExecutor
 
     yield MemoryExecutor()
     open(os.environ["SLOW_TIER_MARK"], "w").close()  # closing: every case has ended

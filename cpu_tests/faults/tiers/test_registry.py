@@ -1,4 +1,4 @@
-"""The registry of tiers (``faults.tiers.Tiers``): read from entry points when asked,
+"""The registry of tiers (``kvfault.faults.tiers.Tiers``): read from entry points when asked,
 kvfault's own tiers registered there, declarations that import no tier library."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from faults.campaign import select_targets
-from faults.catalog import entries
-from faults.runs import Ending, finishes, stops
-from faults.tiers import DEFAULT_TIER, GROUP, Tier, TierError, Tiers
+from kvfault.faults.campaign import select_targets
+from kvfault.faults.catalog import entries
+from kvfault.faults.runs import Ending, finishes, stops
+from kvfault.faults.tiers import DEFAULT_TIER, GROUP, Tier, TierError, Tiers
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -43,10 +43,10 @@ def test_kvfault_registers_its_own_tiers_as_entry_points() -> None:
 
     mine = {ep.name: ep.value for ep in entry_points(group=GROUP)}
     assert mine == {
-        "memory": "faults.memory.tier:TIER",
-        "lmcache": "faults.lmcache.tier:TIER",
-        "atom": "faults.atom.tier:TIER",
-        "vllm": "faults.vllm.tier:TIER",
+        "memory": "kvfault.faults.memory.tier:TIER",
+        "lmcache": "kvfault.faults.lmcache.tier:TIER",
+        "atom": "kvfault.faults.atom.tier:TIER",
+        "vllm": "kvfault.faults.vllm.tier:TIER",
     }
     tiers = Tiers.installed()
     assert tiers.names == ("memory", "lmcache", "atom", "vllm")  # by rank
@@ -59,7 +59,7 @@ def test_a_checkout_that_was_never_installed_finds_its_own_tiers(tmp_path: Path)
     # -S: no site-packages, so no installed metadata of kvfault at all; the checkout
     # on PYTHONPATH alone. Its pyproject.toml declares the tiers.
     out = subprocess.run(
-        [sys.executable, "-S", "-m", "faults.cli", "list", "--tiers"],
+        [sys.executable, "-S", "-m", "kvfault.faults.cli", "list", "--tiers"],
         capture_output=True, text=True, cwd=tmp_path, timeout=120,
         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
     )  # fmt: skip
@@ -79,7 +79,7 @@ def test_the_checkout_declares_kvfault_s_own_tiers_over_stale_installed_metadata
     # moved. The checkout's pyproject.toml wins for kvfault's own; others stay.
     import importlib.metadata
 
-    from faults.tiers import registry
+    from kvfault.faults.tiers import registry
 
     class _Dist:
         def __init__(self, name: str) -> None:
@@ -94,10 +94,10 @@ def test_the_checkout_declares_kvfault_s_own_tiers_over_stale_installed_metadata
     monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [stale_ep, outside_ep])
     got = {ep.name: ep.value for ep in registry._registered()}
     assert got == {
-        "memory": "faults.memory.tier:TIER",
-        "lmcache": "faults.lmcache.tier:TIER",
-        "atom": "faults.atom.tier:TIER",
-        "vllm": "faults.vllm.tier:TIER",
+        "memory": "kvfault.faults.memory.tier:TIER",
+        "lmcache": "kvfault.faults.lmcache.tier:TIER",
+        "atom": "kvfault.faults.atom.tier:TIER",
+        "vllm": "kvfault.faults.vllm.tier:TIER",
         "toy": "toy_tier:TIER",
     }
     assert registry._checkout_tiers(ROOT / "docs") is None  # no pyproject.toml there
@@ -107,14 +107,14 @@ def test_reading_the_declarations_imports_no_tier_library() -> None:
     # The registry is read by `kvfault list` and every run: it must stay cheap.
     code = (
         "import sys\n"
-        "from faults.tiers import Tiers\n"
+        "from kvfault.faults.tiers import Tiers\n"
         "t = Tiers.load()\n"
         "assert t.names == ('memory', 'lmcache', 'atom', 'vllm'), t.names\n"
-        "declared = {'faults', 'reference', 'reference._lazy', 'faults.errors', 'faults.lmcache', 'faults.lmcache.tier', "
-        "'faults.atom', 'faults.atom.tier', 'faults.memory', 'faults.memory.tier', 'faults.vllm', 'faults.vllm.tier'}\n"
-        "print(sorted(m for m in sys.modules if m.split('.')[0] in "
-        "('lmcache', 'torch', 'atom', 'vllm', 'zmq', 'faults', 'reference', 'fakes') "
-        "and not m.startswith('faults.tiers') and m not in declared))\n"
+        "declared = {'kvfault', 'kvfault.faults', 'kvfault.reference', 'kvfault.reference._lazy', 'kvfault.faults.errors', 'kvfault.faults.lmcache', 'kvfault.faults.lmcache.tier', "
+        "'kvfault.faults.atom', 'kvfault.faults.atom.tier', 'kvfault.faults.memory', 'kvfault.faults.memory.tier', 'kvfault.faults.vllm', 'kvfault.faults.vllm.tier'}\n"
+        "print(sorted(m for m in sys.modules if m.removeprefix('kvfault.').split('.')[0] in "
+        "('lmcache', 'torch', 'atom', 'vllm', 'zmq', 'kvfault', 'faults', 'reference', 'fakes') "
+        "and not m.startswith('kvfault.faults.tiers') and m not in declared))\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60
@@ -140,7 +140,7 @@ def test_tiers_are_ranked_and_unknown_names_answer_in_one_line() -> None:
             (_EntryPoint("x", "x_tier:TIER", ImportError("no module named lmcache")),),
             "tier plugin x = x_tier:TIER does not load: ImportError: no module named lmcache",
         ),
-        ((_EntryPoint("x", "x_tier:TIER", 42),), "is a int, not a faults.tiers.Tier"),
+        ((_EntryPoint("x", "x_tier:TIER", 42),), "is a int, not a kvfault.faults.tiers.Tier"),
         (
             (_EntryPoint("x", "x_tier:TIER", Tier("y", "d", "m:f")),),
             "tier plugin x = x_tier:TIER declares the name 'y'",
@@ -162,8 +162,10 @@ def test_a_bad_registry_is_one_line(eps: tuple[_EntryPoint, ...], says: str) -> 
 
 
 def test_a_declaration_that_points_at_nothing_is_one_line() -> None:
-    tier = Tier("x", "d", opener="faults.no_such_module:open", catalog="faults.tiers:nothing")
-    with pytest.raises(TierError, match=r"tier 'x': cannot load faults.tiers:nothing"):
+    tier = Tier(
+        "x", "d", opener="faults.no_such_module:open", catalog="kvfault.faults.tiers:nothing"
+    )
+    with pytest.raises(TierError, match=r"tier 'x': cannot load kvfault.faults.tiers:nothing"):
         tier.rows("scenario")
     with pytest.raises(TierError, match=r"cannot load faults.no_such_module:open"):
         with tier.open():
@@ -186,7 +188,7 @@ def test_the_catalog_is_what_the_tiers_declare() -> None:
 def test_wire_fault_endings_are_expects() -> None:
     # The wire faults' ending vocabulary is Expect's: a stop with TransferUnprovable on
     # any operation at any time, a finish, or either.
-    from faults.lmcache.wire_faults import EITHER, FINISH, STOP
+    from kvfault.faults.lmcache.wire_faults import EITHER, FINISH, STOP
 
     unprovable = Ending("stop", "TransferUnprovable", "load", 31.0)
     other = Ending("stop", "LoadNotTerminal", "load", 41.0)
@@ -229,8 +231,8 @@ def test_a_target_takes_only_options_its_tier_takes(
 ) -> None:
     # A replay opens the tier with the target's options: what its tier would not take
     # is refused when the target is read back (an artifact), not ignored.
-    from faults.campaign import CampaignError
-    from faults.campaign.reading import target_from_json
+    from kvfault.faults.campaign import CampaignError
+    from kvfault.faults.campaign.reading import target_from_json
 
     name = "prefix_reuse" if tier == "atom" else "two_servers"
     with pytest.raises(CampaignError) as caught:

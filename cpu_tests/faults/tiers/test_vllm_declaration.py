@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from faults import cli
-from faults.vllm.executor import vllm_available
+from kvfault.faults import cli
+from kvfault.faults.vllm.executor import vllm_available
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
 def _kvfault(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "faults.cli", *args],
+        [sys.executable, "-m", "kvfault.faults.cli", *args],
         capture_output=True, text=True, cwd=ROOT, timeout=120,
     )  # fmt: skip
 
@@ -33,7 +33,7 @@ def test_list_imports_no_vllm() -> None:
     # In a fresh process: in a whole-suite run the tier's own tests have imported vllm
     # into this one already (python -m pytest cpu_tests with every extra installed).
     probe = (
-        "import sys; from faults import cli; rc = cli.main(['list', '--tier', 'vllm']); "
+        "import sys; from kvfault.faults import cli; rc = cli.main(['list', '--tier', 'vllm']); "
         "print(rc, sorted({m.split('.')[0] for m in sys.modules} & {'vllm', 'torch'}))"
     )
     run = subprocess.run(

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reference import Ev, Geometry, Request
-from reference.rules import AnchorPolicy, grid_step
+from kvfault.reference import Ev, Geometry, Request
+from kvfault.reference.rules import AnchorPolicy, grid_step
 
 GEO = Geometry(16, 256, 2048, 1024)
 ALIGNED = Geometry(128, 256, 2048, 256)  # the seed's chunk-aligned hybrid

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from fakes import Workloads
-from reference import OperationId
-from reference.rules import LoadBounds
+from kvfault.fakes import Workloads
+from kvfault.reference import OperationId
+from kvfault.reference.rules import LoadBounds
 
 BOUND = 40.0
 

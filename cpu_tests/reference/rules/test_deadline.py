@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from reference.rules import LoadClock, RestoreDeadline
+from kvfault.reference.rules import LoadClock, RestoreDeadline
 
 d = RestoreDeadline()
 

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reference import Geometry
-from reference.rules import HitPolicy, LoadPlan, joint_boundary
+from kvfault.reference import Geometry
+from kvfault.reference.rules import HitPolicy, LoadPlan, joint_boundary
 
 GEO = Geometry(16, 256, 2048, 1024)
 ALIGNED = Geometry(128, 256, 2048, 256)

@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest
 import zmq
 
-from fakes import MemoryTier, VirtualClock
-from reference import EngineIdentityConflict, Geometry, OperationId, OpKind
-from reference.interfaces import LookupQuery, LookupResult
-from reference.rules import chunk_keys
-from reference.rules.identity import DEFAULT_PREFIX, EngineIdentity, lookup_socket_path
-from reference.stack.lookup_channel import (
+from kvfault.fakes import MemoryTier, VirtualClock
+from kvfault.reference import EngineIdentityConflict, Geometry, OperationId, OpKind
+from kvfault.reference.interfaces import LookupQuery, LookupResult
+from kvfault.reference.rules import chunk_keys
+from kvfault.reference.rules.identity import DEFAULT_PREFIX, EngineIdentity, lookup_socket_path
+from kvfault.reference.stack.lookup_channel import (
     OWNER_FILE,
     LookupServer,
     ZmqLookupClient,
@@ -374,7 +374,11 @@ def test_a_lookup_client_can_ask_again_after_a_timeout(rpc_dir):
 
 
 def test_the_private_rpc_dir_is_named_for_kvfault_and_leaves_room_for_every_socket(short_tmp):
-    from reference.stack.lookup_channel import IPC_PATH_MAX, SOCKET_NAME_ROOM, rpc_base_budget
+    from kvfault.reference.stack.lookup_channel import (
+        IPC_PATH_MAX,
+        SOCKET_NAME_ROOM,
+        rpc_base_budget,
+    )
 
     d = private_rpc_dir()
     try:
@@ -403,7 +407,7 @@ def test_a_server_names_its_engine_and_its_thread(rpc_dir, tier):
 def only_short_tmp(short_tmp, monkeypatch):
     """The sweep looks in the temp dir and its fallbacks (/tmp, ...): confine it to this
     test's own directory, so it neither counts nor removes other runs' directories."""
-    import reference.stack.lookup_channel as lc
+    import kvfault.reference.stack.lookup_channel as lc
 
     monkeypatch.setattr(lc, "_FALLBACK_BASES", ())
     return short_tmp
@@ -417,7 +421,7 @@ def test_an_orphan_rpc_dir_is_removed_and_a_live_or_unowned_one_kept(only_short_
             sys.executable,
             "-c",
             "import os, tempfile; tempfile.tempdir = os.environ['T'];"
-            "from reference.stack.lookup_channel import private_rpc_dir;"
+            "from kvfault.reference.stack.lookup_channel import private_rpc_dir;"
             "print(private_rpc_dir(), flush=True); os._exit(9)",
         ],
         env={**os.environ, "T": str(short_tmp), "PYTHONPATH": str(ROOT)},
@@ -441,7 +445,7 @@ def test_an_orphan_rpc_dir_is_removed_and_a_live_or_unowned_one_kept(only_short_
 def test_a_removal_cut_short_leaves_the_owner_file_for_the_sweep(short_tmp, monkeypatch):
     # A signal landing in remove_rpc_dir stops it part way, at whichever file; what is
     # left must still name its maker, or remove_orphan_rpc_dirs cannot tell it is garbage.
-    import reference.stack.lookup_channel as lc
+    import kvfault.reference.stack.lookup_channel as lc
 
     real_unlink = os.unlink
     for cut in range(3):  # cut short before the 1st, 2nd or 3rd file goes
@@ -476,7 +480,7 @@ def test_a_stop_signal_while_the_dir_is_made_leaves_it_with_the_caller(short_tmp
         # tests in another): there the signal cannot cut this thread's block at all.
         pytest.skip("a signal handler cannot interrupt a thread other than the main one")
 
-    import reference.stack.lookup_channel as lc
+    import kvfault.reference.stack.lookup_channel as lc
 
     real_mkdtemp = lc.tempfile.mkdtemp
 

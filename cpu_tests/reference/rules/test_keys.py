@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from reference.rules import (
+from kvfault.reference.rules import (
     ChunkKeyMemo,
     block_hash_chain,
     chunk_keys,
@@ -23,7 +23,7 @@ from reference.rules import (
     state_image_key,
     tier_token_ids,
 )
-from reference.types import TEXT_CACHE_SEED, Request
+from kvfault.reference.types import TEXT_CACHE_SEED, Request
 
 ROOT = Path(__file__).resolve().parents[3]
 U32 = 2**32
@@ -225,9 +225,9 @@ def test_media_cache_seed():
 
 
 _HASHSEED_PROBE = """
-from reference.rules import block_hash_chain, chunk_keys, tier_token_ids
-from reference.rules import side_chain_seed
-from reference import Request
+from kvfault.reference.rules import block_hash_chain, chunk_keys, tier_token_ids
+from kvfault.reference.rules import side_chain_seed
+from kvfault.reference import Request
 r = Request("chatcmpl-x", tuple(range(3, 515)), cache_seed=12345678901234)
 print(block_hash_chain(r.prompt_token_ids, 16, r.cache_seed)[-1],
       block_hash_chain(r.prompt_token_ids, 16, side_chain_seed(r))[-1],

@@ -8,9 +8,9 @@ from dataclasses import replace
 
 import pytest
 
-from fakes import DeterministicModel, SimWorld, Workloads
-from reference import Ev, Geometry, Request, TransferUnprovable
-from reference.stack import EngineConfig
+from kvfault.fakes import DeterministicModel, SimWorld, Workloads
+from kvfault.reference import Ev, Geometry, Request, TransferUnprovable
+from kvfault.reference.stack import EngineConfig
 
 GEO = Geometry(16, 256, 2048, 1024)
 
@@ -259,7 +259,7 @@ def test_a_chunk_grid_hybrid_anchors_only_on_the_chunk_grid():
 def test_the_trace_names_each_forward_and_a_stop_names_its_error():
     import time
 
-    from fakes.sim import SimWorld as _World
+    from kvfault.fakes.sim import SimWorld as _World
 
     cfg = EngineConfig(geometry=GEO, model_kind="dense")
     world = _World()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from reference.stack import BlockPool, OutOfBlocks, UncachedBlockPool
+from kvfault.reference.stack import BlockPool, OutOfBlocks, UncachedBlockPool
 
 
 def test_blocks_never_handed_out_go_first_in_order_then_the_least_recently_freed():
@@ -277,8 +277,8 @@ def test_the_uncached_pool_keeps_no_cache():
 
 
 def test_an_engine_without_a_prefix_cache_takes_the_uncached_pool():
-    from fakes.sim import SimWorld
-    from reference import EngineConfig
+    from kvfault.fakes.sim import SimWorld
+    from kvfault.reference import EngineConfig
 
     world = SimWorld()
     assert isinstance(world.engine(EngineConfig()).scheduler.pool, BlockPool)

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from reference.rules import EngineIdentity, lookup_socket_path
-from reference.stack.lookup_channel import (
+from kvfault.reference.rules import EngineIdentity, lookup_socket_path
+from kvfault.reference.stack.lookup_channel import (
     IPC_PATH_MAX,
     _rpc_base,
     private_rpc_dir,
@@ -52,7 +52,7 @@ def test_private_rpc_dir_falls_back_to_a_short_dir_under_a_long_tmpdir(long_tmp)
 
 def test_the_longest_socket_binds_under_a_long_tmpdir(long_tmp):
     """A real pyzmq bind, which is what failed (ZMQError: ipc path ... longer than 107)."""
-    from reference.stack.lookup_channel import LookupServer
+    from kvfault.reference.stack.lookup_channel import LookupServer
 
     class _Backend:
         def lookup(self, query):  # pragma: no cover - never asked
@@ -68,7 +68,7 @@ def test_the_longest_socket_binds_under_a_long_tmpdir(long_tmp):
 
 
 def test_no_short_writable_dir_is_one_clear_error(long_tmp, monkeypatch):
-    monkeypatch.setattr("reference.stack.lookup_channel._FALLBACK_BASES", ())
+    monkeypatch.setattr("kvfault.reference.stack.lookup_channel._FALLBACK_BASES", ())
     with pytest.raises(OSError, match="set TMPDIR to a short writable directory"):
         _rpc_base("kvfault-rpc-")
 
@@ -79,7 +79,7 @@ def test_the_campaigns_two_server_targets_pass_under_a_long_tmpdir(long_tmp, tmp
     env.pop("PYTHONHASHSEED", None)
     out = subprocess.run(
         [
-            sys.executable, "-m", "faults.cli", "run", "--seeds", "1",
+            sys.executable, "-m", "kvfault.faults.cli", "run", "--seeds", "1",
             "--scenario", "two_servers", "--scenario", "two_servers_configured",
             "--fault", "port_zero_ids", "--regression", "engine_id_without_port",
             "--report", str(tmp_path / "report"), "--artifacts", str(tmp_path / "art"),

@@ -9,8 +9,8 @@ from dataclasses import replace
 
 import pytest
 
-from fakes import SimWorld, Workloads
-from reference import (
+from kvfault.fakes import SimWorld, Workloads
+from kvfault.reference import (
     Completion,
     Ev,
     Geometry,
@@ -21,8 +21,8 @@ from reference import (
     Request,
     Rules,
 )
-from reference.rules import media_cache_seed, tier_token_ids
-from reference.stack import EngineConfig
+from kvfault.reference.rules import media_cache_seed, tier_token_ids
+from kvfault.reference.stack import EngineConfig
 
 GEO = Geometry(16, 256, 2048, 1024)
 ALIGNED = Geometry(128, 256, 2048, 256)

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fakes import MemoryTier, SimCopyEngine, SimKvPages, VirtualClock
-from reference import (
+from kvfault.fakes import MemoryTier, SimCopyEngine, SimKvPages, VirtualClock
+from kvfault.reference import (
     Completion,
     Ev,
     Geometry,
@@ -24,9 +24,9 @@ from reference import (
     Trace,
     TransferUnprovable,
 )
-from reference.interfaces import LookupResult, TierReply
-from reference.rules import RestoreDeadline
-from reference.stack import QueueChannel, RestoreWorker
+from kvfault.reference.interfaces import LookupResult, TierReply
+from kvfault.reference.rules import RestoreDeadline
+from kvfault.reference.stack import QueueChannel, RestoreWorker
 
 BS = 16
 
@@ -441,7 +441,7 @@ def test_restore_lands_the_stored_pages_and_state():
 
 
 def test_page_digest_names_simulated_pages_and_not_tensors():
-    from reference.stack.worker import page_digest
+    from kvfault.reference.stack.worker import page_digest
 
     assert page_digest([3, 1, 2]) == hash((3, 1, 2)) != page_digest([1, 2, 3])
     assert page_digest([]) == hash(())

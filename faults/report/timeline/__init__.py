@@ -23,9 +23,9 @@ The data side (``load_rows``, ``panel_of``) needs nothing but the trace; drawing
 matplotlib (the ``plot`` extra), imported only when a picture is written.
 """
 
-from faults.report.timeline.draw import write_timeline
-from faults.report.timeline.layout import collapse_rows
-from faults.report.timeline.model import (
+from kvfault.faults.report.timeline.draw import write_timeline
+from kvfault.faults.report.timeline.layout import collapse_rows
+from kvfault.faults.report.timeline.model import (
     FORMATS,
     PLOT_HINT,
     HybridClaim,
@@ -38,7 +38,7 @@ from faults.report.timeline.model import (
     picture_format,
     short_op,
 )
-from faults.report.timeline.notes import ClockStyle, clock_style
+from kvfault.faults.report.timeline.notes import ClockStyle, clock_style
 
 __all__ = [
     "ClockStyle",

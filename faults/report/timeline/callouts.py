@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from faults.report.timeline.layout import _ROW_IN, _Layout
-from faults.report.timeline.model import short_op
-from faults.report.timeline.notes import _C, _diagnosis, _row_facts, clock_style
+from kvfault.faults.report.timeline.layout import _ROW_IN, _Layout
+from kvfault.faults.report.timeline.model import short_op
+from kvfault.faults.report.timeline.notes import _C, _diagnosis, _row_facts, clock_style
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes  # typed as Any: matplotlib is not followed

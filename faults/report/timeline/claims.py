@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from faults.report.timeline.model import HybridClaim, short_op
-from faults.report.timeline.notes import _C
+from kvfault.faults.report.timeline.model import HybridClaim, short_op
+from kvfault.faults.report.timeline.notes import _C
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes  # typed as Any: matplotlib is not followed

@@ -10,12 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from faults.report.timeline.callouts import _note_rows
-from faults.report.timeline.claims import _draw_claims
-from faults.report.timeline.layout import _ROW_IN, _detail_window, _Layout, _layout
-from faults.report.timeline.model import PLOT_HINT, hybrid_claims, panel_of, picture_format
-from faults.report.timeline.notes import _C, clock_style
-from faults.report.timeline.panel import _draw_panel
+from kvfault.faults.report.timeline.callouts import _note_rows
+from kvfault.faults.report.timeline.claims import _draw_claims
+from kvfault.faults.report.timeline.layout import _ROW_IN, _detail_window, _Layout, _layout
+from kvfault.faults.report.timeline.model import PLOT_HINT, hybrid_claims, panel_of, picture_format
+from kvfault.faults.report.timeline.notes import _C, clock_style
+from kvfault.faults.report.timeline.panel import _draw_panel
 
 
 def _import_pyplot() -> Any:  # matplotlib.pyplot
@@ -51,7 +51,7 @@ def write_timeline(
     plt, fig = timeline_figure(legacy, fixed, title, max_rows)
     import io
 
-    from faults.safe_io import write_atomic
+    from kvfault.faults.safe_io import write_atomic
 
     path = Path(path)
     buf = io.BytesIO()
@@ -67,7 +67,7 @@ def write_timeline(
 def timeline_figure(legacy: Any, fixed: Any, title: str = "", max_rows: int = 48) -> Any:
     """``(pyplot, figure)`` of ``write_timeline``'s picture, not yet written (the caller
     closes it): for checks that look at the drawn artists
-    (``faults.report.timeline.legibility``)."""
+    (``kvfault.faults.report.timeline.legibility``)."""
     if legacy is None and fixed is None:
         raise ValueError("write_timeline needs at least one run (legacy or fixed)")
     if max_rows < 4:

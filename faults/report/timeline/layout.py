@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from faults.report.timeline.model import LoadRow, Panel
+from kvfault.faults.report.timeline.model import LoadRow, Panel
 
 # One row's height in the picture, in inches: a panel's height is its rows times this,
 # and a boxed note's lines are counted in rows of it.

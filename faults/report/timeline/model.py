@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from faults.runs import RunResult
-from reference.trace import Ev, TraceEvent
+from kvfault.faults.runs import RunResult
+from kvfault.reference.trace import Ev, TraceEvent
 
 # The picture formats a path's extension may name (matplotlib writers; jpeg via Pillow,
 # which matplotlib requires).
@@ -211,7 +211,7 @@ def _forwards(run: RunResult) -> list[tuple[float, float, str]]:
 
 def _unwrap(result: Any) -> tuple[RunResult, list[Any] | None]:
     """Accept a ``RunResult`` or anything with ``.run`` and ``.violations`` (a
-    ``faults.campaign.execute.CaseResult``), whose verdict then heads the panel."""
+    ``kvfault.faults.campaign.execute.CaseResult``), whose verdict then heads the panel."""
     if isinstance(result, RunResult):
         return result, None
     run = getattr(result, "run", None)

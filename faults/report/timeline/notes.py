@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from faults.report.timeline.model import LoadRow, Panel, StopInfo
+from kvfault.faults.report.timeline.model import LoadRow, Panel, StopInfo
 
 _C = {
     "active": "#b0b0b0",

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from faults.report.timeline.callouts import _callout, _draw_stop, _note_rows, _other_note
-from faults.report.timeline.layout import _Layout
-from faults.report.timeline.model import LoadRow, Panel, short_op
-from faults.report.timeline.notes import _C
+from kvfault.faults.report.timeline.callouts import _callout, _draw_stop, _note_rows, _other_note
+from kvfault.faults.report.timeline.layout import _Layout
+from kvfault.faults.report.timeline.model import LoadRow, Panel, short_op
+from kvfault.faults.report.timeline.notes import _C
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes  # typed as Any: matplotlib is not followed
