@@ -3,7 +3,8 @@
 Installed in an ATOM server's processes (never in the campaign process) before ATOM is
 imported. Each fake stands where ATOM meets hardware or a package this machine lacks:
 
-- ``aiter``: a tensor-parallel world of one rank and its dtype table;
+- ``aiter``: a tensor-parallel world (one rank, or the rank ``set_tp_rank`` gives a
+  worker process of a TP server) and its dtype table;
 - the Triton pack/unpack kernels (``dense/triton_kv_staging``): a CPU pack/unpack with
   the kernels' chunk-major byte layout (``[chunk: seg0 blocks | seg1 blocks ...]...``);
 - CUDA streams, events and device contexts: no-ops, since CPU copies finish in order;
@@ -93,6 +94,18 @@ def install_aiter() -> None:
         __path__=[],
     )
     _module("aiter", dtypes=dtypes, dist=dist, utility=utility, QuantType=QuantType, __path__=[])
+
+
+def set_tp_rank(rank: int, world_size: int) -> None:
+    """This process is ``rank`` of a tensor-parallel world of ``world_size`` (what
+    aiter's TP group tells ATOM after its distributed init); installs the fake aiter
+    first when it is not."""
+    if not 0 <= rank < world_size:
+        raise ValueError(f"TP rank {rank} is outside a world of {world_size}")
+    install_aiter()
+    group = sys.modules["aiter.dist.parallel_state"].get_tp_group()
+    group.rank_in_group = group.rank = group.local_rank = rank
+    group.world_size = world_size
 
 
 def kv_dtype(name: str) -> Any:

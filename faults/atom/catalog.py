@@ -60,7 +60,9 @@ class AtomRow:
     properties: tuple[str, ...]
     expect: Expect = field(default_factory=finishes)
     faults: FaultSpec = field(default_factory=FaultSpec)
-    fires: tuple[str, ...] = ()  # injector names that must fire (faults)
+    # Injector names whose firing counts as the row's, besides its own name (a worker
+    # fault records its own injector's name: ``retrieve_failure``).
+    fires: tuple[str, ...] = ()
     faulted: tuple[str, ...] = ()  # servers that carry the faults (empty: all)
     spec_changes: tuple[tuple[str, object], ...] = ()
     kills_server: bool = False  # no atom fault restarts what the tier opened
@@ -136,6 +138,12 @@ def _fault(
         spec_changes=tuple(sorted(changes.items())),
         schedules=schedules,
     )
+
+
+def _rank_fault(name: str, description: str, faults: FaultSpec, fires: str) -> AtomRow:
+    """A fault row on ``tp_reuse_once`` whose fault one TP rank's worker carries
+    (``FaultSpec.rank``); it fires under the worker injector's own name."""
+    return AtomRow("fault", name, description, s.tp_reuse_once, _ONE, faults=faults, fires=(fires,))
 
 
 ROWS: dict[str, AtomRow] = {
@@ -252,6 +260,13 @@ ROWS: dict[str, AtomRow] = {
             tuple(p for p in _ONE if p != "efficiency"),
             "a server restarts between storing a prompt and serving it again",
         ),
+        _scenario(
+            "tp2_prefix_reuse",
+            s.tp_prefix_reuse,
+            _ONE,
+            "prefix_reuse at TP 2: both ranks store and load their shards, rank 0 alone "
+            "answers lookups",
+        ),
         _fault(
             "slow_first_forward",
             s.reuse_once,
@@ -349,6 +364,20 @@ ROWS: dict[str, AtomRow] = {
             "lmcache's gpu_connector) raises after lmcache allocated its chunks (a failed "
             "GPU-to-host copy): no chunk may stay allocated outside lmcache's CPU pool",
             FaultSpec(fail_copy_out=1),
+        ),
+        _rank_fault(
+            "tp2_rank1_retrieve_failure",
+            "at TP 2, rank 1's lmcache retrieve raises while rank 0's loads its shard: the "
+            "load must not be used half-loaded (ATOM reports it failed and recomputes)",
+            FaultSpec(fail_retrieve=1, rank=1),
+            "retrieve_failure",
+        ),
+        _rank_fault(
+            "tp2_rank1_late_load",
+            "at TP 2, rank 1's lmcache retrieve waits 1 s, so rank 1 reports its load "
+            "finished polls after rank 0: the request must wait for both shards",
+            FaultSpec(slow_retrieve_s=1.0, rank=1),
+            "slow_retrieve",
         ),
         _fault(
             "lookup_socket_removed",

@@ -29,6 +29,9 @@ def refused(selection: Selection) -> str | None:
     if schedules_of(selection.options.get("atom_schedules")) == 0:
         value = selection.options.get("atom_schedules")
         return f"--atom-schedules takes a whole number from 1 to 20, not {value!r}"
+    if tp_of(selection.options.get("atom_tp")) == 0:
+        value = selection.options.get("atom_tp")
+        return f"--atom-tp takes 1 or 2 (the tier's model has 2 KV heads), not {value!r}"
     judged = selection.options.get("property")
     if not judged:
         return None
@@ -59,6 +62,14 @@ def schedules_of(value: object) -> int | None:
     except ValueError:
         return 0
     return n if 1 <= n <= 20 else 0
+
+
+def tp_of(value: object) -> int | None:
+    """``--atom-tp``'s value as a TP size (None: not given; 0: not 1 or 2, which
+    ``refused`` answers in one line): the tier's model has 2 KV heads to split."""
+    if value is None:
+        return None
+    return {"1": 1, "2": 2}.get(str(value).strip(), 0)
 
 
 def judged_by(chosen: list[AtomRow], names: list[str]) -> list[AtomRow]:

@@ -19,6 +19,8 @@ class EventLog:
     def __init__(self) -> None:
         self.events: list[RawEvent] = []
         self.step = -1
+        # Data every event of this process carries (a TP worker's ``rank`` past 0).
+        self.tags: dict[str, Any] = {}
         # ATOM's save and load threads record too (a slowed store or retrieve).
         self._lock = threading.Lock()
 
@@ -26,6 +28,7 @@ class EventLog:
         if req_id is None and op is not None:
             req_id = op[0]
         with self._lock:
+            data = {**data, **self.tags} if self.tags else data
             self.events.append(RawEvent(time.monotonic(), self.step, kind, op, req_id, data))
 
     def take(self) -> list[RawEvent]:

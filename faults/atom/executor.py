@@ -8,16 +8,16 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Sequence
 
-from kvfault.faults.atom.catalog import SCENARIOS, AtomRow, ServerFault
-from kvfault.faults.atom.command import schedules_of
-from kvfault.faults.atom.host import AtomHost, ServerHung, ServerRefused, ZygotePool
-from kvfault.faults.atom.runs import result_of
-from kvfault.faults.atom.scenarios import AtomRun
-from kvfault.faults.atom.source import AtomSource
-from kvfault.faults.atom.spec import FaultSpec
-from kvfault.faults.runs import REFUSE, RunContext, RunResult
-from kvfault.faults.tiers import Executor
-from kvfault.reference.types import Geometry
+from faults.atom.catalog import SCENARIOS, AtomRow, ServerFault
+from faults.atom.command import schedules_of, tp_of
+from faults.atom.host import AtomHost, ServerHung, ServerRefused, ZygotePool
+from faults.atom.runs import result_of
+from faults.atom.scenarios import AtomRun
+from faults.atom.source import AtomSource
+from faults.atom.spec import FaultSpec
+from faults.runs import REFUSE, RunContext, RunResult
+from faults.tiers import Executor
+from reference.types import Geometry
 
 GEOMETRY = Geometry(block_size=16, chunk_size=64, prefill_budget=512)
 
@@ -42,8 +42,10 @@ class AtomExecutor(Executor):
         fixes: Sequence[str] = (),
         record_path: str | None = None,
         schedules: int | None = None,
+        tp_size: int = 1,
     ):
         self.pool = pool
+        self.tp_size = tp_size  # every server's TP size where its story sets none
         self.schedules = schedules  # every row's schedules (None: each row's own)
         self.judged_by = tuple(judged_by) if judged_by else None
         self.fixes = tuple(fixes)
@@ -85,6 +87,7 @@ class AtomExecutor(Executor):
             fixes=self.fixes,
             record_path=bool(self.record_path),
             schedule=schedule,
+            tp_size=self.tp_size,
         )
         expect = row.expect if row is not None else SCENARIOS[scenario].expect
         refused = None
@@ -107,7 +110,7 @@ class AtomExecutor(Executor):
             host.note_refusal(exc)
         finally:
             host.close()  # every process and socket of the run, however it ended
-        names = tuple(f.name for f in faults)
+        names = tuple(dict.fromkeys(n for f in faults for n in (f.name, *f.row.fires)))
         result = result_of(
             scenario, ctx.seed, host.events, host.t0, run.requests, GEOMETRY, run.hung,
             refused, names,
@@ -147,10 +150,11 @@ def write_path(directory: str, run: str, executed: list[tuple[str, str, int, int
 
 
 def count_firings(result: RunResult, faults: Sequence[ServerFault]) -> None:
-    """Each fault's ``fired``: how often the run's processes recorded it firing."""
+    """Each fault's ``fired``: how often the run's processes recorded it firing (under
+    its row's name, or the injector names its row ``fires``)."""
     counted = {i.name: i.fired for i in result.injectors}
     for f in faults:
-        f.fired = counted.get(f.name, 0)
+        f.fired = sum(counted.get(n, 0) for n in dict.fromkeys((f.name, *f.row.fires)))
 
 
 @contextlib.contextmanager
@@ -160,13 +164,15 @@ def atom_executor(
     atom_fix: Sequence[str] | None = None,
     atom_record_path: str | None = None,
     atom_schedules: str | None = None,
+    atom_tp: str | None = None,
 ) -> Iterator[AtomExecutor]:
     """The tier's opener: an ``AtomExecutor`` on the checkout at ``atom_src`` (default:
     ``$KVFAULT_ATOM_SRC``; ``AtomSourceMissing`` in one line without one), judged by
     ``property`` only when given, every server running the candidate fixes named in
     ``atom_fix`` (``kvfault.faults.atom.fixes``); with ``atom_record_path``, each run's
     executed ATOM lines are written there (``write_path``); with ``atom_schedules``,
-    every row tells its story on that many thread schedules per case. One warm interpreter is started on entry, so an ATOM
+    every row tells its story on that many thread schedules per case; with ``atom_tp``,
+    every server whose story sets no TP size runs that many worker ranks. One warm interpreter is started on entry, so an ATOM
     that does not import is one line (``ZygoteError``) before any case; every warm
     process is stopped on exit."""
     source = AtomSource.find(atom_src)
@@ -175,7 +181,7 @@ def atom_executor(
         pool.get(0)
         yield AtomExecutor(
             pool, property, tuple(atom_fix or ()), atom_record_path,
-            schedules_of(atom_schedules) or None,
+            schedules_of(atom_schedules) or None, tp_of(atom_tp) or 1,
         )  # fmt: skip
     finally:
         pool.close()

@@ -1,5 +1,5 @@
 """One simulated host for one run of the ``atom`` tier: its servers, each a scheduler
-process and a worker process, sharing one private socket directory (what
+process and a worker process per TP rank, sharing one private socket directory (what
 ``/tmp/vllm_rpc`` is to real servers on one host) and nothing else. A server placed on
 another ``machine`` gets a socket directory of its own; servers with a shared tier
 share its directory, as servers on two machines share a cache server.
@@ -164,18 +164,20 @@ class AtomHost:
         if not conn.poll(timeout_s):
             raise ServerRefused(f"{spec.name}: the scheduler did not start")
         conn.recv()  # ("listening", name, pid)
-        pids.append(
-            self.zygotes.get(worker_seed).fork(
-                "worker",
-                {
-                    "spec": spec,
-                    "address": listen,
-                    "authkey": self.authkey,
-                    "socket_dir": socket_dir,
-                },
+        for rank in range(spec.tp_size):  # one worker process per TP rank
+            pids.append(
+                self.zygotes.get(worker_seed).fork(
+                    "worker",
+                    {
+                        "spec": spec,
+                        "address": listen,
+                        "authkey": self.authkey,
+                        "socket_dir": socket_dir,
+                        "rank": rank,
+                    },
+                )
             )
-        )
-        self.pids.append(pids[-1])
+            self.pids.append(pids[-1])
         server = Server(self, spec, conn, pids)
         self.servers.append(server)
         if not conn.poll(timeout_s):

@@ -1,10 +1,10 @@
 """The main loops of the server processes (forked by ``kvfault.faults.atom.zygote``).
 
-A scheduler process connects to the host, listens for its worker, waits until the
-worker has registered its KV caches (so the worker's lookup server is bound before the
-scheduler's lookup client exists, as ATOM orders them), builds ATOM's scheduler side and
-answers the host's commands. A worker process connects to its scheduler and answers
-ATOM's model-runner calls. Every reply carries the events recorded since the last one.
+A scheduler process connects to the host, listens for its workers (one per TP rank),
+waits until every worker has registered its KV caches (so rank 0's lookup server is
+bound before the scheduler's lookup client exists, as ATOM orders them), builds ATOM's
+scheduler side and answers the host's commands. A worker process connects to its
+scheduler and answers ATOM's model-runner calls. Every reply carries the events recorded since the last one.
 """
 
 from __future__ import annotations
@@ -47,9 +47,9 @@ def _connect(address: str, authkey: bytes, timeout_s: float = 30.0) -> Any:
             time.sleep(0.01)
 
 
-def stack_path(address: str) -> str:
-    """Where the worker listening for ``address``'s scheduler writes its stack."""
-    return address + ".stack"
+def stack_path(address: str, rank: int = 0) -> str:
+    """Where the worker of TP rank ``rank`` of ``address``'s scheduler writes its stack."""
+    return address + ".stack" + (str(rank) if rank else "")
 
 
 def _recorder(spec: ServerSpec) -> Any:
@@ -71,7 +71,9 @@ def child_main(role: str, args: dict[str, Any]) -> int:
     return 2
 
 
-def worker_main(spec: ServerSpec, address: str, authkey: bytes, socket_dir: str) -> int:
+def worker_main(
+    spec: ServerSpec, address: str, authkey: bytes, socket_dir: str, rank: int = 0
+) -> int:
     import faulthandler
     import signal
 
@@ -82,15 +84,15 @@ def worker_main(spec: ServerSpec, address: str, authkey: bytes, socket_dir: str)
     log = EventLog()
     # A call that hangs in the code under test: the scheduler asks (SIGUSR1) for this
     # thread's stack, written from the signal handler however the thread is blocked.
-    stack_file = open(stack_path(address), "w")  # noqa: SIM115  lives as the process does
+    stack_file = open(stack_path(address, rank), "w")  # noqa: SIM115  lives as the process does
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=False)
     recorder = _recorder(spec)
     try:
-        worker = WorkerProcess(spec, log, socket_dir)
+        worker = WorkerProcess(spec, log, socket_dir, rank)
     except Exception as e:  # noqa: BLE001  reported to the scheduler in one line
         conn.send((False, _refusal(e), log.take()))
         return 1
-    conn.send((True, os.getpid(), log.take()))
+    conn.send((True, (os.getpid(), rank), log.take()))
     while True:
         try:
             name, call_args = conn.recv()
@@ -111,8 +113,8 @@ def worker_main(spec: ServerSpec, address: str, authkey: bytes, socket_dir: str)
 def scheduler_main(
     spec: ServerSpec, host: str, listen: str, authkey: bytes, socket_dir: str
 ) -> int:
-    from kvfault.faults.atom.event_log import EventLog
-    from kvfault.faults.atom.scheduler import SchedulerProcess, WorkerHung, WorkerLink
+    from faults.atom.event_log import EventLog
+    from faults.atom.scheduler import SchedulerProcess, WorkerHung, WorkerLink, WorkerRanks
 
     conn = _connect(host, authkey)
     log = EventLog()
@@ -122,16 +124,20 @@ def scheduler_main(
     # bounded wait for the worker: Listener.accept takes no timeout, its socket does
     listener._listener._socket.settimeout(180.0)  # type: ignore[attr-defined]  # private
     try:
-        wconn = listener.accept()
-        if not wconn.poll(180.0):
-            raise TimeoutError("the worker did not register its KV caches within 180s")
-        ok, detail, events = wconn.recv()
-        log.events.extend(events)
-        if not ok:
-            error, line = detail
-            raise _WorkerRefused(line, error)
-        link = WorkerLink(wconn, log, pid=detail, stack_path=stack_path(listen))
-        side = SchedulerProcess(spec, log, link, socket_dir)
+        links: dict[int, WorkerLink] = {}
+        for _ in range(spec.tp_size):  # the ranks connect in any order
+            wconn = listener.accept()
+            if not wconn.poll(180.0):
+                raise TimeoutError("a worker did not register its KV caches within 180s")
+            ok, detail, events = wconn.recv()
+            log.events.extend(events)
+            if not ok:
+                error, line = detail
+                raise _WorkerRefused(line, error)
+            pid, rank = detail
+            links[rank] = WorkerLink(wconn, log, pid=pid, stack_path=stack_path(listen, rank))
+        ranks = WorkerRanks([links[r] for r in sorted(links)])
+        side = SchedulerProcess(spec, log, ranks, socket_dir)
     except Exception as e:  # noqa: BLE001  the host turns this into a refusal
         error, line = (e.error, f"{e} (worker)") if isinstance(e, _WorkerRefused) else _refusal(e)
         if os.environ.get("KVFAULT_ATOM_DEBUG"):
@@ -162,7 +168,7 @@ def scheduler_main(
             elif cmd == "close":
                 executed = []
                 if side.link.hung is None:  # a hung worker answers nothing: the host kills it
-                    executed = list(side.link.call("close") or [])
+                    executed = [e for got in side.link.each("close") for e in got or ()]
                 executed += recorder.take() if recorder else []
                 conn.send((True, executed, log.take()))
                 break

@@ -14,6 +14,7 @@ from kvfault.faults.atom.spec import AtomRequest, ServerSpec
 # (ATOM's Config, lmcache's environment defaults, ATOM's OFFLOAD_MIN_LOAD_TOKENS), by
 # ServerSpec field, with how it is shown.
 ATOM_DEFAULTS: dict[str, tuple[object, str]] = {
+    "tp_size": (1, "TP"),
     "block_size": (16, "block size"),
     "chunk_size": (256, "lmcache chunk"),
     "min_load_tokens": (8192, "min load tokens"),
@@ -28,8 +29,9 @@ ATOM_DEFAULTS: dict[str, tuple[object, str]] = {
     "local_disk": (False, "local disk"),
     "shared_tier": (False, "remote tier (fs://)"),
 }
-# What every row runs and no row varies yet (docs/atom/tier.md's coverage table).
-FIXED = "dense connector, TP 1, PP 1, one worker rank"
+# What every row runs unless its line says otherwise (the TP size), and what no row
+# varies yet (docs/atom/tier.md's coverage table).
+FIXED = "dense connector, TP 1 (one worker rank), PP 1"
 
 
 def _shown(value: object) -> str:
@@ -60,6 +62,8 @@ def differences(spec: ServerSpec, base: ServerSpec | None = None) -> list[str]:
         out.append(f"DP rank {spec.dp_rank}")
     if spec.machine:
         out.append(f"on machine {spec.machine}")
+    if spec.faults.rank >= 0:
+        out.append(f"faults on TP rank {spec.faults.rank} only")
     for side in ("scheduler", "worker"):
         seed = getattr(spec, f"{side}_hash_seed")
         if seed is not None:

@@ -42,6 +42,8 @@ class AtomRun:
     # Which of its row's schedules this run is: 0 is the plain one; another draws its
     # own prompts and has every server's worker jitter its threads (``ServerSpec``).
     schedule: int = 0
+    # Every server's tensor-parallel size where the story sets none (``--atom-tp``).
+    tp_size: int = 1
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed if not self.schedule else f"{self.seed}/{self.schedule}")
@@ -50,6 +52,7 @@ class AtomRun:
         return tuple(self.rng.randrange(3, 30000) for _ in range(n))
 
     def server(self, name: str, **spec: Any) -> Server:
+        spec = {"tp_size": self.tp_size, **spec}
         s = ServerSpec(
             name, fixes=self.fixes, record_path=self.record_path, schedule=self.schedule, **spec
         )
@@ -92,7 +95,19 @@ def prefix_reuse(run: AtomRun) -> None:
     200-token prompt, another prompt (its work lands in the blocks the first gave
     back), the first again once the tier holds it (loads its 3 chunks), then the
     first with a 40-token suffix."""
-    a = run.server("A", prefix_caching=False)
+    _prefix_reuse(run)
+
+
+def tp_prefix_reuse(run: AtomRun) -> None:
+    """``prefix_reuse`` on a server of two tensor-parallel ranks: each rank's worker
+    stores and loads its own shard of the KV heads, only rank 0's lmcache engine
+    answers the scheduler's lookups (ATOM's ``lookup_server_worker_ids=[0]``), and a
+    load is done when ATOM's aggregator has both ranks' completions."""
+    _prefix_reuse(run, tp_size=2)
+
+
+def _prefix_reuse(run: AtomRun, **spec: Any) -> None:
+    a = run.server("A", prefix_caching=False, **spec)
     p = run.prompt(200)
     run.serve(a, AtomRequest("first", p))
     run.stored(a, p)  # "again" is to find it in the tier, however fast it comes
@@ -131,6 +146,17 @@ def reuse_once(run: AtomRun) -> None:
     """The faults' story: one server without an HBM prefix cache stores a 200-token
     prompt and serves it once more (one save, one load of 3 chunks, one more save)."""
     a = run.server("A", prefix_caching=False)
+    p = run.prompt(200)
+    run.serve(a, AtomRequest("first", p))
+    run.serve(a, AtomRequest("again", p))
+    run.end(a)
+
+
+def tp_reuse_once(run: AtomRun) -> None:
+    """``reuse_once`` on a server of two tensor-parallel ranks (a fault may hit one
+    rank's worker only): the load of the resent prompt is one load per rank, done when
+    ATOM's aggregator has both ranks' completions, failed when either failed."""
+    a = run.server("A", prefix_caching=False, tp_size=2)
     p = run.prompt(200)
     run.serve(a, AtomRequest("first", p))
     run.serve(a, AtomRequest("again", p))

@@ -103,35 +103,81 @@ class WorkerLink:
         return _frames(text)
 
 
+class WorkerRanks:
+    """The scheduler's links to its workers, one per TP rank, rank 0 first. ``call``
+    asks rank 0 alone (what one rank answers for the server: its lookup engine's pins,
+    what HBM holds); ``each`` asks every rank in rank order, as ATOM's process manager
+    broadcasts a call, and returns their answers. A run's deadline is every link's; the
+    group has hung when any link has."""
+
+    def __init__(self, links: list[WorkerLink]):
+        if not links:
+            raise ValueError("a server has at least one worker rank")
+        self.links = links
+
+    @property
+    def deadline(self) -> float | None:
+        return self.links[0].deadline
+
+    @deadline.setter
+    def deadline(self, value: float | None) -> None:
+        for link in self.links:
+            link.deadline = value
+
+    @property
+    def hung(self) -> WorkerHung | None:
+        return next((link.hung for link in self.links if link.hung is not None), None)
+
+    def call(self, name: str, *args: Any) -> Any:
+        return self.links[0].call(name, *args)
+
+    def each(self, name: str, *args: Any) -> list[Any]:
+        return [link.call(name, *args) for link in self.links]
+
+
+def tp_tokens(per_rank: list[list[int]]) -> list[int]:
+    """The tokens a TP forward samples from each rank's: on a GPU the ranks' partial
+    results are reduced into one, so a rank whose KV shard is wrong makes the sample
+    wrong. Where every rank's fake forward agrees, that token; where they differ, a
+    token derived from all of them, so the output differs from the cold run's."""
+    out = []
+    for toks in zip(*per_rank, strict=True):
+        same = all(t == toks[0] for t in toks)
+        out.append(int(toks[0]) if same else (hash(tuple(map(int, toks))) & 0xFFFF) ^ 0x8000)
+    return out
+
+
 class _RunnerManager:
     """Stands in for ATOM's process manager (``AsyncIOProcManager``): the same calls,
-    carried to the one worker over a pipe; KV outputs aggregated by ATOM's own
-    ``KVOutputAggregator`` exactly as the manager does."""
+    carried to every worker rank over a pipe; KV outputs aggregated over the ranks by
+    ATOM's own ``KVOutputAggregator`` (one per manager, ``world_size`` the TP size),
+    exactly as the manager's ``call_func_with_aggregation`` does."""
 
-    def __init__(self, link: WorkerLink, side: SchedulerProcess):
+    def __init__(self, link: WorkerRanks, side: SchedulerProcess):
         self.link, self.side = link, side
         self.aggregator = None
         try:
             from atom.kv_transfer.disaggregation.aggregator import KVOutputAggregator
 
-            self.aggregator = KVOutputAggregator(world_size=1)
+            self.aggregator = KVOutputAggregator(world_size=len(link.links))
         except ImportError:  # older ATOM: one worker's output is the aggregate
-            pass
+            if len(link.links) > 1:
+                raise RuntimeError("this ATOM has no KVOutputAggregator for TP > 1") from None
 
     def call_func(self, name: str, *args: Any, wait_out: bool = False, **kwargs: Any) -> Any:
         self.side.flush_poison()
         if name == "process_kvconnector_output":
             self.side.observe_meta(args[0])
-            return self.link.call(name, args[0], self.side.names)
+            self.link.each(name, args[0], self.side.names)
+            return None
         if name == "forward":
             return self.side.forward(args[0])
         raise NotImplementedError(f"the atom tier's worker has no {name}")
 
     def call_func_with_aggregation(self, name: str, *args: Any, timeout: float = 10.0) -> Any:
         self.side.flush_poison()
-        out = self.link.call(name, self.side.names)
-        if self.aggregator is not None:
-            out = self.aggregator.aggregate([out])
+        outs = self.link.each(name, self.side.names)
+        out = outs[0] if self.aggregator is None else self.aggregator.aggregate(outs)
         self.side.observe_delivered(out)
         return out
 
@@ -146,11 +192,12 @@ class SchedulerProcess:
     _process_engine_step_inner: Callable[[], None]
     _advance_idle_kv_transfer: Callable[[], None]
 
-    def __init__(self, spec: ServerSpec, log: EventLog, link: WorkerLink, socket_dir: str):
-        from kvfault.faults.atom import boundary
+    def __init__(self, spec: ServerSpec, log: EventLog, link: WorkerRanks, socket_dir: str):
+        from faults.atom import boundary
 
         use_lmcache_env(spec, os.path.dirname(socket_dir))
         boundary.install_all(socket_dir)
+        boundary.set_tp_rank(0, spec.tp_size)  # the engine core's process, as rank 0's
         import queue
 
         from atom.model_engine.scheduler import Scheduler
@@ -313,7 +360,7 @@ class SchedulerProcess:
         that could read or write them."""
         if self.to_poison:
             blocks, self.to_poison[:] = list(self.to_poison), []
-            self.link.call("poison", blocks)
+            self.link.each("poison", blocks)
 
     def _note_resident(self, seq: Any) -> None:
         """With ATOM's HBM prefix cache on: the prompt's leading pages that free HBM
@@ -444,7 +491,7 @@ class SchedulerProcess:
                 k = int(seq.num_tokens) - prompt
             req = Request(name, r.prompt, r.cache_seed, max_output_tokens=r.max_tokens)
             items.append((seq_id, req, start, end, list(seq.block_table), k))
-        tokens = self.link.call("forward", items, self.names)
+        tokens = tp_tokens(self.link.each("forward", items, self.names))
         if self.pure_middle_chunk is not None and self.pure_middle_chunk(batch):
             # As ATOM's ModelRunner.forward: the KV is written, nothing is sampled, and
             # a deferred runner still holds what the last sampling forward sampled.
@@ -520,7 +567,9 @@ class SchedulerProcess:
         whether it did. Steps nothing: what ATOM reports meanwhile is unchanged."""
         deadline = time.monotonic() + limit_s
         while True:
-            have = self.link.call("stored_tokens", tokens)
+            # Every rank's engine holds its shard: the prompt is stored when all do.
+            haves = self.link.each("stored_tokens", tokens)
+            have = None if None in haves else min(haves)
             if have is None or have >= want:
                 return have is not None
             if time.monotonic() >= deadline:
@@ -578,23 +627,29 @@ class SchedulerProcess:
             deferred=len(getattr(self.scheduler, "deferred_free_blocks", {}) or {}),
             unfinished=int(self.scheduler.get_num_unfinished_requests()),
         )
-        # The tier's pins live in the worker's lmcache engine: a pin nobody releases
+        # The tier's pins live in the workers' lmcache engines: a pin nobody releases
         # keeps its chunks from eviction for the process's life.
-        pins = self.link.call("lookup_pins")
+        pins = _total(self.link.each("lookup_pins"))
         if pins is not None:
             held["lookup_pins"] = int(pins)
         # Where lmcache's PinMonitor force-unpinned chunks: those whose pin count a
         # later unpin took below zero (each such unpin frees the chunk once more).
-        below = self.link.call("below_zero_pins")
+        below = _total(self.link.each("below_zero_pins"))
         if below is not None:
-            held["pins_below_zero"] = int(below)
+            held["pins_below_zero"] = below
         # Where a store's copy out of the KV blocks failed: chunks lmcache allocated for
         # it that its CPU pool neither holds nor freed (none expected: lmcache's
         # TensorMemoryObj.__del__ frees them once the failed store's objects are dropped).
-        unowned = self.link.call("unowned_chunks")
+        unowned = _total(self.link.each("unowned_chunks"))
         if unowned is not None:
-            held["unowned_chunks"] = int(unowned)
+            held["unowned_chunks"] = unowned
         self.log.record("quiescent", engine=self.spec.name, **held)
+
+
+def _total(per_rank: list[int | None]) -> int | None:
+    """The ranks' counts summed; None when no rank keeps one."""
+    known = [int(n) for n in per_rank if n is not None]
+    return sum(known) if known else None
 
 
 def _applied(inner: Any, kind: str, method: str, log: EventLog, names: dict[Any, str]) -> Any:

@@ -44,8 +44,8 @@ def atom_config(spec: ServerSpec) -> SimpleNamespace:
         stop_token_ids=[],
         scheduler_delay_factor=0.0,
         speculative_config=None,
-        tensor_parallel_size=1,
-        tp_world_size=1,
+        tensor_parallel_size=spec.tp_size,
+        tp_world_size=spec.tp_size,
         pipeline_parallel_size=1,
         data_parallel_size=1,
         parallel_config=SimpleNamespace(

@@ -54,6 +54,8 @@ class FaultSpec:
       shared remote tier, else its local disk) is removed (``what`` ``"removed"``: a
       cleanup, an unmounted share) or each file in it is cut to half its bytes
       (``"truncated"``: a torn write, a short read).
+    - ``rank``: the one tensor-parallel rank whose worker carries the worker faults
+      above (-1: every rank), so a fault can hit one shard of a TP server only.
     """
 
     slow_first_forward_s: float = 0.0
@@ -73,6 +75,7 @@ class FaultSpec:
     steal_lookup_socket: int = 0
     tier_files: tuple[str, str, int] | None = None
     drop_hit_reply: int = 0
+    rank: int = -1
 
 
 @dataclass(frozen=True)
@@ -117,6 +120,10 @@ class ServerSpec:
     # ATOM's model runner defers each forward's sampled tokens to the next forward
     # (its default with one pipeline stage); off, each forward returns its own.
     deferred_output: bool = False
+    # Tensor parallelism: one worker process per rank, each holding its shard of the
+    # KV heads (2 heads split evenly), its own lmcache engine and connector; rank 0's
+    # alone serves lookups (ATOM's lookup_server_worker_ids=[0]).
+    tp_size: int = 1
     faults: FaultSpec = field(default_factory=FaultSpec)
     # Candidate fixes of ATOM this server runs with (``faults.atom.fixes``, by name).
     fixes: tuple[str, ...] = ()

@@ -55,6 +55,13 @@ TIER = Tier(
             elsewhere="--atom-schedules is for --tier atom",
         ),
         TierOption(
+            "--atom-tp",
+            "run every server with N tensor-parallel worker ranks, 1 or 2 (default 1), "
+            "except where a row's story sets its own (the tp2_ rows run 2)",
+            metavar="N",
+            elsewhere="--atom-tp is for --tier atom",
+        ),
+        TierOption(
             "--property",
             "judge only this property (repeatable): a proof of one fix at a commit that "
             "carries other bugs (kvfault list --properties)",

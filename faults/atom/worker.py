@@ -1,6 +1,7 @@
-"""The worker process of one ATOM server: ATOM's model-runner side for TP rank 0 (the
-offload connector's worker half, a real lmcache engine and its ZMQ lookup server, and
-the fake forward writing page fingerprints into ATOM's KV tensors).
+"""A worker process of one ATOM server: ATOM's model-runner side for one TP rank (the
+offload connector's worker half, a real lmcache engine, its ZMQ lookup server where
+ATOM starts one (rank 0), and the fake forward writing page fingerprints into the
+rank's shard of ATOM's KV tensors).
 
 Runs only inside server processes (``kvfault.faults.atom.zygote`` forks them). ATOM is imported
 from the checkout on ``sys.path``; what is faked is listed in ``kvfault.faults.atom.boundary``.
@@ -55,14 +56,24 @@ class HostKv:
 
 
 class WorkerProcess:
-    """ATOM's model-runner side for TP rank 0: the offload connector's worker half with
-    a real lmcache engine and lookup server, and the fake forward."""
+    """ATOM's model-runner side for TP rank ``rank``: the offload connector's worker
+    half with a real lmcache engine (and lookup server, where ATOM starts one), and the
+    fake forward over the rank's shard of the KV heads.
 
-    def __init__(self, spec: ServerSpec, log: EventLog, socket_dir: str):
-        from kvfault.faults.atom import boundary
+    Rank 0 records what the judge reads of the server's worker side; another rank
+    records its own loads and stores (``sent``, ``retrieve_terminal``, ``copy_complete``,
+    its faults), each with its ``rank``, and not what would count one operation twice
+    (its completion reports, its forwards: the scheduler's aggregate is one report)."""
+
+    def __init__(self, spec: ServerSpec, log: EventLog, socket_dir: str, rank: int = 0):
+        from faults.atom import boundary
 
         use_lmcache_env(spec, os.path.dirname(socket_dir))
         boundary.install_all(socket_dir)
+        boundary.set_tp_rank(rank, spec.tp_size)
+        self.rank, self.lead = rank, rank == 0
+        if rank:
+            log.tags = {"rank": rank}
         kernels = boundary.install_kernels()
         import torch
 
@@ -75,7 +86,8 @@ class WorkerProcess:
         self.model = DeterministicModel(
             "dense", Geometry(block_size=spec.block_size, chunk_size=spec.chunk_size)
         )
-        shape = (spec.num_blocks, spec.block_size, 2, spec.head_dim)
+        # This rank's shard of the 2 KV heads (ATOM splits KV heads across TP ranks).
+        shape = (spec.num_blocks, spec.block_size, max(1, 2 // spec.tp_size), spec.head_dim)
         # The KV tensors in the dtype ATOM's table gives the server's KV cache dtype.
         dtype = boundary.kv_dtype(spec.kv_cache_dtype)
         layers = {
@@ -111,7 +123,10 @@ class WorkerProcess:
         if spec.schedule and self.engine is not None:
             for method in ("store", "retrieve"):
                 self.jitter.wrap(self.engine, method)
-        self.faults = WorkerFaults(spec.faults, self, log)
+        from faults.atom.spec import FaultSpec
+
+        mine = spec.faults.rank in (-1, rank)  # a fault of one rank's only
+        self.faults = WorkerFaults(spec.faults if mine else FaultSpec(), self, log)
         self.outputs: dict[str, tuple[int, ...]] = {}
         self.loads: dict[Any, tuple[list[int], int, int]] = {}
         self.saves: dict[Any, list[int]] = {}  # save in flight -> its token ids
@@ -215,7 +230,8 @@ class WorkerProcess:
         delay = self.faults.forward_delay(self.forwards)
         tokens = []
         num = sum(end - start for _, _, start, end, _, _ in items)
-        self.log.record("forward_start", index=self.forwards, tokens=num, duration=delay)
+        if self.lead:
+            self.log.record("forward_start", index=self.forwards, tokens=num, duration=delay)
         if delay:
             time.sleep(delay)
         self.jitter.wait()
@@ -231,7 +247,8 @@ class WorkerProcess:
             # Past the last output: the forward a deferred runner runs to surface the
             # last token samples one more, which nothing reads.
             tokens.append(out[k] if k < len(out) else 0)
-        self.log.record("forward_end", index=self.forwards)
+        if self.lead:
+            self.log.record("forward_end", index=self.forwards)
         self.forwards += 1
         return tokens
 
@@ -305,6 +322,8 @@ class WorkerProcess:
                     pages = [self.kv.read(b) for b in blocks[start // bs : end // bs]]
                     self.log.record("copy_complete", op=op, digest=page_digest(pages))
                 tokens = self.saves.pop(value, None) if kind == "save" else None
+                if not self.lead:
+                    continue  # one report per operation: the aggregate, as rank 0's
                 if tokens is not None:
                     # ATOM's contract: a finished save means its blocks may be freed,
                     # not that the data is stored (a failed store is reported finished

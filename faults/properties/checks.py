@@ -126,7 +126,8 @@ def keys(run: RunResult) -> list[Violation]:
     """No key is shared by requests of different media at any key site, the tier's
     retrieves and stores included; and one content has one key: every retrieve and
     store the worker sent for the same prefix (the same token ids and media, up to the
-    operation's end) used the same key, so a load cannot look for its data under
+    operation's end) used the same key (per tensor-parallel rank: each rank's shard is
+    its own data), so a load cannot look for its data under
     another key than the one its saves stored it under."""
     seeds: dict[tuple[str, str], set[int]] = defaultdict(set)
     first_seen: dict[tuple[str, str], TraceEvent] = {}
@@ -158,7 +159,9 @@ def _one_key_per_content(run: RunResult) -> list[Violation]:
 
     chunk = run.config.geometry.chunk_size
     chains = ContentChains(run)
-    sent_as: dict[int, TraceEvent] = {}  # content key -> the first operation that sent it
+    # (content key, TP rank) -> the first operation that sent it: each tensor-parallel
+    # rank files its own shard, under a key naming its rank (``rank``: absent for one).
+    sent_as: dict[tuple[int, int], TraceEvent] = {}
     out: list[Violation] = []
     for ev in run.trace.of(Ev.SENT):
         last, req = ev.data["last"], ev.req_id
@@ -168,7 +171,7 @@ def _one_key_per_content(run: RunResult) -> list[Violation]:
         i = ev.data["end"] // chunk - 1
         if not 0 <= i < len(chain):
             continue
-        first = sent_as.setdefault(chain[i], ev)
+        first = sent_as.setdefault((chain[i], ev.data.get("rank", 0)), ev)
         if first.data["last"] != last:
             out.append(
                 Violation(

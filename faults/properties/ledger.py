@@ -115,7 +115,8 @@ def load_failures(run: RunResult) -> list[Violation]:
             flying[ev.op] = ((ev.data["start"], ev.data["kv_end"]), False)
         elif kind is Ev.RETRIEVE_TERMINAL:
             assert ev.op is not None  # a retrieve's end names its load
-            (start, end), excused = flying.pop(ev.op, ((0, 0), True))
+            # Kept past its first end: each tensor-parallel rank reports its own retrieve.
+            (start, end), excused = flying.get(ev.op, ((0, 0), True))
             # The tier reads when it answers: what it holds then is what counts.
             held = ev.req_id in run.requests and account.holds(ev.req_id, start, end)
             if not ev.data["ok"] and held and not excused:

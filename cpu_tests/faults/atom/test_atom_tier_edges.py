@@ -407,6 +407,9 @@ class _Link:
         self.calls += 1
         return self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
 
+    def each(self, name: str, *args: object) -> list[int | None]:
+        return [self.call(name, *args)]
+
 
 @pytest.mark.parametrize(
     "answers, landed, calls",
@@ -429,6 +432,56 @@ def test_waiting_for_a_save_to_land_is_bounded_and_says_whether_it_did(answers, 
         assert side.link.calls == calls
     else:
         assert side.link.calls > 1  # it kept asking until the bound
+
+
+@pytest.mark.parametrize(
+    "ranks, landed",
+    [
+        pytest.param(((192,), (192,)), True, id="both-ranks-hold"),
+        pytest.param(((192,), (64,)), False, id="rank-1-short"),
+        pytest.param(((192,), (None,)), False, id="rank-1-cannot-say"),
+    ],
+)
+def test_a_tp_server_has_stored_a_prompt_when_every_rank_holds_it(ranks, landed):
+    from types import SimpleNamespace
+
+    from faults.atom.scheduler import SchedulerProcess, WorkerRanks
+
+    side = SimpleNamespace(link=WorkerRanks([_Link(*a) for a in ranks]))  # type: ignore[list-item]
+    assert SchedulerProcess.wait_stored(side, list(range(200)), 192, 0.1) is landed  # type: ignore[arg-type]
+
+
+def test_worker_ranks_share_a_deadline_and_hang_as_one():
+    from faults.atom.event_log import EventLog
+    from faults.atom.scheduler import WorkerHung, WorkerLink, WorkerRanks
+
+    links = [WorkerLink(None, EventLog()), WorkerLink(None, EventLog())]
+    ranks = WorkerRanks(links)
+    ranks.deadline = 5.0
+    assert [link.deadline for link in links] == [5.0, 5.0]
+    assert ranks.hung is None
+    links[1].hung = WorkerHung("forward", 1.0, [])
+    assert ranks.hung is links[1].hung  # rank 1 hung: the server's worker side has
+    with pytest.raises(ValueError):
+        WorkerRanks([])
+
+
+def test_a_tp_forward_samples_the_ranks_common_token_else_another():
+    from faults.atom.scheduler import tp_tokens
+
+    assert tp_tokens([[5, 7]]) == [5, 7]
+    assert tp_tokens([[5, 7], [5, 7]]) == [5, 7]
+    mixed = tp_tokens([[5, 7], [5, 9]])
+    assert mixed[0] == 5
+    assert mixed[1] not in (7, 9)  # a rank over a wrong shard changes the answer
+    assert mixed == tp_tokens([[5, 7], [5, 9]])  # the same in every process
+
+
+def test_a_tp_rank_outside_its_world_is_refused():
+    from faults.atom import boundary
+
+    with pytest.raises(ValueError):
+        boundary.set_tp_rank(2, 2)
 
 
 # --------------------------------------------------------------------------------------

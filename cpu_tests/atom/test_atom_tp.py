@@ -1,0 +1,67 @@
+"""The atom tier at tensor parallelism 2: two worker processes, each ATOM's connector
+worker half over its own shard of the KV heads and its own lmcache engine; rank 0's
+alone serves lookups; every completion goes through ATOM's ``KVOutputAggregator``
+over both ranks.
+
+Each TP row earns its place: a bug planted by hand in a scratch clone of ATOM (one or
+two lines each) fails it while the checkout as it is passes it.
+
+- The aggregator takes rank 0's answer only: the scheduler uses a load that rank 1
+  failed, or has not finished, and computes over rank 1's poisoned blocks
+  (``tp2_rank1_retrieve_failure``, ``tp2_rank1_late_load``: ``correctness``).
+- The aggregator completes an operation on the first rank's report: rank 1's late
+  load is used before its shard landed (``tp2_rank1_late_load``).
+- Rank 1 reports its saves done without storing (rank 0's engine, which answers the
+  lookups, holds the prompt; rank 1's does not): ATOM's all-or-nothing load fails on
+  rank 1 and recomputes, which only what rank 1's retrieve returned shows
+  (``tp2_prefix_reuse``: ``load_failures``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cpu_tests.atom.test_atom_blind_spots import _planted, _violations
+
+AGGREGATOR = "atom/kv_transfer/disaggregation/aggregator.py"
+CONNECTOR = "atom/kv_transfer/offload/dense/connector.py"
+RANK0_ONLY = (
+    ("        for worker_idx, output in enumerate(worker_outputs):",
+     "        for worker_idx, output in enumerate(worker_outputs[:1]):"),
+    ("            if len(reports) < self._world_size:", "            if len(reports) < 1:"),
+)  # fmt: skip
+FIRST_REPORT = (("            if len(reports) < self._world_size:", "            if not reports:"),)
+RANK1_STORES_NOTHING = (
+    (
+        "        self._engine.store(",
+        "        (self._engine.store if self._rank == 0 else (lambda *a, **k: None))(",
+    ),
+)
+ROWS = ["tp2_prefix_reuse", "tp2_rank1_retrieve_failure", "tp2_rank1_late_load"]
+
+
+def _props(found: list[str]) -> set[str]:
+    return {v.split(":", 1)[0] for v in found}
+
+
+def test_the_checkout_as_it_is_passes_the_tp_rows(atom_src):
+    assert _violations(atom_src, ROWS) == {r: [] for r in ROWS}
+
+
+def test_an_aggregator_of_rank_0_alone_fails_the_one_rank_faults(atom_src, tmp_path: Path):
+    src = _planted(atom_src, tmp_path / "atom", *RANK0_ONLY, file=AGGREGATOR)
+    found = _violations(src, ROWS[1:])
+    for name in ROWS[1:]:
+        assert "correctness" in _props(found[name]), (name, found[name])
+
+
+def test_an_aggregator_done_on_the_first_report_fails_the_late_load(atom_src, tmp_path: Path):
+    src = _planted(atom_src, tmp_path / "atom", *FIRST_REPORT, file=AGGREGATOR)
+    found = _violations(src, ["tp2_rank1_late_load"])
+    assert "correctness" in _props(found["tp2_rank1_late_load"]), found
+
+
+def test_a_rank_that_stores_nothing_fails_tp2_prefix_reuse(atom_src, tmp_path: Path):
+    src = _planted(atom_src, tmp_path / "atom", *RANK1_STORES_NOTHING, file=CONNECTOR)
+    found = _violations(src, ["tp2_prefix_reuse"])["tp2_prefix_reuse"]
+    assert "load_failures" in _props(found), found
+    assert any("lmcache returned 0 of" in v for v in found), found
