@@ -76,7 +76,7 @@ def fake(b):
         seqs={n: SimpleNamespace(num_prompt_tokens=300, num_cached_tokens=0, num_tokens=300,
                                  block_table=[0], id=i) for i, n in ((1, "r1"), (2, "r2"))},
         requests={n: AtomRequest(n, (5,) * 300) for n in ("r1", "r2")},
-        link=SimpleNamespace(call=lambda *a: [7] * len(a[1])),
+        link=SimpleNamespace(each=lambda *a: [[7] * len(a[1])]),
         sampled=(["held"], [(9,)]),
         _in_handoff=lambda seq: True, _lookup_event=lambda *a: None,
     )

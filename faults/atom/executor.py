@@ -8,16 +8,16 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Sequence
 
-from faults.atom.catalog import SCENARIOS, AtomRow, ServerFault
-from faults.atom.command import schedules_of, tp_of
-from faults.atom.host import AtomHost, ServerHung, ServerRefused, ZygotePool
-from faults.atom.runs import result_of
-from faults.atom.scenarios import AtomRun
-from faults.atom.source import AtomSource
-from faults.atom.spec import FaultSpec
-from faults.runs import REFUSE, RunContext, RunResult
-from faults.tiers import Executor
-from reference.types import Geometry
+from kvfault.faults.atom.catalog import SCENARIOS, AtomRow, ServerFault
+from kvfault.faults.atom.command import schedules_of, tp_of
+from kvfault.faults.atom.host import AtomHost, ServerHung, ServerRefused, ZygotePool
+from kvfault.faults.atom.runs import result_of
+from kvfault.faults.atom.scenarios import AtomRun
+from kvfault.faults.atom.source import AtomSource
+from kvfault.faults.atom.spec import FaultSpec
+from kvfault.faults.runs import REFUSE, RunContext, RunResult
+from kvfault.faults.tiers import Executor
+from kvfault.reference.types import Geometry
 
 GEOMETRY = Geometry(block_size=16, chunk_size=64, prefill_budget=512)
 

@@ -113,8 +113,8 @@ def worker_main(
 def scheduler_main(
     spec: ServerSpec, host: str, listen: str, authkey: bytes, socket_dir: str
 ) -> int:
-    from faults.atom.event_log import EventLog
-    from faults.atom.scheduler import SchedulerProcess, WorkerHung, WorkerLink, WorkerRanks
+    from kvfault.faults.atom.event_log import EventLog
+    from kvfault.faults.atom.scheduler import SchedulerProcess, WorkerHung, WorkerLink, WorkerRanks
 
     conn = _connect(host, authkey)
     log = EventLog()

@@ -193,7 +193,7 @@ class SchedulerProcess:
     _advance_idle_kv_transfer: Callable[[], None]
 
     def __init__(self, spec: ServerSpec, log: EventLog, link: WorkerRanks, socket_dir: str):
-        from faults.atom import boundary
+        from kvfault.faults.atom import boundary
 
         use_lmcache_env(spec, os.path.dirname(socket_dir))
         boundary.install_all(socket_dir)

@@ -66,7 +66,7 @@ class WorkerProcess:
     (its completion reports, its forwards: the scheduler's aggregate is one report)."""
 
     def __init__(self, spec: ServerSpec, log: EventLog, socket_dir: str, rank: int = 0):
-        from faults.atom import boundary
+        from kvfault.faults.atom import boundary
 
         use_lmcache_env(spec, os.path.dirname(socket_dir))
         boundary.install_all(socket_dir)
@@ -123,7 +123,7 @@ class WorkerProcess:
         if spec.schedule and self.engine is not None:
             for method in ("store", "retrieve"):
                 self.jitter.wrap(self.engine, method)
-        from faults.atom.spec import FaultSpec
+        from kvfault.faults.atom.spec import FaultSpec
 
         mine = spec.faults.rank in (-1, rank)  # a fault of one rank's only
         self.faults = WorkerFaults(spec.faults if mine else FaultSpec(), self, log)

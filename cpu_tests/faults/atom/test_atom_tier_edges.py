@@ -445,15 +445,15 @@ def test_waiting_for_a_save_to_land_is_bounded_and_says_whether_it_did(answers, 
 def test_a_tp_server_has_stored_a_prompt_when_every_rank_holds_it(ranks, landed):
     from types import SimpleNamespace
 
-    from faults.atom.scheduler import SchedulerProcess, WorkerRanks
+    from kvfault.faults.atom.scheduler import SchedulerProcess, WorkerRanks
 
     side = SimpleNamespace(link=WorkerRanks([_Link(*a) for a in ranks]))  # type: ignore[list-item]
     assert SchedulerProcess.wait_stored(side, list(range(200)), 192, 0.1) is landed  # type: ignore[arg-type]
 
 
 def test_worker_ranks_share_a_deadline_and_hang_as_one():
-    from faults.atom.event_log import EventLog
-    from faults.atom.scheduler import WorkerHung, WorkerLink, WorkerRanks
+    from kvfault.faults.atom.event_log import EventLog
+    from kvfault.faults.atom.scheduler import WorkerHung, WorkerLink, WorkerRanks
 
     links = [WorkerLink(None, EventLog()), WorkerLink(None, EventLog())]
     ranks = WorkerRanks(links)
@@ -467,7 +467,7 @@ def test_worker_ranks_share_a_deadline_and_hang_as_one():
 
 
 def test_a_tp_forward_samples_the_ranks_common_token_else_another():
-    from faults.atom.scheduler import tp_tokens
+    from kvfault.faults.atom.scheduler import tp_tokens
 
     assert tp_tokens([[5, 7]]) == [5, 7]
     assert tp_tokens([[5, 7], [5, 7]]) == [5, 7]
@@ -478,7 +478,7 @@ def test_a_tp_forward_samples_the_ranks_common_token_else_another():
 
 
 def test_a_tp_rank_outside_its_world_is_refused():
-    from faults.atom import boundary
+    from kvfault.faults.atom import boundary
 
     with pytest.raises(ValueError):
         boundary.set_tp_rank(2, 2)
