@@ -38,7 +38,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import NoReturn, TextIO
 
@@ -259,6 +260,33 @@ def _remove_worktrees(repo: Path, paths: Sequence[Path], tmp: Path | None) -> No
         _git(repo, "worktree", "prune")
 
 
+@contextmanager
+def side_worktrees(repo: Path, sides: Sequence[tuple[str, str]], prefix: str) -> Iterator[Path]:
+    """A temporary directory holding a detached worktree ``<dir>/<name>`` of ``repo`` at
+    each ``(name, sha)`` of ``sides``, for the block: prove's and review's sides. The
+    stop signals are handled for the whole block (SIGINT/SIGTERM/SIGHUP arrive as
+    ``Interrupted``) and held while the worktrees are made and removed, so a signal
+    never leaves one half-made. However the block ends, they and the directory are
+    removed; a worktree that cannot be made raises ``ProveError`` after the same."""
+    signals = Signals()
+    tmp: Path | None = None
+    added: list[Path] = []
+    try:
+        signals.install()
+        try:
+            with signals.deferred():
+                tmp = Path(tempfile.mkdtemp(prefix=prefix))
+                for name, sha in sides:
+                    added.append(tmp / name)  # before `add`: a half-made one is removed too
+                    _add_worktree(repo, tmp / name, sha)
+            yield tmp
+        finally:
+            with signals.deferred():
+                _remove_worktrees(repo, added, tmp)
+    finally:
+        signals.restore()
+
+
 # ------------------------------------------------------------------ running CMD
 
 
@@ -470,72 +498,59 @@ def prove(
         for n in said:
             print(f"kvfault prove: note: {n}", file=progress, flush=True)
 
-    signals = Signals()
-    tmp: Path | None = None
-    added: list[Path] = []
-    try:
-        signals.install()
-        try:
-            with signals.deferred():
-                tmp = Path(tempfile.mkdtemp(prefix="kvfault-prove-"))
-                for side, _rev, sha in sides:
-                    added.append(tmp / side)  # before `add`: a half-made one is removed too
-                    _add_worktree(repo_path, tmp / side, sha)
-            env = _clean_env()
-            stop = False
-            for side, rev, sha in sides:
-                for i in range(1, repeat + 1):
-                    if progress is not None:
-                        print(
-                            f"kvfault prove: {side} {rev} ({sha[:12]}) run {i}/{repeat} ...",
-                            file=progress,
-                            flush=True,
-                        )
-                    # Outside the worktree, which is removed: a replay artifact the
-                    # run writes (and names in its output) must outlive it, or not be named.
-                    art = (kept or tmp / "artifacts") / f"{side}-{i}"
-                    art.mkdir(parents=True, exist_ok=True)
-                    env.update(
-                        KVFAULT_PROVE_SIDE=side,
-                        KVFAULT_PROVE_REV=rev,
-                        KVFAULT_PROVE_SHA=sha,
-                        KVFAULT_PROVE_RUN=str(i),
-                        KVFAULT_ARTIFACTS=str(art),
-                        **source_env(tmp / side),
+    with side_worktrees(
+        repo_path, [(side, sha) for side, _, sha in sides], "kvfault-prove-"
+    ) as tmp:
+        env = _clean_env()
+        stop = False
+        for side, rev, sha in sides:
+            for i in range(1, repeat + 1):
+                if progress is not None:
+                    print(
+                        f"kvfault prove: {side} {rev} ({sha[:12]}) run {i}/{repeat} ...",
+                        file=progress,
+                        flush=True,
                     )
-                    r = _run_once(
-                        command=command,
-                        shell=shell,
-                        cwd=tmp / side,
-                        env=env,
-                        timeout=timeout,
-                        log_path=tmp / f"{side}-{i}.log",
-                        expect=pattern,
-                        tail_lines=tail_lines,
-                        rev=rev,
-                        sha=sha,
-                    )
-                    hidden = hide_worktree(r.tail, tmp / side, side)
+                # Outside the worktree, which is removed: a replay artifact the
+                # run writes (and names in its output) must outlive it, or not be named.
+                art = (kept or tmp / "artifacts") / f"{side}-{i}"
+                art.mkdir(parents=True, exist_ok=True)
+                env.update(
+                    KVFAULT_PROVE_SIDE=side,
+                    KVFAULT_PROVE_REV=rev,
+                    KVFAULT_PROVE_SHA=sha,
+                    KVFAULT_PROVE_RUN=str(i),
+                    KVFAULT_ARTIFACTS=str(art),
+                    **source_env(tmp / side),
+                )
+                r = _run_once(
+                    command=command,
+                    shell=shell,
+                    cwd=tmp / side,
+                    env=env,
+                    timeout=timeout,
+                    log_path=tmp / f"{side}-{i}.log",
+                    expect=pattern,
+                    tail_lines=tail_lines,
+                    rev=rev,
+                    sha=sha,
+                )
+                hidden = hide_worktree(r.tail, tmp / side, side)
+                if hidden != r.tail:
+                    r.tail, shown[side] = hidden, sha
+                if kept is None:
+                    hidden = hide_path(r.tail, art, f"<{side} artifacts>")
                     if hidden != r.tail:
-                        r.tail, shown[side] = hidden, sha
-                    if kept is None:
-                        hidden = hide_path(r.tail, art, f"<{side} artifacts>")
-                        if hidden != r.tail:
-                            r.tail = hidden
-                            gone.add(side)
-                    elif not any(art.iterdir()):
-                        art.rmdir()  # nothing written: no empty directory left behind
-                    runs[side].append(r)
-                    if r.error is not None:  # the verdict is ERROR whatever comes next
-                        stop = True
-                        break
-                if stop:
+                        r.tail = hidden
+                        gone.add(side)
+                elif not any(art.iterdir()):
+                    art.rmdir()  # nothing written: no empty directory left behind
+                runs[side].append(r)
+                if r.error is not None:  # the verdict is ERROR whatever comes next
+                    stop = True
                     break
-        finally:
-            with signals.deferred():
-                _remove_worktrees(repo_path, added, tmp)
-    finally:
-        signals.restore()
+            if stop:
+                break
 
     for side, sha in shown.items():
         said.append(

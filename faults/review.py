@@ -21,7 +21,6 @@ import os
 import shlex
 import signal
 import sys
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,16 +28,15 @@ from typing import Any, TextIO
 
 from kvfault.faults.prove import (
     ProveError,
-    _add_worktree,
     _check_repo,
     _clean_env,
     _git,
-    _remove_worktrees,
     _resolve,
     _run_once,
     hide_worktree,
     hide_worktree_in_file,
     notes,
+    side_worktrees,
 )
 from kvfault.faults.review_diff import (
     KNOWN,
@@ -338,7 +336,6 @@ def review(
     worktree, then the per-row diff. Raises ``ReviewError``/``ProveError`` for bad
     arguments and setup failures, ``Interrupted`` on a stop signal; the worktrees are
     removed in every case."""
-    from kvfault.faults.processes import Signals
     from kvfault.faults.tiers import Tiers
 
     on = Tiers.installed()[tier]
@@ -359,45 +356,31 @@ def review(
     for n in notes:
         if progress is not None:
             print(f"kvfault review: note: {n}", file=progress, flush=True)
-    signals = Signals()
-    tmp: Path | None = None
-    added: list[Path] = []
-    try:
-        signals.install()
-        try:
-            with signals.deferred():
-                tmp = Path(tempfile.mkdtemp(prefix="kvfault-review-"))
-                for spec in specs:
-                    spec.worktree = tmp / spec.name
-                    added.append(spec.worktree)
-                    _add_worktree(repo_path, spec.worktree, spec.sha)
-            rv = Reviewer(
-                repo=repo_path, tier=tier, run_words=list(run_words), reruns=reruns,
-                side_timeout=side_timeout, report=report, tmp=tmp, progress=progress,
-            )  # fmt: skip
-            # The head first: a pull request that breaks the checkout is told in
-            # seconds, and then the base's campaign is not run at all.
-            head_side = rv.side(specs[1])
-            base_side = (
-                rv.side(specs[0])
-                if not head_side.unjudged
-                else SideResult(specs[0], code=rv.code(specs[0]))
-            )
-            sides = [base_side, head_side]
-            # A side's message may name its worktree, which is gone once we return.
-            unjudged = "; ".join(
-                hide_worktree(s.unjudged, s.spec.worktree, s.spec.name)
-                for s in sides
-                if s.unjudged and s.spec.worktree is not None
-            )
-            rows: list[RowDiff] = []
-            if not unjudged:
-                rows = diff(sides[0].rows, sides[1].rows, lambda rs: rv.rerun(*specs, rs))
-        finally:
-            with signals.deferred():
-                _remove_worktrees(repo_path, added, tmp)
-    finally:
-        signals.restore()
+    with side_worktrees(repo_path, [(s.name, s.sha) for s in specs], "kvfault-review-") as tmp:
+        for spec in specs:
+            spec.worktree = tmp / spec.name
+        rv = Reviewer(
+            repo=repo_path, tier=tier, run_words=list(run_words), reruns=reruns,
+            side_timeout=side_timeout, report=report, tmp=tmp, progress=progress,
+        )  # fmt: skip
+        # The head first: a pull request that breaks the checkout is told in
+        # seconds, and then the base's campaign is not run at all.
+        head_side = rv.side(specs[1])
+        base_side = (
+            rv.side(specs[0])
+            if not head_side.unjudged
+            else SideResult(specs[0], code=rv.code(specs[0]))
+        )
+        sides = [base_side, head_side]
+        # A side's message may name its worktree, which is gone once we return.
+        unjudged = "; ".join(
+            hide_worktree(s.unjudged, s.spec.worktree, s.spec.name)
+            for s in sides
+            if s.unjudged and s.spec.worktree is not None
+        )
+        rows: list[RowDiff] = []
+        if not unjudged:
+            rows = diff(sides[0].rows, sides[1].rows, lambda rs: rv.rerun(*specs, rs))
     _point_at_findings(on, rows)
     verdict, reason = decide(rows, unjudged or None)
     summary = [

@@ -15,7 +15,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvfault.faults import prove as prove_mod
-from kvfault.faults.prove import ProofResult, SideRun, Verdict, decide, main, prove
+from kvfault.faults.processes import Interrupted
+from kvfault.faults.prove import (
+    ProofResult,
+    ProveError,
+    SideRun,
+    Verdict,
+    decide,
+    main,
+    prove,
+    side_worktrees,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -714,3 +724,32 @@ def test_a_kept_log_names_no_removed_worktree(tmp_path: Path) -> None:
     prove_mod.hide_worktree_in_file(untouched, wt, "base")
     assert untouched.stat().st_mtime_ns == before
     assert not list(tmp_path.glob("*.hiding"))
+
+
+# ------------------------------------------------------------- side_worktrees()
+
+
+def test_side_worktrees_are_removed_however_the_block_ends(repo: Path, isolated: Path) -> None:
+    """prove's and review's one way to make their sides: each side a worktree at its
+    commit for the block, all removed after an error, a stop signal, or a side that
+    cannot be checked out (the ones already made too)."""
+    fixed = git(repo, "rev-parse", "fixed").strip()
+    broken = git(repo, "rev-parse", "broken").strip()
+    with pytest.raises(RuntimeError, match="in the block"):
+        with side_worktrees(repo, [("old", broken), ("new", fixed)], "kvfault-t-") as tmp:
+            assert (tmp / "old" / "check.sh").read_text() == BROKEN
+            assert (tmp / "new" / "check.sh").read_text() == FIXED
+            assert len(worktrees(repo)) == 3
+            raise RuntimeError("in the block")
+    assert_clean(repo, isolated)
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(Interrupted) as stopped:
+        with side_worktrees(repo, [("old", broken)], "kvfault-t-"):
+            signal.raise_signal(signal.SIGTERM)
+    assert stopped.value.signum == signal.SIGTERM
+    assert signal.getsignal(signal.SIGTERM) == before  # the handlers are given back
+    assert_clean(repo, isolated)
+    with pytest.raises(ProveError, match="git worktree add"):
+        with side_worktrees(repo, [("old", broken), ("new", "0" * 40)], "kvfault-t-"):
+            pytest.fail("the block runs only when every side is checked out")
+    assert_clean(repo, isolated)
