@@ -8,7 +8,9 @@ two lines each) fails it while the checkout as it is passes it.
 
 - The aggregator takes rank 0's answer only: the scheduler uses a load that rank 1
   failed, or has not finished, and computes over rank 1's poisoned blocks
-  (``tp2_rank1_retrieve_failure``, ``tp2_rank1_late_load``: ``correctness``).
+  (``tp2_rank1_retrieve_failure``, ``tp2_rank1_late_load``: ``correctness``); or frees
+  a request's blocks while rank 1's save has not read them, so rank 1 stores the
+  sentinel and a later load restores it (``tp2_rank1_late_save``: ``correctness``).
 - The aggregator completes an operation on the first rank's report: rank 1's late
   load is used before its shard landed (``tp2_rank1_late_load``).
 - Rank 1 reports its saves done without storing (rank 0's engine, which answers the
@@ -36,7 +38,12 @@ RANK1_STORES_NOTHING = (
         "        (self._engine.store if self._rank == 0 else (lambda *a, **k: None))(",
     ),
 )
-ROWS = ["tp2_prefix_reuse", "tp2_rank1_retrieve_failure", "tp2_rank1_late_load"]
+ROWS = [
+    "tp2_prefix_reuse",
+    "tp2_rank1_retrieve_failure",
+    "tp2_rank1_late_load",
+    "tp2_rank1_late_save",
+]
 
 
 def _props(found: list[str]) -> set[str]:

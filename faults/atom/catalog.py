@@ -140,10 +140,12 @@ def _fault(
     )
 
 
-def _rank_fault(name: str, description: str, faults: FaultSpec, fires: str) -> AtomRow:
-    """A fault row on ``tp_reuse_once`` whose fault one TP rank's worker carries
-    (``FaultSpec.rank``); it fires under the worker injector's own name."""
-    return AtomRow("fault", name, description, s.tp_reuse_once, _ONE, faults=faults, fires=(fires,))
+def _rank_fault(
+    name: str, description: str, faults: FaultSpec, fires: str, story: s.Story = s.tp_reuse_once
+) -> AtomRow:
+    """A fault row (on ``tp_reuse_once`` unless told) whose fault one TP rank's worker
+    carries (``FaultSpec.rank``); it fires under the worker injector's own name."""
+    return AtomRow("fault", name, description, story, _ONE, faults=faults, fires=(fires,))
 
 
 ROWS: dict[str, AtomRow] = {
@@ -469,6 +471,14 @@ ROWS: dict[str, AtomRow] = {
             "each file of lmcache's local disk is cut to half its bytes right before the "
             "retrieve of the prompt it holds (a short read)",
             FaultSpec(tier_files=("truncated", "retrieve", 1)),
+        ),
+        _rank_fault(
+            "tp2_rank1_late_save",
+            "at TP 2, rank 1's lmcache store waits 1 s before it reads the blocks, so rank 1 "
+            "reports its save finished after rank 0: the blocks must stay until both read them",
+            FaultSpec(slow_save_s=1.0, rank=1),
+            "slow_save",
+            s.tp_store_then_reuse,
         ),
         _fault(
             "evict_after_lookup",

@@ -163,6 +163,22 @@ def tp_reuse_once(run: AtomRun) -> None:
     run.end(a)
 
 
+def tp_store_then_reuse(run: AtomRun) -> None:
+    """A server of two tensor-parallel ranks without an HBM prefix cache: a 200-token
+    prompt, right after its answer another prompt (the blocks the first gave back are
+    poisoned before its first step), then, once both ranks' engines hold the first
+    prompt (at most ``SAVE_SETTLE_S``), the first again from lmcache. A request's blocks
+    may be freed only when both ranks' saves have read them (a fault may slow one
+    rank's store)."""
+    a = run.server("A", prefix_caching=False, tp_size=2)
+    p = run.prompt(200)
+    run.serve(a, AtomRequest("first", p))
+    run.serve(a, AtomRequest("between", run.prompt(200)))
+    run.stored(a, p)
+    run.serve(a, AtomRequest("again", p))
+    run.end(a)
+
+
 def recompute_then_reuse(run: AtomRun) -> None:
     """``reuse_once``, then, once the tier holds the prompt (the second request's save
     has landed), the prompt a third time: it loads what the recompute stored. The
