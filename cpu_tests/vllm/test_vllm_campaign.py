@@ -21,6 +21,8 @@ EXPECTED = {
     "stale_completion": "FAIL",  # robustness row (findings.md 1)
     "invalid_blocks_fail": "FAIL",  # findings.md 2
     "abort_while_loading": "FAIL",  # findings.md 3
+    "abort_load_same_step": "FAIL",  # findings.md 3, the same-step case
+    "preempt_after_load": "PASS",
 }
 
 

@@ -71,6 +71,7 @@ def test_a_wrong_restore_is_seen_by_correctness(executor) -> None:
         ("stale_completion", "assert req_id in self.requests"),
         ("invalid_blocks_fail", "assert req_id in self.requests"),
         ("abort_while_loading", "assert req_id in self.requests"),
+        ("abort_load_same_step", "assert req_id in self.requests"),
     ],
 )
 def test_the_scheduler_dies_and_the_guard_keeps_it_alive(executor, fault, line) -> None:
@@ -147,3 +148,22 @@ def test_two_server_sets_on_one_host_hold_their_own_endpoints_and_pools(executor
     loads = sorted(e.req_id for e in result.trace.of(Ev.DISPATCH))
     assert loads == ["b0-s0", "b1-s0", "e1-b0-s0", "e1-b1-s0"]
     assert check(result, SCENARIOS["two_servers"].properties) == []
+
+
+@pytest.mark.parametrize("guard", [False, True])
+def test_a_preempted_request_loads_again_under_its_id(executor, guard) -> None:
+    # reset_prefix_cache(reset_running_requests=True) preempts both loaded requests;
+    # each looks lmcache up again and its second load (generation 1) is applied. With
+    # the guard too: it must pass a second load under the same id (findings.md).
+    with fixed(executor, guard):
+        result, injectors = run(executor, FAULTS["preempt_after_load"])
+    assert injectors[0].fired == 1
+    # Which requests ran at the reset follows which loads had landed by then.
+    preempted = next(iter(result.trace.of(Ev.FAULT))).data["preempted"]
+    assert preempted
+    applied = sorted(str(e.op) for e in result.trace.of(Ev.COMPLETION_APPLIED))
+    assert applied == sorted(
+        f"load:{r}#{g}" for r in ("b0-s0", "b1-s0") for g in ((0, 1) if r in preempted else (0,))
+    )
+    assert not list(result.trace.of(Ev.STOP)) and not result.hung
+    assert check(result, SCENARIOS["prefix_reuse"].properties) == []

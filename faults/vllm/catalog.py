@@ -159,6 +159,18 @@ ROWS: dict[str, VllmRow] = {
             "request in WAITING_FOR_REMOTE_KVS while its retrieve is in flight (the tier "
             "makes it two polls late: on a CPU lmcache's copy finishes at submit)",
         ),
+        _fault(
+            "abort_load_same_step",
+            "the client aborts a request in WAITING_FOR_REMOTE_KVS whose retrieve reports "
+            "one poll late: LMCache reports its load finished and its stores done in one "
+            "output (LMCache PR #4284's case)",
+        ),
+        _fault(
+            "preempt_after_load",
+            "once a loaded request runs, the client resets the prefix cache with its "
+            "running requests (vLLM's reset_prefix_cache(reset_running_requests=True)): "
+            "each is preempted, looks lmcache up again and loads again under its id",
+        ),
         _fault("slow_first_forward", "the first forward takes 2 s"),
     )  # fmt: skip
 }
@@ -201,7 +213,10 @@ NOT_HERE: dict[str, str] = {
     "refuses the hybrid KV cache manager)",
     "DP ranks on one host": "not built: the tier runs one vLLM rank per server set "
     "(two_servers runs two sets on one host)",
-    "preemption during a remote load": "not built yet",
+    "preemption while WAITING_FOR_REMOTE_KVS": "vLLM 0.32 preempts only running "
+    "requests (Scheduler._preempt_request asserts RUNNING; schedule() takes its victims "
+    "from self.running): a request waiting for its load holds its blocks and cannot be "
+    "preempted. preempt_after_load preempts a request whose load landed; it loads again",
     "two pictures with the same text": "vLLM schedules a picture's encoder input only for "
     "a multimodal model, and a multimodal config needs its processor files (nothing can be "
     "downloaded): with the tier's text-only Llama config such a request never runs. "

@@ -141,7 +141,7 @@ class Server:
         self.pages = TensorPages(torch, tensors)
         faults.wrap_worker(self)
         self.runner = FakeRunner(self)
-        self.loads_applied: set[str] = set()
+        self.loads_applied: set[tuple[str, int, str]] = set()  # load ops vLLM applied
         self._observe_connector()
 
     def _endpoints(self, spec: RunSpec) -> list[str]:
@@ -199,7 +199,7 @@ class Server:
             kv_out = self.faults.deliver(self, kv_out)
             runner_output.kv_connector_output = kv_out
             for rid in sorted(kv_out.finished_recving or ()):
-                self.log.record("delivered", op=(rid, 0, "load"))
+                self.log.record("delivered", op=self.runner.load_op(rid))
         try:
             outs = self.scheduler.update_from_output(output, runner_output)
         except Exception as exc:  # vLLM's EngineCore dies on any scheduler error
@@ -220,13 +220,14 @@ class Server:
         stale; a save is done when the request's stores are reported."""
         bad = set(kv_out.invalid_block_ids or ())
         for rid in sorted(kv_out.finished_recving or ()):
-            if rid in self.loads_applied:
-                self.log.record("completion_applied", op=(rid, 0, "load"), stale=True)
+            op = self.runner.load_op(rid)
+            if op in self.loads_applied:
+                self.log.record("completion_applied", op=op, stale=True)
                 continue
-            self.loads_applied.add(rid)
+            self.loads_applied.add(op)
             failed = bool(bad & set(self.runner.load_blocks.get(rid, ())))
             outcome = "failed" if failed else "finished"
-            self.log.record("completion_applied", op=(rid, 0, "load"), outcome=outcome)
+            self.log.record("completion_applied", op=op, outcome=outcome)
         for rid in sorted(kv_out.finished_sending or ()):
             for gen in range(self.runner.saves.get(rid, 0)):
                 self.log.record("save_done", op=(rid, gen, "save"))
@@ -271,7 +272,13 @@ class FakeRunner:
         self.load_blocks: dict[str, list[int]] = {}
         self.load_range: dict[str, tuple[int, int]] = {}
         self.saves: dict[str, int] = {}
+        self.load_gens: dict[str, int] = {}  # a request's latest load (preempted: again)
         self.forwards = 0
+
+    def load_op(self, rid: str) -> tuple[str, int, str]:
+        """The operation id of ``rid``'s latest load: its generation counts the loads
+        the request dispatched before (a preempted request loads again)."""
+        return (rid, max(self.load_gens.get(rid, 0), 0), "load")
 
     def execute(self, so: Any) -> Any:
         from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
@@ -284,7 +291,8 @@ class FakeRunner:
             if m.direction == "RETRIEVE":
                 self.load_blocks[rid] = blocks
                 self.load_range[rid] = (op.start, op.end)
-                log.record("dispatch", op=(rid, 0, "load"), start=op.start, kv_end=op.end,
+                self.load_gens[rid] = self.load_gens.get(rid, -1) + 1
+                log.record("dispatch", op=self.load_op(rid), start=op.start, kv_end=op.end,
                            blocks=blocks)  # fmt: skip
             else:
                 gen = self.saves.get(rid, 0)
@@ -306,7 +314,7 @@ class FakeRunner:
         worker.clear_connector_metadata()
         for rid in sorted(recving or ()):
             ok = not (bad & set(self.load_blocks.get(rid, ())))
-            log.record("retrieve_terminal", op=(rid, 0, "load"), ok=ok,
+            log.record("retrieve_terminal", op=self.load_op(rid), ok=ok,
                        error=None if ok else "lmcache reported the load's blocks")  # fmt: skip
             if ok and rid in self.load_range and rid in self.kf:
                 start, end = self.load_range[rid]
@@ -317,9 +325,9 @@ class FakeRunner:
                 ]
                 from kvfault.reference.stack.worker import page_digest
 
-                log.record("copy_complete", op=(rid, 0, "load"), digest=page_digest(
+                log.record("copy_complete", op=self.load_op(rid), digest=page_digest(
                     [0 if p is None else p for p in pages]))  # fmt: skip
-            log.record("finished_reported", op=(rid, 0, "load"),
+            log.record("finished_reported", op=self.load_op(rid),
                        outcome="finished" if ok else "failed")  # fmt: skip
         for rid in sorted(sending or ()):
             for gen in range(self.saves.get(rid, 0)):

@@ -79,14 +79,17 @@ class VllmExecutor(Executor):
         story = SCENARIOS[scenario]
         phases = story.processes()
         with contextlib.ExitStack() as stack:
-            model_dir = ""
+            model_dir = meet = ""
             if len(phases) > 1:  # one lmcache key namespace for every process of the run
                 from kvfault.faults.vllm.engine import write_model
 
                 shared = stack.enter_context(
                     tempfile.TemporaryDirectory(prefix="model-", dir=self.workdir)
                 )
-                model_dir = write_model(Path(shared))
+                model_dir = write_model(Path(shared) / "model")
+                if story.concurrent:  # they meet once built, so they are live at once
+                    meet = os.path.join(shared, "meet")
+                    os.mkdir(meet)
             specs = []
             for i, phase in enumerate(phases):
                 out = os.path.join(self.workdir, f"run-{scenario}-{ctx.seed}-{i}.json")
@@ -96,7 +99,7 @@ class VllmExecutor(Executor):
                         fault=row.fault if row and i == 0 else None,
                         policy=row.policy if row else "fail", fix=self.fix,
                         engine=f"engine_{i}", tag=f"e{i}-" if i else "", model_dir=model_dir,
-                        prompt_set=phase.prompt_set,
+                        prompt_set=phase.prompt_set, meet=meet, parties=len(phases),
                     )
                 )  # fmt: skip
             payloads = self._run(story.concurrent, phases, specs, ctx.seed)

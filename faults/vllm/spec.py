@@ -33,6 +33,8 @@ class RunSpec:
     tag: str = ""  # prefixes the story's request ids (two processes, one trace)
     model_dir: str = ""  # set: the lmcache key namespace processes share; else the run's own
     prompt_set: int = 0  # 0: the seed picks the prompts; else another set for the same seed
+    meet: str = ""  # set: a directory where ``parties`` processes meet once each is built
+    parties: int = 1
 
     def to_json(self) -> dict[str, object]:
         return asdict(self)

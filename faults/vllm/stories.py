@@ -47,7 +47,7 @@ class Faults:
         ``get_finished`` then reports the load's blocks as load errors), or reports
         two polls late (a slow transfer)."""
         if self.name not in ("invalid_blocks_recompute", "invalid_blocks_fail",
-                             "abort_while_loading"):  # fmt: skip
+                             "abort_while_loading", "abort_load_same_step"):  # fmt: skip
             return
         ctx = server.worker.worker_adapter.transfer_ctx
         submit = ctx.submit_retrieve
@@ -58,10 +58,12 @@ class Faults:
             if faults._invalid:
                 return future
             faults._invalid = True
-            if faults.name == "abort_while_loading":
-                faults.fire(op=(request_id, 0, "load"), what="retrieve reports 2 polls late")
-                return _Late(future, polls=2)
-            faults.fire(op=(request_id, 0, "load"), what="lmcache's retrieve failed")
+            if faults.name in ("abort_while_loading", "abort_load_same_step"):
+                polls = 2 if faults.name == "abort_while_loading" else 1
+                faults.fire(op=server.runner.load_op(request_id),
+                            what=f"retrieve reports {polls} polls late")  # fmt: skip
+                return _Late(future, polls=polls)
+            faults.fire(op=server.runner.load_op(request_id), what="lmcache's retrieve failed")
             return _Failed(future)
 
         ctx.submit_retrieve = submit_retrieve
@@ -81,13 +83,13 @@ class Faults:
             again = self._held.pop(0)
             recv.add(again)
             what = "stale" if again in self.finished else "duplicate"
-            self.fire(op=(again, 0, "load"), what=f"{what} finished_recving for {again}")
+            self.fire(op=server.runner.load_op(again), what=f"{what} finished_recving for {again}")
         name = self.name
         if name == "lost_completion" and recv and not self._dropped:
             rid = sorted(recv)[0]
             recv.discard(rid)
             self._dropped = True
-            self.fire(op=(rid, 0, "load"), what=f"finished_recving for {rid} dropped")
+            self.fire(op=server.runner.load_op(rid), what=f"finished_recving for {rid} dropped")
         elif name == "duplicated_completion" and recv and not self._dropped:
             self._dropped = True
             self._held.append(sorted(recv)[0])
@@ -98,7 +100,8 @@ class Faults:
             if blocks:
                 self._dropped = True
                 server.pages.write(blocks[0], 0)
-                self.fire(op=(rid, 0, "load"), what=f"first block of {rid}'s load overwritten")
+                self.fire(op=server.runner.load_op(rid),
+                          what=f"first block of {rid}'s load overwritten")  # fmt: skip
         return dataclasses.replace(out, finished_recving=recv or None)
 
     def answered(self, req_id: str, loaded: bool) -> None:
@@ -109,8 +112,11 @@ class Faults:
             self._held.append(req_id)
 
     def after_step(self, server: Server) -> None:
-        """Between engine steps: the client aborts a request whose load is in flight."""
-        if self.name != "abort_while_loading" or self._dropped:
+        """Between engine steps: the client aborts a request whose load is in flight,
+        or resets the prefix cache with its running requests once a load landed."""
+        if self.name == "preempt_after_load" and not self._dropped:
+            self._preempt_after_load(server)
+        if self.name not in ("abort_while_loading", "abort_load_same_step") or self._dropped:
             return
         from vllm.v1.request import RequestStatus
 
@@ -122,6 +128,27 @@ class Faults:
                 self.fire(req_id=rid, aborted=True, what=f"{rid} aborted while its load runs")
                 server.abort(rid)
                 return
+
+    def _preempt_after_load(self, server: Server) -> None:
+        """vLLM's ``reset_prefix_cache(reset_running_requests=True)`` (what
+        ``LLM.reset_prefix_cache`` reaches through ``EngineCore``) once a request whose
+        load was applied runs: it preempts every running request, as KV pressure
+        preempts one (``_preempt_request``), and each looks the tier up again."""
+        sched = server.scheduler
+        applied = {op[0] for op in server.loads_applied}
+        loaded = [r.request_id for r in sched.running if r.request_id in applied]
+        if not loaded:
+            return
+        self._dropped = True
+        running = sorted(r.request_id for r in sched.running)
+        try:
+            ok = sched.reset_prefix_cache(reset_running_requests=True)
+        except RuntimeError as exc:  # an API call's error: the engine goes on
+            ok = False
+            self.fire(req_id=loaded[0], what=f"reset_prefix_cache raised: {exc}")
+            return
+        self.fire(req_id=loaded[0], preempted=running, reset=ok,
+                  what=f"{', '.join(running)} preempted by reset_prefix_cache")  # fmt: skip
 
 
 class _Failed:
@@ -245,6 +272,8 @@ def run(spec: RunSpec) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="kvfault-vllm-", dir=where) as tmp:
         model_dir = spec.model_dir or write_model(Path(tmp) / "model")
         server = Server(spec.engine, spec, model_dir, log, faults)
+        if spec.meet:
+            _meet(spec)
         story = Story(spec, server, log, faults)
         died = None
         try:
@@ -268,6 +297,18 @@ def run(spec: RunSpec) -> dict[str, Any]:
         "fired": faults.fired,
         "died": died,
     }
+
+
+MEET_S = 30.0  # how long processes that run at once wait for each other to be built
+
+
+def _meet(spec: RunSpec) -> None:
+    """Wait until every process of the run has built its server (each leaves its name
+    in ``spec.meet``), so that they are live at once; at most ``MEET_S``."""
+    Path(spec.meet, spec.engine).touch()
+    deadline = time.monotonic() + MEET_S
+    while len(os.listdir(spec.meet)) < spec.parties and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def _culprit(exc: BaseException) -> tuple[str, int, str] | None:
