@@ -39,6 +39,7 @@ from kvfault.faults.argtypes import (
     workers,
 )
 from kvfault.faults.commands.run import DEFAULT_SEEDS, add_tier_options
+from kvfault.faults.errors import UsageError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -48,8 +49,7 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # one clear line, exit 2, no usage dump
         if re.match(r"ambiguous option: --seed[ =]", message):  # repro's spelling, on run
             message += "; for one seed give --first-seed N --seeds 1"
-        print(f"kvfault: error: {message}", file=sys.stderr)
-        raise SystemExit(2)
+        raise UsageError(message)  # said by main, as every error of kvfault's own
 
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
         # argparse takes `--budget -5s` for two options ("expected one argument") but
@@ -337,8 +337,7 @@ def _command_line(argv: Sequence[str] | None, signals: Any) -> int:
             if args.command is None:
                 sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
                 commands = ", ".join(sub.choices)
-                _say(f"kvfault: error: give a command: {commands} (kvfault --help)")
-                return 2
+                raise UsageError(f"give a command: {commands} (kvfault --help)")
             if argv is None:  # the command itself, not a caller in Python: its process is ours
                 _run_under_known_hash_seed(args)
             return _command(args.command)(args)
@@ -348,16 +347,13 @@ def _command_line(argv: Sequence[str] | None, signals: Any) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return 141
     except Exception as exc:
-        from kvfault.faults.errors import KvfaultError
+        from kvfault.faults.errors import KvfaultError, KvfaultOSError, report
 
         if isinstance(exc, KvfaultError):  # every error of kvfault's own: one line, its code
             _disarm_guards()  # one raised mid-campaign leaves no hang guard armed
-            _say(f"kvfault: error: {exc.line()}")
-            return exc.exit_code
+            return report(exc)
         if isinstance(exc, OSError):  # a place that cannot be written, a full disk or stdout
-            where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
-            _say(f"kvfault: error: {where}{exc.strerror or exc}")
-            return 2
+            return report(KvfaultOSError(exc.errno, exc.strerror or str(exc), exc.filename))
         raise
 
 

@@ -2,7 +2,8 @@
 
 Every error class in ``faults/`` derives from ``KvfaultError``, so the ``kvfault``
 command turns any of them into one line on stderr and its ``exit_code`` in one place
-(``kvfault.faults.cli.main``). Each subclass keeps the builtin base it had (``ValueError``,
+(``kvfault.faults.cli.main``, through ``report``, the one function that writes
+``kvfault: error: ``). Each subclass keeps the builtin base it had (``ValueError``,
 ``RuntimeError``, ``OSError``), so callers that catch those still do.
 
 Not here: the stack's own errors (``kvfault.reference.errors``: a run records them as
@@ -14,7 +15,9 @@ its exit code is 128 plus the signal's number).
 
 from __future__ import annotations
 
-from typing import ClassVar
+import contextlib
+import sys
+from typing import ClassVar, TextIO
 
 # Bad arguments, a setup that failed, a run that proved nothing: the exit code the
 # verdicts give 2 for too (faults.verdicts). 0 and 1 belong to verdicts alone.
@@ -42,3 +45,16 @@ class KvfaultOSError(KvfaultError, OSError):
     def line(self) -> str:
         where = f"{self.filename}: " if self.filename else ""
         return f"{where}{self.strerror or super().line()}"
+
+
+def report(error: KvfaultError, stream: TextIO | None = None) -> int:
+    """Say ``error`` as kvfault says every error of its own: one line, ``kvfault: error:``
+    and its ``line()``, on ``stream`` (stderr by default; nothing when the stream cannot
+    take it: closed or full). Returns its ``exit_code``. ``kvfault``'s main calls it for
+    every ``KvfaultError`` raised through it; the places that cannot raise to main call
+    it themselves: the hang guard's thread, which ends the process, and the reports
+    written while a stop signal or a hang ends the run."""
+    out = sys.stderr if stream is None else stream
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        print(f"kvfault: error: {error.line()}", file=out, flush=True)
+    return error.exit_code

@@ -12,6 +12,8 @@ import threading
 import time
 from typing import Any, Callable, Iterator
 
+from kvfault.faults.errors import KvfaultError, report
+
 
 def _stderr_fd() -> Any:
     # faulthandler writes to a file descriptor; under pytest's capture sys.stderr has none.
@@ -64,12 +66,13 @@ _guard: _Guard | None = None
 
 
 def _timed_out(timeout_s: float, last_words: Callable[[], object] | None) -> None:
+    # Said here, not raised: this is the guard's thread, and the process ends below.
     out = _stderr_fd()
-    print(
-        f"kvfault: error: timed out: a case ran past --timeout {timeout_s:g}s; "
-        "every thread's stack follows",
-        file=out,
-        flush=True,
+    report(
+        KvfaultError(
+            f"timed out: a case ran past --timeout {timeout_s:g}s; every thread's stack follows"
+        ),
+        out,
     )
     faulthandler.dump_traceback(file=out, all_threads=True)
     out.flush()
@@ -77,7 +80,7 @@ def _timed_out(timeout_s: float, last_words: Callable[[], object] | None) -> Non
         try:
             last_words()
         except BaseException as exc:  # noqa: BLE001 - the process ends either way
-            print(f"kvfault: error: could not report the timeout: {exc!r}", file=out, flush=True)
+            report(KvfaultError(f"could not report the timeout: {exc!r}"), out)
     os._exit(TIMEOUT_EXIT)
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from kvfault.faults.argtypes import DEFAULT_CASE_TIMEOUT_S, dir_refused
-from kvfault.faults.commands.run import bad
+from kvfault.faults.errors import KvfaultError, UsageError
 
 
 def repro_command(args: argparse.Namespace) -> int:
@@ -22,12 +22,12 @@ def repro_command(args: argparse.Namespace) -> int:
     try:
         target = regression_target(args.name)
     except CampaignError as exc:
-        return bad(f"{exc}; see `kvfault list --regressions`")
+        raise UsageError(f"{exc}; see `kvfault list --regressions`") from None
     why = _timeline_refused(args.timeline) or dir_refused(
         artifact_dir(args.artifacts), "--artifacts" if args.artifacts else "the artifact directory"
     )
     if why:
-        return bad(why)
+        raise UsageError(why)
     rep = reproduce(Case(target, args.seed), artifact_dir(args.artifacts), args.timeout)
     print(format_reproduction(rep))
     return _timeline(args.timeline, rep.outcome, rep.exit_code)
@@ -41,7 +41,7 @@ def replay_command(args: argparse.Namespace) -> int:
     case, obj = read_artifact(args.artifact)
     why = _timeline_refused(args.timeline)
     if why:
-        return bad(why)
+        raise UsageError(why)
     if case.recorded is not None:
         from dataclasses import replace
 
@@ -119,7 +119,6 @@ def _timeline(path: Path | None, outcome: Any, code: int) -> int:
 
     why = write_timeline(outcome, path)
     if why is not None:
-        print(f"kvfault: error: --timeline {path}: {why}", file=sys.stderr)
-        return 2
+        raise KvfaultError(f"--timeline {path}: {why}")
     print(f"timeline: {path}")
     return code

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kvfault.faults.argtypes import dir_refused, hosts_refused, seeds_refused
+from kvfault.faults.errors import KvfaultError, UsageError, report
 
 if TYPE_CHECKING:
     from kvfault.faults.campaign import CampaignResult, Target
@@ -20,12 +21,6 @@ if TYPE_CHECKING:
 # 2 cores; it takes about 7.5 CPU seconds, spread over the cores (-j; docs/scale.md,
 # benchmarks/bench_scale.py and bench_campaign.py).
 DEFAULT_SEEDS = 2
-
-
-def bad(message: str) -> int:
-    """One line on stderr; exit 2."""
-    print(f"kvfault: error: {message}", file=sys.stderr)
-    return 2
 
 
 def refused(args: argparse.Namespace) -> str | None:
@@ -135,29 +130,29 @@ def command(args: argparse.Namespace) -> int:
         args.seeds = default_seed_count(args.tier)
     why = refused(args)
     if why:
-        return bad(why)
+        raise UsageError(why)
     try:
         targets = select_targets(
             args.regression, args.fault, args.scenario, args.swarm, args.pin, args.scale,
             tier=args.tier, stack=args.legacy, options=tier_words(args),
         )  # fmt: skip
     except CampaignError as exc:
-        return bad(f"{exc}; see `kvfault list`")
+        raise UsageError(f"{exc}; see `kvfault list`") from None
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))
     if args.artifacts is None and args.report is not None:
         args.artifacts = args.report / "artifacts"
     if args.tx and args.numprocesses is not None:
-        return bad("give -n or --tx, not both")
+        raise UsageError("give -n or --tx, not both")
     if args.scale != 1:
         targets, why = _scaled(targets, args.scale)
         if why:
-            return bad(why)
+            raise UsageError(why)
     if args.jobs is not None and (args.tx or args.numprocesses is not None):
-        return bad("give -j (processes here) or -n/--tx (pytest-xdist workers), not both")
+        raise UsageError("give -j (processes here) or -n/--tx (pytest-xdist workers), not both")
     for path, flag in ((args.report, "--report"), (artifact_dir(args.artifacts), "--artifacts")):
         why = dir_refused(path, flag) if path is not None else None
         if why:
-            return bad(why)
+            raise UsageError(why)
     store = CampaignArtifacts(artifact_dir(args.artifacts))
     mode = progress_mode(args.no_progress)
     reported: list[CampaignResult] = []
@@ -219,8 +214,9 @@ def finish(
     store.tidy()
     if unwritten:  # the verdict stands as printed; a report that lost a file is an error
         more = f" (and {len(unwritten) - 1} more)" if len(unwritten) > 1 else ""
-        print(f"kvfault: error: --report: {unwritten[0]}{more}", file=sys.stderr, flush=True)
-        return 2
+        # Said here, not raised: finish also runs as a stop signal or a hang ends the
+        # run, whose own exit status stands.
+        return report(KvfaultError(f"--report: {unwritten[0]}{more}"))
     return result.exit_code
 
 

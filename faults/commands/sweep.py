@@ -7,7 +7,7 @@ import argparse
 import shlex
 
 from kvfault.faults.argtypes import hosts_refused
-from kvfault.faults.commands.run import bad
+from kvfault.faults.errors import UsageError
 
 
 def command(args: argparse.Namespace) -> int:
@@ -18,21 +18,21 @@ def command(args: argparse.Namespace) -> int:
     if raw and raw[0] == "--":
         raw = raw[1:]
     elif raw:
-        return bad(f"put pytest's arguments after '--' (got {shlex.join(raw)!r})")
+        raise UsageError(f"put pytest's arguments after '--' (got {shlex.join(raw)!r})")
     try:
         seeds = parse_seeds(args.hashseeds)
     except SweepError as exc:
-        return bad(f"--hashseeds: {exc}")
+        raise UsageError(f"--hashseeds: {exc}") from None
     shown = shlex.join(["python", "-m", "pytest", *raw])
     print(
         f"kvfault sweep: PYTHONHASHSEED in {args.hashseeds} ({len(seeds)} seeds): {shown}",
         flush=True,
     )
     if args.tx and args.jobs is not None:
-        return bad("give -j or --tx, not both")
+        raise UsageError("give -j or --tx, not both")
     bad_here = hosts_refused(args.tx, args.rsyncdir)
     if bad_here:
-        return bad(bad_here)
+        raise UsageError(bad_here)
     result = sweep(
         seeds,
         raw,
