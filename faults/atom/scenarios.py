@@ -402,7 +402,8 @@ def _spill(run: AtomRun, disk_size_gib: float) -> None:
     a = run.server(
         "A",
         prefix_caching=False,
-        cpu_cache_gib=SPILL_CPU_GIB,
+        # A rank's chunk at TP N is 1/N of the bytes: the same count of chunks.
+        cpu_cache_gib=SPILL_CPU_GIB / run.tp_size,
         local_disk=True,
         disk_size_gib=disk_size_gib,
     )
