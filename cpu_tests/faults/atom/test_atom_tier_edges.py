@@ -106,6 +106,8 @@ def test_run_without_checkout_is_one_line_exit_2(monkeypatch, capsys):
         (["--scenario", "restart", "--property", "efficiency"], "restart is not judged by it"),
         (["--scenario", "two_images"], "does not run ATOM's multimodal merge"),
         (["--scenario", "two_images_hbm"], "does not run ATOM's multimodal merge"),
+        (["--atom-tp", "3"], "--atom-tp takes 1 or 2"),
+        (["--atom-tp", "two"], "--atom-tp takes 1 or 2"),
     ],
 )
 def test_run_refuses_what_the_tier_does_not_take(flags, words, tmp_path, capsys):
@@ -142,6 +144,20 @@ def test_list_shows_what_each_row_runs_against_atoms_defaults(capsys):
     assert "KV dtype fp8 (ATOM: bf16)" in runs["shared_tier_kv_dtype"].split("; B: ")[1]
     assert runs["hbm_pressure"] == "runs: A: HBM blocks 40"
     assert runs["concurrent_loads"].endswith("; 3 schedules a case")
+    assert runs["tp2_prefix_reuse"].startswith("runs: A: TP 2 (ATOM: 1), ")
+    assert "faults on TP rank 1 only" in runs["tp2_rank1_late_load"]
+    assert "TP" not in runs["prefix_reuse"]  # TP 1 is ATOM's default: not a difference
+
+
+def test_atom_tp_sets_every_server_a_story_leaves_unset():
+    from kvfault.faults.atom.scenarios import AtomRun
+
+    specs: list = []
+    host = type("Host", (), {"start": lambda self, spec: specs.append(spec)})()
+    run = AtomRun(host, 0, tp_size=2)  # type: ignore[arg-type]  # records specs only
+    run.server("A")
+    run.server("B", tp_size=1)  # a story's own TP size wins
+    assert [s.tp_size for s in specs] == [2, 1]
 
 
 def test_a_rows_servers_come_from_its_own_story():
