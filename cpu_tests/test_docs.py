@@ -1,11 +1,13 @@
 """The docs stand alone: every pointer into the design (``docs/design.md#anchor``) names a
-heading of docs/design.md, and nothing cites a design document the repository does not
-hold (issue 12, item 12)."""
+heading of docs/design.md, nothing cites a design document the repository does not hold
+(issue 12, item 12), and every link and anchor of the markdown pages resolves (issue 34)."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 DESIGN = ROOT / "docs" / "design.md"
@@ -25,6 +27,63 @@ def _slug(heading: str) -> str:
 
 def anchors() -> set[str]:
     return {_slug(m.group(1)) for m in re.finditer(r"^#+ (.+)$", DESIGN.read_text(), re.MULTILINE)}
+
+
+def headings(page: Path) -> set[str]:
+    """The anchors of ``page``'s headings, as GitHub makes them (a repeated heading's
+    gets ``-1``, ``-2``...); headings inside fenced blocks are not headings."""
+    text = re.sub(r"^(```+|~~~+).*?^\1\s*$", "", page.read_text(), flags=re.MULTILINE | re.DOTALL)
+    seen: dict[str, int] = {}
+    for m in re.finditer(r"^#+ (.+?)\s*$", text, re.MULTILINE):
+        slug = _slug(m.group(1))
+        seen[slug] = seen.get(slug, -1) + 1
+    return {f"{s}-{n}" if n else s for s, count in seen.items() for n in range(count + 1)}
+
+
+def dead_links(page: Path) -> list[str]:
+    """What in ``page`` points at a file or heading that is not there: markdown links
+    ``[text](path#anchor)`` (outside inline code) and the bare ``docs/x.md#anchor`` a
+    review prints in its finding column (read from the repository root)."""
+    text = page.read_text()
+    bad = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", re.sub(r"`[^`\n]*`", "", text)):
+        if re.match(r"[a-z]+:", target):  # https:, mailto:
+            continue
+        path, _, anchor = target.partition("#")
+        dest = (page.parent / path) if path else page
+        if not dest.exists():
+            bad.append(f"{target}: no such file")
+        elif anchor and dest.suffix == ".md" and anchor not in headings(dest):
+            bad.append(f"{target}: no such heading in {dest.name}")
+    for path, anchor in re.findall(r"(?<![\w/.])(docs/[\w/.-]+\.md)#([\w-]+)", text):
+        dest = ROOT / path
+        if not dest.exists() or anchor not in headings(dest):
+            bad.append(f"{path}#{anchor}: no such heading")
+    return bad
+
+
+PAGES = sorted((ROOT / "docs").rglob("*.md")) + [ROOT / "README.md"]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_link_and_anchor_resolves(page: Path) -> None:
+    assert dead_links(page) == []
+
+
+def test_the_link_check_sees_links_and_anchors(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text(
+        "# Top\n## Twice\n## Twice\n```\n# not a heading\n```\n"
+        "[a](#top) [b](#twice-1) [c](#not-a-heading) [d](other.md) [e](page.md#gone) "
+        "`[f](inline.md)` [g](https://example.com/x.md#y)\n"
+        "docs/reviewer.md#6-reviewing-a-pull-request-kvfault-review docs/reviewer.md#no-such\n"
+    )
+    assert dead_links(page) == [
+        "#not-a-heading: no such heading in page.md",
+        "other.md: no such file",
+        "page.md#gone: no such heading in page.md",
+        "docs/reviewer.md#no-such: no such heading",
+    ]
 
 
 def pointers(text: str) -> list[str]:

@@ -53,7 +53,9 @@ def _healthy_case(session: LMCacheSession, seed: int = 0) -> CaseResult:
 def _give_up_on_paused_then_kill(server: LMCacheServer, **tier_kw: object) -> None:
     """The fault: the server stops answering (SIGSTOP, as a box out of memory stalls
     it), a tier gives up on it, then the server dies (SIGKILL, as the OOM killer ends
-    it) while that tier's request is still queued in its closed client."""
+    it) while that tier's request is still queued in its closed client. ``pause``
+    returns once every server thread has stopped: before, a request sent at once could
+    still be answered and this raised nothing (test_pause.py)."""
     server.pause()
     with pytest.raises(LMCacheTierError, match="no answer to get_chunk_size|within"):
         LMCacheTier(server.url, GEOMETRY, connect_timeout_s=0.5, **tier_kw)
