@@ -62,8 +62,9 @@ def test_the_same_lost_reply_with_the_socket_left_alone_hits_again(runs):
 
 
 def test_a_lost_reply_to_a_hit_leaves_its_pin(runs):
-    """An unreviewed lead at ffdf3bb5d: the worker pinned what it found, the scheduler
-    was told 0 and never lists the request for an unpin."""
+    """A lead at ffdf3bb5d, shared with lmcache: the worker pinned what it found,
+    lmcache's synchronous client reports the timeout as 0, and the scheduler never
+    lists the request for an unpin."""
     res, fault = runs["lost_hit_reply"]
     assert fault.fired == 1
     lookups = _lookups(res)

@@ -399,9 +399,6 @@ ROWS: dict[str, AtomRow] = {
             "each later lookup waits its timeout, answers 0, and ATOM recomputes",
             FaultSpec(steal_lookup_socket=2, drop_lookup_reply=2),
         ),
-        # lmcache's save_unfull_chunk on (real deployments set it; ATOM's own saves
-        # stop at the chunk grid, dense/connector.py's build_connector_meta): lmcache
-        # then keys a partial last chunk in lookups and retrieves too.
         _fault(
             "lost_hit_reply",
             s.lookup_after_socket_loss,
@@ -410,6 +407,10 @@ ROWS: dict[str, AtomRow] = {
             "is lost: ATOM is told 0 and recomputes; the pin must still be released",
             FaultSpec(drop_hit_reply=1),
         ),
+        # lmcache's save_unfull_chunk on (lmcache's default is off and ATOM's recipes
+        # do not set it; a reused vLLM lmcache config might): ATOM's own saves stop at
+        # the chunk grid (dense/connector.py's build_connector_meta), so lmcache then
+        # only keys a partial last chunk in lookups and retrieves, which always miss it.
         _fault(
             "unfull_prefix_reuse",
             s.prefix_reuse,
