@@ -284,9 +284,9 @@ def main(argv: Sequence[str] | None = None, *, program: bool = False) -> int:
     (``kvfault.faults.streams``). ``program``: this is the process's own command (the console
     script, ``python -m kvfault.faults.cli``), which exits next: a stop signal that comes once
     the command has ended is ignored rather than the handlers put back."""
-    import signal
 
-    from kvfault.faults.processes import STOP_SIGNALS, Signals  # stdlib only: cheap
+    from kvfault.faults.processes import Signals  # stdlib only: cheap
+    from kvfault.reference.signals import unblock_stop_signals
 
     # The handlers go in first: a signal that lands during the imports below also ends
     # the command with its one line.
@@ -294,8 +294,7 @@ def main(argv: Sequence[str] | None = None, *, program: bool = False) -> int:
     signals.install()
     code, stopped, late = 2, False, None
     try:
-        if hasattr(signal, "pthread_sigmask"):  # held by kvfault's entry or a re-exec
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+        unblock_stop_signals()  # blocked by kvfault's entry or a re-exec
         code = _command_line(argv, signals)
     except KeyboardInterrupt as exc:
         code, stopped = _stopped(exc), True
@@ -389,17 +388,12 @@ def _run_under_known_hash_seed(args: argparse.Namespace) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     if os.name == "posix":
-        import signal
-
-        from kvfault.faults.processes import STOP_SIGNALS
+        from kvfault.reference.signals import stop_signals_blocked
 
         # Blocked across the exec (a mask survives it): the new interpreter's own start
         # cannot be cut, and its main() takes a pending stop once its handlers are in.
-        held = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-        try:
+        with stop_signals_blocked():  # the mask comes back only where the exec failed
             os.execve(sys.executable, argv, env)
-        finally:  # reached only where the exec failed
-            signal.pthread_sigmask(signal.SIG_SETMASK, held)
     import subprocess
 
     raise SystemExit(subprocess.call(argv, env=env))

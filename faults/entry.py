@@ -8,17 +8,14 @@ one line and 128 + signum, not a traceback from the middle of an import.
 
 from __future__ import annotations
 
-import signal
-
 # The stdlib and nothing else: importing the reference package's ``__init__`` imports
 # none of its modules.
-from kvfault.reference.signals import STOP_SIGNALS
+from kvfault.reference.signals import block_stop_signals
 
 
 def main() -> int:
     """Hold the stop signals, then run ``kvfault.faults.cli.main`` (which releases them)."""
-    if hasattr(signal, "pthread_sigmask"):
-        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    block_stop_signals()
     from kvfault.faults.cli import main as command_line
     from kvfault.faults.processes import adopt_orphans
 

@@ -1,5 +1,7 @@
-"""Holding the stop signals across a block that must not be cut: the one way kvfault
-does it (the lookup channel's private directories, every command's worktrees)."""
+"""The stop signals (SIGINT, SIGTERM, SIGHUP): holding them across a block that must not
+be cut, the one way kvfault does it (the lookup channel's private directories, every
+command's worktrees), and the signal mask, which only this module touches: blocked
+from ``kvfault``'s first line until its handlers are in, and across a fork or an exec."""
 
 from __future__ import annotations
 
@@ -46,3 +48,35 @@ def stop_signals_held() -> Iterator[None]:
             # To this thread, now (os.kill may reach another thread, and the handler
             # would run after the caller has moved on).
             signal.raise_signal(held[0])
+
+
+def block_stop_signals() -> None:
+    """Block the stop signals in this thread, until ``unblock_stop_signals``: a stop that
+    comes meanwhile waits, and is taken then by the handlers set in between (``kvfault``'s
+    first line, before its imports). Nothing where the platform has no signal mask."""
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+
+
+def unblock_stop_signals() -> None:
+    """Let the stop signals in again (one that waited is taken now): once this process's
+    handlers are in, after ``block_stop_signals`` or a parent's mask it inherited."""
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+
+
+@contextlib.contextmanager
+def stop_signals_blocked() -> Iterator[None]:
+    """Block the stop signals with the signal mask for the block, then set the mask back
+    (a stop that came meanwhile is taken then). For starting another process: a fork and
+    an exec keep the mask, so the new process takes a pending stop once its own handlers
+    are in, not in the middle of its start. Not for keeping a block of this process
+    whole (another thread may take a signal this one blocks): ``stop_signals_held``."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)

@@ -36,7 +36,8 @@ from kvfault.faults.campaign.runner import ERROR, CaseRunner
 from kvfault.faults.campaign.session import Session, guarded
 from kvfault.faults.campaign.targets import Case, Target
 from kvfault.faults.campaign.tiers import Opened
-from kvfault.faults.processes import STOP_SIGNALS, SwallowedStops
+from kvfault.faults.processes import SwallowedStops
+from kvfault.reference.signals import stop_signals_blocked, unblock_stop_signals
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
@@ -182,7 +183,7 @@ def _work(
     # The parent's SIGTERM (stop) unwinds the running case, so its finally blocks
     # remove what it made (a kvfault-rpc-* directory) before this process goes.
     stop_on_sigterm()
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # blocked by the parent's fork
+    unblock_stop_signals()  # blocked by the parent's fork
     for c in others:  # the parent's ends of the other workers' pipes
         c.close()
     try:
@@ -263,11 +264,8 @@ class ForkPool:
             # Blocked across the fork: a stop that comes before the worker has its own
             # handlers waits for them (this process's would raise into multiprocessing's
             # start-up, which prints a traceback); here, it lands right after.
-            held = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-            try:
+            with stop_signals_blocked():
                 proc.start()
-            finally:
-                signal.pthread_sigmask(signal.SIG_SETMASK, held)
             child_end.close()
             workers.append(_Worker(proc, parent_end))
 
