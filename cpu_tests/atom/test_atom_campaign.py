@@ -34,7 +34,8 @@ FINDINGS = {
 # cancel, and ATOM unpins only the hits it acts on (finding 1's root).
 LEADS = {"lost_hit_reply": "resources"}
 # row -> the property its FAIL names with lmcache 0.5.6: lmcache's own code (its local
-# disk reads a short file as a whole chunk), an unreviewed lead, not an ATOM finding.
+# disk backend never checks a read's length, so a file cut short behind its back loads as
+# a whole chunk): a reviewed lmcache hardening lead, not an ATOM finding.
 LMCACHE_LEADS = {"disk_truncated": "correctness"}
 BUNDLED_HEAD = "ffdf3bb5d"
 

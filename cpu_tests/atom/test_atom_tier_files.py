@@ -7,8 +7,8 @@ and every answer is right (``remote_tier_removed``, ``remote_tier_truncated``,
 
 ``disk_truncated`` FAILs with lmcache 0.5.6: its local disk reads a file cut to half
 as a whole chunk (``LocalDiskBackend.read_file`` keeps no count of what ``readinto``
-read), the retrieve returns every token and ATOM restores wrong pages. An lmcache lead,
-not an ATOM finding.
+read), the retrieve returns every token and ATOM restores wrong pages. An lmcache
+hardening lead (its own ``fs://`` connector checks the count), not an ATOM finding.
 
 The rows see ATOM's handling: an ATOM planted (in a scratch clone) to call every load
 done whatever lmcache returned FAILs the three passing fault rows on correctness."""

@@ -452,7 +452,7 @@ ROWS: dict[str, AtomRow] = {
                 s.shared_tier_reuse,
                 _MANY,
                 "each chunk file of the shared remote tier is cut to half its bytes right "
-                "before B's first retrieve (a torn write, a short read)",
+                "before B's first retrieve (a file shortened after it was written)",
                 FaultSpec(tier_files=("truncated", "retrieve", 1)),
             ),
             faulted=("B",),
@@ -470,7 +470,8 @@ ROWS: dict[str, AtomRow] = {
             s.disk_spill,
             _ONE,
             "each file of lmcache's local disk is cut to half its bytes right before the "
-            "retrieve of the prompt it holds (a short read)",
+            "retrieve of the prompt it holds (a file shortened after lmcache wrote and "
+            "indexed it)",
             FaultSpec(tier_files=("truncated", "retrieve", 1)),
         ),
         _rank_fault(

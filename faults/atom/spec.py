@@ -53,7 +53,8 @@ class FaultSpec:
       (``"store"`` or ``"retrieve"``) the directory of the server's lmcache files (its
       shared remote tier, else its local disk) is removed (``what`` ``"removed"``: a
       cleanup, an unmounted share) or each file in it is cut to half its bytes
-      (``"truncated"``: a torn write, a short read).
+      (``"truncated"``: a file shortened after lmcache wrote it, by another process or
+      the file system).
     - ``rank``: the one tensor-parallel rank whose worker carries the worker faults
       above (-1: every rank), so a fault can hit one shard of a TP server only.
     """

@@ -74,7 +74,8 @@ class WorkerFaults:
         self, engine: Any, worker: WorkerProcess, what: str, method: str, n: int
     ) -> None:
         # The tier's files change under lmcache, before its n-th call touches them:
-        # what a cleanup or a torn write leaves for the next read or write.
+        # what a cleanup, or another process or the file system changing a finished
+        # file, leaves for the next read or write.
         from kvfault.faults.atom.server_config import local_disk_dir, shared_tier_dir
 
         spec = worker.spec
