@@ -101,6 +101,23 @@ def test_the_wheel_holds_one_top_level_name_and_every_module():
         assert shipped == ours, name
 
 
+def test_a_wheel_built_from_the_sdist_holds_every_module_too(tmp_path):
+    """An sdist keeps no links (hatchling walks each real directory once): it leaves
+    kvfault/'s links out and keeps the folders, and the wheel maps the same folders."""
+    hatch = pytest.importorskip("hatchling.builders.sdist")
+    wheel = pytest.importorskip("hatchling.builders.wheel")
+    sdist = [f.relative_path for f in hatch.SdistBuilder(str(ROOT)).recurse_included_files()]
+    assert not [f for f in sdist if f.startswith(tuple(f"kvfault/{n}/" for n in OLD))]
+    for rel in sdist:  # the sdist's tree, unpacked
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_bytes((ROOT / rel).read_bytes())
+    built = {
+        f.distribution_path for f in wheel.WheelBuilder(str(tmp_path)).recurse_included_files()
+    }
+    here = {f.distribution_path for f in wheel.WheelBuilder(str(ROOT)).recurse_included_files()}
+    assert built == here
+
+
 def test_import_kvfault_imports_none_of_its_packages():
     out = subprocess.run(
         [sys.executable, "-c", "import sys, kvfault; print(sorted(m for m in sys.modules if 'kvfault' in m))"],
