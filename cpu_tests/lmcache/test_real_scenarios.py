@@ -23,6 +23,7 @@ from kvfault.faults.lmcache.session import (
     REFERENCE_LOOKUP_S,
     LMCacheSession,
     PumpedTier,
+    cpu_share,
     lmcache_context,
     paced_time_scale,
 )
@@ -140,6 +141,37 @@ def test_the_time_scale_follows_the_lookup_round_trip() -> None:
     assert paced_time_scale(10.0) == MAX_TIME_SCALE  # never slower than the story itself
 
 
+def test_the_time_scale_follows_the_cpu_share() -> None:
+    # Lookups at the reference pace while other work takes the cores: the run's own
+    # steps get a quarter of a core, so every bound is 4x longer.
+    quick = REFERENCE_LOOKUP_S / 4
+    assert paced_time_scale(quick, cpu_share=1.0) == DEFAULT_TIME_SCALE
+    assert paced_time_scale(quick, cpu_share=0.25) == pytest.approx(4 * DEFAULT_TIME_SCALE)
+    # The larger of the two slowdowns, never their product; still bounded above.
+    assert paced_time_scale(REFERENCE_LOOKUP_S * 3, cpu_share=0.5) == pytest.approx(
+        3 * DEFAULT_TIME_SCALE
+    )
+    assert paced_time_scale(REFERENCE_LOOKUP_S, cpu_share=0.25) == pytest.approx(
+        4 * DEFAULT_TIME_SCALE
+    )
+    assert paced_time_scale(quick, cpu_share=0.01) == MAX_TIME_SCALE
+    assert paced_time_scale(quick, cpu_share=0.0) == MAX_TIME_SCALE
+
+
+def test_cpu_share_is_cpu_time_over_wall_time() -> None:
+    now = [0.0]
+
+    def wall() -> float:
+        now[0] += 0.01
+        return now[0]
+
+    def quarter() -> float:  # the thread runs a quarter of the wall time passed
+        return now[0] / 4
+
+    assert cpu_share(0.5, wall=wall, cpu=quarter) == pytest.approx(0.25)
+    assert 0 < cpu_share(0.02) <= 1.0  # the real clocks: a share of one core
+
+
 def test_a_slower_server_gets_longer_bounds(session: LMCacheSession, monkeypatch) -> None:
     # Every lookup reply 15 ms late (4x the reference round trip): the measurement sees it.
     assert session.server is not None
@@ -155,6 +187,7 @@ def test_a_slower_server_gets_longer_bounds(session: LMCacheSession, monkeypatch
     def as_if_slower(url: str) -> float:
         measured(url)
         session.lookup_s = slower
+        session.cpu_share = 1.0  # the load of the box must not move this run's scale
         return slower
 
     monkeypatch.setattr(session, "measure_pace", as_if_slower)

@@ -29,11 +29,13 @@ class LMCacheExecutor(Executor):
 
     ``time_scale``: a number fixes every run's; ``None`` (the default) paces each run
     to the machine: the session's check before the run times lookups on the server,
-    and ``paced_time_scale`` makes every real-time bound of the run (the story's
-    durations, the tier's lookup and setup bounds) longer in proportion when they are
-    slower than when ``DEFAULT_TIME_SCALE`` was chosen.
+    and the share of a core a thread gets, and ``paced_time_scale`` makes every
+    real-time bound of the run (the story's durations, the tier's lookup and setup
+    bounds) longer in proportion when either is worse than when ``DEFAULT_TIME_SCALE``
+    was chosen.
 
-    Notes per run: the tier, the time scale, the lookup round trip measured before it,
+    Notes per run: the tier, the time scale, the lookup round trip and the core share
+    measured before it,
     lookups that timed out, what the check replaced, and for a stop the lmcache request
     the stopped load waited on (``stuck_stage``)."""
 
@@ -63,7 +65,7 @@ class LMCacheExecutor(Executor):
         session.check()  # before the run's clock starts: a replaced server takes seconds
         scale = self.time_scale
         if scale is None:
-            scale = paced_time_scale(session.lookup_s or 0.0)
+            scale = paced_time_scale(session.lookup_s or 0.0, session.cpu_share or 1.0)
         ctx = self.context(ctx, scale)
         factory = ctx.tier_factory
         assert isinstance(factory, RealTierFactory)
@@ -76,6 +78,7 @@ class LMCacheExecutor(Executor):
             "tier": "lmcache",
             "time_scale": scale,
             "lookup_s": session.lookup_s,
+            "cpu_share": session.cpu_share,
             "lookup_timeouts": sum(t.inner.lookup_timeouts for t in factory.tiers),
         }
         # What the health check before this run found and replaced (LMCacheSession.check).

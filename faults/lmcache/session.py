@@ -77,6 +77,13 @@ DEFAULT_TIME_SCALE = 0.2
 REFERENCE_LOOKUP_S = 0.0038
 MAX_TIME_SCALE = 1.0
 PACE_LOOKUPS = 16  # timed lookups per measurement (after 2 untimed)
+# Lookups stay fast on a box whose cores other work keeps busy (the server answers in
+# its share of a core), while the run's own Python steps wait for theirs: at load 15-18
+# on two cores real_restart_burst's load took 8.07 s against the 8 s bound with lookups
+# at the reference pace. So the pace also measures the share of a core a runnable
+# thread of the campaign gets (``cpu_share``: spin this long, CPU time over wall time)
+# and stretches by its inverse when that is the larger factor.
+CPU_SHARE_WINDOW_S = 0.1
 # Small but real: 4 layers x 2 KV heads x 8 head dim, bf16 = 64 KiB per 256-token
 # chunk, so a campaign's stores fit the pool and a block's byte-exact check is cheap.
 SCENARIO_LAYOUT = KVLayout(num_layers=4, num_heads=2, head_dim=8)
@@ -97,11 +104,29 @@ RPC_BOUND_S = 1.0
 RETRY_FACTOR = 2.0
 
 
-def paced_time_scale(lookup_s: float, base: float = DEFAULT_TIME_SCALE) -> float:
-    """The time scale for a run when one lookup round trip costs ``lookup_s`` now:
-    ``base`` while lookups are as fast as when it was chosen (``REFERENCE_LOOKUP_S``),
-    proportionally longer when they are slower, at most ``MAX_TIME_SCALE``."""
-    return min(MAX_TIME_SCALE, max(base, base * lookup_s / REFERENCE_LOOKUP_S))
+def paced_time_scale(
+    lookup_s: float, cpu_share: float = 1.0, base: float = DEFAULT_TIME_SCALE
+) -> float:
+    """The time scale for a run when one lookup round trip costs ``lookup_s`` now and a
+    runnable thread gets ``cpu_share`` of a core: ``base`` while lookups are as fast as
+    when it was chosen (``REFERENCE_LOOKUP_S``) on a whole core, proportionally longer
+    by the larger of the two slowdowns (lookups slower, or ``1 / cpu_share``), at most
+    ``MAX_TIME_SCALE``."""
+    slowdown = max(lookup_s / REFERENCE_LOOKUP_S, 1.0 / max(cpu_share, 1e-9))
+    return min(MAX_TIME_SCALE, max(base, base * slowdown))
+
+
+def cpu_share(
+    window_s: float = CPU_SHARE_WINDOW_S,
+    wall: Callable[[], float] = time.perf_counter,
+    cpu: Callable[[], float] = time.thread_time,
+) -> float:
+    """The share of one core the calling thread gets now, in (0, 1]: it spins until
+    ``window_s`` of ``wall`` time has passed and divides the ``cpu`` time it got by it."""
+    w0, c0 = wall(), cpu()
+    while (elapsed := wall() - w0) < window_s:
+        pass
+    return min(1.0, max(cpu() - c0, 1e-9) / elapsed)
 
 
 # -- the clock -----------------------------------------------------------------------
@@ -308,6 +333,7 @@ class LMCacheSession:
         self.start_seconds: list[float] = []
         self.retired: list[str] = []  # one line per server killed as wedged
         self.lookup_s: float | None = None  # one lookup round trip, at the last check
+        self.cpu_share: float | None = None  # a thread's share of a core, at the last check
         self.client_resets: list[str] = []  # one line per client context replaced
         self.client_context: ClientContext | None = None
         self._open: list[RealTierFactory] = []
@@ -400,7 +426,8 @@ class LMCacheSession:
         """Time ``PACE_LOOKUPS`` lookups of one chunk through a tier of this session's
         own (a scratch namespace) at ``url``: the mean round trip, kept in
         ``lookup_s``. About 20-100 ms on the 2-core box. A lookup that gets no
-        answer counts its whole timeout."""
+        answer counts its whole timeout. Then ``cpu_share`` (100 ms), kept in
+        ``cpu_share``."""
         from kvfault.reference.interfaces import LookupQuery
         from kvfault.reference.types import Geometry
 
@@ -423,6 +450,7 @@ class LMCacheSession:
             self.lookup_s = (time.perf_counter() - t0) / PACE_LOOKUPS
         finally:
             tier.close()
+        self.cpu_share = cpu_share()
         return self.lookup_s
 
     def retire(self, server: LMCacheServer) -> None:
