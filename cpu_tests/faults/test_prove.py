@@ -753,3 +753,69 @@ def test_side_worktrees_are_removed_however_the_block_ends(repo: Path, isolated:
         with side_worktrees(repo, [("old", broken), ("new", "0" * 40)], "kvfault-t-"):
             pytest.fail("the block runs only when every side is checked out")
     assert_clean(repo, isolated)
+
+
+# A side that is a process tree with things to clean up, as `kvfault run` is: a temp
+# directory of its own (removed by its SIGTERM/SIGINT handler, which takes a while, as
+# a campaign's stopping does) and a child of its own. It records its pid, its child's
+# pid and its directory, then waits.
+SLOW_SIDE = r"""
+import os, shutil, signal, subprocess, sys, tempfile, time
+scratch = tempfile.mkdtemp(prefix="kvfault-side-")
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+def stop(signum, _frame):
+    time.sleep(0.5)  # a campaign's stopping takes a while
+    child.terminate()
+    child.wait(timeout=30)
+    shutil.rmtree(scratch)
+    sys.exit(128 + signum)
+signal.signal(signal.SIGTERM, stop)
+signal.signal(signal.SIGINT, stop)
+with open(sys.argv[1], "a") as f:
+    f.write(f"{os.getpid()} {child.pid} {scratch}\n")
+time.sleep(120)
+"""
+
+
+def test_sigint_to_the_process_group_leaves_nothing(
+    repo: Path, tmp_path: Path, isolated: Path
+) -> None:
+    """Ctrl-C as a terminal sends it: SIGINT to prove's whole process group (prove in a
+    session of its own, as a shell's foreground job is) while a side runs. One line,
+    exit 130, and nothing left: no worktree, no temp directory (prove's or the side's),
+    no process."""
+    (tmp_path / "side.py").write_text(SLOW_SIDE)
+    pidfile = tmp_path / "side.pids"
+    proc = subprocess.Popen(
+        module_argv(repo, "--old", "broken", "--new", "fixed", "--",
+                    sys.executable, str(tmp_path / "side.py"), str(pidfile)),
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not (pidfile.exists() and pidfile.read_text().endswith("\n")):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the side never started"
+            time.sleep(0.02)
+        side_pid, child_pid, scratch = pidfile.read_text().split()
+        pids = [int(side_pid), int(child_pid)]
+        assert Path(scratch).is_dir()
+        assert len(worktrees(repo)) == 3  # main + old + new while the side runs
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+    assert proc.returncode == 130, err
+    # The progress line, then the one line.
+    said = ["kvfault prove: interrupted by SIGINT; worktrees removed"]
+    assert err.splitlines()[1:] == said, err
+    assert out == ""
+    assert_clean(repo, isolated)  # worktrees, prove's temp dir and the side's
+    assert not any(Path(w).exists() for w in worktrees(repo)[1:])
+    deadline = time.monotonic() + 10  # a kill lands asynchronously; bounded
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert [p for p in pids if _alive(p)] == [], "a side's process outlived the proof"
