@@ -47,8 +47,8 @@ class SwallowedStops:
     ignored in ..." and carries on, so the stop would be lost. While installed (as
     ``sys.unraisablehook``) this asks ``again(exc)`` for each swallowed exception; for
     a stop it re-arms its handler and returns the signal, which is then sent again to
-    the main thread a moment later (``REDELIVER_S``), once the callback has returned,
-    so the handler raises into ordinary code. Nothing is printed for it. Every other
+    the main thread ``REDELIVER_S`` after this hook has returned (however long that
+    takes), so the handler raises into ordinary code. Nothing is printed for it. Every other
     exception goes to the hook that was installed before."""
 
     REDELIVER_S = 0.01
@@ -75,13 +75,21 @@ class SwallowedStops:
             return
         main = threading.main_thread().ident
         assert main is not None
-        # Not from here: the handler would run inside this hook, and be swallowed again.
+        # Not from here: the handler would run inside this hook, and be swallowed again
+        # (a raise out of an unraisablehook is only printed). Nor on a timer alone: a
+        # main thread held up in here longer than REDELIVER_S (a loaded machine) got
+        # it here all the same. The sender waits for the gate, opened as this hook's
+        # last call; what follows it checks for no signal until ordinary code runs.
+        gate = threading.Lock()
+        gate.acquire()
         threading.Thread(
-            target=_signal_soon, args=(main, signum, self.REDELIVER_S), daemon=True
+            target=_signal_soon, args=(main, signum, self.REDELIVER_S, gate), daemon=True
         ).start()
+        gate.release()
 
 
-def _signal_soon(thread_id: int, signum: int, after_s: float) -> None:
+def _signal_soon(thread_id: int, signum: int, after_s: float, gate: threading.Lock) -> None:
+    gate.acquire()  # the hook has returned (or is returning) by then
     time.sleep(after_s)
     with contextlib.suppress(OSError, ValueError):  # the process is on its way out
         signal.pthread_kill(thread_id, signum)

@@ -146,6 +146,21 @@ def test_a_workers_sigterm_swallowed_in_a_weakref_callback_still_unwinds_it():
     assert done.returncode == 128 + signal.SIGTERM and done.stderr == ""
 
 
+def test_a_workers_sigterm_redelivered_while_the_hook_is_held_up_still_unwinds_it():
+    """A loaded machine holding the main thread inside the hook past ``REDELIVER_S``
+    (here: a sleep after its thread starts) once got the redelivered SIGTERM in the
+    hook, where it was lost ("never stopped"); it is sent only once the hook returns."""
+    held_up = (
+        "import threading\n"
+        "_start = threading.Thread.start\n"
+        "threading.Thread.start = lambda self: (_start(self), time.sleep(0.2))\n"
+        "from kvfault.faults.campaign.pool import stop_on_sigterm\nstop_on_sigterm()"
+    )
+    done = _swallowed(held_up, "SIGTERM")
+    assert done.stdout == "callback done\nunwound\n", done.stdout + done.stderr
+    assert done.returncode == 128 + signal.SIGTERM and done.stderr == ""
+
+
 def test_a_commands_signal_swallowed_in_a_weakref_callback_still_interrupts_it():
     install = (
         "from kvfault.faults.processes import Interrupted, Signals\n"
