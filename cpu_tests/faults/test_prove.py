@@ -757,14 +757,19 @@ def test_side_worktrees_are_removed_however_the_block_ends(repo: Path, isolated:
 
 # A side that is a process tree with things to clean up, as `kvfault run` is: a temp
 # directory of its own (removed by its SIGTERM/SIGINT handler, which takes a while, as
-# a campaign's stopping does) and a child of its own. It records its pid, its child's
-# pid and its directory, then waits.
+# a campaign's stopping does), a child it stops and one that ignores stop signals. It
+# records its pid, its children's and its directory, then waits.
 SLOW_SIDE = r"""
 import os, shutil, signal, subprocess, sys, tempfile, time
 scratch = tempfile.mkdtemp(prefix="kvfault-side-")
 child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+# A server that ignores the stop signals and is left to whoever stops the group.
+stubborn = subprocess.Popen([sys.executable, "-c", "import signal, sys, time; "
+    "[signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)]; "
+    "print(flush=True); time.sleep(120)"], stdout=subprocess.PIPE)
+stubborn.stdout.readline()  # its handlers are set
 def stop(signum, _frame):
-    time.sleep(0.5)  # a campaign's stopping takes a while
+    time.sleep(2.5)  # a campaign's stopping takes a while (more than 2 s under load)
     child.terminate()
     child.wait(timeout=30)
     shutil.rmtree(scratch)
@@ -772,7 +777,7 @@ def stop(signum, _frame):
 signal.signal(signal.SIGTERM, stop)
 signal.signal(signal.SIGINT, stop)
 with open(sys.argv[1], "a") as f:
-    f.write(f"{os.getpid()} {child.pid} {scratch}\n")
+    f.write(f"{os.getpid()} {child.pid} {stubborn.pid} {scratch}\n")
 time.sleep(120)
 """
 
@@ -798,8 +803,8 @@ def test_sigint_to_the_process_group_leaves_nothing(
             assert proc.poll() is None, proc.communicate()
             assert time.monotonic() < deadline, "the side never started"
             time.sleep(0.02)
-        side_pid, child_pid, scratch = pidfile.read_text().split()
-        pids = [int(side_pid), int(child_pid)]
+        *words, scratch = pidfile.read_text().split()
+        pids = [int(w) for w in words]  # the side, its child, its stubborn server
         assert Path(scratch).is_dir()
         assert len(worktrees(repo)) == 3  # main + old + new while the side runs
         os.killpg(proc.pid, signal.SIGINT)
@@ -818,4 +823,7 @@ def test_sigint_to_the_process_group_leaves_nothing(
     deadline = time.monotonic() + 10  # a kill lands asynchronously; bounded
     while any(_alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert [p for p in pids if _alive(p)] == [], "a side's process outlived the proof"
+    left = [p for p in pids if _alive(p)]
+    for p in left:  # not to outlive the test either
+        os.kill(p, signal.SIGKILL)
+    assert left == [], "a side's process outlived the proof"

@@ -311,3 +311,68 @@ def test_a_report_place_that_cannot_be_written_is_one_line_before_anything_runs(
     got = review(kv_repo, "fixed", "docs", "--report", str(tmp_path / "file"))
     assert got.returncode == 2 and got.stderr.strip().endswith("is a file, not a directory")
     assert "the campaign" not in got.stderr
+
+
+def test_sigint_to_the_process_group_while_a_side_runs_leaves_nothing(kv_repo, tmp_path):
+    """Ctrl-C as a terminal sends it: SIGINT to review's whole process group (review in a
+    session of its own) while a side's campaign (a `kvfault run` process) runs. Exit
+    130, one line, and no worktree, temporary directory or process left."""
+    import signal
+    import time
+
+    from kvfault.faults.processes import descendants
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    argv = [sys.executable, "-m", "kvfault.faults.cli", "review", "-C", str(kv_repo), "fixed", "broken",
+            "--seeds", "1", "--fault", "slow_forward", "--scenario", "loaded_restart_burst"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp)}
+    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+
+    def campaigns() -> list[int]:
+        out = []
+        for pid in descendants(proc.pid):
+            try:
+                words = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"kvfault.faults.cli" in words and b"run" in words:
+                out.append(pid)
+        return out
+
+    try:
+        deadline = time.monotonic() + 120
+        while not campaigns():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "no side's campaign started"
+            time.sleep(0.02)
+        time.sleep(0.5)  # into the campaign, past its start
+        below = descendants(proc.pid)
+        assert below and git(kv_repo, "worktree", "list").count("\n") == 3
+        dirs = [w.split()[0] for w in git(kv_repo, "worktree", "list").splitlines()[1:]]
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+    assert proc.returncode == 130, err
+    lines = err.strip().splitlines()
+    assert lines[-1] == "kvfault review: interrupted by SIGINT; worktrees removed", err
+    assert not any("interrupted" in ln or "Traceback" in ln for ln in lines[:-1]), err
+    assert git(kv_repo, "worktree", "list").count("\n") == 1
+    assert not any(Path(d).exists() for d in dirs)
+    assert list(tmp.iterdir()) == []
+
+    def alive(pid: int) -> bool:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return False
+        return state != "Z"
+
+    deadline = time.monotonic() + 10  # a kill lands asynchronously; bounded
+    while any(alive(p) for p in below) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert [p for p in below if alive(p)] == [], "a side's process outlived the review"
