@@ -401,7 +401,9 @@ def _run_under_known_hash_seed(args: argparse.Namespace) -> None:
 
 def _say(line: str) -> None:
     """One line on stderr, if stderr can take it (it may be closed or full)."""
-    with contextlib.suppress(OSError, ValueError, AttributeError):
+    from kvfault.faults.errors import unwritable_dropped
+
+    with unwritable_dropped(sys.stderr):
         print(line, file=sys.stderr, flush=True)
 
 

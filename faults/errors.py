@@ -16,7 +16,9 @@ its exit code is 128 plus the signal's number).
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
+from collections.abc import Iterator
 from typing import ClassVar, TextIO
 
 # Bad arguments, a setup that failed, a run that proved nothing: the exit code the
@@ -55,6 +57,25 @@ def report(error: KvfaultError, stream: TextIO | None = None) -> int:
     it themselves: the hang guard's thread, which ends the process, and the reports
     written while a stop signal or a hang ends the run."""
     out = sys.stderr if stream is None else stream
-    with contextlib.suppress(OSError, ValueError, AttributeError):
+    with unwritable_dropped(out):
         print(f"kvfault: error: {error.line()}", file=out, flush=True)
     return error.exit_code
+
+
+@contextlib.contextmanager
+def unwritable_dropped(stream: TextIO) -> Iterator[None]:
+    """For a block that writes to ``stream``: when the stream cannot take it (closed,
+    or full: ``2>/dev/full``), the error is swallowed, what the stream's buffer still
+    holds is dropped and its descriptor pointed at ``/dev/null``. A buffered stderr's
+    held bytes would otherwise fail the interpreter's last flush too, and the exit code
+    would become 120."""
+    try:
+        yield
+    except (OSError, ValueError, AttributeError):
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            null = os.open(os.devnull, os.O_WRONLY)
+            try:
+                os.dup2(null, stream.fileno())
+            finally:
+                os.close(null)
+            stream.flush()  # the held bytes go to /dev/null

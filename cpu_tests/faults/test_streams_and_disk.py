@@ -25,6 +25,9 @@ def _run(script: str, cwd: Path) -> tuple[int, str, str]:
     rc_file = cwd / ".rc"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("PYTHONHASHSEED", None)
+    # A user's shell buffers stderr (a line at a time): PYTHONUNBUFFERED would hide what
+    # a full stderr's buffer does at the interpreter's last flush (exit 120).
+    env.pop("PYTHONUNBUFFERED", None)
     kv = f"{sys.executable} -m kvfault.faults.cli"
     out = subprocess.run(
         ["sh", "-c", f"{re.sub(r'^kvfault ', kv + ' ', script)}; echo $? > {rc_file}"],
