@@ -7,7 +7,8 @@ checkout as it is.
   by ``load_failures``) shows it.
 - ATOM keying every KV cache dtype's data as bf16 (neither its page namespace nor
   lmcache's key tells bf16 from fp8): ``shared_tier_kv_dtype``'s fp8 server loads the
-  bf16 server's bytes (``correctness``).
+  bf16 server's bytes (``correctness``), also when lmcache's write into the shared
+  tier lands late (the story waits for it before the fp8 server's request).
 - A load reported done that wrote nothing: without poisoned blocks a resent prompt
   gets back blocks still holding its own pages, and the row passed; with them the
   restored pages and the answers are wrong (``correctness``)."""
@@ -15,12 +16,14 @@ checkout as it is.
 from __future__ import annotations
 
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from kvfault.faults.atom import catalog
 from kvfault.faults.atom.executor import atom_executor
+from kvfault.faults.atom.spec import FaultSpec
 from kvfault.faults.campaign.execute import run_case
 
 CONNECTOR = "atom/kv_transfer/offload/dense/connector.py"
@@ -43,14 +46,28 @@ def _planted(atom_src: str, dest: Path, *edits: tuple[str, str], file: str = CON
     return str(dest)
 
 
-def _violations(src: str, rows: list[str]) -> dict[str, list[str]]:
+# shared_tier_kv_dtype with A's writes into the shared tier landing 0.5 s after its
+# store returned: without the story's wait, B's request came first and missed.
+SLOW_SHARE = replace(
+    catalog.ROWS["shared_tier_kv_dtype"],
+    kind="fault",
+    name="shared_tier_kv_dtype_slow_share",
+    faults=FaultSpec(slow_remote_write_s=0.5),
+    fires=("slow_remote_write",),
+    faulted=("A",),
+)
+
+
+def _violations(src: str, rows: list[str | catalog.AtomRow]) -> dict[str, list[str]]:
     out = {}
     with atom_executor(src) as executor:
-        for name in rows:
-            row = catalog.ROWS[name]
+        for named in rows:
+            row = catalog.ROWS[named] if isinstance(named, str) else named
             faults = [row.factory(0)] if row.kind == "fault" else []
             res = run_case(row.scenario, 0, injectors=lambda f=faults: f, executor=executor)
-            out[name] = [f"{v.prop}: {v.message}" for v in res.violations]
+            out[row.name] = [f"{v.prop}: {v.message}" for v in res.violations]
+            if row.kind == "fault":
+                assert any(res.fired.get(n) for n in row.fires), res.fired  # it ran
     return out
 
 
@@ -69,8 +86,11 @@ def test_a_load_that_wrote_nothing_fails_correctness(atom_src, tmp_path):
 
 
 def test_the_checkout_as_it_is_passes_those_rows(atom_src):
-    rows = ["prefix_reuse", "duplicate_completion", "shared_tier_kv_dtype"]
-    assert _violations(atom_src, rows) == {r: [] for r in rows}
+    rows: list[str | catalog.AtomRow] = [
+        "prefix_reuse", "duplicate_completion", "shared_tier_kv_dtype", SLOW_SHARE,
+    ]  # fmt: skip
+    names = ["prefix_reuse", "duplicate_completion", "shared_tier_kv_dtype", SLOW_SHARE.name]
+    assert _violations(atom_src, rows) == {r: [] for r in names}
 
 
 def test_one_namespace_for_two_kv_dtypes_fails_shared_tier_kv_dtype(atom_src, tmp_path):
@@ -83,5 +103,6 @@ def test_one_namespace_for_two_kv_dtypes_fails_shared_tier_kv_dtype(atom_src, tm
          'kv_dtype = dtypes.d_dtypes["bf16"]'),
         file="atom/kv_transfer/offload/config.py",
     )  # fmt: skip
-    found = _violations(src, ["shared_tier_kv_dtype"])
-    assert any(v.startswith("correctness:") for v in found["shared_tier_kv_dtype"]), found
+    found = _violations(src, ["shared_tier_kv_dtype", SLOW_SHARE])
+    for name in ("shared_tier_kv_dtype", SLOW_SHARE.name):
+        assert any(v.startswith("correctness:") for v in found[name]), found

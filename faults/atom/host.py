@@ -91,10 +91,14 @@ class Server:
     def quiescent(self) -> None:
         self._call("quiescent")
 
-    def wait_stored(self, tokens: list[int], want: int, limit_s: float) -> bool:
+    def wait_stored(
+        self, tokens: list[int], want: int, limit_s: float, backend: str | None = None
+    ) -> bool:
         """Wait (at most ``limit_s``) until the tier holds ``want`` tokens of ``tokens``
-        from the start; whether it did."""
-        return bool(self._call("wait_stored", tokens, want, limit_s, timeout_s=limit_s + 60.0))
+        from the start (with ``backend``: that lmcache storage backend does); whether
+        it did."""
+        args = (tokens, want, limit_s, backend)
+        return bool(self._call("wait_stored", *args, timeout_s=limit_s + 60.0))
 
     def shut_down(self) -> None:
         """ATOM's engine shutdown (its loop's exit path), then the quiescent record."""

@@ -92,7 +92,9 @@ class _DryServer:
     def quiescent(self) -> None:
         pass
 
-    def wait_stored(self, tokens: list[int], want: int, limit_s: float) -> bool:
+    def wait_stored(
+        self, tokens: list[int], want: int, limit_s: float, backend: str | None = None
+    ) -> bool:
         return True
 
     def shut_down(self) -> None:

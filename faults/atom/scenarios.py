@@ -73,14 +73,22 @@ class AtomRun:
         meanwhile lands in it; an ATOM that stops polling when idle reports none of it)."""
         time.sleep(seconds)
 
-    def stored(self, server: Server, prompt: Sequence[int]) -> None:
+    def stored(self, server: Server, prompt: Sequence[int], shared_tier: bool = False) -> None:
         """Wait, at most ``SAVE_SETTLE_S``, until the tier holds ``prompt``'s whole
         chunks: ATOM's worker saves on its own thread, so a request answered is not yet
         a prompt stored, and an ATOM that stops stepping when idle does not wait for it.
-        A save that never lands (a fault) ends the wait at the bound."""
+        A save that never lands (a fault) ends the wait at the bound.
+
+        With ``shared_tier``, until ``server``'s shared remote tier holds them: lmcache
+        writes its remote tier on a thread of its own after the store has returned (and
+        ATOM has called the save done), so another server's lookup made at once may
+        find nothing there whatever the keys."""
+        if shared_tier and not server.spec.shared_tier:
+            raise ValueError(f"{server.spec.name} has no shared tier to wait for")
         chunk = server.spec.chunk_size
         want = len(prompt) // chunk * chunk
-        server.wait_stored(list(prompt), want, SAVE_SETTLE_S)
+        backend = "RemoteBackend" if shared_tier else None  # lmcache's name for it
+        server.wait_stored(list(prompt), want, SAVE_SETTLE_S, backend)
 
     def end(self, *servers: Server) -> None:
         for s in servers:
@@ -438,13 +446,16 @@ LAYOUT_B = 0x1A7B
 def shared_tier_two_layouts(run: AtomRun) -> None:
     """Two servers of one model on two machines sharing one lmcache remote tier (a
     directory both workers' lmcache engines use), A with KV heads of 8 and B of 16: A
-    stores a 200-token prompt, then B gets the same prompt. B's KV for it is not A's
-    (other bytes), so B must not find A's chunks (ATOM's #1880, 5d771f7, put the KV
-    layout into the lmcache namespace)."""
+    stores a 200-token prompt, and once the remote tier holds it B gets the same
+    prompt. B's KV for it is not A's (other bytes), so B must not find A's chunks
+    (ATOM's #1880, 5d771f7, put the KV layout into the lmcache namespace)."""
     a = run.server("A", prefix_caching=False, shared_tier=True)
     b = run.server("B", prefix_caching=False, shared_tier=True, head_dim=16, machine="m2")
     p = run.prompt(200)
     run.serve(a, AtomRequest("A-first", p))
+    # B's lookup is to meet A's chunks in the remote tier, however fast it comes: one
+    # that comes before lmcache's background write misses whatever the namespace.
+    run.stored(a, p, shared_tier=True)
     run.serve(b, AtomRequest("B-same", p, cache_seed=LAYOUT_B))
     run.end(a, b)
 
@@ -458,6 +469,7 @@ def shared_tier_kv_dtype(run: AtomRun) -> None:
     b = run.server("B", prefix_caching=False, shared_tier=True, kv_cache_dtype="fp8", machine="m2")
     p = run.prompt(200)
     run.serve(a, AtomRequest("A-first", p))
+    run.stored(a, p, shared_tier=True)  # as in shared_tier_two_layouts
     run.serve(b, AtomRequest("B-same", p, cache_seed=LAYOUT_B))
     run.end(a, b)
 

@@ -561,14 +561,17 @@ class SchedulerProcess:
             self._collect_outputs()
         return False
 
-    def wait_stored(self, tokens: list[int], want: int, limit_s: float) -> bool:
+    def wait_stored(
+        self, tokens: list[int], want: int, limit_s: float, backend: str | None = None
+    ) -> bool:
         """Wait until the tier holds ``want`` tokens of ``tokens`` from the start (a save
         that ATOM's worker runs on its own thread has landed), at most ``limit_s``;
-        whether it did. Steps nothing: what ATOM reports meanwhile is unchanged."""
+        whether it did. With ``backend``, until that lmcache storage backend of the
+        worker's holds them. Steps nothing: what ATOM reports meanwhile is unchanged."""
         deadline = time.monotonic() + limit_s
         while True:
             # Every rank's engine holds its shard: the prompt is stored when all do.
-            haves = self.link.each("stored_tokens", tokens)
+            haves = self.link.each("stored_tokens", tokens, backend)
             have = None if None in haves else min(haves)
             if have is None or have >= want:
                 return have is not None

@@ -55,6 +55,9 @@ class FaultSpec:
       cleanup, an unmounted share) or each file in it is cut to half its bytes
       (``"truncated"``: a file shortened after lmcache wrote it, by another process or
       the file system).
+    - ``slow_remote_write_s``: lmcache's remote tier writes each chunk this long
+      after a store handed it over (a slow shared file system): the store has
+      returned and ATOM has called the save done while the chunk is not there yet.
     - ``rank``: the one tensor-parallel rank whose worker carries the worker faults
       above (-1: every rank), so a fault can hit one shard of a TP server only.
     """
@@ -76,6 +79,7 @@ class FaultSpec:
     steal_lookup_socket: int = 0
     tier_files: tuple[str, str, int] | None = None
     drop_hit_reply: int = 0
+    slow_remote_write_s: float = 0.0
     rank: int = -1
 
 

@@ -286,12 +286,15 @@ class WorkerProcess:
         """``WorkerFaults.below_zero_pins`` (None: no pin timeout injected)."""
         return self.faults.below_zero_pins()
 
-    def stored_tokens(self, tokens: list[int]) -> int | None:
+    def stored_tokens(self, tokens: list[int], backend: str | None = None) -> int | None:
         """How many of ``tokens``, from the start, the lmcache engine holds (a lookup
-        that pins nothing), or None when this engine cannot say."""
+        that pins nothing), or None when this engine cannot say. With ``backend`` (a
+        name of lmcache's storage backends: ``RemoteBackend``), only what that backend
+        holds."""
         if self._peek is None:
             return None
-        return int(self._peek(tokens=list(tokens), pin=False))
+        where = [backend] if backend else None
+        return int(self._peek(tokens=list(tokens), search_range=where, pin=False))
 
     def resident_prefix(self, req: Any, blocks: list[int]) -> int:
         """Tokens of ``req``'s prompt, in whole blocks from its start, whose pages (as a

@@ -46,6 +46,8 @@ class WorkerFaults:
             self._fail_files(engine, worker, *spec.tier_files)
         if engine is not None and spec.hang_retrieve:
             self._hang_nth(engine, "retrieve", spec.hang_retrieve)
+        if engine is not None and spec.slow_remote_write_s > 0:
+            self._slow_remote_write(engine, spec.slow_remote_write_s)
         if spec.pin_timeout_s:
             self._observe_force_unpin()
         # Chunks lmcache allocated, by id, until its allocator frees them; held weakly so
@@ -244,6 +246,26 @@ class WorkerFaults:
             return inner(*args, **kwargs)
 
         setattr(engine, method, wrapped)
+
+    def _slow_remote_write(self, engine: Any, delay_s: float) -> None:
+        # lmcache's remote backend writes each chunk on its own event loop after the
+        # store returned (RemoteBackend.submit_put_task); the wait delays that write
+        # only, as a slow share does, not the store ATOM waits for.
+        backend = engine.storage_manager.storage_backends.get("RemoteBackend")
+        connection = getattr(backend, "connection", None)
+        if connection is None:
+            raise ValueError("slow_remote_write_s needs a server with a shared tier")
+        inner = connection.put
+        log = self.log
+
+        async def put(key: Any, memory_obj: Any) -> Any:
+            import asyncio
+
+            log.record("fault", injector="slow_remote_write", delay=delay_s)
+            await asyncio.sleep(delay_s)
+            return await inner(key, memory_obj)
+
+        connection.put = put
 
     def _corrupt_nth(self, engine: Any, worker: WorkerProcess, n: int) -> None:
         # After the n-th retrieve, the first block it wrote holds other bytes: what a
