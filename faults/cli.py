@@ -120,10 +120,6 @@ def tier_name(text: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from kvfault.faults.tiers.tier import (
-        DEFAULT_TIER,  # here, not at import: main's handlers go in first
-    )
-
     parser = _Parser(
         prog="kvfault",
         description="Fault-injection tests for KV-cache offload in LLM inference engines: "
@@ -185,7 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     run.late_options = add_tier_options  # each registered tier's own options
     run.add_argument("--tier", type=tier_name, default=None, metavar="TIER",
-                     help=f"the tier to run on: a registered tier (default {DEFAULT_TIER}); "
+                     help="the tier to run on: a registered tier (default %(default)s); "
                           "`kvfault list --tiers` names each and what it needs")  # fmt: skip
 
     lst = sub.add_parser("list", help="list scenarios, properties, faults and regressions")

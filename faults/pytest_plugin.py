@@ -435,8 +435,7 @@ def _kvfault_line(call: _Call, regression: str | None) -> str:
     none = "no kvfault command runs {}; the pytest line above reruns it"
     plan = call.plan
     from kvfault.faults.argtypes import MAX_SEED
-    from kvfault.faults.scenarios import SCENARIOS
-    from kvfault.faults.tiers import DEFAULT_TIER
+    from kvfault.faults.tiers import Tiers
 
     if call.own_rules:
         return none.format("the test's own rules")
@@ -444,7 +443,8 @@ def _kvfault_line(call: _Call, regression: str | None) -> str:
         return none.format("the test's own choice of properties")
     if not 0 <= call.seed <= MAX_SEED:
         return none.format(f"seed {call.seed}")
-    if DEFAULT_TIER not in SCENARIOS[call.scenario].tiers:  # a real tier's scenario
+    in_process = {r.name for r in Tiers.installed().default.rows("scenario")}
+    if call.scenario not in in_process:  # another tier's scenario
         return none.format(f"{call.scenario} in this process")
     if call.own_plan and plan.faults:
         return none.format("the test's own plan")

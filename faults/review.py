@@ -514,10 +514,10 @@ def run(args: argparse.Namespace) -> int:
     """Run the review ARGS describe; print the markdown summary; return the exit code
     (FIXED 0, REGRESSED 1, COULD NOT JUDGE 2, UNCHANGED 3; bad arguments: one line, 2)."""
     from kvfault.faults.processes import Interrupted
-    from kvfault.faults.tiers import DEFAULT_TIER, TierError, Tiers
+    from kvfault.faults.tiers import TierError, Tiers, default_tier
 
     try:
-        tier = args.tier or DEFAULT_TIER
+        tier = args.tier or default_tier()
         try:
             on = Tiers.installed()[tier]
         except TierError as exc:

@@ -21,7 +21,7 @@ from kvfault.faults.errors import KvfaultError
 from kvfault.faults.injectors.plans import FaultPlan
 from kvfault.faults.provenance import Code, of_target
 from kvfault.faults.safe_io import NotARegularFile, locked_dir, read_bounded, write_atomic
-from kvfault.faults.tiers import DEFAULT_TIER, Tiers
+from kvfault.faults.tiers import Tiers, default_tier
 
 T = TypeVar("T")
 
@@ -126,7 +126,7 @@ def artifact_path(case: Case, directory: Path) -> Path:
     t = case.target
     at = f"-x{t.scale}" if t.scale != 1 else ""
     at += f"-legacy-{t.stack}" if t.stack else ""  # not the fixed stack's case
-    tier = f"{t.tier}-" if t.tier != DEFAULT_TIER else ""
+    tier = f"{t.tier}-" if t.tier != default_tier() else ""
     stem = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{tier}{t.kind.name}-{t.name}{at}-seed{case.seed}")
     return directory / f"{stem}.json"
 

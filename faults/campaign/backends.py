@@ -30,7 +30,7 @@ def open_backend(
 ) -> Iterator[Backend]:
     """The backend ``kvfault run`` asks for: pytest-xdist with ``workers`` (``-n``,
     not 0) or ``tx``; a forked pool when ``jobs`` (``-j``, default ``auto``) gives the
-    in-process tier more than one process (``jobs_here``); else this process, on
+    tier (one that declares ``parallel``) more than one process (``jobs_here``); else this process, on
     ``tier``'s executor, opened here with ``options`` (the tier's own, as its
     ``TierOption``s name them) and closed on exit (``open_executor``)."""
     if tx or workers not in (None, "0"):

@@ -1,10 +1,9 @@
 """Run one case (a scenario, a seed, a rule set, injectors) on a tier and judge it.
 
 The tier is a parameter: an ``Executor`` builds a run's context and runs the scenario
-on its tier. ``kvfault.faults.memory.executor.MemoryExecutor`` is the in-process tier in
-virtual time (the default tier's, ``default_executor``);
-``kvfault.faults.lmcache.executor.LMCacheExecutor`` is a real lmcache server in real time.
-Everything else -- the property list, the checks, the fired count -- is the same.
+on its tier (in this process in virtual time, or on a real system in real time; given
+none, a run gets the default tier's, ``default_executor``). Everything else -- the
+property list, the checks, the fired count -- is the same.
 
 The determinism property needs two runs: on a deterministic executor the case runs
 its scenario twice with fresh injectors and compares trace digests.
@@ -116,7 +115,7 @@ def run_scenario(
     scale: int = 1,
 ) -> RunResult:
     """One run of scenario ``name`` with ``seed`` at ``scale`` (``RunContext.scale``) on
-    ``executor``'s tier (default: the in-process tier)."""
+    ``executor``'s tier (default: the default tier's, ``default_executor``)."""
     executor = executor or default_executor()
     _known(name, executor)
     ctx = RunContext(seed=seed, rules=rules or Rules(), injectors=list(injectors()), scale=scale)
@@ -129,10 +128,12 @@ def properties_of(name: str, executor: Executor | None = None) -> list[str]:
     """The properties a run of ``name`` is judged by on ``executor``'s tier: all of the
     scenario's (in its tier's catalog; for a shared scenario, with the ``Property``
     classes that name it), less ``determinism`` where the tier is not deterministic,
-    and only those the executor's ``judged_by`` names, if it does."""
-    deterministic = executor is None or executor.deterministic
-    known = scenarios_on(executor.tier) if executor is not None else SCENARIOS
-    judged = executor.judged_by if executor is not None else None
+    and only those the executor's ``judged_by`` names, if it does (default: the
+    default tier's executor, ``default_executor``)."""
+    executor = executor or default_executor()
+    deterministic = executor.deterministic
+    known = scenarios_on(executor.tier)
+    judged = executor.judged_by
     own = list(known[name].properties)
     added = PROPERTIES.added_to(name) if known is SCENARIOS else []
     return [
@@ -170,7 +171,8 @@ def run_case(
     executor: Executor | None = None,
     scale: int = 1,
 ) -> CaseResult:
-    """Run and judge one case at ``scale`` on ``executor``'s tier (default: in-process).
+    """Run and judge one case at ``scale`` on ``executor``'s tier (default: the default
+    tier's, ``default_executor``).
     ``replay_map`` (default: ``request_map``) is used for the determinism re-run, so a
     hash-order shuffle can compare two salts."""
     executor = executor or default_executor()

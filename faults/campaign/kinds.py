@@ -43,7 +43,7 @@ from kvfault.faults.injectors.catalog import INJECTORS
 from kvfault.faults.injectors.plans import FaultPlan, fired_report
 from kvfault.faults.injectors.plans import swarm_plan as draw_swarm
 from kvfault.faults.regressions.legacy import REGRESSIONS
-from kvfault.faults.tiers import DEFAULT_TIER, Executor, Tiers
+from kvfault.faults.tiers import Executor, Tiers, default_tier
 from kvfault.faults.verdicts import Verdict, worst
 
 if TYPE_CHECKING:
@@ -215,7 +215,7 @@ class Regression(TargetKind):
         return Target(self, name, _resolve(self, name, tier), regression=name, tier=tier)
 
     def command(self, target: Target, seed: int) -> str:
-        if target.tier == DEFAULT_TIER and target.scale == 1:
+        if target.tier == default_tier() and target.scale == 1:
             return f"kvfault repro {target.name} --seed {seed}"
         return super().command(target, seed)
 
@@ -417,25 +417,29 @@ def kind_named(name: object) -> TargetKind:
     raise ValueError(f"target kind must be one of {names}, got {name!r}")
 
 
-def regression_target(name: str, tier: str = DEFAULT_TIER) -> Target:
+def regression_target(name: str, tier: str | None = None) -> Target:
     """The planted regression ``name`` on ``tier`` (one-line ``CampaignError``)."""
-    return REGRESSION.build(name, tier)
+    return REGRESSION.build(name, default_tier() if tier is None else tier)
 
 
-def fault_target(name: str, tier: str = DEFAULT_TIER) -> Target:
+def fault_target(name: str, tier: str | None = None) -> Target:
     """The fault ``name`` on ``tier`` (one-line ``CampaignError``)."""
-    return FAULT.build(name, tier)
+    return FAULT.build(name, default_tier() if tier is None else tier)
 
 
-def scenario_target(name: str, tier: str = DEFAULT_TIER) -> Target:
+def scenario_target(name: str, tier: str | None = None) -> Target:
     """The plain scenario ``name`` on ``tier`` (one-line ``CampaignError``)."""
-    return SCENARIO.build(name, tier)
+    return SCENARIO.build(name, default_tier() if tier is None else tier)
 
 
-def swarm_target(scenario: str, pinned: Sequence[str] = (), tier: str = DEFAULT_TIER) -> Target:
+def swarm_target(scenario: str, pinned: Sequence[str] = (), tier: str | None = None) -> Target:
     """A swarm: random subsets of the in-process injectors on ``scenario``, on a tier
     whose faults are fault plans (one-line ``CampaignError`` else)."""
-    return SWARM.build(scenario, tier, {"scenario": scenario, "pinned": tuple(pinned)})
+    return SWARM.build(
+        scenario,
+        default_tier() if tier is None else tier,
+        {"scenario": scenario, "pinned": tuple(pinned)},
+    )
 
 
 def swarm_plan(seed: int, scenario: str, pinned: Sequence[str] = ()) -> FaultPlan:
@@ -459,7 +463,7 @@ def _resolve(kind: TargetKind, name: str, tier: str) -> str:
 def _run_command(target: Target, seed: int) -> list[str]:
     """``kvfault run`` with the options every selection shares: tier, stack, seed, scale,
     and the tier's own options as the campaign was given them."""
-    tier = ["--tier", target.tier] if target.tier != DEFAULT_TIER else []
+    tier = ["--tier", target.tier] if target.tier != default_tier() else []
     legacy = ["--legacy", target.stack] if target.stack else []
     scaled = ["--scale", str(target.scale)] if target.scale != 1 else []
     return ["kvfault", "run", *tier, *legacy, "--first-seed", str(seed), "--seeds", "1",

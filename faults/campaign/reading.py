@@ -14,7 +14,7 @@ from kvfault.faults.campaign.select import legacy_stack
 from kvfault.faults.campaign.targets import CampaignError, Case, Target
 from kvfault.faults.injectors.catalog import INJECTORS
 from kvfault.faults.properties.violation import Violation
-from kvfault.faults.tiers import DEFAULT_TIER, Selection, Tiers
+from kvfault.faults.tiers import Selection, Tiers, default_tier
 
 
 def target_from_json(obj: Any) -> Target:
@@ -29,7 +29,7 @@ def target_from_json(obj: Any) -> Target:
     name = obj.get("name")
     if not isinstance(name, str):
         raise CampaignError("target 'name' must be a string")
-    tier = obj.get("tier", DEFAULT_TIER)
+    tier = obj["tier"] if "tier" in obj else default_tier()
     installed = Tiers.installed()
     if tier not in installed.names:
         names = ", ".join(installed.names)

@@ -28,7 +28,7 @@ ERROR = Verdict.ERROR
 
 
 class CaseRunner:
-    """Runs and judges cases on one tier (``executor``; default: the in-process tier).
+    """Runs and judges cases on one tier (``executor``; default: the default tier's).
     Remembers fixed-stack runs without faults, so a regression's fixed side and the
     plain scenario with the same seed run once per campaign.
 

@@ -21,7 +21,7 @@ from kvfault.faults.campaign.kinds import (
 from kvfault.faults.campaign.targets import CampaignError, Target
 from kvfault.faults.catalog import close_matches, on_tier
 from kvfault.faults.regressions.legacy import REGRESSIONS
-from kvfault.faults.tiers import DEFAULT_TIER, Tier, TierError, Tiers
+from kvfault.faults.tiers import Tier, TierError, Tiers, default_tier
 
 
 def select_targets(
@@ -31,7 +31,7 @@ def select_targets(
     swarm: bool = False,
     pinned: Sequence[str] = (),
     scale: int = 1,
-    tier: str = DEFAULT_TIER,
+    tier: str | None = None,
     stack: str | None = None,
     options: Sequence[str] = (),
 ) -> list[Target]:
@@ -44,7 +44,9 @@ def select_targets(
     that regression's legacy rules instead of the fixed stack (no regression rows).
     On a tier whose faults are not plans, faults that kill its server run last, so it
     restarts rarely. ``options``: the tier's own options as given, which every
-    target's replay command repeats."""
+    target's replay command repeats. ``tier``: default, the default tier
+    (``kvfault.faults.tiers.Tiers.default``)."""
+    tier = default_tier() if tier is None else tier
     known = Tiers.installed().names
     if tier not in known:
         raise CampaignError(f"--tier must be one of {', '.join(known)}, got {tier!r}")
@@ -84,10 +86,10 @@ def select_targets(
     return unique
 
 
-def legacy_stack(name: Any, kind: TargetKind | None = None, tier: str = DEFAULT_TIER) -> str:
+def legacy_stack(name: Any, kind: TargetKind | None = None, tier: str | None = None) -> str:
     """``name`` checked as a stack under test: a planted regression's legacy rules, for
-    fault, scenario and swarm rows on a tier that runs fault plans (the in-process
-    one); one-line ``CampaignError``."""
+    fault, scenario and swarm rows on a tier that runs fault plans (``tier``, default:
+    the default tier); one-line ``CampaignError``."""
     if not isinstance(name, str) or name not in REGRESSIONS:
         raise CampaignError(
             f"unknown regression {name!r} for --legacy{close_matches(str(name), REGRESSIONS)}"
@@ -97,7 +99,7 @@ def legacy_stack(name: Any, kind: TargetKind | None = None, tier: str = DEFAULT_
             "--legacy runs the fault, scenario and swarm rows against a legacy stack; a "
             "regression row already runs its legacy against the fixed stack: drop --regression"
         )
-    if not _tier(tier).fault_plans:
+    if not _tier(default_tier() if tier is None else tier).fault_plans:
         raise CampaignError(f"--legacy runs on --tier {_planning()}")
     return name
 

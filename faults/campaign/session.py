@@ -284,7 +284,7 @@ def guarded(runner: CaseRunner, case: Case, timeout_s: float | None) -> CaseOutc
 
 
 class InProcess:
-    """Every case in this process, on ``executor``'s tier (default: in-process), target
+    """Every case in this process, on ``executor``'s tier (default: the default tier's), target
     by target; under a budget, seed by seed, each seed's fixed runs cached once (a
     soak stays small)."""
 
@@ -339,7 +339,7 @@ def run_campaign(
     executor: Executor | None = None,
     **settings: Any,
 ) -> CampaignResult:
-    """``run_session`` in this process, on ``executor``'s tier (default: in-process)."""
+    """``run_session`` in this process, on ``executor``'s tier (default: the default tier's)."""
     return run_session(targets, seeds, InProcess(executor), **settings)
 
 

@@ -6,11 +6,11 @@ campaign's, and ``kvfault.faults.campaign.reading`` reads one back from its JSON
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kvfault.faults.errors import KvfaultError
-from kvfault.faults.tiers import DEFAULT_TIER
+from kvfault.faults.tiers import default_tier
 
 if TYPE_CHECKING:
     from kvfault.faults.campaign.kinds import TargetKind
@@ -24,7 +24,8 @@ class CampaignError(KvfaultError, ValueError):
 @dataclass(frozen=True)
 class Target:
     """One line of the campaign: a regression, a fault, a scenario or a swarm, on one
-    tier (a registered ``kvfault.faults.tiers.Tier``; by default the in-process one).
+    tier (a registered ``kvfault.faults.tiers.Tier``; by default the default tier,
+    ``kvfault.faults.tiers.Tiers.default``).
 
     ``stack`` names the stack under test: None for the fixed (reference) stack, or a
     planted regression whose legacy rules stand in for it (``kvfault run --legacy
@@ -36,7 +37,7 @@ class Target:
     regression: str | None = None
     injector: str | None = None
     pinned: tuple[str, ...] = ()  # swarm only: injectors every run enables
-    tier: str = DEFAULT_TIER
+    tier: str = field(default_factory=default_tier)
     scale: int = 1  # the scenario's size (``faults.runs.RunContext.scale``)
     stack: str | None = None  # None: the fixed stack; else a regression's legacy rules
     # The tier's own options as the command line gave them (``--atom-src .``): a replay
@@ -48,7 +49,7 @@ class Target:
         at = f"-x{self.scale}" if self.scale != 1 else ""
         on = f"-legacy-{self.stack}" if self.stack else ""
         base = f"{self.kind.name}:{self.name}{at}{on}"
-        return base if self.tier == DEFAULT_TIER else f"{self.tier}:{base}"
+        return base if self.tier == default_tier() else f"{self.tier}:{base}"
 
     def rules(self) -> Any:
         """The rules of the stack under test (``kvfault.reference.rules.Rules``)."""

@@ -9,18 +9,20 @@ import contextlib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from kvfault.faults.tiers import DEFAULT_TIER, Executor, Tiers
+from kvfault.faults.tiers import Executor, Tiers
 
 
 @contextlib.contextmanager
 def open_executor(
-    tier: str = DEFAULT_TIER, tiers: Tiers | None = None, **options: Any
+    tier: str | None = None, tiers: Tiers | None = None, **options: Any
 ) -> Iterator[Executor]:
-    """The executor of ``tier`` (of ``tiers``, default: the installed ones), with
+    """The executor of ``tier`` (of ``tiers``, default: the installed ones; no
+    ``tier``: their default), with
     whatever it needs (a real server) started, and stopped again on exit.
     ``TierError`` (one line) for an unknown tier; ``TierUnavailable`` (one line) when
     it cannot start here (lmcache not installed, say)."""
-    chosen = (tiers or Tiers.installed())[tier]
+    known = tiers or Tiers.installed()
+    chosen = known[tier] if tier is not None else known.default
     with chosen.open(**options) as executor:
         yield executor
 

@@ -14,10 +14,11 @@ if TYPE_CHECKING:
 
 def command(args: argparse.Namespace) -> int:
     """Print the lists the arguments ask for (all of them by default); exit 0."""
-    from kvfault.faults.tiers import DEFAULT_TIER, Tiers
+    from kvfault.faults.tiers import Tiers
 
     tiers = Tiers.installed()
     own = tiers[args.tier].own_listing() if args.tier else None
+    default = tiers.default.name
     if own is not None:
         return int(own(args))
     from kvfault.faults.catalog import entries
@@ -29,12 +30,12 @@ def command(args: argparse.Namespace) -> int:
         return flat.split(". ")[0].rstrip(".")
 
     def where(e: Entry) -> str:
-        # Which tiers a name runs on (memory, the default, needs no flag), and where.
+        # Which tiers a name runs on (the default tier needs no flag), and where.
         parts = []
         for tier, scenario in e.scenarios.items():
             on = "" if e.kind == "scenario" else f" {scenario}"
-            parts.append(f"on{on}" if tier == DEFAULT_TIER else f"--tier {tier}{on and ':'}{on}")
-        others = [t for t in e.tiers if t != DEFAULT_TIER]
+            parts.append(f"on{on}" if tier == default else f"--tier {tier}{on and ':'}{on}")
+        others = [t for t in e.tiers if t != default]
         if e.kind == "scenario" and len(parts) == 1 and others:
             parts = [f"--tier {others[0]} only"]
         elif e.kind == "scenario":

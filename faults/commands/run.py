@@ -68,11 +68,15 @@ def default_seed_count(tier: str) -> int:
 
 def add_tier_options(parser: argparse.ArgumentParser) -> None:
     """Each option a registered tier declares (``kvfault.faults.tiers.TierOption``), once, with
-    the tier named in its help: ``kvfault run``'s parser adds them when it first parses."""
+    the tier named in its help, and ``--tier``'s default, the default tier
+    (``kvfault.faults.tiers.Tiers.default``): ``kvfault run``'s parser adds them when it
+    first parses."""
     from kvfault.faults.tiers import Tiers
 
+    tiers = Tiers.installed()
+    parser.set_defaults(tier=tiers.default.name)
     seen: set[str] = set()
-    for tier in Tiers.installed():
+    for tier in tiers:
         for opt in tier.options:
             if opt.flag in seen:
                 continue
@@ -120,12 +124,12 @@ def command(args: argparse.Namespace) -> int:
     from kvfault.faults.campaign.outcomes import CampaignFailure
     from kvfault.faults.campaign.session import INTERRUPTS, Session, interrupted_by, run_session
     from kvfault.faults.report.progress import progress_mode, show
-    from kvfault.faults.tiers import DEFAULT_TIER
+    from kvfault.faults.tiers import default_tier
     from kvfault.faults.verdicts import Verdict
     from kvfault.reference.signals import stop_signals_held
 
     if args.tier is None:
-        args.tier = DEFAULT_TIER
+        args.tier = default_tier()
     if args.seeds is None:
         args.seeds = default_seed_count(args.tier)
     why = refused(args)

@@ -1,6 +1,6 @@
 """The ``memory`` tier's declaration (entry point ``kvfault.tiers: memory``): the
 reference stack on the in-process tier in virtual time. It registers like any outside
-tier; it is the default only because ``kvfault.faults.tiers.DEFAULT_TIER`` names it. Reading
+tier; it is the default because it ranks first (``rank=0``: ``Tiers.default``). Reading
 it imports nothing of the tier (its executor is ``kvfault.faults.memory.executor``)."""
 
 from __future__ import annotations

@@ -3,9 +3,8 @@
 Importing this package imports no tier."""
 
 from kvfault.faults.tiers.executor import Executor
-from kvfault.faults.tiers.registry import GROUP, Tiers
+from kvfault.faults.tiers.registry import GROUP, Tiers, default_tier
 from kvfault.faults.tiers.tier import (
-    DEFAULT_TIER,
     ROW_KINDS,
     FaultPlans,
     Row,
@@ -18,7 +17,6 @@ from kvfault.faults.tiers.tier import (
 )
 
 __all__ = [
-    "DEFAULT_TIER",
     "Executor",
     "FaultPlans",
     "GROUP",
@@ -31,4 +29,5 @@ __all__ = [
     "TierOption",
     "TierUnavailable",
     "Tiers",
+    "default_tier",
 ]

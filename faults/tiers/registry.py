@@ -14,7 +14,7 @@ from importlib.metadata import EntryPoint
 from pathlib import Path
 from typing import Any
 
-from kvfault.faults.tiers.tier import DEFAULT_TIER, Tier, TierError
+from kvfault.faults.tiers.tier import Tier, TierError
 
 GROUP = "kvfault.tiers"
 
@@ -82,7 +82,11 @@ class Tiers:
 
     @property
     def default(self) -> Tier:
-        return self[DEFAULT_TIER]
+        """The tier a run uses when none is named: the first in ``rank`` order. The
+        core asks for it here and never names a tier itself."""
+        for tier in self._tiers.values():
+            return tier
+        raise TierError(f"no tiers are registered (entry-point group {GROUP})")
 
     def __getitem__(self, name: str) -> Tier:
         tier = self._tiers.get(name)
@@ -95,6 +99,12 @@ class Tiers:
 
     def __iter__(self) -> Iterator[Tier]:
         return iter(self._tiers.values())
+
+
+def default_tier() -> str:
+    """The name of the installed default tier (``Tiers.default``): what a target, a
+    command or a replay means when it names no tier."""
+    return Tiers.installed().default.name
 
 
 @functools.lru_cache(maxsize=1)

@@ -18,10 +18,6 @@ if TYPE_CHECKING:
     from kvfault.faults.runs import Expect
     from kvfault.faults.tiers.executor import Executor
 
-# The tier a run uses when none is named: the in-process one. It registers like any
-# other (``faults.memory``); only its name is the core's default.
-DEFAULT_TIER = "memory"
-
 # What a tier's row can be (``Row.kind``): the campaign's target kinds less ``swarm``,
 # which only a tier with fault plans draws (``faults.campaign.kinds.KINDS``).
 ROW_KINDS = ("scenario", "fault", "regression")
@@ -135,7 +131,8 @@ class Tier:
     tier cannot run (None: it can).
     ``listing``: ``"module:function"`` taking the parsed arguments that ``kvfault list
     --tier NAME`` hands over to (the tier's own list). ``rank`` orders tiers in lists
-    and ``--tier`` choices.
+    and ``--tier`` choices; the first in that order is the default tier, the one a run
+    uses when none is named (``kvfault.faults.tiers.Tiers.default``).
 
     ``fault_plans``: ``"module:attribute"`` of its ``FaultPlans``, when its faults are
     in-process fault plans (``--swarm``, ``--pin`` and ``--legacy`` run here).

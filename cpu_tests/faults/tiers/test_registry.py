@@ -13,7 +13,7 @@ import pytest
 from kvfault.faults.campaign import select_targets
 from kvfault.faults.catalog import entries
 from kvfault.faults.runs import Ending, finishes, stops
-from kvfault.faults.tiers import DEFAULT_TIER, GROUP, Tier, TierError, Tiers
+from kvfault.faults.tiers import GROUP, Tier, TierError, Tiers, default_tier
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -50,7 +50,7 @@ def test_kvfault_registers_its_own_tiers_as_entry_points() -> None:
     }
     tiers = Tiers.installed()
     assert tiers.names == ("memory", "lmcache", "atom", "vllm")  # by rank
-    assert tiers.default.name == DEFAULT_TIER
+    assert tiers.default.name == default_tier() == "memory"  # it ranks first
     assert tiers["lmcache"].fault("wire_kill").kills_server
     assert tiers["atom"].own_listing() is not None and tiers["atom"].rows("scenario")
 
@@ -130,6 +130,17 @@ def test_tiers_are_ranked_and_unknown_names_answer_in_one_line() -> None:
     assert tiers.names == ("b", "a") and "a" in tiers and "c" not in tiers
     with pytest.raises(TierError, match=r"^unknown tier 'c'; known: b, a$"):
         tiers["c"]
+
+
+def test_the_default_tier_is_the_first_by_rank_whatever_its_name() -> None:
+    # The core names no tier: the default is whichever ranks first (then by name).
+    late = Tier("memory", "in-process", executor="m:E", rank=50)
+    first = Tier("toy", "a plugin", "m:f", rank=-1)
+    tied = Tier("aardvark", "ties with toy", "m:f", rank=-1)
+    assert Tiers([late, first]).default is first
+    assert Tiers([late, first, tied]).default is tied
+    with pytest.raises(TierError, match=r"^no tiers are registered"):
+        _ = Tiers([]).default
 
 
 @pytest.mark.parametrize(
