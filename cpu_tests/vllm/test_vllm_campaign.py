@@ -14,6 +14,7 @@ EXPECTED = {
     "prefix_reuse": "PASS",
     "cross_seed_reuse": "PASS",
     "two_servers": "PASS",
+    "two_pictures": "PASS",  # LMCache's MP connector keys each picture (tier.md)
     "slow_first_forward": "PASS",
     "invalid_blocks_recompute": "PASS",
     "lost_completion": "FAIL",  # contract row: no bound on WAITING_FOR_REMOTE_KVS (findings.md 4)

@@ -167,3 +167,38 @@ def test_a_preempted_request_loads_again_under_its_id(executor, guard) -> None:
     )
     assert not list(result.trace.of(Ev.STOP)) and not result.hung
     assert check(result, SCENARIOS["prefix_reuse"].properties) == []
+
+
+def test_two_pictures_with_the_same_ids_each_load_only_their_own_kv(executor) -> None:
+    # x and y: one prompt's token ids (text and a picture's placeholder ids), two
+    # pictures. vLLM's block hashes differ by picture (its mm extra keys); LMCache's
+    # MP connector folds each picture's identifier into the ids it keys (lookup key).
+    result, _ = run(executor, None, scenario="two_pictures")
+    prompts = {r.prompt_token_ids for r in result.requests.values()}
+    assert len(prompts) == 1 and len({r.cache_seed for r in result.requests.values()}) == 2
+    lookups = {e.req_id: e.data for e in result.trace.of(Ev.LOOKUP)}
+    assert {r: d["kv_hit"] for r, d in lookups.items()} == {
+        "x0-s0": 0, "y0-s0": 0, "x1-s0": 128, "y1-s0": 128
+    }  # fmt: skip
+    hashes = {r: d["vllm_block_hash"] for r, d in lookups.items()}
+    assert hashes["x0-s0"] == hashes["x1-s0"] != hashes["y0-s0"] == hashes["y1-s0"]
+    keys = {e.req_id: e.data["first"] for e in result.trace.of(Ev.KEY)}
+    assert keys["x0-s0"] == keys["x1-s0"] != keys["y0-s0"] == keys["y1-s0"]
+    loads = {e.req_id: e.data["kv_end"] for e in result.trace.of(Ev.DISPATCH)}
+    assert loads == {"x1-s0": 128, "y1-s0": 128}
+    assert check(result, SCENARIOS["two_pictures"].properties) == []
+
+
+def test_pictures_unkeyed_in_lmcache_share_kv_and_the_judge_sees_it(executor) -> None:
+    # The break by hand: LMCache's request tracker sees no pictures, so it keys the
+    # bare token ids; vLLM still hands the runner each request's own picture. y0 then
+    # loads x0's KV: correctness and keys must fail.
+    row = VllmRow("fault", "pictures_unkeyed", "break by hand", "two_pictures",
+                  fault="pictures_unkeyed")  # fmt: skip
+    result, injectors = run(executor, row, scenario="two_pictures")
+    assert injectors[0].fired == 1
+    loads = {e.req_id: e.data["kv_end"] for e in result.trace.of(Ev.DISPATCH)}
+    assert loads.get("y0-s0") == 128
+    found = {(v.prop, v.message) for v in check(result, SCENARIOS["two_pictures"].properties)}
+    assert ("correctness", "output of y0-s0 differs from its cold run") in found
+    assert any(p == "keys" and "lookup key" in m and "2 different media" in m for p, m in found)

@@ -9,8 +9,9 @@ from dataclasses import dataclass, field
 from kvfault.faults.injectors.base import Injector
 from kvfault.faults.runs import Expect, finishes
 
-# The properties that have something to judge here (the tier records no ``key``,
-# ``sent`` or ``blocks`` events, and runs one server with a dense model).
+# The properties that have something to judge here (the tier records no ``blocks``
+# events, and runs one server with a dense model). ``keys`` judges the chunk keys
+# LMCache's MP server files the token ids of each lookup, retrieve and store under.
 JUDGED = (
     "correctness",
     "liveness",
@@ -19,6 +20,7 @@ JUDGED = (
     "load_failures",
     "exactly_once",
     "resources",
+    "keys",
 )
 
 
@@ -83,6 +85,7 @@ class VllmScenario:
     scales: str = ""
     phases: tuple[Phase, ...] = ()
     concurrent: bool = False
+    pictures: bool = False  # its requests carry pictures: the scheduler needs an encoder budget
 
     def processes(self) -> tuple[Phase, ...]:
         return self.phases or (Phase(self.story),)
@@ -111,6 +114,15 @@ ROWS: dict[str, VllmRow] = {
             "under another PYTHONHASHSEED (so another NONE_HASH: other vLLM block "
             "hashes), sends them again and must load each prefix the first stored",
             "cross_seed_reuse",
+        ),
+        VllmRow(
+            "scenario",
+            "two_pictures",
+            "one prompt with picture X, then the same token ids with picture Y (vLLM's "
+            "MultiModalFeatureSpec, another identifier), then both again: Y must not load "
+            "X's KV from lmcache (correctness, keys), and each resend loads its own "
+            "picture's prefix (efficiency)",
+            "two_pictures",
         ),
         VllmRow(
             "scenario",
@@ -202,6 +214,9 @@ SCENARIOS["two_servers"] = VllmScenario(
     phases=(Phase("prefix_reuse"), Phase("prefix_reuse", server=1, prompt_set=1)),
     concurrent=True,
 )
+SCENARIOS["two_pictures"] = VllmScenario(
+    "two_pictures", ROWS["two_pictures"].description, "two_pictures", pictures=True
+)
 FAULTS: dict[str, VllmRow] = {n: r for n, r in ROWS.items() if r.kind == "fault"}
 
 # kvfault's other rows, and why they do not run on vLLM here.
@@ -217,11 +232,6 @@ NOT_HERE: dict[str, str] = {
     "requests (Scheduler._preempt_request asserts RUNNING; schedule() takes its victims "
     "from self.running): a request waiting for its load holds its blocks and cannot be "
     "preempted. preempt_after_load preempts a request whose load landed; it loads again",
-    "two pictures with the same text": "vLLM schedules a picture's encoder input only for "
-    "a multimodal model, and a multimodal config needs its processor files (nothing can be "
-    "downloaded): with the tier's text-only Llama config such a request never runs. "
-    "LMCache's MP connector folds each picture's hash into its key ids "
-    "(apply_mm_hashes_to_token_ids); the tier does not exercise it",
     "planted regressions": "they are legacy variants of the reference stack's rules, which "
     "vLLM does not run",
     "wire faults": "the lmcache tier's (its proxy sits between its own client and server)",

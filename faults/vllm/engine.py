@@ -33,7 +33,7 @@ from typing import Any
 
 from kvfault.faults.vllm.events import EventLog
 from kvfault.faults.vllm.pages import TensorPages
-from kvfault.faults.vllm.spec import BLOCK_SIZE, CHUNK_SIZE, RunSpec
+from kvfault.faults.vllm.spec import BLOCK_SIZE, CHUNK_SIZE, PICTURE_TOKENS, RunSpec, placeholders
 
 LAYERS = ("model.layers.0.self_attn.attn", "model.layers.1.self_attn.attn")
 KV_HEADS, HEAD_SIZE = 2, 16
@@ -127,6 +127,9 @@ class Server:
         self.scheduler = Scheduler(
             config, kv_config, StructuredOutputManager(config), block_size=BLOCK_SIZE
         )
+        self.model_id = model_dir
+        if spec.pictures:
+            self._encoder_budget(config)
         if spec.fix:
             from kvfault.faults.vllm.fix import guard_completions
 
@@ -142,7 +145,22 @@ class Server:
         faults.wrap_worker(self)
         self.runner = FakeRunner(self)
         self.loads_applied: set[tuple[str, int, str]] = set()  # load ops vLLM applied
+        self.keys = ChunkKeys()
         self._observe_connector()
+
+    def _encoder_budget(self, config: Any) -> None:
+        """What a multimodal model's ``MultiModalBudget`` gives the scheduler (its
+        processor's tokens per picture), which the tier's text-only config cannot: vLLM's
+        own ``compute_mm_encoder_budget`` for a ``PICTURE_TOKENS``-token picture. Without
+        it a request with a picture is never scheduled (the encoder budget is 0)."""
+        from vllm.v1.core.encoder_cache_manager import (
+            EncoderCacheManager,
+            compute_mm_encoder_budget,
+        )
+
+        budget, size = compute_mm_encoder_budget(config.scheduler_config, {"image": PICTURE_TOKENS})
+        self.scheduler.max_num_encoder_input_tokens = budget
+        self.scheduler.encoder_cache_manager = EncoderCacheManager(cache_size=size)
 
     def _endpoints(self, spec: RunSpec) -> list[str]:
         """What this server set holds on the host: the lmcache server's endpoint it
@@ -162,11 +180,26 @@ class Server:
         connector = self.scheduler.connector
         match = connector.get_num_new_matched_tokens
         log = self.log
+        adapter = connector.scheduler_adapter
+        submit = adapter.maybe_submit_lookup_request
+        asked: dict[str, list[int]] = {}  # the token ids each lookup sent the server
+
+        def maybe_submit_lookup_request(request_id: str, token_ids: Any, *a: Any, **k: Any) -> Any:
+            asked[request_id] = list(token_ids)
+            return submit(request_id, token_ids, *a, **k)
+
+        adapter.maybe_submit_lookup_request = maybe_submit_lookup_request
 
         def get_num_new_matched_tokens(request: Any, num_computed_tokens: int) -> Any:
             got = match(request, num_computed_tokens)
             n, is_async = got
             if n is not None:
+                rid = request.request_id
+                kf = self.runner.kf.get(rid)
+                if rid in asked and kf is not None:
+                    keys = self.keys.of(asked[rid], CHUNK_SIZE)
+                    log.record("key", req_id=rid, site="lookup", seed=kf.cache_seed,
+                               first=keys[0] if keys else None)  # fmt: skip
                 hit = num_computed_tokens + n
                 log.record(
                     "lookup", req_id=request.request_id, prompt_len=request.num_prompt_tokens,
@@ -274,6 +307,12 @@ class FakeRunner:
         self.saves: dict[str, int] = {}
         self.load_gens: dict[str, int] = {}  # a request's latest load (preempted: again)
         self.forwards = 0
+        # Each request as vLLM hands it to the runner (``NewRequestData``): its prompt
+        # ids, its output length, its pictures (``mm_features``); and the encoder's
+        # outputs by picture identifier, as ``GPUModelRunner.encoder_cache`` keeps them.
+        self.seen: dict[str, tuple[tuple[int, ...], int]] = {}
+        self.features: dict[str, list[Any]] = {}
+        self.encoder_cache: dict[str, bytes] = {}
 
     def load_op(self, rid: str) -> tuple[str, int, str]:
         """The operation id of ``rid``'s latest load: its generation counts the loads
@@ -285,6 +324,9 @@ class FakeRunner:
 
         server, log, worker = self.server, self.server.log, self.server.worker
         meta = so.kv_connector_metadata
+        for new in so.scheduled_new_reqs:
+            self.seen[new.req_id] = (tuple(new.prompt_token_ids), new.sampling_params.max_tokens)
+            self.features[new.req_id] = list(new.mm_features or ())
         for m in getattr(meta, "requests", ()):
             rid, op = m.request_id, m.op
             blocks = list(op.flat_block_ids)
@@ -292,12 +334,15 @@ class FakeRunner:
                 self.load_blocks[rid] = blocks
                 self.load_range[rid] = (op.start, op.end)
                 self.load_gens[rid] = self.load_gens.get(rid, -1) + 1
-                log.record("dispatch", op=self.load_op(rid), start=op.start, kv_end=op.end,
+                sent = self.load_op(rid)
+                log.record("dispatch", op=sent, start=op.start, kv_end=op.end,
                            blocks=blocks)  # fmt: skip
             else:
                 gen = self.saves.get(rid, 0)
                 self.saves[rid] = gen + 1
-                log.record("save", op=(rid, gen, "save"), start=op.start, end=op.end)
+                sent = (rid, gen, "save")
+                log.record("save", op=sent, start=op.start, end=op.end)
+            self._sent(sent, m.direction.lower(), op)
         worker.bind_connector_metadata(meta)
         worker.start_load_kv(None)
         delay = server.faults.forward_delay(self.forwards)
@@ -305,6 +350,7 @@ class FakeRunner:
         log.record("forward_start", index=self.forwards, tokens=num, duration=delay)
         if delay:
             time.sleep(delay)
+        self._encode(so)
         req_ids, sampled = self._forward(so)
         log.record("forward_end", index=self.forwards)
         self.forwards += 1
@@ -343,6 +389,52 @@ class FakeRunner:
             ),
         )
 
+    def _sent(self, sent: tuple[str, int, str], what: str, op: Any) -> None:
+        """What a retrieve or store sends lmcache's server: the keys of its first and
+        last whole chunk, of the token ids in the operation (``sent``)."""
+        keys = self.server.keys.of(list(op.token_ids)[: op.end], CHUNK_SIZE)
+        if keys:
+            self.server.log.record("sent", op=sent, what=what, end=len(keys) * CHUNK_SIZE,
+                                   first=keys[0], last=keys[-1])  # fmt: skip
+
+    def _encode(self, so: Any) -> None:
+        """``GPUModelRunner``'s encoder step: free what the scheduler freed, then encode
+        each scheduled picture into the cache by its identifier. The encoder's output is
+        the picture's bytes (what the fake model's pages derive from)."""
+        for ident in so.free_encoder_mm_hashes:
+            self.encoder_cache.pop(ident, None)
+        for rid, indices in so.scheduled_encoder_inputs.items():
+            for i in indices:
+                feature = self.features[rid][i]
+                if feature.data is None:  # vLLM's runner skips it too
+                    continue
+                pixels = feature.data["pixel_values"].data
+                self.encoder_cache[feature.identifier] = pixels.numpy().tobytes()
+
+    def _computed(self, rid: str, start: int, n: int) -> Any:
+        """The request the fake model computes ``[start, start + n)`` of: the ids and
+        pictures vLLM handed the runner, each picture in the range taken from the encoder
+        cache by its identifier (``_gather_mm_embeddings``; a miss raises, as there). The
+        model's pages derive from the pictures from the first block on, so the forward
+        that computes it must hold every picture of the prompt."""
+        from vllm.multimodal.utils import get_mm_features_in_window
+
+        from kvfault.reference.rules.keys import media_cache_seed
+        from kvfault.reference.types import Request
+
+        ids, max_tokens = self.seen[rid]
+        features = self.features[rid]
+        lo, hi = get_mm_features_in_window(features, start=start, end=start + n)
+        pictures = []
+        for f in features[lo:hi]:
+            if f.identifier not in self.encoder_cache:
+                raise RuntimeError(f"Encoder cache miss for {f.identifier}.")
+            pictures.append(self.encoder_cache[f.identifier])
+        if start < BLOCK_SIZE and len(pictures) != len(features):
+            raise RuntimeError(f"{rid}: the first block's forward lacks a picture")
+        seed = media_cache_seed(pictures)
+        return Request(rid, ids, seed, max_output_tokens=max_tokens)
+
     def _forward(self, so: Any) -> tuple[list[str], list[list[int]]]:
         """Compute each scheduled prompt range into its blocks; sample a token for each
         request whose prompt is complete (one per step, from the output the pages give)."""
@@ -351,10 +443,10 @@ class FakeRunner:
         sampled: list[list[int]] = []
         for rid, n in so.num_scheduled_tokens.items():
             req = sched.requests[rid]
-            kf = self.kf[rid]
             blocks = list(sched.kv_cache_manager.get_block_ids(rid)[0])
             # ``schedule`` has already advanced it past this step's tokens.
             start = req.num_computed_tokens - n
+            kf = self._computed(rid, start, n)
             end = min(start + n, kf.prompt_len)
             if end > start and start < kf.prompt_len:
                 self.model.compute(self.server.pages, kf, blocks, start, end)
@@ -377,14 +469,65 @@ def _first_hash(request: Any) -> str | None:
     return bytes(hashes[0]).hex() if hashes else None
 
 
-def vllm_request(kf: Any, hasher: Any) -> Any:
-    """vLLM's ``Request`` for kvfault's (text: the same ids and output length)."""
+class ChunkKeys:
+    """The chunk keys lmcache's MP server files token ids under: its own
+    ``TokenHasher`` (blake3, the server's default) over whole chunks, as hex."""
+
+    def __init__(self) -> None:
+        from lmcache.v1.multiprocess.token_hasher import TokenHasher
+
+        self._hasher = TokenHasher(CHUNK_SIZE, "blake3")
+
+    def of(self, token_ids: list[int], chunk: int) -> list[str]:
+        whole = len(token_ids) - len(token_ids) % chunk
+        if not whole:
+            return []
+        return [bytes(h).hex() for h in self._hasher.compute_chunk_hashes(token_ids[:whole])]
+
+
+def vllm_request(kf: Any, hasher: Any, model_id: str = "") -> Any:
+    """vLLM's ``Request`` for kvfault's: the same ids and output length, and for each
+    picture the ``MultiModalFeatureSpec`` vLLM's input processor makes (its identifier
+    is vLLM's ``MultiModalHasher`` of the model and the picture; its placeholder the
+    picture's run of placeholder ids; its data the picture's bytes)."""
     from vllm.sampling_params import SamplingParams
     from vllm.v1.request import Request
 
     params = SamplingParams(max_tokens=kf.max_output_tokens, ignore_eos=True)
+    features = _features(kf, model_id) if kf.media else None
     return Request(kf.req_id, list(kf.prompt_token_ids), params, None,
-                   block_hasher=hasher)  # fmt: skip
+                   mm_features=features, block_hasher=hasher)  # fmt: skip
+
+
+def _features(kf: Any, model_id: str) -> list[Any]:
+    import torch
+    from vllm.multimodal.hasher import MultiModalHasher
+    from vllm.multimodal.inputs import (
+        MultiModalFeatureSpec,
+        MultiModalFieldElem,
+        MultiModalKwargsItem,
+        MultiModalSharedField,
+        PlaceholderRange,
+    )
+
+    spans = placeholders(kf.prompt_token_ids)
+    if len(spans) != len(kf.media):
+        raise ValueError(f"{kf.req_id}: {len(kf.media)} pictures, {len(spans)} placeholders")
+    features = []
+    for picture, (offset, length) in zip(kf.media, spans, strict=True):
+        ident = MultiModalHasher.hash_kwargs("blake3", model_id=model_id, image=picture)
+        pixels = torch.frombuffer(bytearray(picture), dtype=torch.uint8)
+        elem = MultiModalFieldElem(data=pixels, field=MultiModalSharedField(batch_size=1))
+        features.append(
+            MultiModalFeatureSpec(
+                data=MultiModalKwargsItem({"pixel_values": elem}),
+                modality="image",
+                identifier=ident,
+                mm_position=PlaceholderRange(offset=offset, length=length),
+                mm_hash=ident,
+            )
+        )
+    return features
 
 
 def block_hasher() -> Any:

@@ -100,6 +100,7 @@ class VllmExecutor(Executor):
                         policy=row.policy if row else "fail", fix=self.fix,
                         engine=f"engine_{i}", tag=f"e{i}-" if i else "", model_dir=model_dir,
                         prompt_set=phase.prompt_set, meet=meet, parties=len(phases),
+                        pictures=story.pictures,
                     )
                 )  # fmt: skip
             payloads = self._run(story.concurrent, phases, specs, ctx.seed)

@@ -6,12 +6,21 @@ from __future__ import annotations
 import random
 from dataclasses import asdict, dataclass
 
+from kvfault.reference.rules.keys import media_cache_seed
 from kvfault.reference.types import Request
 
 BLOCK_SIZE = 16
 CHUNK_SIZE = 64  # the lmcache server's chunk size
 NUM_BLOCKS = 96
 PROMPT_LENS = (150, 200)
+# A picture's placeholder: the id every one of its tokens carries (the same for every
+# picture, as a multimodal processor writes it; outside the ids ``prompt`` draws), where
+# a prompt's one picture starts and how many tokens it takes. It starts inside the first
+# block and the first chunk, so every block and chunk key of the prompt depends on it in
+# vLLM and in LMCache, as the fake model's pages do (its chain starts from the media).
+PICTURE_TOKEN = 31999
+PICTURE_AT = 4
+PICTURE_TOKENS = 40
 
 
 @dataclass(frozen=True)
@@ -35,6 +44,7 @@ class RunSpec:
     prompt_set: int = 0  # 0: the seed picks the prompts; else another set for the same seed
     meet: str = ""  # set: a directory where ``parties`` processes meet once each is built
     parties: int = 1
+    pictures: bool = False  # the scheduler has an encoder budget (a multimodal model's)
 
     def to_json(self) -> dict[str, object]:
         return asdict(self)
@@ -54,3 +64,28 @@ def requests_of(
     return [
         Request(f"{prefix}{tag}{i}-s{seed}", p, max_output_tokens=4) for i, p in enumerate(prompts)
     ]
+
+
+def picture_prompt(rng: random.Random, n: int) -> tuple[int, ...]:
+    """``n`` ids: text with one picture's placeholder at ``PICTURE_AT``."""
+    text = prompt(rng, n - PICTURE_TOKENS)
+    return text[:PICTURE_AT] + (PICTURE_TOKEN,) * PICTURE_TOKENS + text[PICTURE_AT:]
+
+
+def picture_request(req_id: str, ids: tuple[int, ...], picture: bytes) -> Request:
+    """A request with one picture: its bytes and their digest (the model's seed)."""
+    return Request(req_id, ids, media_cache_seed((picture,)), (picture,), max_output_tokens=4)
+
+
+def placeholders(ids: tuple[int, ...] | list[int]) -> list[tuple[int, int]]:
+    """Each run of ``PICTURE_TOKEN`` in ``ids``: its offset and length, in order (where
+    a multimodal processor finds a prompt's pictures)."""
+    runs: list[tuple[int, int]] = []
+    for i, t in enumerate(ids):
+        if t != PICTURE_TOKEN:
+            continue
+        if runs and runs[-1][0] + runs[-1][1] == i:
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+        else:
+            runs.append((i, 1))
+    return runs

@@ -18,7 +18,14 @@ from typing import Any, Callable
 
 from kvfault.faults.vllm.engine import EngineDied, Server, block_hasher, vllm_request, write_model
 from kvfault.faults.vllm.events import EventLog
-from kvfault.faults.vllm.spec import PROMPT_LENS, RunSpec, prompt, requests_of
+from kvfault.faults.vllm.spec import (
+    PROMPT_LENS,
+    RunSpec,
+    picture_prompt,
+    picture_request,
+    prompt,
+    requests_of,
+)
 from kvfault.reference.types import Request
 
 IDLE_PAUSE_S = 0.002  # between steps that scheduled nothing (a lookup or store pending)
@@ -46,6 +53,9 @@ class Faults:
         """Faults in lmcache's worker: its first retrieve fails (lmcache's own
         ``get_finished`` then reports the load's blocks as load errors), or reports
         two polls late (a slow transfer)."""
+        if self.name == "pictures_unkeyed":
+            self._unkey_pictures()
+            return
         if self.name not in ("invalid_blocks_recompute", "invalid_blocks_fail",
                              "abort_while_loading", "abort_load_same_step"):  # fmt: skip
             return
@@ -67,6 +77,19 @@ class Faults:
             return _Failed(future)
 
         ctx.submit_retrieve = submit_retrieve
+
+    def _unkey_pictures(self) -> None:
+        """Not a row: the break by hand that shows the judge sees two pictures share KV.
+        LMCache's MP request tracker is made to see no pictures, so its lookup, store
+        and retrieve keys are the bare token ids (as if it did not fold each picture's
+        hash into them); vLLM still hands the pictures to the runner."""
+        import lmcache.integration.vllm.lmcache_mp_metadata as tracker
+
+        def no_pictures(request: Any, modify: bool = False) -> tuple[list[Any], list[Any]]:
+            return [], []
+
+        tracker.extract_mm_features = no_pictures  # this run's process only
+        self.fire(what="LMCache's request tracker sees no pictures")
 
     def forward_delay(self, index: int) -> float:
         if self.name == "slow_first_forward" and index == 0:
@@ -207,7 +230,7 @@ class Story:
         for r in reqs:
             self.requests.append(r)
             server.runner.kf[r.req_id] = r
-            server.add(vllm_request(r, self._hasher))
+            server.add(vllm_request(r, self._hasher, server.model_id))
         while not server.idle():
             if time.monotonic() > self.deadline:
                 self.hung = True
@@ -255,8 +278,22 @@ def reuse(story: Story) -> None:
     story.round(requests_of(story.spec.seed, "b", _prompts(story), story.spec.tag))
 
 
+def two_pictures(story: Story) -> None:
+    """One prompt (text around a picture's placeholder ids) with picture X, then the
+    same ids with picture Y: Y must not load what X stored. Then both again: each loads
+    its own picture's prefix."""
+    ids = picture_prompt(story.rng, PROMPT_LENS[0])
+    x, y = story.rng.randbytes(256), story.rng.randbytes(256)
+    seed, tag = story.spec.seed, story.spec.tag
+    story.round([picture_request(f"{tag}x0-s{seed}", ids, x)])
+    story.round([picture_request(f"{tag}y0-s{seed}", ids, y)])
+    story.round([picture_request(f"{tag}x1-s{seed}", ids, x),
+                 picture_request(f"{tag}y1-s{seed}", ids, y)])  # fmt: skip
+
+
 STORIES: dict[str, Callable[[Story], None]] = {
     "prefix_reuse": prefix_reuse,
+    "two_pictures": two_pictures,
     "store": store,
     "reuse": reuse,
 }
