@@ -173,9 +173,10 @@ ROWS: dict[str, VllmRow] = {
         ),
         _fault(
             "abort_load_same_step",
-            "the client aborts a request in WAITING_FOR_REMOTE_KVS whose retrieve reports "
-            "one poll late: LMCache reports its load finished and its stores done in one "
-            "output (LMCache PR #4284's case)",
+            "finding (reported upstream, LMCache PR #4284, closed without merge): the "
+            "client aborts a request in WAITING_FOR_REMOTE_KVS whose retrieve reports one "
+            "poll late: LMCache reports its load finished and the request done sending "
+            "(it stored nothing) in one output",
         ),
         _fault(
             "preempt_after_load",

@@ -14,8 +14,8 @@ request, only send completions of live requests, and drops (does not hold back) 
 send completion of a request whose load is still outstanding (its load completion
 frees it instead), also when both come in one output. A request id that is freed, or
 that waits for a load again, may complete a load again. vLLM's code runs unchanged on
-what is left. It shows where the crashes come from; the fix belongs in LMCache's
-connector (docs/vllm/findings.md, "The guard").
+what is left. It shows where the crashes come from; a real fix needs LMCache's
+connector and vLLM's scheduler (docs/vllm/findings.md, "The guard").
 """
 
 from __future__ import annotations

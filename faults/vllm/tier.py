@@ -27,8 +27,8 @@ TIER = Tier(
         TierOption(
             "--vllm-fix",
             "run vLLM with kvfault's demonstration guard around "
-            "Scheduler._update_from_kv_xfer_finished (docs/vllm/findings.md; the real "
-            "fix belongs in LMCache's connector): on or off",
+            "Scheduler._update_from_kv_xfer_finished (docs/vllm/findings.md; a real fix "
+            "needs LMCache's connector and vLLM's scheduler): on or off",
             metavar="on|off",
             elsewhere="--vllm-fix is for --tier vllm; add --tier vllm",
         ),
