@@ -32,7 +32,7 @@ FINDINGS = {
 # lost_hit_reply (reviewed: low severity) is shared with lmcache: its synchronous
 # lookup client reports a timed-out lookup as 0 after the worker pinned, with no
 # cancel, and ATOM unpins only the hits it acts on (finding 1's root).
-LEADS = {"lost_hit_reply": "resources"}
+LEADS = {"lost_hit_reply": "resources", "tp2_rank1_hung": "liveness"}
 # row -> the property its FAIL names with lmcache 0.5.6: lmcache's own code (its local
 # disk backend never checks a read's length, so a file cut short behind its back loads as
 # a whole chunk): a reviewed lmcache hardening lead, not an ATOM finding.

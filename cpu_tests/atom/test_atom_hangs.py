@@ -1,7 +1,9 @@
 """Code under test that hangs is judged, within a bound: a connector call that never
 returns is a liveness FAIL of that code naming the call and where it hung (not
 kvfault's own ERROR after its pipe's 30 s), and an ATOM whose import blocks is one line
-before any case. Each on a scratch copy of the checkout with one line added."""
+before any case. Each on a scratch copy of the checkout with one line added; at TP 2,
+one rank's worker that stops answering (``tp2_rank1_hung``) is judged the same way,
+naming that rank."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from kvfault.faults.atom.executor import atom_executor
 from kvfault.faults.atom.scenarios import RUN_LIMIT_S
 from kvfault.faults.atom.scheduler import HANG_GRACE_S
 from kvfault.faults.campaign import Case, CaseRunner
-from kvfault.faults.campaign.kinds import scenario_target
+from kvfault.faults.campaign.kinds import fault_target, scenario_target
 from kvfault.faults.verdicts import Verdict
 
 
@@ -53,6 +55,27 @@ def test_a_hung_get_finished_is_a_liveness_fail_with_its_stack(atom_src, tmp_pat
     # The bound it waited: the row's run limit and a grace, not the pipe's 30 s.
     waited = re.search(r"did not return within ([0-9.]+)s", out.signature)
     assert waited is not None and float(waited.group(1)) <= RUN_LIMIT_S + HANG_GRACE_S
+
+
+def test_a_tp_rank_that_stops_answering_is_a_bounded_liveness_fail_naming_it(atom_src):
+    """``tp2_rank1_hung``: rank 1's worker reports nothing after its retrieve, then its
+    next poll never returns. The case is a FAIL of liveness (not an ERROR, not a hang
+    of the campaign) naming rank 1's call, within the run's limit and its grace, with
+    rank 1's stack through ATOM's ``get_finished``; the fault counts as fired."""
+    with atom_executor(atom_src) as executor:
+        runner = CaseRunner(keep_runs="all", executor=executor)
+        out = runner.run(Case(fault_target("tp2_rank1_hung", "atom"), 0))
+    assert out.verdict == Verdict.FAIL, out.signature
+    assert out.signature.startswith("liveness: the engine neither finished nor stopped")
+    assert "rank 1's worker's async_proc_aggregation did not return within" in out.signature
+    waited = re.search(r"did not return within ([0-9.]+)s", out.signature)
+    assert waited is not None and float(waited.group(1)) <= RUN_LIMIT_S + HANG_GRACE_S
+    res = out.fixed_result
+    assert res is not None and res.run.hung
+    stack = res.run.notes["hung_stack"]
+    # ATOM's connector called the poll that hung: its get_finished is on the stack.
+    assert any("offload/connector.py" in f and "in get_finished" in f for f in stack), stack
+    assert res.fired.get("hung_get_finished") == 1, res.fired
 
 
 def test_an_import_that_blocks_is_one_line_and_exit_2(atom_src, tmp_path):

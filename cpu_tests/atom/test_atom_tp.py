@@ -16,7 +16,14 @@ two lines each) fails it while the checkout as it is passes it.
 - Rank 1 reports its saves done without storing (rank 0's engine, which answers the
   lookups, holds the prompt; rank 1's does not): ATOM's all-or-nothing load fails on
   rank 1 and recomputes, which only what rank 1's retrieve returned shows
-  (``tp2_prefix_reuse``: ``load_failures``)."""
+  (``tp2_prefix_reuse``: ``load_failures``). Where rank 1's store failed by an injected
+  fault (``tp2_rank1_store_failure``) the same load failure is explained and the row
+  passes; an aggregator of rank 0's answers alone uses the half-loaded KV there too.
+- ATOM's page namespace without its TP size: ``shared_tier_tp_sizes``'s two servers
+  look their prompt up under one lookup key (``keys``; lmcache's own key still tells
+  them apart by world size, so no data crosses). With lmcache's key also given one
+  world size for every server, the TP 2 server's rank 0 loads the TP 1 server's
+  chunks (``correctness``) and stores under its key (``keys``)."""
 
 from __future__ import annotations
 
@@ -38,12 +45,21 @@ RANK1_STORES_NOTHING = (
         "        (self._engine.store if self._rank == 0 else (lambda *a, **k: None))(",
     ),
 )
+CONFIG = "atom/kv_transfer/offload/config.py"
+NO_TP_IN_NAMESPACE = (
+    ('"tp_size": _strict_integer("PAGE TP size", world_size, minimum=1),', '"tp_size": 1,'),
+)
+ONE_WORLD_SIZE_KEY = (("        world_size=world_size,\n", "        world_size=2,\n"),)
 ROWS = [
     "tp2_prefix_reuse",
     "tp2_rank1_retrieve_failure",
     "tp2_rank1_late_load",
     "tp2_rank1_late_save",
+    "tp2_rank1_store_failure",
+    "shared_tier_tp_sizes",
 ]
+# The rows whose one-rank fault an aggregator of rank 0's answers alone gets wrong.
+ONE_RANK = ROWS[1:5]
 
 
 def _props(found: list[str]) -> set[str]:
@@ -56,8 +72,8 @@ def test_the_checkout_as_it_is_passes_the_tp_rows(atom_src):
 
 def test_an_aggregator_of_rank_0_alone_fails_the_one_rank_faults(atom_src, tmp_path: Path):
     src = _planted(atom_src, tmp_path / "atom", *RANK0_ONLY, file=AGGREGATOR)
-    found = _violations(src, ROWS[1:])
-    for name in ROWS[1:]:
+    found = _violations(src, ONE_RANK)
+    for name in ONE_RANK:
         assert "correctness" in _props(found[name]), (name, found[name])
 
 
@@ -72,3 +88,17 @@ def test_a_rank_that_stores_nothing_fails_tp2_prefix_reuse(atom_src, tmp_path: P
     found = _violations(src, ["tp2_prefix_reuse"])["tp2_prefix_reuse"]
     assert "load_failures" in _props(found), found
     assert any("lmcache returned 0 of" in v for v in found), found
+
+
+def test_a_namespace_without_tp_size_fails_shared_tier_tp_sizes(atom_src, tmp_path: Path):
+    src = _planted(atom_src, tmp_path / "atom", *NO_TP_IN_NAMESPACE, file=CONFIG)
+    found = _violations(src, ["shared_tier_tp_sizes"])["shared_tier_tp_sizes"]
+    assert any(v.startswith("keys: lookup key") for v in found), found
+
+
+def test_one_key_for_two_tp_sizes_fails_shared_tier_tp_sizes(atom_src, tmp_path: Path):
+    edits = (*NO_TP_IN_NAMESPACE, *ONE_WORLD_SIZE_KEY)
+    src = _planted(atom_src, tmp_path / "atom", *edits, file=CONFIG)
+    found = _violations(src, ["shared_tier_tp_sizes"])["shared_tier_tp_sizes"]
+    assert {"correctness", "keys"} <= _props(found), found
+    assert any(v.startswith("keys: store key") for v in found), found

@@ -242,6 +242,12 @@ ROWS: dict[str, AtomRow] = {
             "two KV cache dtypes of one model (bf16 and fp8) share a remote lmcache tier",
         ),
         _scenario(
+            "shared_tier_tp_sizes",
+            s.shared_tier_tp_sizes,
+            _MANY,
+            "two TP sizes of one model (one worker rank and two) share a remote lmcache tier",
+        ),
+        _scenario(
             "shared_tier_reuse",
             s.shared_tier_reuse,
             _MANY,
@@ -481,6 +487,23 @@ ROWS: dict[str, AtomRow] = {
             FaultSpec(slow_save_s=1.0, rank=1),
             "slow_save",
             s.tp_store_then_reuse,
+        ),
+        _rank_fault(
+            "tp2_rank1_store_failure",
+            "at TP 2, rank 1's first lmcache store raises while rank 0's stores its shard: "
+            "the save is reported finished (its blocks freed), rank 0's engine answers "
+            "the lookup, rank 1's retrieve misses, and the request recomputes right",
+            FaultSpec(fail_store=1, rank=1),
+            "store_failure",
+            s.tp_recompute_then_reuse,
+        ),
+        _rank_fault(
+            "tp2_rank1_hung",
+            "at TP 2, rank 1's worker stops answering after its first retrieve (its "
+            "get_finished reports nothing, then never returns): the load is never "
+            "reported and the server cannot finish; bounded by the run's limit",
+            FaultSpec(hang_finished=1, rank=1),
+            "hung_get_finished",
         ),
         _fault(
             "evict_after_lookup",

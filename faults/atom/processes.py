@@ -135,7 +135,9 @@ def scheduler_main(
                 error, line = detail
                 raise _WorkerRefused(line, error)
             pid, rank = detail
-            links[rank] = WorkerLink(wconn, log, pid=pid, stack_path=stack_path(listen, rank))
+            who = f"rank {rank}'s worker" if spec.tp_size > 1 else "the worker"
+            path = stack_path(listen, rank)
+            links[rank] = WorkerLink(wconn, log, pid=pid, stack_path=path, who=who)
         ranks = WorkerRanks([links[r] for r in sorted(links)])
         side = SchedulerProcess(spec, log, ranks, socket_dir)
     except Exception as e:  # noqa: BLE001  the host turns this into a refusal

@@ -195,7 +195,18 @@ def recompute_then_reuse(run: AtomRun) -> None:
     engine stops polling (before its 5d771f7, row 20 of history.md; ``one_token``
     proves that fix) reported it only when the store beat them, so ``store_failure``
     on ``reuse_once`` passed or failed on identical runs at 31dadf0^ and 31dadf0."""
-    a = run.server("A", prefix_caching=False)
+    _recompute_then_reuse(run)
+
+
+def tp_recompute_then_reuse(run: AtomRun) -> None:
+    """``recompute_then_reuse`` on a server of two tensor-parallel ranks (a fault may
+    hit one rank's worker only): the prompt is stored only where both ranks' engines
+    hold their shards, and a load is done only when both ranks loaded theirs."""
+    _recompute_then_reuse(run, tp_size=2)
+
+
+def _recompute_then_reuse(run: AtomRun, **spec: Any) -> None:
+    a = run.server("A", prefix_caching=False, **spec)
     p = run.prompt(200)
     run.serve(a, AtomRequest("first", p))
     run.serve(a, AtomRequest("again", p))
@@ -470,6 +481,20 @@ def shared_tier_kv_dtype(run: AtomRun) -> None:
     p = run.prompt(200)
     run.serve(a, AtomRequest("A-first", p))
     run.stored(a, p, shared_tier=True)  # as in shared_tier_two_layouts
+    run.serve(b, AtomRequest("B-same", p, cache_seed=LAYOUT_B))
+    run.end(a, b)
+
+
+def shared_tier_tp_sizes(run: AtomRun) -> None:
+    """``shared_tier_two_layouts`` with one layout and two tensor-parallel sizes: A
+    runs one worker rank, B two (each rank's shard is one of the two KV heads: other
+    bytes under a chunk's key than A's whole block). A stores a 200-token prompt, B
+    gets the same prompt and must not find A's chunks (ATOM's page namespace carries
+    its TP size, lmcache's key the world size and worker id ATOM gives it)."""
+    a = run.server("A", prefix_caching=False, shared_tier=True, tp_size=1)
+    b = run.server("B", prefix_caching=False, shared_tier=True, tp_size=2, machine="m2")
+    p = run.prompt(200)
+    run.serve(a, AtomRequest("A-first", p))
     run.serve(b, AtomRequest("B-same", p, cache_seed=LAYOUT_B))
     run.end(a, b)
 

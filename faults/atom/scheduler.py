@@ -31,17 +31,29 @@ HANG_GRACE_S = 1.0
 
 
 class WorkerHung(RebuiltWhenUnpickled, KvfaultError):
-    """The worker did not answer ``call`` within ``after_s``: the code under test hung
-    there. ``stack``: the worker's stack at that moment (innermost call last)."""
+    """The worker (``who``: "the worker", or "rank 1's worker" of a TP server) did not
+    answer ``call`` within ``after_s``: the code under test hung there. ``stack``: the
+    worker's stack at that moment (innermost call last); the line names its innermost
+    frame outside Python's own library (where a lock or an event waits is no news)."""
 
-    def __init__(self, call: str, after_s: float, stack: list[str]):
-        where = f"; in {stack[-1]}" if stack else ""
-        super().__init__(f"the worker's {call} did not return within {after_s:.1f}s{where}")
+    def __init__(self, call: str, after_s: float, stack: list[str], who: str = "the worker"):
+        own = [f for f in stack if not _in_stdlib(f)]
+        where = f"; in {(own or stack)[-1]}" if stack else ""
+        super().__init__(f"{who}'s {call} did not return within {after_s:.1f}s{where}")
         self.call, self.after_s, self.stack = call, after_s, stack
 
     def evidence(self) -> dict[str, Any]:
         """What the host records of the hang (plain data)."""
         return {"hung": str(self), "call": self.call, "stack": self.stack}
+
+
+def _in_stdlib(frame: str) -> bool:
+    """Whether a faulthandler frame (``File "PATH", line N in NAME``) is in Python's
+    own library."""
+    import sysconfig
+
+    lib = sysconfig.get_paths()["stdlib"].rstrip("/") + "/"
+    return frame.startswith(f'File "{lib}') and "site-packages" not in frame
 
 
 def _frames(dump: str) -> list[str]:
@@ -55,7 +67,8 @@ class WorkerLink:
     with a bound on every wait. While ``deadline`` is set (a run's), a call waits at
     most until it plus ``HANG_GRACE_S``; a call not answered in time has hung
     (``WorkerHung``, with the stack of the worker, process ``pid``, read from
-    ``stack_path``), and every later call raises the same at once."""
+    ``stack_path``; ``who`` names the worker in it), and every later call raises the
+    same at once."""
 
     def __init__(
         self,
@@ -64,9 +77,10 @@ class WorkerLink:
         timeout_s: float = 30.0,
         pid: int | None = None,
         stack_path: str | None = None,
+        who: str = "the worker",
     ):
         self.conn, self.log, self.timeout_s = conn, log, timeout_s
-        self.pid, self.stack_path = pid, stack_path
+        self.pid, self.stack_path, self.who = pid, stack_path, who
         self.deadline: float | None = None
         self.hung: WorkerHung | None = None
 
@@ -79,7 +93,7 @@ class WorkerLink:
         try:
             return pipe.call(self.conn, name, args, timeout, self.log.events, "worker")
         except TimeoutError:
-            self.hung = WorkerHung(name, timeout, self._stack())
+            self.hung = WorkerHung(name, timeout, self._stack(), self.who)
             raise self.hung from None
 
     def _stack(self, limit_s: float = 2.0) -> list[str]:

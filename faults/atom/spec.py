@@ -58,6 +58,11 @@ class FaultSpec:
     - ``slow_remote_write_s``: lmcache's remote tier writes each chunk this long
       after a store handed it over (a slow shared file system): the store has
       returned and ATOM has called the save done while the chunk is not there yet.
+    - ``hang_finished``: after lmcache's n-th retrieve returned, the worker's next
+      ``get_finished`` (ATOM's connector's, which its model runner calls for
+      ``async_proc_aggregation``) reports nothing, and every later one blocks until
+      the worker closes: the worker never reports that load and never answers again
+      (a rank stuck in its poll).
     - ``rank``: the one tensor-parallel rank whose worker carries the worker faults
       above (-1: every rank), so a fault can hit one shard of a TP server only.
     """
@@ -80,6 +85,7 @@ class FaultSpec:
     tier_files: tuple[str, str, int] | None = None
     drop_hit_reply: int = 0
     slow_remote_write_s: float = 0.0
+    hang_finished: int = 0
     rank: int = -1
 
 

@@ -186,17 +186,21 @@ class WorkerProcess:
             keys = []
         if not keys:
             return
-        kind = "save" if what == "store" else "load"
-        live = self.saves if kind == "save" else self.loads
-        value = next((v for v in live if str(getattr(v, "req_id", v)) == str(req_id)), req_id)
         self.log.record(
             "sent",
-            op=op_of(value, kind, {**self.names, **{str(k): n for k, n in self.names.items()}}),
+            op=self.op_for("save" if what == "store" else "load", req_id),
             what=what,
             end=keys[-1][0],
             first=_key_text(keys[0][1]),
             last=_key_text(keys[-1][1]),
         )
+
+    def op_for(self, kind: str, req_id: Any) -> tuple[str, int, str]:
+        """The trace operation of the save or load in flight that ATOM's connector
+        handed lmcache under ``req_id`` (its ``req_id`` argument)."""
+        live = self.saves if kind == "save" else self.loads
+        value = next((v for v in live if str(getattr(v, "req_id", v)) == str(req_id)), req_id)
+        return op_of(value, kind, {**self.names, **{str(k): n for k, n in self.names.items()}})
 
     def _socket_name(self) -> str:
         """The lookup socket as the judge tells sockets apart: its name, under its

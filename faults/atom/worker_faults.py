@@ -33,7 +33,7 @@ class WorkerFaults:
         if engine is not None and spec.fail_retrieve:
             self._fail_nth(engine, "retrieve", spec.fail_retrieve)
         if engine is not None and spec.fail_store:
-            self._fail_nth(engine, "store", spec.fail_store)
+            self._fail_nth(engine, "store", spec.fail_store, worker)
         if engine is not None and spec.corrupt_load:
             self._corrupt_nth(engine, worker, spec.corrupt_load)
         if engine is not None and spec.slow_save_s > 0:
@@ -48,6 +48,8 @@ class WorkerFaults:
             self._hang_nth(engine, "retrieve", spec.hang_retrieve)
         if engine is not None and spec.slow_remote_write_s > 0:
             self._slow_remote_write(engine, spec.slow_remote_write_s)
+        if engine is not None and spec.hang_finished:
+            self._hang_finished(engine, worker, spec.hang_finished)
         if spec.pin_timeout_s:
             self._observe_force_unpin()
         # Chunks lmcache allocated, by id, until its allocator frees them; held weakly so
@@ -204,7 +206,9 @@ class WorkerFaults:
 
         PinMonitor._force_unpin_timeout_object = observed
 
-    def _fail_nth(self, engine: Any, method: str, n: int) -> None:
+    def _fail_nth(
+        self, engine: Any, method: str, n: int, worker: WorkerProcess | None = None
+    ) -> None:
         inner = getattr(engine, method)
         count = [0]
         log = self.log
@@ -213,7 +217,14 @@ class WorkerFaults:
         def wrapped(*args: Any, **kwargs: Any) -> Any:
             count[0] += 1
             if count[0] == n:
-                log.record("fault", injector=name, call=n)
+                if worker is None:
+                    log.record("fault", injector=name, call=n)
+                else:
+                    # A failed store names its save: what ATOM then reports finished
+                    # is not stored, on this rank at least (``unstored``: the judge's
+                    # account of the tier holds none of it for sure).
+                    op = worker.op_for("save", kwargs.get("req_id"))
+                    log.record("fault", op=op, injector=name, call=n, unstored=True)
                 raise RuntimeError(f"kvfault: injected lmcache {method} failure")
             return inner(*args, **kwargs)
 
@@ -233,6 +244,41 @@ class WorkerFaults:
             return inner(*args, **kwargs)
 
         setattr(engine, method, wrapped)
+
+    def _hang_finished(
+        self, engine: Any, worker: WorkerProcess, n: int, bound_s: float = 120.0
+    ) -> None:
+        # Armed once lmcache's n-th retrieve has returned (a load ATOM's worker has yet
+        # to report). The next poll answers with nothing drained, so its fault event
+        # reaches the host (a poll that never returns sends nothing back); every later
+        # poll never returns. The load is never reported.
+        from atom.kv_transfer.disaggregation.types import KVConnectorOutput
+
+        inner_retrieve, impl = engine.retrieve, worker.impl
+        inner_finished = impl.get_finished
+        count, polls = [0], [0]
+        armed = threading.Event()
+        log, closing = self.log, self.closing
+
+        def retrieve(*args: Any, **kwargs: Any) -> Any:
+            ret = inner_retrieve(*args, **kwargs)
+            count[0] += 1
+            if count[0] == n:
+                armed.set()
+            return ret
+
+        def get_finished(*args: Any, **kwargs: Any) -> Any:
+            if not armed.is_set():
+                return inner_finished(*args, **kwargs)
+            polls[0] += 1
+            if polls[0] == 1:
+                log.record("fault", injector="hung_get_finished", retrieve=n)
+                return KVConnectorOutput()
+            closing.wait(bound_s)  # until the worker closes; never past the bound
+            raise RuntimeError("kvfault: injected get_finished that never answered")
+
+        engine.retrieve = retrieve
+        impl.get_finished = get_finished
 
     def _slow(self, engine: Any, method: str, delay_s: float, name: str) -> None:
         # The wait comes before lmcache touches the KV blocks: what ATOM's scheduler does

@@ -42,7 +42,11 @@ class TierAccount:
     really holds, and only those count) adds the chunks the tier does not hold yet, visible from then on, or
     from ``delay_s`` later when a fault event reports late visibility for it; a store of
     a chunk already held writes nothing, so the chunk keeps the visibility of the save
-    that first put it there. A fault event naming a dropped ``chunk`` removes it.
+    that first put it there. A fault event naming a dropped ``chunk`` removes it. A
+    fault event naming a save ``unstored`` (an injected store failure, perhaps on one
+    tensor-parallel rank of several, while the others stored and the save is reported
+    finished) makes the chunks that save put there only ``maybe`` held, whether it
+    comes before the save's report or after.
 
     A save reported failed may still have written some or all of its chunks: its answer
     can be lost after the tier kept the data (a dropped reply), or it can fail part-way.
@@ -60,6 +64,8 @@ class TierAccount:
         self._save_range: dict[OperationId, tuple[int, int]] = {}
         self._submitted: dict[OperationId, float] = {}
         self._late: dict[OperationId, float] = {}  # save op -> visible at
+        self._unstored: set[OperationId] = set()  # saves whose store a fault broke
+        self._added: dict[OperationId, list[int]] = {}  # save op -> keys it first put
 
     def feed(self, ev: TraceEvent) -> None:
         kind = ev.kind
@@ -70,6 +76,14 @@ class TierAccount:
         elif kind is Ev.FAULT and ev.op is not None:
             if "delay_s" in ev.data:
                 self._late[ev.op] = ev.t + ev.data["delay_s"]
+            elif ev.data.get("unstored"):
+                # A store an injected fault broke (on one tensor-parallel rank, say):
+                # whatever its save reports, before or after, is only maybe held.
+                self._unstored.add(ev.op)
+                for key in self._added.pop(ev.op, []):
+                    at = self.held.pop(key, None)
+                    if at is not None:
+                        self.maybe.setdefault(key, self._submitted.get(ev.op, at))
             elif "chunk" in ev.data and ev.req_id is not None and ev.req_id in self.run.requests:
                 chain = self.chains.of(ev.req_id)
                 if ev.data["chunk"] < len(chain):
@@ -83,10 +97,13 @@ class TierAccount:
             chain = self.chains.of(ev.req_id)
             # A tier whose engine promises no data with a finished save (ATOM's frees
             # blocks) records what the store holds: ``stored`` tokens from the start.
-            if ev.data.get("outcome") == "finished":
+            if ev.data.get("outcome") == "finished" and ev.op not in self._unstored:
                 visible = self.visible_at(ev)
                 end = min(rng[1], ev.data.get("stored", rng[1]))
+                added = self._added.setdefault(ev.op, [])
                 for key in chain[rng[0] // self.chunk : min(end // self.chunk, len(chain))]:
+                    if key not in self.held:
+                        added.append(key)
                     self.held.setdefault(key, visible)
                     self.maybe.pop(key, None)
             else:

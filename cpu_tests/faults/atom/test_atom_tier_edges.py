@@ -626,3 +626,30 @@ def test_pins_below_zero_counts_force_unpinned_chunks_unpinned_again():
     faults.spec = FaultSpec(pin_timeout_s=1)
     faults.forced = [SimpleNamespace(meta=SimpleNamespace(pin_count=n)) for n in (0, -1, 1)]
     assert faults.below_zero_pins() == 1
+
+
+def test_a_store_failure_on_one_rank_explains_that_ranks_load_failure():
+    """At TP 2 the worker that answers lookups (rank 0) stored the prompt and reports
+    the save finished with its 192 tokens; rank 1's store failed (an injected fault
+    naming the save ``unstored``), so rank 1's retrieve of the prompt returns 0 and
+    ATOM fails the load. The fault explains that failure, whichever of the fault and
+    the report the trace has first; without the fault it is unexplained."""
+    from kvfault.faults.properties.ledger import efficiency, load_failures
+
+    save, load = ("a", 0, "save"), ("a", 1, "load")
+    data = {"injector": "store_failure", "call": 1, "unstored": True, "rank": 1}
+    events = [
+        RawEvent(1.0, 0, "save", save, "a", {"start": 0, "end": 192}),
+        RawEvent(1.1, 0, "finished_reported", save, "a", {"outcome": "finished", "stored": 192}),
+        RawEvent(2.0, 1, "dispatch", load, "a", {"start": 0, "kv_end": 192, "claim": 192}),
+        RawEvent(2.1, 1, "retrieve_terminal", load, "a",
+                 {"ok": True, "error": None, "retrieved": 192, "asked": 192}),
+        RawEvent(2.1, 1, "retrieve_terminal", load, "a",
+                 {"ok": False, "error": "lmcache returned 0 of 192", "retrieved": 0,
+                  "asked": 192, "rank": 1}),
+    ]  # fmt: skip
+    unexplained = load_failures(_run(events))
+    assert [v.prop for v in unexplained] == ["load_failures"], unexplained
+    for t in (1.05, 1.15):  # the fault before the save's report, and after it
+        run = _run([*events, RawEvent(t, 0, "fault", save, "a", data)])
+        assert load_failures(run) == [] and efficiency(run) == [], t
