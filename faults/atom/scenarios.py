@@ -488,13 +488,15 @@ def shared_tier_kv_dtype(run: AtomRun) -> None:
 def shared_tier_tp_sizes(run: AtomRun) -> None:
     """``shared_tier_two_layouts`` with one layout and two tensor-parallel sizes: A
     runs one worker rank, B two (each rank's shard is one of the two KV heads: other
-    bytes under a chunk's key than A's whole block). A stores a 200-token prompt, B
-    gets the same prompt and must not find A's chunks (ATOM's page namespace carries
-    its TP size, lmcache's key the world size and worker id ATOM gives it)."""
+    bytes under a chunk's key than A's whole block). A stores a 200-token prompt; once
+    the remote tier holds it B gets the same prompt and must not find A's chunks
+    (ATOM's page namespace carries its TP size, lmcache's key the world size and worker
+    id ATOM gives it)."""
     a = run.server("A", prefix_caching=False, shared_tier=True, tp_size=1)
     b = run.server("B", prefix_caching=False, shared_tier=True, tp_size=2, machine="m2")
     p = run.prompt(200)
     run.serve(a, AtomRequest("A-first", p))
+    run.stored(a, p, shared_tier=True)  # as in shared_tier_two_layouts
     run.serve(b, AtomRequest("B-same", p, cache_seed=LAYOUT_B))
     run.end(a, b)
 
