@@ -11,16 +11,18 @@ NAME = "memory"  # as faults.memory.executor names it
 
 
 def rows() -> list[Row]:
-    """Every scenario that names this tier, every in-process injector on its
-    scenario, every planted regression on its scenario."""
+    """Every shared scenario but the real-tier sizes (this tier runs the full-size
+    stories they shrink), every in-process injector on its scenario, every planted
+    regression on its scenario."""
     from kvfault.faults.injectors.catalog import INJECTORS
     from kvfault.faults.regressions.legacy import REGRESSIONS
     from kvfault.faults.scenarios import SCENARIOS
+    from kvfault.faults.scenarios.real_sized import REAL_SIZED
 
     out = [
         Row("scenario", s.name, s.description, s.name)
         for s in SCENARIOS.values()
-        if NAME in s.tiers
+        if s.name not in REAL_SIZED
     ]
     out += [Row("fault", i.name, i.description, i.scenario) for i in INJECTORS.values()]
     out += [Row("regression", r.name, r.description, r.scenario) for r in REGRESSIONS.values()]

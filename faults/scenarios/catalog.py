@@ -1,5 +1,6 @@
 """Every scenario by name, built here and nowhere else: the simulated stories, the
-generated workloads and the real-tier sizes. Each ``Scenario`` says which tiers it runs on."""
+generated workloads and the real-tier sizes. Each tier's catalog lists those it runs
+(``kvfault.faults.tiers.Tier.catalog``)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """The real-tier sizes of three scenarios: the same stories as ``restart_tier_kept``,
 ``restart_burst`` and ``lost_completion_burst``, small enough for a real lmcache server
-in real time on two cores. They run on the ``lmcache`` tier."""
+in real time on two cores. A real tier's catalog lists them (the in-process tier runs
+the full-size stories instead)."""
 
 from __future__ import annotations
 
@@ -61,7 +62,6 @@ REAL_SIZED: dict[str, Scenario] = {
             "restart_tier_kept with 8 prompts: pass 1 stores, restart, pass 2 loads (real-tier size)",
             real_restart_tier_kept,
             (*_PROPS, "grid", "hybrid"),
-            tiers=("lmcache",),
             expect=finishes(),
         ),
         Scenario(
@@ -69,7 +69,6 @@ REAL_SIZED: dict[str, Scenario] = {
             "16 restores after a restart behind a 29 s first forward and a 21 s step (real-tier size)",
             real_restart_burst,
             (*_PROPS, "grid"),
-            tiers=("lmcache",),
             expect=finishes(),
         ),
         Scenario(
@@ -77,7 +76,6 @@ REAL_SIZED: dict[str, Scenario] = {
             "a lost load completion in a burst of 16 while 20 more requests arrive (real-tier size)",
             real_lost_completion_burst,
             (*_PROPS, "grid"),
-            tiers=("lmcache",),
             expect=stops("LoadNotTerminal", "load", within_s=61.0),
         ),
     )

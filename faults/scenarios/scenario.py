@@ -1,6 +1,7 @@
 """What a scenario declares: its name, how to run it, the properties judged over its
-trace, what grows with the run's scale, the tiers it runs on and how the fixed stack
-must end it; and the property sets the scenarios share."""
+trace, what grows with the run's scale and how the fixed stack must end it; and the
+property sets the scenarios share. Which tiers run it is each tier's own catalog's
+business (``kvfault.faults.tiers.Tier.catalog``): a scenario names no tier."""
 
 from __future__ import annotations
 
@@ -13,8 +14,7 @@ from kvfault.faults.runs import Expect, RunContext, RunResult
 @dataclass(frozen=True)
 class Scenario:
     """A named workload: ``run`` builds and runs it from a context; ``properties`` are
-    checked over its trace; ``tiers`` are the tiers it runs on (``memory``: the
-    in-process tier in virtual time; ``lmcache``: a real server in real time)."""
+    checked over its trace."""
 
     name: str
     description: str
@@ -22,14 +22,10 @@ class Scenario:
     properties: tuple[str, ...]
     # What grows with ``RunContext.scale`` (K); empty: the scenario has a fixed size.
     scales: str = ""
-    tiers: tuple[str, ...] = ("memory",)
     # How the fixed stack must end a run of it (run to the end, stop with a named
     # error on a named operation within a bound, or refuse to start); every entry
     # declares one, and the campaign fails any other ending.
     expect: Expect | None = None
-
-
-BOTH_TIERS = ("memory", "lmcache")
 
 
 _TRACE = (

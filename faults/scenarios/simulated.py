@@ -24,7 +24,7 @@ from kvfault.faults.injectors.completions import LostCompletion
 from kvfault.faults.injectors.engine import SlowForward
 from kvfault.faults.runs import RunContext, RunResult, finishes, stops
 from kvfault.faults.scenarios.harness import _renamed, _Run
-from kvfault.faults.scenarios.scenario import _ALL, _ONE_TIER, BOTH_TIERS, Scenario
+from kvfault.faults.scenarios.scenario import _ALL, _ONE_TIER, Scenario
 from kvfault.reference.errors import EngineIdentityConflict
 from kvfault.reference.rules.identity import lookup_socket_path
 from kvfault.reference.stack.engine import Engine, EngineConfig, RunOutcome
@@ -299,7 +299,6 @@ SIMULATED: dict[str, Scenario] = {
             "two servers on one host cross prompts over real ipc lookup sockets",
             two_servers,
             (*_ALL, "identity"),
-            tiers=BOTH_TIERS,
             expect=finishes(),
         ),
         Scenario(
@@ -307,7 +306,6 @@ SIMULATED: dict[str, Scenario] = {
             "two pictures with the same text: B must not hit A",
             two_images,
             (*_ONE_TIER, "hybrid"),
-            tiers=BOTH_TIERS,
             expect=finishes(),
         ),
         Scenario(
@@ -316,7 +314,6 @@ SIMULATED: dict[str, Scenario] = {
             restart_tier_kept,
             (*_ONE_TIER, "grid", "hybrid"),
             "24*K prompts per pass",
-            tiers=BOTH_TIERS,
             expect=finishes(),
         ),
         Scenario(
@@ -324,7 +321,6 @@ SIMULATED: dict[str, Scenario] = {
             "a chunk-aligned 2048-token hybrid prompt sent twice loads 1920 tokens",
             chunk_aligned_hybrid,
             (*_ONE_TIER, "hybrid"),
-            tiers=BOTH_TIERS,
             expect=finishes(),
         ),
         Scenario(

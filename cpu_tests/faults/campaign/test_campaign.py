@@ -29,6 +29,7 @@ from kvfault.faults.injectors import INJECTORS
 from kvfault.faults.properties import PROPERTIES, Violation
 from kvfault.faults.regressions import REGRESSIONS, Regression
 from kvfault.faults.runs import stops
+from kvfault.faults.tiers import Tiers
 from kvfault.faults.verdicts import Verdict
 from kvfault.reference import Rules
 
@@ -43,7 +44,7 @@ def test_default_campaign_covers_every_regression_injector_and_scenario():
     assert ids == (
         [f"regression:{n}" for n in REGRESSIONS]
         + [f"fault:{n}" for n in INJECTORS]
-        + [f"scenario:{n}" for n in SCENARIOS if "memory" in SCENARIOS[n].tiers]
+        + [f"scenario:{r.name}" for r in Tiers.installed()["memory"].rows("scenario")]
     )
 
 

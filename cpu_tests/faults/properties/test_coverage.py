@@ -14,6 +14,7 @@ from kvfault.faults.campaign import properties_of, run_case
 from kvfault.faults.properties import PROPERTIES
 from kvfault.faults.runs import RunResult
 from kvfault.faults.scenarios import SCENARIOS
+from kvfault.faults.tiers import Tiers
 from kvfault.reference.trace import Ev
 
 
@@ -47,7 +48,7 @@ def test_every_property_is_judged_in_at_least_two_scenarios():
     assert set(inputs) | set(OTHER_TIER) == {*PROPERTIES, "determinism"}, (
         "a property without an input check"
     )
-    memory = [s for s in SCENARIOS.values() if "memory" in s.tiers]
+    memory = [SCENARIOS[r.name] for r in Tiers.installed()["memory"].rows("scenario")]
     runs = {s.name: run_case(s.name, 0, properties=[]).run for s in memory}
     judged = {
         prop: sorted(
