@@ -13,7 +13,7 @@ Fixtures (all simulated, virtual time):
 - ``kv_engine`` — a factory of engines on ``kv_world`` under ``kv_rules`` and
   ``fault_plan``.
 - ``kv_scenario`` — runs and judges a named scenario: ``kv_scenario("restart_burst")``
-  returns a ``kvfault.faults.campaign.execute.CaseResult``; a planned fault that never fired
+  returns a ``kvfault.faults.campaign.execute.JudgedRun``; a planned fault that never fired
   warns ``NotExercised``.
 
 Markers ``gpu``, ``lmcache`` and ``slow`` are registered. A project that sets the ini
@@ -46,7 +46,7 @@ from kvfault.faults.argtypes import MAX_SCALE, scale, seed, seed_count
 if TYPE_CHECKING:
     from kvfault.fakes.clock import VirtualClock
     from kvfault.fakes.sim import SimWorld
-    from kvfault.faults.campaign.execute import CaseResult
+    from kvfault.faults.campaign.execute import JudgedRun
     from kvfault.faults.injectors.plans import FaultPlan
     from kvfault.reference.rules import Rules
     from kvfault.reference.stack.engine import Engine, EngineConfig
@@ -325,13 +325,13 @@ class _Call:
 @pytest.fixture
 def kv_scenario(
     request: pytest.FixtureRequest, kv_seed: int, kv_rules: Rules, fault_plan: FaultPlan
-) -> Callable[..., CaseResult]:
+) -> Callable[..., JudgedRun]:
     """``kv_scenario(name, seed=None, *, rules=None, plan=None, properties=None)``: run
     scenario ``name`` (defaults: ``kv_seed``, ``kv_rules``, ``fault_plan``) under the
     plan as the campaign runs a plan (its injectors, the request ids it salts, its
     scale; a scenario of fixed size runs at scale 1) and judge it by its properties
     (``properties``: only these; an unknown name raises ``UnknownName``). Returns the
-    ``CaseResult`` (``.ok``, ``.violations``, ``.fired``, ``.not_exercised``); a
+    ``JudgedRun`` (``.ok``, ``.violations``, ``.fired``, ``.not_exercised``); a
     planned fault that never fired also warns (``NotExercised``)."""
     from dataclasses import replace
 
@@ -347,7 +347,7 @@ def kv_scenario(
         rules: Rules | None = None,
         plan: FaultPlan | None = None,
         properties: Sequence[str] | None = None,
-    ) -> CaseResult:
+    ) -> JudgedRun:
         s = kv_seed if seed is None else seed
         p = fault_plan if plan is None else plan
         if name in SCENARIOS and not SCENARIOS[name].scales and p.scale != 1:

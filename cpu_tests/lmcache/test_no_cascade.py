@@ -21,7 +21,7 @@ from collections.abc import Iterator
 import pytest
 from lmc_util import GEOMETRY
 
-from kvfault.faults.campaign.execute import CaseResult, run_case
+from kvfault.faults.campaign.execute import JudgedRun, run_case
 from kvfault.faults.lmcache.executor import LMCacheExecutor
 from kvfault.faults.lmcache.server import LMCacheServer
 from kvfault.faults.lmcache.session import LMCacheSession
@@ -40,7 +40,7 @@ def session() -> Iterator[LMCacheSession]:
     assert s.leftovers() == []
 
 
-def _healthy_case(session: LMCacheSession, seed: int = 0) -> CaseResult:
+def _healthy_case(session: LMCacheSession, seed: int = 0) -> JudgedRun:
     executor = LMCacheExecutor(session)
     try:
         res = run_case(HEALTHY, seed, executor=executor)

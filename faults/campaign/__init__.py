@@ -31,7 +31,7 @@ _EXPORTS = {
     "run_campaign": "kvfault.faults.campaign.session",
     "run_session": "kvfault.faults.campaign.session",
     "seeds_ran": "kvfault.faults.campaign.session",
-    "CaseResult": "kvfault.faults.campaign.execute",
+    "JudgedRun": "kvfault.faults.campaign.execute",
     "Executor": "kvfault.faults.tiers.executor",
     "default_executor": "kvfault.faults.campaign.execute",
     "check": "kvfault.faults.campaign.execute",

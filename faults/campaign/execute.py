@@ -36,7 +36,7 @@ def default_executor() -> Executor:
 
 
 @dataclass
-class CaseResult:
+class JudgedRun:
     """One run judged (``run_case``): the properties checked and the ``Violation``s
     they returned, its stop and ending, what fired, and the run itself until it is let
     go (``drop_run``). A case has one, or two for a regression (legacy and fixed); its
@@ -170,7 +170,7 @@ def run_case(
     replay_map: RequestMap | None = None,
     executor: Executor | None = None,
     scale: int = 1,
-) -> CaseResult:
+) -> JudgedRun:
     """Run and judge one case at ``scale`` on ``executor``'s tier (default: the default
     tier's, ``default_executor``).
     ``replay_map`` (default: ``request_map``) is used for the determinism re-run, so a
@@ -208,7 +208,7 @@ def run_case(
                     )
                 )
     stop = run.stop
-    return CaseResult(
+    return JudgedRun(
         scenario=name,
         seed=seed,
         checked=props,

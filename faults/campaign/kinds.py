@@ -34,7 +34,7 @@ import shlex
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Protocol, Sequence
 
-from kvfault.faults.campaign.execute import CaseResult, properties_of, run_case, scenarios_on
+from kvfault.faults.campaign.execute import JudgedRun, properties_of, run_case, scenarios_on
 from kvfault.faults.campaign.outcomes import CaseOutcome, TargetOutcome, signature
 from kvfault.faults.campaign.targets import CampaignError, Case, Target
 from kvfault.faults.catalog import UnknownName, close_matches, resolve
@@ -61,7 +61,7 @@ class Runs(Protocol):
 
     def fixed(
         self, scenario: str, seed: int, scale: int = 1, stack: Target | None = None
-    ) -> CaseResult: ...
+    ) -> JudgedRun: ...
 
 
 class UndeclaredEnding(KvfaultError, ValueError):
@@ -138,7 +138,7 @@ class TargetKind:
             out.verdict, out.signature = unmet
         return out
 
-    def run(self, runner: Runs, case: Case) -> tuple[CaseResult, dict[str, int]]:
+    def run(self, runner: Runs, case: Case) -> tuple[JudgedRun, dict[str, int]]:
         """The judged run of ``case`` and how often each of its faults fired."""
         t = case.target
         plan = case.plan()
@@ -162,7 +162,7 @@ class TargetKind:
         """The verdict and its reason when ``case``'s own fault never fired."""
         return None
 
-    def unmet_ending(self, target: Target, res: CaseResult) -> tuple[Verdict, str] | None:
+    def unmet_ending(self, target: Target, res: JudgedRun) -> tuple[Verdict, str] | None:
         """FAIL and how the run's ending differs from what ``target``'s catalog entry
         declares (None: as declared)."""
         return None
@@ -335,7 +335,7 @@ class Fault(TargetKind):
         tier = Tiers.installed()[target.tier]
         return tier.plans() is None and tier.fault(target.name).kills_server
 
-    def run(self, runner: Runs, case: Case) -> tuple[CaseResult, dict[str, int]]:
+    def run(self, runner: Runs, case: Case) -> tuple[JudgedRun, dict[str, int]]:
         t = case.target
         if case.plan() is not None:
             return super().run(runner, case)
@@ -354,7 +354,7 @@ class Fault(TargetKind):
         why = f"{t.injector} never fired on {t.scenario} with seed {case.seed}"
         return Verdict.NOT_EXERCISED, why
 
-    def unmet_ending(self, target: Target, res: CaseResult) -> tuple[Verdict, str] | None:
+    def unmet_ending(self, target: Target, res: JudgedRun) -> tuple[Verdict, str] | None:
         who = f"{target.injector} on {target.scenario}"
         unmet = _unmet_expect(_fault_expect(target), who, res)
         return (Verdict.FAIL, unmet) if unmet else None
@@ -369,7 +369,7 @@ class Scenario(TargetKind):
     def build(self, name: str, tier: str, obj: Mapping[str, Any] | None = None) -> Target:
         return Target(self, name, _resolve(self, name, tier), tier=tier)
 
-    def unmet_ending(self, target: Target, res: CaseResult) -> tuple[Verdict, str] | None:
+    def unmet_ending(self, target: Target, res: JudgedRun) -> tuple[Verdict, str] | None:
         unmet = _unmet_scenario(target.scenario, res, target.tier)
         return (Verdict.FAIL, unmet) if unmet else None
 
@@ -506,7 +506,7 @@ class _Recording:
         return fired_report(self.made[0] if self.made else [])
 
 
-def _unmet_expect(expect: Expect | None, who: str, res: CaseResult) -> str | None:
+def _unmet_expect(expect: Expect | None, who: str, res: JudgedRun) -> str | None:
     """How the run's ending differs from ``expect``, the ending ``who``'s catalog entry
     declares for the fixed stack (None: as declared). An entry that declares nothing is
     a catalog mistake, not a fault of the stack: ``UndeclaredEnding`` (the case is an
@@ -520,11 +520,11 @@ def _unmet_expect(expect: Expect | None, who: str, res: CaseResult) -> str | Non
     return f"{who}: the fixed stack was {unmet}" if unmet else None
 
 
-def _unmet_scenario(scenario: str, res: CaseResult, tier: str) -> str | None:
+def _unmet_scenario(scenario: str, res: JudgedRun, tier: str) -> str | None:
     return _unmet_expect(scenarios_on(tier)[scenario].expect, scenario, res)
 
 
-def _unmet_legacy(reg: PlantedRegression, res: CaseResult) -> str | None:
+def _unmet_legacy(reg: PlantedRegression, res: JudgedRun) -> str | None:
     """How a regression's legacy run ended otherwise than its entry declares."""
     if not reg.legacy_expect:
         raise UndeclaredEnding(f"{reg.name}: its catalog entry declares no expected legacy ending")

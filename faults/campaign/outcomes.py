@@ -7,7 +7,7 @@ A case passes through three records, each for its own reader:
 
 - ``kvfault.faults.runs.RunResult``: what one run left (its trace, requests, engines' ends),
   for the properties to read. A case has one or two (a regression: legacy and fixed).
-- ``kvfault.faults.campaign.execute.CaseResult``: one run judged: the properties checked and
+- ``kvfault.faults.campaign.execute.JudgedRun``: one run judged: the properties checked and
   the ``Violation`` objects they returned, its stop, digest and ending. The judge
   reads it; a cache of fixed runs keeps it after the run itself is let go.
 - ``CaseOutcome``: the case's one record: its verdict and the reason (``signature``),
@@ -27,7 +27,7 @@ from kvfault.faults.properties.violation import Violation
 from kvfault.faults.verdicts import OK, Verdict, exit_code, worst
 
 if TYPE_CHECKING:
-    from kvfault.faults.campaign.execute import CaseResult
+    from kvfault.faults.campaign.execute import JudgedRun
 
 FIXED = Verdict.FIXED
 NOT_EXERCISED = Verdict.NOT_EXERCISED
@@ -55,7 +55,7 @@ class CaseOutcome:
     checked: list[str] = field(default_factory=list)  # properties judged on the fixed run
     # The --timeout this case ran past (an ERROR: its replay needs the same bound), else None.
     timeout_s: float | None = None
-    # The judged runs (``faults.campaign.execute.CaseResult``, for a timeline); which outcomes
+    # The judged runs (``faults.campaign.execute.JudgedRun``, for a timeline); which outcomes
     # keep them is the runner's ``keep_runs``.
     legacy_result: Any = field(default=None, repr=False, compare=False)
     fixed_result: Any = field(default=None, repr=False, compare=False)
@@ -66,7 +66,7 @@ class CaseOutcome:
 
     @classmethod
     def of_run(
-        cls, case: Case, res: CaseResult, fired: dict[str, int], digest: bool = True
+        cls, case: Case, res: JudgedRun, fired: dict[str, int], digest: bool = True
     ) -> CaseOutcome:
         """A PASS carrying one judged fixed-stack run (its trace digest only when
         ``digest``); the caller then applies its target's own verdict rules (not
@@ -117,7 +117,7 @@ class CaseOutcome:
         }
 
 
-def signature(result: CaseResult, prop: str | None = None) -> str:
+def signature(result: JudgedRun, prop: str | None = None) -> str:
     """A run's failure in one line: the first violation (of ``prop`` when given) with
     its evidence, then the named error the engine stopped with, if any."""
     viols = [v for v in result.violations if prop is None or v.prop == prop] or result.violations

@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 import traceback
 
-from kvfault.faults.campaign.execute import CaseResult, Executor, default_executor, run_case
+from kvfault.faults.campaign.execute import Executor, JudgedRun, default_executor, run_case
 from kvfault.faults.campaign.outcomes import CaseOutcome
 from kvfault.faults.campaign.targets import Case, Target
 from kvfault.faults.verdicts import Verdict
@@ -46,11 +46,11 @@ class CaseRunner:
         self.keep_runs = keep_runs
         self.digests = digests
         self.executor = executor or default_executor()
-        self._fixed: dict[tuple[str, int, int, str | None], CaseResult] = {}
+        self._fixed: dict[tuple[str, int, int, str | None], JudgedRun] = {}
 
     def fixed(
         self, scenario: str, seed: int, scale: int = 1, stack: Target | None = None
-    ) -> CaseResult:
+    ) -> JudgedRun:
         """The plain run of ``scenario`` by the stack under test (``stack``'s: the fixed
         stack by default), computed once per runner."""
         key = (scenario, seed, scale, stack.stack if stack is not None else None)

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from kvfault.faults.campaign import CaseResult, run_case
+from kvfault.faults.campaign import JudgedRun, run_case
 from kvfault.faults.injectors import (
     EngineCrash,
     HashOrderShuffle,
@@ -34,7 +34,7 @@ from kvfault.reference import Ev
 
 
 @functools.cache
-def _run_plan(scenario, specs, seed, properties, rules) -> CaseResult:
+def _run_plan(scenario, specs, seed, properties, rules) -> JudgedRun:
     plan = FaultPlan(specs, seed)
     return run_case(
         scenario,
@@ -49,7 +49,7 @@ def _run_plan(scenario, specs, seed, properties, rules) -> CaseResult:
 
 def run_plan(
     scenario: str, *specs: FaultSpec, seed: int = 0, properties=None, rules=None
-) -> CaseResult:
+) -> JudgedRun:
     """Run and judge a plan; the same case is run once per session (tests only read it)."""
     props = tuple(properties) if properties is not None else None
     return _run_plan(scenario, tuple(specs), seed, props, rules)
@@ -59,22 +59,22 @@ def default_spec(name: str) -> FaultSpec:
     return FaultSpec.of(name, **INJECTORS[name].defaults)
 
 
-def fired(res: CaseResult) -> dict[str, int]:
+def fired(res: JudgedRun) -> dict[str, int]:
     assert res.run is not None
     return fired_report(planned(res.run.injectors))
 
 
-def events(res: CaseResult, kind: Ev) -> list[Any]:
+def events(res: JudgedRun, kind: Ev) -> list[Any]:
     assert res.run is not None
     return list(res.run.trace.of(kind))
 
 
-def stop_error(res: CaseResult) -> str | None:
+def stop_error(res: JudgedRun) -> str | None:
     stop = events(res, Ev.STOP)
     return stop[0].data["error"] if stop else None
 
 
-def faults_of(res: CaseResult, name: str) -> list[Any]:
+def faults_of(res: JudgedRun, name: str) -> list[Any]:
     return [e for e in events(res, Ev.FAULT) if e.data["injector"] == name]
 
 

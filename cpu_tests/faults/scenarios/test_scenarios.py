@@ -14,7 +14,7 @@ import os
 import pytest
 
 from kvfault.faults import SCENARIOS, RunContext
-from kvfault.faults.campaign import CaseResult, run_case
+from kvfault.faults.campaign import JudgedRun, run_case
 from kvfault.reference import Ev
 
 SEED_SCENARIOS = (
@@ -25,10 +25,10 @@ SEED_SCENARIOS = (
     "restart_burst",
     "lost_completion_burst",
 )
-_CACHE: dict[str, CaseResult] = {}
+_CACHE: dict[str, JudgedRun] = {}
 
 
-def case(name: str) -> CaseResult:
+def case(name: str) -> JudgedRun:
     """One run (plus its determinism re-run) per scenario, shared by this module."""
     if name not in _CACHE:
         _CACHE[name] = run_case(name, seed=0)

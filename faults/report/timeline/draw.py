@@ -38,7 +38,7 @@ def write_timeline(
 ) -> Path:
     """Draw the legacy run above the fixed run on one time axis and write ``path``.
 
-    ``legacy`` and ``fixed`` are ``RunResult``s, ``CaseResult``s (then each panel is
+    ``legacy`` and ``fixed`` are ``RunResult``s, ``JudgedRun``s (then each panel is
     headed PASS/FAIL with its first violated property and message) or ``None`` (that
     panel is left out; at least one is needed). When the decisive moment crowds many
     events into a sliver of the axis, a zoom column on the right shows it. The path's

@@ -211,19 +211,19 @@ def _forwards(run: RunResult) -> list[tuple[float, float, str]]:
 
 def _unwrap(result: Any) -> tuple[RunResult, list[Any] | None]:
     """Accept a ``RunResult`` or anything with ``.run`` and ``.violations`` (a
-    ``kvfault.faults.campaign.execute.CaseResult``), whose verdict then heads the panel."""
+    ``kvfault.faults.campaign.execute.JudgedRun``), whose verdict then heads the panel."""
     if isinstance(result, RunResult):
         return result, None
     run = getattr(result, "run", None)
     if not isinstance(run, RunResult):
         raise TypeError(
-            f"write_timeline wants a RunResult or a CaseResult with .run, got {type(result).__name__}"
+            f"write_timeline wants a RunResult or a JudgedRun with .run, got {type(result).__name__}"
         )
     return run, list(getattr(result, "violations", []) or [])
 
 
 def panel_of(result: Any, label: str) -> Panel:
-    """The plain data of one panel from a ``RunResult`` or a ``CaseResult``."""
+    """The plain data of one panel from a ``RunResult`` or a ``JudgedRun``."""
     run, violations = _unwrap(result)
     rows = load_rows(run)
     stop = _stop_info(run, rows)
