@@ -81,3 +81,23 @@ def test_the_fake_runner_takes_each_picture_from_the_encoder_cache_by_identifier
     )
     with pytest.raises(RuntimeError, match="Encoder cache miss"):
         runner._computed("p", 0, len(IDS))
+
+
+def test_a_first_block_forward_without_every_picture_is_refused() -> None:
+    # The fake model's pages derive from every picture from the first block on; a
+    # forward of the first block that vLLM scheduled without a later picture (chunked
+    # prefill) cannot be computed faithfully, so it raises instead of guessing.
+    from kvfault.faults.vllm.engine import FakeRunner, block_hasher, vllm_request
+    from kvfault.reference.types import Request
+
+    ids = IDS + (PICTURE_TOKEN,) * 8 + tuple(range(300, 320))
+    req = vllm_request(Request("two", ids, 1, (b"a" * 8, b"b" * 8)), block_hasher(), "model")
+    runner = FakeRunner(types.SimpleNamespace())
+    runner.seen["two"] = (ids, 4)
+    runner.features["two"] = list(req.mm_features)
+    runner._encode(
+        types.SimpleNamespace(free_encoder_mm_hashes=[], scheduled_encoder_inputs={"two": [0, 1]})
+    )
+    with pytest.raises(RuntimeError, match="the first block's forward lacks a picture"):
+        runner._computed("two", 0, 64)  # the second picture starts at 124
+    assert runner._computed("two", 0, len(ids)).cache_seed == media_cache_seed((b"a" * 8, b"b" * 8))
