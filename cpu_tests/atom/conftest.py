@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 
 import pytest
+from tier_gate import TierGate
 
 from kvfault.faults.atom.source import AtomSource, AtomSourceMissing
 
@@ -26,26 +27,10 @@ def _missing() -> str | None:
 MISSING = _missing()
 
 
-class _SkippedModule(pytest.Module):
-    def collect(self):
-        pytest.skip(MISSING or "")
-
-
-def pytest_pycollect_makemodule(module_path, parent):
-    if MISSING:
-        return _SkippedModule.from_parent(parent, path=module_path)
-    return None
-
-
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        if "cpu_tests/atom/" in str(item.fspath):
-            item.add_marker(pytest.mark.atom)
-
-
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    if MISSING and exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
-        session.exitstatus = pytest.ExitCode.OK
+GATE = TierGate(__file__, "atom", MISSING)  # cpu_tests/tier_gate.py
+pytest_pycollect_makemodule = GATE.pytest_pycollect_makemodule
+pytest_collection_modifyitems = GATE.pytest_collection_modifyitems
+pytest_sessionfinish = GATE.pytest_sessionfinish
 
 
 @pytest.fixture(scope="session")

@@ -14,36 +14,15 @@ from typing import Any, Callable, Iterator
 
 import pytest
 from lmc_util import GEOMETRY, HAVE_LMCACHE, SKIP_REASON
+from tier_gate import TierGate
 
 from kvfault.faults.lmcache import LMCacheServer
 from kvfault.reference import Geometry
 
-
-class _SkippedModule(pytest.Module):
-    """A test module that is not imported: it needs lmcache."""
-
-    def collect(self):
-        pytest.skip(SKIP_REASON)
-
-
-def pytest_pycollect_makemodule(module_path, parent):
-    if not HAVE_LMCACHE:
-        return _SkippedModule.from_parent(parent, path=module_path)
-    return None
-
-
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    # cpu_tests/lmcache run alone without lmcache: every module skipped is a clean
-    # result, not "no tests collected".
-    if not HAVE_LMCACHE and exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
-        session.exitstatus = pytest.ExitCode.OK
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    here = __file__.rsplit("/", 1)[0]
-    for item in items:
-        if str(item.fspath).startswith(here):
-            item.add_marker(pytest.mark.lmcache)
+GATE = TierGate(__file__, "lmcache", None if HAVE_LMCACHE else SKIP_REASON)
+pytest_pycollect_makemodule = GATE.pytest_pycollect_makemodule
+pytest_collection_modifyitems = GATE.pytest_collection_modifyitems
+pytest_sessionfinish = GATE.pytest_sessionfinish
 
 
 @pytest.fixture(scope="session")
