@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 from types import FrameType
-from typing import Any, Callable, TypeAlias
+from typing import Any, Callable, Iterable, TypeAlias
 
 # Cheap at import (the stdlib and two stdlib-only modules of ``reference``, not the
 # stack): a command installs its handlers (``Signals``) before it imports anything else,
@@ -39,60 +39,127 @@ class Interrupted(KeyboardInterrupt):
         self.signum = signum
 
 
-class SwallowedStops:
-    """Keeps a stop signal's exception from being lost where Python swallows it.
+class StopHandler:
+    """A stop signal's handler that raises ``exception(signum)`` in the main thread, once:
+    a later stop is dropped, so none cuts into the first one's cleanup or replaces it.
 
-    A signal handler raises wherever the main thread happens to be, and that can be a
-    weakref callback, a ``__del__`` or a gc callback: there Python prints "Exception
-    ignored in ..." and carries on, so the stop would be lost. While installed (as
-    ``sys.unraisablehook``) this asks ``again(exc)`` for each swallowed exception; for
-    a stop it re-arms its handler and returns the signal, which is then sent again to
-    the main thread ``REDELIVER_S`` after this hook has returned (however long that
-    takes), so the handler raises into ordinary code. Nothing is printed for it. Every other
-    exception goes to the hook that was installed before."""
+    A signal handler runs between any two bytecodes of the main thread, and that can be
+    inside a weakref callback, a ``__del__``, a gc callback or ``sys.unraisablehook``
+    itself: there Python only reports the exception ("Exception ignored in ...") and
+    carries on, and the stop would be lost. So this handler's layer of
+    ``sys.unraisablehook`` (``over``) takes its own swallowed stop, reports nothing, and
+    has the signal sent again to the main thread once that thread has left the hook,
+    re-armed only then, so it raises into ordinary code; a stop that comes while the
+    main thread is in the hook is sent again the same way instead of raised there.
+    Every other unraisable goes to the hook below. Handlers can only be set from the
+    main thread: ``install`` elsewhere does nothing."""
 
-    REDELIVER_S = 0.01
+    REDELIVER_S = 0.01  # how often the sender looks whether the main thread has left the hook
+    GIVE_UP_S = 30.0  # bound on that wait: then it is sent all the same
 
-    def __init__(self, again: Callable[[BaseException], int | None]) -> None:
-        self._again = again
-        self._previous: Callable[[Any], Any] | None = None
+    def __init__(self, exception: Callable[[int], BaseException]) -> None:
+        self._exception = exception
+        self._raised: BaseException | None = None  # the stop raised (None: armed)
+        self._signum = 0  # its signal
+        self._previous: dict[int, Handler] = {}
+        self._layer: _StopLayer | None = None
 
-    def install(self) -> None:
-        if self._previous is None:
-            self._previous = sys.unraisablehook
-            sys.unraisablehook = self._hook
+    @staticmethod
+    def of(hook: Callable[[Any], Any]) -> StopHandler | None:
+        """The handler whose layer ``hook`` is (``sys.unraisablehook`` before another
+        hook goes over it), or None."""
+        return hook.stop if isinstance(hook, _StopLayer) else None
 
-    def restore(self) -> None:
-        if self._previous is not None and sys.unraisablehook == self._hook:
-            sys.unraisablehook = self._previous
-        self._previous = None
-
-    def _hook(self, unraisable: Any) -> None:
-        exc = unraisable.exc_value
-        signum = self._again(exc) if exc is not None else None
-        if signum is None:
-            (self._previous or sys.__unraisablehook__)(unraisable)
+    def install(self, signums: Iterable[int]) -> None:
+        """Handle ``signums``, and put this handler's layer over ``sys.unraisablehook``."""
+        if threading.current_thread() is not threading.main_thread():
             return
+        for signum in signums:
+            self._previous[signum] = signal.signal(signum, self.handle)
+        if self._layer is None:
+            self._layer = _StopLayer(self, sys.unraisablehook)
+            sys.unraisablehook = self._layer
+
+    def uninstall(self, handler: Callable[[Handler], Handler] = lambda previous: previous) -> None:
+        """Put back what ``install`` replaced: each signal's handler (or ``handler(it)``)
+        and the unraisable hook, if nothing was put over this one's layer since."""
+        for signum, previous in self._previous.items():
+            signal.signal(signum, handler(previous))
+        self._previous.clear()
+        if self._layer is not None and sys.unraisablehook is self._layer:
+            sys.unraisablehook = self._layer.below
+        self._layer = None
+
+    def over(self, below: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        """A layer of ``sys.unraisablehook`` that takes this handler's swallowed stop and
+        hands every other unraisable to ``below``: to put over a hook that another
+        installed over this one's (pytest's own, for a session), so a stop swallowed
+        meanwhile still reaches this handler."""
+        return _StopLayer(self, below)
+
+    def handle(self, signum: int, frame: FrameType | None) -> None:
+        """The signal handler (``signal.signal(signum, stop.handle)``)."""
+        if self._raised is not None:
+            return
+        self._raised, self._signum = self._exception(signum), signum
+        if _in_hook(frame):  # raised here it would only be printed ("... in sys.unraisablehook")
+            self._send_again()
+            return
+        raise self._raised
+
+    def _take(self, unraisable: Any, below: Callable[[Any], Any]) -> None:
+        exc = unraisable.exc_value
+        if exc is None or exc is not self._raised or not self._previous:
+            below(unraisable)
+        else:
+            self._send_again()
+
+    def _send_again(self) -> None:
         main = threading.main_thread().ident
         assert main is not None
-        # Not from here: the handler would run inside this hook, and be swallowed again
-        # (a raise out of an unraisablehook is only printed). Nor on a timer alone: a
-        # main thread held up in here longer than REDELIVER_S (a loaded machine) got
-        # it here all the same. The sender waits for the gate, opened as this hook's
-        # last call; what follows it checks for no signal until ordinary code runs.
-        gate = threading.Lock()
-        gate.acquire()
-        threading.Thread(
-            target=_signal_soon, args=(main, signum, self.REDELIVER_S, gate), daemon=True
-        ).start()
-        gate.release()
+        threading.Thread(target=self._resend, args=(main, self._signum), daemon=True).start()
+
+    def _resend(self, main: int, signum: int) -> None:
+        # Not from the hook (the handler would run in it, and be swallowed again), nor on
+        # a timer alone (a main thread held up in the hook past it, on a loaded machine,
+        # got it there all the same): once the main thread's stack holds no hook. Re-armed
+        # from here, only then: re-armed in the hook, a second outside stop that came
+        # before the hook returned raised in it and was lost.
+        deadline = time.monotonic() + self.GIVE_UP_S
+        while time.monotonic() < deadline:
+            time.sleep(self.REDELIVER_S)
+            frame = sys._current_frames().get(main)
+            if frame is None:
+                return  # the main thread has ended
+            if not _in_hook(frame):
+                break
+        self._raised = None
+        with contextlib.suppress(OSError, ValueError):  # the process is on its way out
+            signal.pthread_kill(main, signum)
 
 
-def _signal_soon(thread_id: int, signum: int, after_s: float, gate: threading.Lock) -> None:
-    gate.acquire()  # the hook has returned (or is returning) by then
-    time.sleep(after_s)
-    with contextlib.suppress(OSError, ValueError):  # the process is on its way out
-        signal.pthread_kill(thread_id, signum)
+class _StopLayer:
+    """One layer of ``sys.unraisablehook``: a ``StopHandler``'s, over ``below``."""
+
+    def __init__(self, stop: StopHandler, below: Callable[[Any], Any]) -> None:
+        self.stop = stop
+        self.below = below
+
+    def __call__(self, unraisable: Any) -> None:
+        self.stop._take(unraisable, self.below)
+
+
+_HOOK_CODE = _StopLayer.__call__.__code__
+
+
+def _in_hook(frame: FrameType | None) -> bool:
+    """Whether ``frame`` runs inside a ``StopHandler``'s layer of the unraisable hook
+    (or in what it calls: the hook below)."""
+    while frame is not None:
+        if frame.f_code is _HOOK_CODE:
+            return True
+        frame = frame.f_back
+    return False
 
 
 class Signals:
@@ -102,49 +169,26 @@ class Signals:
     when the block ends (``kvfault.reference.signals.stop_signals_held``), so a Ctrl-C cannot
     leave a half-created, locked worktree behind. Once: after the first `Interrupted`,
     further signals are dropped, so none cuts into the first one's cleanup or replaces
-    its exit status. Handlers can only be set from the main thread; elsewhere this does
-    nothing and the caller's own handling applies.
+    its exit status; one that Python swallows is sent again (``StopHandler``). Handlers
+    can only be set from the main thread; elsewhere this does nothing and the caller's
+    own handling applies.
     """
 
     def __init__(self) -> None:
-        self._previous: dict[int, Handler] = {}
-        self._stopping = False
-        self._swallowed = SwallowedStops(self._again)
+        self._stop = StopHandler(Interrupted)
 
     def install(self) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            return
-        for signum in STOP_SIGNALS:
-            self._previous[signum] = signal.signal(signum, self._handle)
-        self._swallowed.install()
+        self._stop.install(STOP_SIGNALS)
 
     def restore(self) -> None:
         """Put back the handlers ``install`` replaced."""
-        self._uninstall(lambda previous: previous)
+        self._stop.uninstall()
 
     def ignore_from_now(self) -> None:
         """The command has ended and its process is on its way out: a stop signal
         from now on is ignored, so the exit status stands (Python's own handlers, and
         the defaults it restores as it shuts down, would end it by the signal)."""
-        self._uninstall(lambda _previous: signal.SIG_IGN)
-
-    def _uninstall(self, handler: Callable[[Handler], Handler]) -> None:
-        for signum, previous in self._previous.items():
-            signal.signal(signum, handler(previous))
-        self._previous.clear()
-        self._swallowed.restore()
-
-    def _handle(self, signum: int, _frame: object) -> None:
-        if self._stopping:
-            return
-        self._stopping = True
-        raise Interrupted(signum)
-
-    def _again(self, exc: BaseException) -> int | None:
-        if not isinstance(exc, Interrupted) or not self._previous:
-            return None
-        self._stopping = False  # that one never reached anyone
-        return exc.signum
+        self._stop.uninstall(lambda _previous: signal.SIG_IGN)
 
     def deferred(self) -> contextlib.AbstractContextManager[None]:
         """A block a stop signal must not cut: the signal is raised when it ends."""

@@ -139,47 +139,55 @@ def _swallowed(install: str, sig: str) -> subprocess.CompletedProcess[str]:
                           timeout=60)  # fmt: skip
 
 
-def test_a_workers_sigterm_swallowed_in_a_weakref_callback_still_unwinds_it():
-    done = _swallowed("from kvfault.faults.campaign.pool import stop_on_sigterm\nstop_on_sigterm()",
-                      "SIGTERM")  # fmt: skip
-    assert done.stdout == "callback done\nunwound\n", done.stdout + done.stderr
-    assert done.returncode == 128 + signal.SIGTERM and done.stderr == ""
+# The stop's two installs: a forked pool worker's (SIGTERM unwinds it) and a command's
+# (each stop signal is its one line).
+_WORKER = "from kvfault.faults.campaign.pool import stop_on_sigterm\nstop_on_sigterm()\n"
+_COMMAND = (
+    "from kvfault.faults.processes import Interrupted, Signals\n"
+    "Signals().install()\n"
+    "sys.excepthook = lambda t, e, tb: (print(f'Interrupted {e.signum}', file=sys.stderr),"
+    " sys.exit(128 + e.signum)) if isinstance(e, Interrupted) else sys.__excepthook__(t, e, tb)\n"
+)
+_STOPS = [(_WORKER, "SIGTERM")] + [(_COMMAND, s) for s in ("SIGINT", "SIGTERM", "SIGHUP")]
+_IDS = ["worker-SIGTERM", "command-SIGINT", "command-SIGTERM", "command-SIGHUP"]
 
 
-def test_a_workers_sigterm_redelivered_while_the_hook_is_held_up_still_unwinds_it():
+def _stopped_once(
+    done: subprocess.CompletedProcess[str], install: str, sig: str, after: str = ""
+) -> None:
+    signum = getattr(signal, sig)
+    # Where the stop lands once sent again is ordinary code, anywhere after the callback
+    # (between a print's text and its newline too).
+    out = done.stdout.removeprefix(after)
+    assert out.startswith("callback done") and out.endswith("unwound\n"), out + done.stderr
+    assert "never stopped" not in out, out + done.stderr
+    said = "" if install == _WORKER else f"Interrupted {signum}\n"
+    assert (done.returncode, done.stderr) == (128 + signum, said)
+
+
+@pytest.mark.parametrize(("install", "sig"), _STOPS, ids=_IDS)
+def test_a_stop_swallowed_in_a_weakref_callback_still_unwinds_it(install, sig):
+    _stopped_once(_swallowed(install, sig), install, sig)
+
+
+@pytest.mark.parametrize(("install", "sig"), _STOPS, ids=_IDS)
+def test_a_stop_sent_again_while_the_hook_is_held_up_still_unwinds_it(install, sig):
     """A loaded machine holding the main thread inside the hook past ``REDELIVER_S``
-    (here: a sleep after its thread starts) once got the redelivered SIGTERM in the
-    hook, where it was lost ("never stopped"); it is sent only once the hook returns."""
+    (here: a sleep after its thread starts) once got the stop sent again in the hook,
+    where it was lost ("never stopped"); it is sent only once the main thread has left
+    the hook."""
     held_up = (
         "import threading\n"
         "_start = threading.Thread.start\n"
         "threading.Thread.start = lambda self: (_start(self), time.sleep(0.2))\n"
-        "from kvfault.faults.campaign.pool import stop_on_sigterm\nstop_on_sigterm()"
     )
-    done = _swallowed(held_up, "SIGTERM")
-    assert done.stdout == "callback done\nunwound\n", done.stdout + done.stderr
-    assert done.returncode == 128 + signal.SIGTERM and done.stderr == ""
-
-
-def test_a_commands_signal_swallowed_in_a_weakref_callback_still_interrupts_it():
-    install = (
-        "from kvfault.faults.processes import Interrupted, Signals\n"
-        "Signals().install()\n"
-        "sys.excepthook = lambda t, e, tb: (print(f'Interrupted {e.signum}', file=sys.stderr),"
-        " sys.exit(128 + e.signum)) if isinstance(e, Interrupted) else sys.__excepthook__(t, e, tb)"
-    )
-    for sig in ("SIGINT", "SIGTERM", "SIGHUP"):
-        done = _swallowed(install, sig)
-        signum = getattr(signal, sig)
-        assert done.stdout == "callback done\nunwound\n", done.stdout + done.stderr
-        assert done.stderr == f"Interrupted {signum}\n", done.stderr
-        assert done.returncode == 128 + signum
+    _stopped_once(_swallowed(held_up + install, sig), install, sig)
 
 
 def test_an_unraisable_that_is_no_stop_still_reaches_the_previous_hook():
     install = (
-        "from kvfault.faults.processes import SwallowedStops\n"
-        "SwallowedStops(lambda exc: None).install()\n"
+        "from kvfault.faults.processes import StopHandler\n"
+        "StopHandler(KeyboardInterrupt).install([signal.SIGTERM])\n"
         "class Noisy:\n"
         "    def __del__(self): raise ValueError('from __del__')\n"
         "Noisy()\n"
@@ -187,6 +195,56 @@ def test_an_unraisable_that_is_no_stop_still_reaches_the_previous_hook():
     )
     done = _swallowed(install, "SIGTERM")
     assert done.returncode == 0 and "ValueError: from __del__" in done.stderr
+
+
+@pytest.mark.parametrize(("install", "sig"), _STOPS, ids=_IDS)
+def test_a_second_outside_stop_while_the_swallowed_one_is_in_the_hook_is_not_lost(install, sig):
+    """The hook takes the swallowed stop; a second stop from outside lands while the main
+    thread is still in it (injected: the hook's thread start sends it and waits). Once
+    re-armed in the hook, that second one raised there, was lost with the first, and the
+    process ran on ("never stopped"). Now it is dropped (the handler is re-armed only by
+    the sender, once the main thread has left the hook), and were it armed it would be
+    sent again rather than raised in the hook: the stop unwinds the process once."""
+    outside = (
+        "import threading\n"
+        "_start = threading.Thread.start\n"
+        "def start(self):\n"
+        "    _start(self)\n"
+        "    threading.Thread.start = _start  # this once\n"
+        f"    os.kill(os.getpid(), signal.{sig})\n"
+        "    time.sleep(0.2)\n"
+        "threading.Thread.start = start\n"
+    )
+    _stopped_once(_swallowed(install + outside, sig), install, sig)
+
+
+@pytest.mark.parametrize(("install", "sig"), _STOPS, ids=_IDS)
+def test_a_stop_that_comes_while_another_unraisable_is_reported_is_not_lost(install, sig):
+    """A ``__del__``'s error is being reported (the hook below, held up) when the stop
+    comes: raised there it would only be printed ("Exception ignored in
+    sys.unraisablehook") and lost; it is sent again once the report is done."""
+    code = (
+        "import os, signal, sys, time\n"
+        "def report(unraisable):\n"
+        f"    os.kill(os.getpid(), signal.{sig})\n"
+        "    time.sleep(0.2)\n"
+        "    print('reported', type(unraisable.exc_value).__name__, flush=True)\n"
+        "sys.unraisablehook = report\n" + install + "class Noisy:\n"
+        "    def __del__(self): raise ValueError('from __del__')\n"
+        "try:\n"
+        "    Noisy()\n"
+        "    print('callback done', flush=True)\n"
+        "    deadline = time.monotonic() + 20\n"
+        "    while time.monotonic() < deadline:\n"
+        "        time.sleep(0.01)\n"
+        "    print('never stopped', flush=True)\n"
+        "finally:\n"
+        "    print('unwound', flush=True)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+    assert done.stdout.startswith("reported ValueError\n"), done.stdout + done.stderr
+    _stopped_once(done, install, sig, after="reported ValueError\n")
 
 
 def test_a_signal_inside_deferred_is_raised_when_the_block_ends_and_a_second_is_not():

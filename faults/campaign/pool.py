@@ -36,7 +36,7 @@ from kvfault.faults.campaign.runner import ERROR, CaseRunner
 from kvfault.faults.campaign.session import Session, guarded
 from kvfault.faults.campaign.targets import Case, Target
 from kvfault.faults.campaign.tiers import Opened
-from kvfault.faults.processes import SwallowedStops
+from kvfault.faults.processes import StopHandler
 from kvfault.reference.signals import stop_signals_blocked, unblock_stop_signals
 
 if TYPE_CHECKING:
@@ -148,25 +148,11 @@ class _Unwind(SystemExit):
     """The parent's SIGTERM, unwinding a worker (exit status 128 + signum)."""
 
 
-def _unwind(signum: int, _frame: object) -> None:
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: the cleanup is not cut short
-    raise _Unwind(128 + signum)
-
-
-def _unwind_again(exc: BaseException) -> int | None:
-    """For ``SwallowedStops``: an unwind that Python swallowed (it landed in a weakref
-    callback) re-arms the handler, so the stop is delivered again."""
-    if not isinstance(exc, _Unwind):
-        return None
-    signal.signal(signal.SIGTERM, _unwind)
-    return signal.SIGTERM
-
-
 def stop_on_sigterm() -> None:
     """A worker's SIGTERM unwinds what runs (its finally blocks remove what it made),
-    even where the exception first lands in a callback that Python swallows it in."""
-    signal.signal(signal.SIGTERM, _unwind)
-    SwallowedStops(_unwind_again).install()
+    once (the cleanup is not cut short by another), even where the exception first
+    lands in a callback that Python swallows it in (``StopHandler``)."""
+    StopHandler(lambda signum: _Unwind(128 + signum)).install([signal.SIGTERM])
 
 
 def _work(

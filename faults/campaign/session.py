@@ -63,7 +63,7 @@ Progress = Callable[[int, int, str], None]
 
 # What ends a case with no verdict to keep, so its staged artifact is undone: Ctrl-C and
 # the stop signals (``faults.processes.Interrupted`` is a ``KeyboardInterrupt``) and a
-# ``SystemExit`` (a forked worker's SIGTERM unwinds as one: ``pool._unwind``). Any other
+# ``SystemExit`` (a forked worker's SIGTERM unwinds as one: ``pool.stop_on_sigterm``). Any other
 # exception out of a case is a crash of kvfault itself: the case keeps its staged
 # artifact, so the crash can be replayed.
 INTERRUPTS = (KeyboardInterrupt, SystemExit)
