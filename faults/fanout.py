@@ -40,6 +40,8 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 if TYPE_CHECKING:
     import pytest  # imported where used: a fan-out's caller may never need it
 
+    from kvfault.faults.processes import StopHandler
+
 from kvfault.faults.errors import KvfaultError
 
 __all__ = [
@@ -180,7 +182,10 @@ def fan_out(
             with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
                 on_result(result)
 
-    controller = _Controller(spec, deadline, ids, report)
+    from kvfault.faults.processes import StopHandler
+
+    # The calling command's stop handler (``processes.Signals``), if its layer is on top.
+    controller = _Controller(spec, deadline, ids, report, StopHandler.of(sys.unraisablehook))
     # No capture: a worker's stderr is then this process's, so what a worker says as it
     # dies (a hang guard's stacks) reaches the user instead of a capture file.
     # The config file goes as one `--config-file=...` word: for an ssh gateway (or one
@@ -247,13 +252,18 @@ class _Controller:
         deadline: float | None,
         ids: list[str],
         report: Callable[[ItemResult], None],
+        stop: StopHandler | None = None,
     ):
         self.spec = spec
+        self.stop = stop
         self.deadline = deadline
         self.ids = set(ids)
         self.report = report
         self.results: dict[str, ItemResult] = {}
         self.interrupt: BaseException | None = None
+
+    def pytest_sessionstart(self, session: Any) -> None:
+        _stops_over_pytests_hook(self.stop)
 
     def pytest_keyboard_interrupt(self, excinfo: Any) -> None:
         self.interrupt = excinfo.value
@@ -284,12 +294,19 @@ class _Controller:
 
 class _WorkerState:
     def __init__(self, spec: dict[str, Any]):
+        from kvfault.faults.processes import StopHandler
+
         module, _, fn = spec["task"].partition(":")
         self.task: Callable[[Any], Any] = getattr(importlib.import_module(module), fn)
         self.items: list[list[Any]] = spec["items"]
         left = spec.get("seconds_left")
         self.deadline = None if left is None else time.monotonic() + left
         self.always: str | None = spec.get("always")
+        # SIGINT, SIGTERM or SIGHUP (the controller's stop, execnet's own interrupt, a
+        # hangup) end the session as Ctrl-C does, once: the next ones are dropped, so the
+        # running item's finally blocks remove what it made (a kvfault-rpc-* directory)
+        # without being cut short by the signal that follows.
+        self.stop = StopHandler(lambda _signum: KeyboardInterrupt())
 
 
 _STATE: dict[int, _WorkerState] = {}  # id(config) -> state: one per worker session
@@ -298,28 +315,25 @@ _STATE: dict[int, _WorkerState] = {}  # id(config) -> state: one per worker sess
 def pytest_configure(config: Any) -> None:
     spec = getattr(config, "workerinput", {}).get(_KEY)
     if spec is not None:
-        _STATE[id(config)] = _WorkerState(spec)
-        _unwind_on_stop_signals()
+        from kvfault.faults.processes import STOP_SIGNALS
+
+        state = _STATE[id(config)] = _WorkerState(spec)
+        state.stop.install(STOP_SIGNALS)
 
 
-def _unwind_on_stop_signals() -> None:
-    """On a worker: SIGINT, SIGTERM or SIGHUP (the controller's stop, execnet's own
-    interrupt, a hangup) end the session as Ctrl-C does, once: the next ones are
-    ignored, so the running item's finally blocks remove what it made (a kvfault-rpc-*
-    directory) without being cut short by the signal that follows."""
-    import signal
-    import threading
+def pytest_sessionstart(session: Any) -> None:
+    state = _STATE.get(id(session.config))
+    if state is not None:
+        _stops_over_pytests_hook(state.stop)
 
-    names = [n for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n)]
 
-    def stop(signum: int, _frame: object) -> None:
-        for n in names:
-            signal.signal(getattr(signal, n), signal.SIG_IGN)
-        raise KeyboardInterrupt
-
-    if threading.current_thread() is threading.main_thread():
-        for n in names:
-            signal.signal(getattr(signal, n), stop)
+def _stops_over_pytests_hook(stop: StopHandler | None) -> None:
+    """pytest puts its own unraisable hook (which keeps what it gets, for a warning) over
+    the one a ``StopHandler`` installed, for the session: a stop swallowed while the
+    session runs must still reach its handler, so the handler's layer goes over pytest's
+    too (pytest puts the one it found back when the session ends)."""
+    if stop is not None:
+        sys.unraisablehook = stop.over(sys.unraisablehook)
 
 
 def pytest_unconfigure(config: Any) -> None:

@@ -6,6 +6,11 @@ ships a test function for the workers to import: the items are made by the plugi
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+
 import pytest
 
 from kvfault.faults.fanout import FanoutError, WorkItem, fan_out, tx_arg, workers_arg
@@ -45,6 +50,73 @@ def test_after_the_deadline_no_worker_starts_an_item_but_the_one_that_always_run
 def test_no_deadline_runs_every_item():
     results, _ = fan_out("time:sleep", [WorkItem(str(n), 0.01) for n in range(4)], workers=2)
     assert all(r.ok for r in results)
+
+
+_STOP_IN_CALLBACK = """
+import os, signal, time, weakref
+
+def run(seconds):
+    class Box:
+        pass
+
+    box = Box()
+    weakref.finalize(box, os.kill, os.getpid(), signal.SIGTERM)  # its stop runs in there
+    del box
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:  # ordinary code: where the stop must land
+        time.sleep(0.01)
+    return "never stopped"
+"""
+
+
+def test_a_workers_stop_swallowed_in_a_weakref_callback_still_stops_it(tmp_path):
+    """A worker's stop lands in a weakref callback while its item runs, under pytest's
+    own unraisable hook. Before, that hook kept the KeyboardInterrupt for a warning and
+    the item ran on to its end (a worker the command stops then held on until its
+    SIGKILL, and one whose stop landed there after pytest's hook was gone printed
+    "Exception ignored in ..." on the command's stderr). Now it is sent again and ends
+    the session as Ctrl-C does, with nothing said. In a process of its own: local
+    workers start with the sys.path their controller had when it imported xdist."""
+    (tmp_path / "stop_in_callback.py").write_text(_STOP_IN_CALLBACK)
+    code = (
+        "from kvfault.faults.fanout import WorkItem, fan_out\n"
+        "try:\n"
+        "    print(fan_out('stop_in_callback:run', [WorkItem('a', 30)], workers=1)[0])\n"
+        "except KeyboardInterrupt:\n"
+        "    print('stopped')\n"
+    )
+    path = os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p)
+    done = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": path},
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert (done.stdout, done.stderr) == ("stopped\n", ""), done.stdout + done.stderr
+
+
+def test_a_commands_stop_swallowed_in_a_callback_while_it_fans_out_still_stops_it():
+    """The command's stop lands in a weakref callback of its own process while its
+    fan-out's session runs (here: in what ``on_result`` leaves behind), under pytest's
+    unraisable hook. Before, pytest's hook kept it and the fan-out ran every item to its
+    end; now it ends the fan-out with the stop's own ``Interrupted``, nothing said."""
+    code = (
+        "import os, signal, weakref\n"
+        "from kvfault.faults.fanout import WorkItem, fan_out\n"
+        "from kvfault.faults.processes import Interrupted, Signals\n"
+        "Signals().install()\n"
+        "class Box:\n"
+        "    pass\n"
+        "def seen(result):\n"
+        "    box = Box()\n"
+        "    weakref.finalize(box, os.kill, os.getpid(), signal.SIGTERM)  # it lands in there\n"
+        "    del box\n"
+        "try:\n"
+        "    items = [WorkItem('a', 0), WorkItem('b', 30)]\n"
+        "    print(fan_out('time:sleep', items, workers=1, on_result=seen)[0])\n"
+        "except Interrupted as exc:\n"
+        "    print('stopped by', exc.signum)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    expected = f"stopped by {int(signal.SIGTERM)}\n"
+    assert (done.stdout, done.stderr) == (expected, ""), done.stdout + done.stderr
 
 
 @pytest.mark.parametrize(
