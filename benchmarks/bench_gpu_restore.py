@@ -8,7 +8,8 @@ device, the same bytes and the same random scattered placement:
   pool twice the size, destinations over device pages twice the size), polled with
   ``is_complete`` until done. ``auto`` is what the worker gets (the path it took is
   printed); then each way forced: ``dma`` (one cudaMemcpyBatchAsync), ``mapped:triton``
-  and ``mapped:index`` (gather kernel over the mapped pinned pool), ``staged`` (host
+  and ``mapped:index`` (gather kernel over the mapped pinned pool), ``split`` (dma and
+  the gather at once, at the share that balances their times here), ``staged`` (host
   gather + one DMA);
 - ``loop``: one ``copy_`` per block from Python (the baseline to beat);
 - ``foreach``: ``torch._foreach_copy_`` over per-block views (the loop moved into C++).
@@ -16,6 +17,12 @@ device, the same bytes and the same random scattered placement:
 Times are wall clock from the first call to the observed completion (what a restore
 costs the worker), median of ``--reps``; the device-side time between events recorded
 on the copy stream is reported beside it. Every engine result is checked byte for byte.
+Before anything is timed the whole pool is read once by the copy engines (a fresh
+pinned pool's first reads were slow on one lent H100 host, and a worker's pool is long
+lived); the reps are then taken in ``--passes`` rounds over all variants, the baseline
+included, each round starting at another variant, so drift on the machine and the
+order hit each alike, and the spread is printed (a cell over ``NOISY_SPREAD`` is
+flagged in the verdict).
 Prints a table with device, torch version and date, and writes JSON (``--json``).
 
     python benchmarks/bench_gpu_restore.py --json OUT.json --text OUT.txt
@@ -60,6 +67,9 @@ TARGET_MIN_BLOCK = 32 * KIB
 GOAL_RATIO = 0.85
 GOAL_MIN_BLOCK = 8 * KIB
 OP = OperationId("bench", 1)
+# a cell whose wall samples scatter more than this ((q3 - q1) / median) is flagged: its
+# median may fall on either side of two modes (seen on a lent H100's DMA at 16 MiB)
+NOISY_SPREAD = 0.20
 
 
 @dataclass
@@ -111,6 +121,7 @@ def _timed(
     warmup: int,
     gate: Gate | None = None,
     samples: list[float] | None = None,
+    dev_samples: list[float] | None = None,
 ) -> tuple[float, float | None]:
     """Median wall seconds from ``issue()`` to ``done(handle)`` (nothing queued before),
     and, given a gate, the median device seconds of the work alone: events on ``stream``
@@ -127,8 +138,8 @@ def _timed(
             walls.append(time.perf_counter() - t0)
     if samples is not None:
         samples.extend(walls)
-    if gate is None:
-        return statistics.median(walls), None
+    if gate is None or reps <= 0:
+        return statistics.median(walls) if walls else 0.0, None
     for i in range(warmup + reps):
         torch.cuda.synchronize()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -141,6 +152,8 @@ def _timed(
             pass
         if i >= warmup:
             devs.append(start.elapsed_time(end) / 1e3)
+    if dev_samples is not None:
+        dev_samples.extend(devs)
     return statistics.median(walls), statistics.median(devs)
 
 
@@ -165,6 +178,7 @@ def bench_block_size(
     seed: int,
     gate: Gate,
     calibrator: Calibrator,
+    passes: int = 3,
 ) -> list[Row]:
     n = total_bytes // block_bytes
     elems = block_bytes // 2
@@ -213,18 +227,21 @@ def bench_block_size(
             ev.record(stream)
         return ev
 
-    # measured before and after the engine rows, pooled: drift during the run shows in
-    # its spread instead of moving every ratio
-    contig_walls: list[float] = []
-    contig_devs: list[float] = []
-    wall, devt = _timed(contiguous, lambda ev: ev.query(), stream, reps, 3, gate, contig_walls)
-    contig_devs.append(devt or 0.0)
+    # the copy engines read the whole pool once, untimed: its first reads are not what
+    # a long-lived pool costs (seen slow on one lent H100 host)
+    kv.pages.copy_(pool.buffer, non_blocking=True)
+    torch.cuda.synchronize(device)
 
     # the engine: as the worker gets it ("auto"), then each way it can move the bytes
     expect = pool.rows(torch.uint8)[slots]
     ways = ["auto", "auto:blk-tensor", "auto:2-slots", "dma", "mapped:triton"]
-    ways += ["mapped:prefetch", "mapped:index", "mapped:contig", "staged"]
+    ways += ["mapped:prefetch", "mapped:index", "mapped:contig", "split", "staged"]
     engines: dict[str, TorchCopyEngine] = {}
+    # per variant: (issue, done, gate or None, wall samples, device samples, enqueue times)
+    timed: dict[str, tuple] = {
+        "contiguous": (contiguous, lambda ev: ev.query(), gate, [], [], None),
+    }
+    built: dict[str, float] = {}
     for name in ways:
         method, _, gather = name.partition(":")
         if gather in ("blk-tensor", "2-slots"):
@@ -241,16 +258,14 @@ def bench_block_size(
                 stream=stream,
                 calibrate=calibrator,
             )
-            t_build = time.perf_counter() - t_build
+            built[name] = time.perf_counter() - t_build
         except RuntimeError as exc:
             print(f"  {name}: not available here: {exc}")
             continue
         if gather and engine.gather != gather:
             print(f"  {name}: not available here (gather {engine.gather})")
             continue
-        path = engine.path_for(n)
         engines[name] = engine
-        kv.pages.view(torch.uint8).fill_(0xA5)
         enq: list[float] = []
         blocks_arg = blocks if name == "auto:blk-tensor" else blocks_t
         # mapped:contig: the gather kernel over consecutive slots into consecutive
@@ -265,48 +280,65 @@ def bench_block_size(
             enq.append(time.perf_counter() - t0)
             return ticket
 
-        samples: list[float] = []
         if name == "auto:2-slots":
             k = 8 if n >= 8 else n
             parts = [(pool.take(slots[i::k]), tuple(blocks[i::k].tolist())) for i in range(k)]
-            wall, devt = _timed(
+            timed[name] = (
                 lambda e=engine, p=parts: _two_slots(e, p),
                 lambda h: True,
-                stream,
-                reps,
-                3,
-                samples=samples,
+                None,
+                [],
+                [],
+                None,
             )
         else:
-            wall, devt = _timed(issue, engine.is_complete, stream, reps, 3, gate, samples)
-        engine.synchronize()
-        if name == "mapped:contig":
-            got, want = kv.rows(torch.uint8)[:n].cpu(), pool.rows(torch.uint8)[:n]
-        else:
-            got, want = kv.rows(torch.uint8)[blocks].cpu(), expect
-        if not torch.equal(got, want):
-            raise SystemExit(f"{name} at {block_bytes} B restored wrong bytes")
-        enq_s = statistics.median(enq[3:]) if len(enq) > 3 else None
-        row(name, wall, devt, checked=True, enqueue_s=enq_s, path=path, samples=samples)
-        if name == "auto":
-            rows[-1].choice = f"{engine.choice.line()} [{t_build * 1e3:.0f} ms to build]"
+            timed[name] = (issue, engine.is_complete, gate, [], [], enq)
 
-    wall, devt = _timed(contiguous, lambda ev: ev.query(), stream, reps, 3, gate, contig_walls)
-    contig_devs.append(devt or 0.0)
-    base_wall = statistics.median(contig_walls)
-    rows.insert(
-        0,
-        Row(
-            mib,
-            block_bytes,
-            n,
-            "contiguous",
-            base_wall,
-            total_bytes / base_wall / 1e9,
-            total_bytes / statistics.mean(contig_devs) / 1e9 if all(contig_devs) else None,
-            spread=_spread(contig_walls),
-        ),
-    )
+    # the reps in rounds over every variant (the baseline too), each round starting at
+    # another variant: drift and the order hit each alike
+    per_pass = [reps // passes + (1 if i < reps % passes else 0) for i in range(passes)]
+    order = list(timed.items())
+    for p, k in enumerate(per_pass):
+        last = p == len(per_pass) - 1
+        turn = p * len(order) // len(per_pass)
+        for name, (issue_fn, done, g, walls, devs, _enq) in order[turn:] + order[:turn]:
+            engine = engines.get(name)
+            if last and engine is not None:
+                kv.pages.view(torch.uint8).fill_(0xA5)
+            _timed(issue_fn, done, stream, k, 3 if p == 0 else 1, g, walls, devs)
+            if last and engine is not None:
+                engine.synchronize()
+                if name == "mapped:contig":
+                    got, want = kv.rows(torch.uint8)[:n].cpu(), pool.rows(torch.uint8)[:n]
+                else:
+                    got, want = kv.rows(torch.uint8)[blocks].cpu(), expect
+                if not torch.equal(got, want):
+                    raise SystemExit(f"{name} at {block_bytes} B restored wrong bytes")
+    for name, (_i, _d, _g, walls, devs, enq) in timed.items():
+        wall = statistics.median(walls)
+        devt = statistics.median(devs) if devs else None
+        if name == "contiguous":
+            rows.insert(
+                0,
+                Row(
+                    mib,
+                    block_bytes,
+                    n,
+                    "contiguous",
+                    wall,
+                    total_bytes / wall / 1e9,
+                    total_bytes / devt / 1e9 if devt else None,
+                    spread=_spread(walls),
+                ),
+            )
+            continue
+        engine = engines[name]
+        enq_s = statistics.median(enq[3:]) if enq and len(enq) > 3 else None
+        row(name, wall, devt, True, enq_s, engine.path_for(n), walls)
+        if name == "auto":
+            rows[-1].choice = f"{engine.choice.line()} [{built[name] * 1e3:.0f} ms to build]"
+        if name == "split":
+            rows[-1].choice = engine.choice.line()
     overhead = _auto_overhead(engines, batch, blocks_t)
 
     # (b) the per-block copy loop, and the same loop inside torch (host-bound: wall only)
@@ -393,6 +425,12 @@ def main(argv: list[str] | None = None) -> int:
         help="bytes restored per measurement, MiB (default: 128 16)",
     )
     ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument(
+        "--passes",
+        type=int,
+        default=3,
+        help="rounds over all variants the reps are spread over (default: 3)",
+    )
     ap.add_argument("--seed", type=int, default=20251130)
     ap.add_argument("--json", type=Path, help="write the results here too")
     ap.add_argument("--text", type=Path, help="write the printed table here too")
@@ -442,7 +480,14 @@ def main(argv: list[str] | None = None) -> int:
     for total in args.total_mib:
         for bs in BLOCK_SIZES:
             rows += bench_block_size(
-                device, total * 1024 * 1024, bs, args.reps, args.seed, gate, calibrator
+                device,
+                total * 1024 * 1024,
+                bs,
+                args.reps,
+                args.seed,
+                gate,
+                calibrator,
+                max(1, min(args.passes, args.reps)),
             )
             print(f"  measured {total} MiB in {bs // KIB} KiB blocks", flush=True)
 
@@ -517,6 +562,14 @@ def _table(rows: list[Row]) -> list[str]:
         r = cell.get((mib, bs, "auto"))
         if r and r.choice:
             out.append(f"{mib:>4} {_size(bs):>5}: {r.choice}")
+    split_lines = [
+        f"{mib:>4} {_size(bs):>5}: {r.choice}"
+        for mib, bs in keys
+        if (r := cell.get((mib, bs, "split"))) is not None and r.choice
+    ]
+    if split_lines:
+        out += ["", "engine 'split' (forced): the share of the blocks by DMA, and why:"]
+        out += split_lines
     out += [
         "",
         "engine 'auto' vs the path it chose called by name: enqueue host time, "
@@ -569,10 +622,16 @@ def _verdict(rows: list[Row]) -> list[str]:
             if label == "wall" and bs >= GOAL_MIN_BLOCK:
                 mark += f" (goal {GOAL_RATIO:.0%}: {'met' if ratio >= GOAL_RATIO else 'missed'})"
             parts.append(f"{label} {ratio:.0%}{mark}")
+        noisy = [
+            f"{r.variant} {r.spread:.0%}"
+            for r in (base, eng)
+            if r.spread is not None and r.spread > NOISY_SPREAD
+        ]
         out.append(
             f"{mib:>4} MiB in {_size(bs):>3} blocks, {eng.path:<13}: "
             + ", ".join(parts)
             + f"; {eng.gbps / loop.gbps:.1f}x the per-block loop"
+            + (f"; NOISY, spread {', '.join(noisy)}" if noisy else "")
         )
     return out
 

@@ -3,11 +3,13 @@
 # the GPU tests and the restore benchmark, each under its own time limit so one stage
 # cannot eat the others'. Outputs go to $OUT (default ./gpu_out), named by TAG.
 #
-#   bash benchmarks/gpu_session.sh TAG [STAGES]     STAGES: any of env,probe,bench,tests,before,info
-#   (before: the benchmark as it was at another tree, found in $BEFORE_TREE)
+#   bash benchmarks/gpu_session.sh TAG [STAGES]
+#   STAGES: any of env,probe,bench,split,tests,bench2,before,info
+#   (split: benchmarks/probe_split.py; bench2: the benchmark again, to see two runs on one
+#   machine agree; before: the benchmark as it was at another tree, in $BEFORE_TREE)
 set -u
 TAG=${1:?usage: gpu_session.sh TAG [STAGES]}
-STAGES=${2:-env,probe,bench,tests,before,info}
+STAGES=${2:-env,probe,bench,split,tests,bench2,before,info}
 OUT=${OUT:-gpu_out}
 BUDGET=${BUDGET_S:-560}
 mkdir -p "$OUT"; OUT=$(cd "$OUT" && pwd)
@@ -33,7 +35,9 @@ env_report() {
 stage env 60 bash -c "$(declare -f env_report); env_report" 2>&1 | tee "$OUT/env_$TAG.txt"
 stage probe 150 python3 benchmarks/probe_gather.py --json "$OUT/probe_gather_$TAG.json" 2>&1
 stage bench 200 python3 benchmarks/bench_gpu_restore.py --reps 15 --json "$OUT/gpu_restore_$TAG.json" --text "$OUT/gpu_restore_$TAG.txt" 2>&1 | tail -60
+stage split 90 python3 benchmarks/probe_split.py --json "$OUT/probe_split_$TAG.json" 2>&1 | tee "$OUT/probe_split_$TAG.txt" | tail -40
 stage tests 200 python3 -m gpu_tests.torch_env -q -rs -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests_$TAG.txt" | tail -15
+stage bench2 200 python3 benchmarks/bench_gpu_restore.py --reps 15 --json "$OUT/gpu_restore2_$TAG.json" --text "$OUT/gpu_restore2_$TAG.txt" 2>&1 | tail -12
 if [ -n "${BEFORE_TREE:-}" ]; then
   stage before 150 bash -c "cd '$BEFORE_TREE' && python3 benchmarks/bench_gpu_restore.py --reps 9 --json '$OUT/before_$TAG.json' --text '$OUT/before_$TAG.txt'" 2>&1 | tail -30
 fi

@@ -12,7 +12,7 @@ import torch
 from gpu_tests import device_stack as ds
 from kvfault.reference import OperationId
 from kvfault.reference.device import DeviceKvPages, PinnedHostPool, TorchCopyEngine
-from kvfault.reference.device.calibration import CalibrationCache, Calibrator
+from kvfault.reference.device.calibration import CalibrationCache, Calibrator, split_share
 
 KIB = 1024
 
@@ -40,7 +40,8 @@ def _paths(device, block_bytes):
     """The paths auto can take here at this page size (each one measured)."""
     pool, kv = _pool_kv(device, block_bytes)
     engine = TorchCopyEngine(kv, pool, calibrate=Calibrator(None))
-    return list(engine.choice.seconds) or [engine.choice.path]
+    paths = list(engine.choice.seconds) or [engine.choice.path]
+    return [p for p in paths if split_share(p) is None]  # a named path, not a split
 
 
 @pytest.mark.parametrize("block_bytes", [8 * KIB, 2048 * KIB])
@@ -59,6 +60,19 @@ def test_auto_takes_the_path_a_fake_timer_says_is_faster(device, block_bytes, tm
         assert engine.choice.path == fast and engine.choice.source == "measured"
         assert (engine.method + (f":{engine.gather}" if engine.gather else "")) == fast
         _restores_byte_exact(engine, pool, kv)
+
+
+@pytest.mark.parametrize("block_bytes", [8 * KIB, 256 * KIB])
+def test_auto_takes_the_split_where_a_fake_timer_says_it_is_faster(device, block_bytes):
+    """Every split share timed alike: the first share tried (a fifth of the blocks by
+    DMA, the rest by the gather), byte-exact."""
+    timer = Calibrator(None, timer=lambda p, _k: 1e-3 if p.startswith("split") else 5e-3)
+    pool, kv = _pool_kv(device, block_bytes)
+    engine = TorchCopyEngine(kv, pool, calibrate=timer)
+    if engine.choice.path.startswith("split") is False and "split" not in engine.choice.reason:
+        pytest.skip(f"no split here: {engine.choice.line()}")
+    assert (engine.choice.path, engine.method, engine.gather) == ("split:0.20", "split", "triton")
+    _restores_byte_exact(engine, pool, kv)
 
 
 def test_auto_measures_once_per_device_and_page_size_then_reads_the_cache(device, tmp_path):
@@ -107,7 +121,10 @@ def test_auto_enqueues_through_the_very_path_it_chose(device, block_bytes):
         taken.append((auto.choice.large, auto._large))
     for path, (early, move) in taken:
         method, _, gather = path.partition(":")
-        named = TorchCopyEngine(kv, pool, method=method, gather=gather or "auto")
+        if split_share(path) is not None:
+            named = TorchCopyEngine(kv, pool, method="split", split=split_share(path))
+        else:
+            named = TorchCopyEngine(kv, pool, method=method, gather=gather or "auto")
         assert move.__func__ is named._move.__func__
         assert (early is None) == (named._early is None)
         if early is not None:

@@ -34,7 +34,7 @@ BLOCKS = [
 # (runtime="torch": no batched DMA, torch's own stream ordering; method "auto" must then
 # pick the mapped gather), so every GPU run checks it.
 WAYS = ["dma", "mapped:triton", "mapped:prefetch", "mapped:index", "staged", "rocm:triton"]
-WAYS += ["rocm:index"]
+WAYS += ["rocm:index", "split"]
 
 
 def _engine_args(way: str) -> dict:
@@ -290,3 +290,43 @@ def test_more_fences_raise_and_queue_nothing(device, fault):
     assert engine.in_flight == 0
     engine.synchronize()
     ds.check_restored(kv, [], [], seed)
+
+
+@pytest.mark.parametrize("share", [0.0, 0.3, 0.5, 1.0])
+@pytest.mark.parametrize("block_bytes", [8 * KIB, 2048 * KIB])
+def test_split_restores_byte_exact_at_any_share(device, block_bytes, share):
+    """The copy engines take the first share of the blocks, the gather the rest, on two
+    streams; the fence covers both."""
+    n = 24 if block_bytes >= 2048 * KIB else 97
+    pool, kv, _, slots, blocks, data, seed = _setup(device, block_bytes, "bfloat16", n, "dma")
+    try:
+        engine = TorchCopyEngine(kv, pool, method="split", split=share)
+    except RuntimeError as exc:
+        pytest.skip(f"split not available here: {exc}")
+    assert engine.method == "split" and engine.choice.path == f"split:{share:.2f}"
+    ticket = engine.enqueue(OperationId("s", 1), pool.take(slots), blocks, None, "s")
+    _wait(engine, ticket)
+    ds.check_restored(kv, [data[s] for s in slots], blocks, seed)
+
+
+def test_split_whose_dma_part_fails_raises_and_leaves_nothing_in_flight(device, monkeypatch):
+    pool, kv, _, slots, blocks, data, seed = _setup(device, 32 * KIB, "bfloat16", 40, "dma")
+    try:
+        engine = TorchCopyEngine(kv, pool, method="split", split=0.5)
+    except RuntimeError as exc:
+        pytest.skip(f"split not available here: {exc}")
+
+    def refuse(*_args):
+        raise RuntimeError("cudaMemcpyBatchAsync failed with cudaError 1")
+
+    monkeypatch.setattr(engine._dma, "copy", refuse)
+    with pytest.raises(RestoreFenceError, match="the device refused the restore"):
+        engine.enqueue(OperationId("s", 1), pool.take(slots), blocks, None, "s")
+    assert engine.in_flight == 0
+    assert engine.stream.query() and engine._fork.other.query(), "work left in flight"
+    # the index buffer is free again and the next restore is whole
+    monkeypatch.undo()
+    ds.poison(kv)
+    ticket = engine.enqueue(OperationId("s", 2), pool.take(slots), blocks, None, "s")
+    _wait(engine, ticket)
+    ds.check_restored(kv, [data[s] for s in slots], blocks, seed)

@@ -15,13 +15,18 @@ import pytest
 from kvfault.reference.device.calibration import (
     CACHE_FORMAT,
     CACHE_VERSION,
+    SPLIT,
+    SPLIT_SHARES,
     CalibrationCache,
     Calibrator,
     Choice,
+    base_path,
     cache_path,
     calibrate,
     calibrate_sizes,
     device_key,
+    split_path,
+    split_share,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -320,3 +325,171 @@ def test_a_split_survives_the_cache_and_a_bad_split_entry_is_ignored(tmp_path, c
     path.write_text(json.dumps(doc))
     assert CalibrationCache(path).get(KEY, 262144) is None
     assert "holds 1 malformed entry" in capsys.readouterr().err
+
+
+# -- the split path: the copy engines and the gather at once -----------------------------
+
+
+class SplitHost:
+    """A fake host: each single path costs ``fixed + per_block * blocks`` seconds; a
+    ``split:SHARE`` restore runs its two parts at once, so it ends with the slower part,
+    and never before the link has moved the bytes (``link`` seconds a block). Records
+    every (path, blocks) timed."""
+
+    def __init__(self, dma, gather, link, others=None):
+        self.costs = {"dma": dma, "mapped:triton": gather, **(others or {})}
+        self.link = link
+        self.calls: list[tuple[str, int]] = []
+
+    def alone(self, path, blocks):
+        fixed, per = self.costs[path]
+        return fixed + per * blocks
+
+    def __call__(self, path, blocks):
+        self.calls.append((path, blocks))
+        share = split_share(path)
+        if share is None:
+            return self.alone(path, blocks)
+        k = round(share * blocks)
+        parts = (self.alone("dma", k) if k else 0.0, self.alone("mapped:triton", blocks - k))
+        return max(*parts, self.link * blocks)
+
+
+# the slow-gather H100 (h100-8) at 8 KiB pages: 64 MiB by dma 4742 us (queueing the
+# copies), by the gather 2373 us (the SMs' reads of host memory), the link 1240 us
+SLOW_8K = dict(dma=(20e-6, 4742e-6 / 8192), gather=(10e-6, 2373e-6 / 8192), link=1240e-6 / 8192)
+# a fast H100 (h100-7) at 8 KiB: the gather alone moves at the link's rate
+FAST_8K = dict(dma=(20e-6, 7883e-6 / 8192), gather=(2e-6, 1380e-6 / 8192), link=1380e-6 / 8192)
+CANDIDATES = ["dma", "mapped:triton", SPLIT]
+
+
+def test_split_names():
+    assert split_path(0.4) == "split:0.40" and split_share("split:0.40") == 0.4
+    assert split_share("dma") is None and split_share("split:x") is None
+    assert split_share("split:1.5") is None
+    assert base_path("split:0.40") == SPLIT and base_path("mapped:triton") == "mapped:triton"
+
+
+def test_where_neither_path_reaches_the_link_the_best_split_share_is_taken():
+    host = SplitHost(**SLOW_8K)
+    model = SplitHost(**SLOW_8K)
+    best = min((split_path(x) for x in SPLIT_SHARES), key=lambda p: model(p, 8192))
+    assert best == "split:0.20"  # 1909 us; 0.4: 1917 us (the halves end together at 0.33)
+    got = calibrate_sizes(CANDIDATES, host, small=1024, large=8192, what="8192 B pages")
+    assert got.path == best and got.large is None
+    assert got.path_for(10**6) == best
+    # every share was timed on the large restores, the best one on the small ones too,
+    # all after the single paths
+    large_splits = {p for p, k in host.calls if k == 8192 and p.startswith(SPLIT)}
+    assert large_splits == {split_path(x) for x in SPLIT_SHARES}
+    assert {p for p, k in host.calls if k == 1024 and p.startswith(SPLIT)} == {best}
+    first_split = next(i for i, c in enumerate(host.calls) if c[0].startswith(SPLIT))
+    assert {c[0] for c in host.calls[:first_split]} == {"dma", "mapped:triton"}
+    assert "best split split:0.20: the copy engines take 20% of the blocks" in got.reason
+    assert got.seconds[best] < got.seconds["mapped:triton"] * 0.9
+
+
+def test_the_share_is_found_by_measurement_not_by_the_parts_alone():
+    """The halves slow each other down (as on a lent H100): the best share is where the
+    timer says, not where the parts' own times would meet."""
+    host = SplitHost(**SLOW_8K)
+
+    def shared(path, blocks):
+        share = split_share(path)
+        if share is None:
+            return host(path, blocks)
+        # the parts alone would meet near 0.33; here 0.8 is the only share that pays
+        return host.alone("mapped:triton", blocks) * (0.7 if share == 0.8 else 1.2)
+
+    got = calibrate_sizes(CANDIDATES, shared, small=1024, large=8192)
+    assert got.path == "split:0.80"
+
+
+def test_where_one_path_reaches_the_link_the_split_is_never_taken():
+    got = calibrate_sizes(CANDIDATES, SplitHost(**FAST_8K), small=1024, large=8192)
+    assert (got.path, got.large) == ("mapped:triton", None)
+    # 2% faster than the gather alone is a tie: the single path listed first keeps it
+    host = SplitHost(**FAST_8K)
+    near = calibrate_sizes(
+        CANDIDATES,
+        lambda p, k: host.alone("mapped:triton", k) * 0.98 if p.startswith(SPLIT) else host(p, k),
+        small=1024,
+        large=8192,
+    )
+    assert near.path == "mapped:triton" and "within 3% of the fastest" in near.reason
+
+
+def test_a_split_that_fails_is_not_taken_and_without_both_parts_none_is_tried():
+    host = SplitHost(**SLOW_8K)
+
+    def failing(path, blocks):
+        if path.startswith(SPLIT):
+            raise RuntimeError("cudaError 1")
+        return host(path, blocks)
+
+    got = calibrate_sizes(CANDIDATES, failing, small=1024, large=8192)
+    assert got.path == "mapped:triton" and "failed (RuntimeError: cudaError 1)" in got.reason
+    only = calibrate_sizes(["mapped:triton", "mapped:index", SPLIT], lambda p, k: 1.0, 8, 64)
+    assert only.path == "mapped:triton" and "no split" in only.reason
+
+
+def test_a_split_winning_large_restores_only_starts_at_the_crossing():
+    # the gather's fixed cost is low and dma's high: small restores go by the gather
+    # alone, large ones split
+    host = SplitHost(dma=(400e-6, 0.4e-6), gather=(5e-6, 0.4e-6), link=0.1e-6)
+    got = calibrate_sizes(CANDIDATES, host, small=256, large=2048)
+    assert got.path == "mapped:triton" and got.large is not None
+    assert got.large.startswith(SPLIT) and 256 < got.large_from <= 2048
+    assert got.path_for(256) == "mapped:triton" and got.path_for(2048) == got.large
+
+
+def test_a_cached_split_is_reused_only_where_the_engine_can_split(tmp_path):
+    path = tmp_path / "c.json"
+    host = SplitHost(**SLOW_8K)
+    first = Calibrator(CalibrationCache(path)).choose(
+        KEY, 8192, CANDIDATES, lambda: (host, 1024, 8192, "x")
+    )
+    assert first.path == "split:0.20"
+    again = Calibrator(CalibrationCache(path)).choose(
+        KEY, 8192, CANDIDATES, _measurer(FakeTimer({}))
+    )
+    assert (again.path, again.source) == ("split:0.20", "cached")
+    # an engine that cannot split (no second stream here): measured again
+    m = _measurer(FakeTimer({"dma": 2.0, "mapped:triton": 1.0}))
+    got = Calibrator(CalibrationCache(path)).choose(KEY, 8192, ["dma", "mapped:triton"], m)
+    assert got.source == "measured" and got.path == "mapped:triton" and m.calls
+
+
+def test_the_fastest_split_share_is_taken_and_the_sizes_still_cross():
+    """At the large restores 0.9 is the fastest share (0.8 within 3% of it); the small
+    restores go by dma. The crossing needs the split's time at both sizes: the share
+    timed on the small restores is the one taken on the large ones."""
+
+    def timer(path, blocks):
+        share = split_share(path)
+        if path == "dma":
+            return 10e-6 + 1.0e-6 * blocks
+        if share is None:
+            return 10e-6 + 2.0e-6 * blocks
+        per = {0.8: 0.71e-6, 0.9: 0.70e-6}.get(share, 1.5e-6)
+        return 150e-6 + per * blocks
+
+    got = calibrate_sizes(CANDIDATES, timer, small=128, large=1024)
+    assert (got.path, got.large) == ("dma", "split:0.90")
+    assert 128 < got.large_from <= 1024
+    assert "split:0.90 taken: more than 5% faster than dma" in got.reason
+
+
+def test_a_split_must_beat_the_single_path_by_the_margin():
+    for factor, taken in ((0.94, True), (0.96, False)):
+        host = SplitHost(**FAST_8K)
+
+        def timer(path, blocks, factor=factor, host=host):
+            if split_share(path) is None:
+                return host(path, blocks)
+            return host.alone("mapped:triton", blocks) * factor
+
+        got = calibrate_sizes(CANDIDATES, timer, small=1024, large=8192)
+        assert got.path.startswith(SPLIT) is taken, (factor, got.reason)
+        if not taken:
+            assert "mapped:triton kept: no split more than 5% faster" in got.reason

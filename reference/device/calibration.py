@@ -5,7 +5,15 @@ measuring each way it can use on this device, once, and remembering the answer.
   times one real restore; tests give a fake) in interleaved rounds and picks the one
   with the lowest median. A candidate whose timer raises is left out, with the reason.
 - ``calibrate_sizes`` does that for small and for large restores; where the winners
-  differ, the choice splits at the block count where their lines cross.
+  differ, the choice splits at the block count where their lines cross. Where the
+  candidates include ``SPLIT`` (the copy engines and the gather kernel at once, each on a
+  share of the blocks), it is measured after the single paths at each of
+  ``SPLIT_SHARES`` against the large restores' winner, and its best share against the
+  small restores' winner; listed after the single path, it is taken only where it is
+  faster by more than the tie share, so a host where one path alone reaches the link
+  keeps that path. (The two halves slow each other down: on a lent H100 whose SMs read
+  host memory at 33 GB/s, the best share at 32 KiB pages was 0.8, not the 0.55 at which
+  their times alone would end together.)
 - ``CalibrationCache`` keeps the choices in one small JSON file in the user's cache
   directory (``cache_path``), keyed by device (name and PCI bus id), driver, torch and
   Triton version, and page size. A file that is not JSON, not this format, or holds a
@@ -41,6 +49,40 @@ LOCK_WAIT_S = 2.0  # how long a writer waits for the lock before writing without
 # SMs to the model's own kernels, and one calibration's noise is a few percent (on four
 # H100 hosts, 256 KiB pages timed DMA and the gather within 1-3% of each other).
 TIE_SHARE = 0.03
+# The split path: ``SPLIT`` in a candidate list says the engine can run it; a measured or
+# chosen split is named ``split:SHARE`` (SHARE: the share of the blocks the copy engines
+# move, the rest by the gather kernel, at once on two streams). Its parts are these two.
+SPLIT = "split"
+SPLIT_PARTS = ("dma", "mapped:triton")
+# the shares calibration tries (of the blocks, by the copy engines)
+SPLIT_SHARES = (0.2, 0.4, 0.6, 0.8, 0.9)
+# The split is taken only where its best share beats the best single path by more than
+# this: it occupies both the copy engines and SMs, and on lent H100s the DMA of 16 MiB
+# restores ran in two modes (a wall spread of 50-110% in one cell), enough for a few
+# percent of calibration noise to pick it where it does not pay.
+SPLIT_MARGIN = 0.05
+
+
+def split_path(share: float) -> str:
+    """The name of the split path at ``share`` (of the blocks, by the copy engines)."""
+    return f"{SPLIT}:{share:.2f}"
+
+
+def split_share(path: str) -> float | None:
+    """The share of a ``split:SHARE`` path name; None for any other path."""
+    base, _, share = path.partition(":")
+    if base != SPLIT:
+        return None
+    try:
+        value = float(share)
+    except ValueError:
+        return None
+    return value if 0.0 <= value <= 1.0 else None
+
+
+def base_path(path: str) -> str:
+    """``split`` for any ``split:SHARE``, else the path itself (what a candidate list holds)."""
+    return SPLIT if split_share(path) is not None else path
 
 
 @dataclass(frozen=True)
@@ -156,7 +198,9 @@ class Calibrator:
             return Choice(candidates[0], "only", "the only path this device can take")
         if self.cache is not None:
             hit = self.cache.get(key, page_bytes)
-            if hit is not None and {hit.path, hit.large or hit.path} <= set(candidates):
+            if hit is not None and {base_path(hit.path), base_path(hit.large or hit.path)} <= set(
+                candidates
+            ):
                 return hit
         t0 = time.perf_counter()
         measure, small, large, what = measurer()
@@ -184,15 +228,36 @@ def calibrate_sizes(
     """``calibrate`` at restores of ``small`` and of ``large`` blocks (``measure(path,
     blocks)``). Where one path wins both, that path. Where they differ, the small one
     below the block count where the two winners' straight lines (through their two
-    medians) cross, the large one from there (clamped to ``[small, large]``)."""
-    big = calibrate(candidates, lambda p: measure(p, large), rounds)
-    if small >= large:
-        return Choice(big.path, "measured", f"{big.reason} of {what}", big.seconds)
-    little = calibrate(candidates, lambda p: measure(p, small), rounds)
-    both = f"at {large} blocks: {big.reason}; at {small}: {little.reason}"
+    medians) cross, the large one from there (clamped to ``[small, large]``).
+
+    With ``SPLIT`` among the candidates (and both ``SPLIT_PARTS``), the single paths are
+    measured first; then ``split:SHARE`` at each of ``SPLIT_SHARES`` against the large
+    restores' winner, and the best of those shares against the small restores' winner,
+    each listed after the single path (a tie keeps the single path)."""
+    singles = [c for c in candidates if c != SPLIT]
+    big = calibrate(singles, lambda p: measure(p, large), rounds)
+    sizes = small < large
+    little = calibrate(singles, lambda p: measure(p, small), rounds) if sizes else big
+    split_note = ""
+    if SPLIT in candidates and all(p in big.seconds for p in SPLIT_PARTS):
+        big, name = _against(big, [split_path(x) for x in SPLIT_SHARES], measure, large, rounds)
+        if name is not None and sizes:
+            little, _ = _against(little, [name], measure, small, rounds)
+        elif sizes:
+            little = replace(little, reason=f"{little.reason}; no split could be measured")
+        if name is not None:
+            split_note = f"; best split {name}: the copy engines take {split_share(name):.0%}"
+            split_note += " of the blocks"
+    elif SPLIT in candidates:
+        split_note = f"; no split: {' or '.join(SPLIT_PARTS)} could not be measured"
+    if not sizes:
+        return Choice(big.path, "measured", f"{big.reason}{split_note} of {what}", big.seconds)
+    both = f"at {large} blocks: {big.reason}; at {small}: {little.reason}{split_note}"
     if little.path == big.path:
         return Choice(big.path, "measured", f"{both} ({what})", big.seconds)
     s, g = little.path, big.path
+    if s not in big.seconds or g not in little.seconds:  # no line through both sizes
+        return Choice(g, "measured", f"{both}; {s} not timed at both sizes ({what})", big.seconds)
     slope_s = (big.seconds[s] - little.seconds[s]) / (large - small)
     slope_g = (big.seconds[g] - little.seconds[g]) / (large - small)
     at_s = little.seconds[s] - slope_s * small
@@ -203,6 +268,32 @@ def calibrate_sizes(
         cross = (small * large) ** 0.5
     cross = int(min(max(cross, small + 1), large))
     return Choice(s, "measured", f"{both} ({what})", big.seconds, large=g, large_from=cross)
+
+
+def _against(
+    winner: Choice,
+    splits: Sequence[str],
+    measure: Callable[[str, int], float],
+    blocks: int,
+    rounds: int,
+) -> tuple[Choice, str | None]:
+    """``winner`` (of the single paths) against each of ``splits`` at restores of
+    ``blocks`` blocks, interleaved, the winner timed again alongside; the fastest split
+    is taken only where it beats the winner by more than ``SPLIT_MARGIN``. The seconds
+    of every path measured at that size, merged. Returns the choice and the fastest
+    split measured (None: none could be)."""
+    duel = calibrate([winner.path, *splits], lambda p: measure(p, blocks), rounds)
+    seconds = {**winner.seconds, **duel.seconds}
+    measured = [p for p in splits if p in duel.seconds]
+    best = min(measured, key=lambda p: (duel.seconds[p], splits.index(p)), default=None)
+    single = duel.seconds.get(winner.path)
+    if best is not None and (single is None or single > duel.seconds[best] * (1 + SPLIT_MARGIN)):
+        verdict = f"{best} taken: more than {SPLIT_MARGIN:.0%} faster than {winner.path}"
+        return Choice(best, "measured", f"{verdict}; {duel.reason}; before it {winner.reason}",
+                      seconds), best  # fmt: skip
+    verdict = f"{winner.path} kept: no split more than {SPLIT_MARGIN:.0%} faster"
+    return Choice(winner.path, "measured", f"{winner.reason}; then {duel.reason}; {verdict}",
+                  seconds), best  # fmt: skip
 
 
 def cache_path(env: Mapping[str, str] | None = None) -> Path:

@@ -21,6 +21,12 @@ per block):
   device stage as soon as the sources are known, while the host still reads and checks
   the blocks, and a device-local scatter puts them into their pages once the checks
   pass (hides the host time of many small blocks). The fast paths on HIP too.
+- ``split``: both at once where both work: the copy engines move a share of the blocks
+  (``dma``) while the Triton gather moves the rest on a second stream, and the restore's
+  fence waits for both. For hosts where neither alone reaches the link (the SMs' reads
+  of host memory capped well under it, DMA of small blocks bound by queueing each copy);
+  ``auto`` measures it at a few shares and takes the best only where it is faster than
+  the best single path.
 - ``staged``: where the device cannot map the pool. The host gathers the blocks into a
   pinned staging buffer, one host-to-device DMA moves it, and one ``index_copy_``
   scatters it. Slower (a host memcpy first), still one transfer. Host tensors that are
@@ -51,7 +57,19 @@ from typing import Any, Callable, Literal
 import numpy as np
 import torch
 
-from kvfault.reference.device.calibration import Calibrator, Choice, device_key
+from kvfault.reference.device.calibration import (
+    SPLIT,
+    SPLIT_PARTS,
+    SPLIT_SHARES,
+    Calibrator,
+    Choice,
+    device_key,
+    split_path,
+    split_share,
+)
+from kvfault.reference.device.calibration import (
+    calibrate as calibrate_paths,
+)
 from kvfault.reference.device.device_pages import (
     DeviceKvPages,
     device_backend,
@@ -59,12 +77,18 @@ from kvfault.reference.device.device_pages import (
     driver_version,
 )
 from kvfault.reference.device.host_pool import HostPage, HostPageBatch, PinnedHostPool, map_pinned
-from kvfault.reference.device.launch import _BatchDma, _StreamOrder, _triton_gather, _TritonGather
+from kvfault.reference.device.launch import (
+    _BatchDma,
+    _Fork,
+    _StreamOrder,
+    _triton_gather,
+    _TritonGather,
+)
 from kvfault.reference.device.ticket import RestoreTicket, _IndexBuffer
 from kvfault.reference.errors import RestoreFenceError
 from kvfault.reference.types import OperationId
 
-Method = Literal["auto", "dma", "mapped", "staged"]
+Method = Literal["auto", "dma", "mapped", "staged", "split"]
 # a way to move pool rows: (once the sources are known, or None; once the blocks are)
 _Path = tuple[
     "Callable[[_IndexBuffer, int], None] | None",
@@ -86,6 +110,13 @@ DMA_MIN_BLOCK_BYTES = 256 * 1024
 # 256 KiB pages timed DMA and the gather within 3%, while at 128 MiB DMA moved 98% of a
 # contiguous copy and the gather 92%), and every path still takes milliseconds.
 CALIBRATION_BYTES = 64 * 1024 * 1024
+# The most copies one cudaMemcpyBatchAsync call queues (the calls double up to it): on
+# lent H100s queueing took ~0.5 us a copy, and the copies of a call start only once it
+# returns, so the last of calls that doubled without bound held half of a restore
+# back from the engines. 128 MiB in 32 KiB pages by DMA, one host: 76% of a contiguous
+# copy end to end uncapped, 88% at 128 copies a call, 86% at 512, 71% at 2048; 16 MiB:
+# 67%, 74%, 67%, 66% (benchmarks/results/gpu_hosts/h100-10.probe_split.txt).
+DMA_CHUNK_MAX = 128
 CALIBRATION_WARMUP = 2  # untimed restores per path first (module loads, first touch)
 # The small calibration restores are this share of the large ones: where another path
 # wins them (on an H100, DMA's host time per batch call weighs more in 16 MiB restores
@@ -150,8 +181,10 @@ class TorchCopyEngine:
         widest_word: torch.dtype = torch.int64,
         stream: Any | None = None,
         dma_chunk: int = 8,
+        dma_chunk_max: int = DMA_CHUNK_MAX,
         runtime: Runtime = "auto",
         calibrate: bool | Calibrator = True,
+        split: float | None = None,
     ):
         if runtime not in ("auto", "torch"):
             raise ValueError(f"runtime is 'auto' or 'torch', got {runtime!r}")
@@ -174,10 +207,16 @@ class TorchCopyEngine:
         # _large_from blocks up
         self._large: _Path | None = None
         self._large_from: int | None = None
+        # split: the share of a restore's blocks the copy engines move (the rest by the
+        # gather on the second stream, forked from and joined back into ``stream``)
+        self._split_share: float | None = None
+        self._fork: _Fork | None = None
         self.gather: str | None = None  # "triton" or "index" when method is "mapped"
         # dma: copies in the first cudaMemcpyBatchAsync call, doubling with each next
-        # one, so the copy engines start while the host still queues (0: one call)
+        # one up to dma_chunk_max, so the copy engines start while the host still
+        # queues and never wait long for the last call (0: one call)
         self.dma_chunk = dma_chunk
+        self.dma_chunk_max = dma_chunk_max
         self._bufs: list[_IndexBuffer] = []
         self._owner = np.empty(kv.num_blocks, dtype=np.int64)  # repeats, many blocks
         self._arange = np.arange(0, dtype=np.int64)
@@ -187,21 +226,32 @@ class TorchCopyEngine:
         self._move: Callable[[torch.Tensor, _IndexBuffer, int], None] = self._no_move
         if pool is not None and pool.row_bytes != kv.row_bytes:
             raise ValueError(f"pool pages are {pool.row_bytes} bytes, device pages {kv.row_bytes}")
-        if method not in ("auto", "dma", "mapped", "staged"):
-            raise ValueError(f"method is 'auto', 'dma', 'mapped' or 'staged', got {method!r}")
-        self.choice = self._choose(method, gather, dma_min_block_bytes, calibrate)
+        if method not in ("auto", "dma", "mapped", "staged", "split"):
+            raise ValueError(
+                f"method is 'auto', 'dma', 'mapped', 'split' or 'staged', got {method!r}"
+            )
+        if split is not None and not (method == "split" and 0.0 <= split <= 1.0):
+            raise ValueError(f"split is a share in [0, 1] with method='split', got {split!r}")
+        self.choice = self._choose(method, gather, dma_min_block_bytes, calibrate, split)
         self.method: str = self.choice.path.partition(":")[0]
         self.in_flight = 0  # tickets enqueued and not yet observed complete
 
     # -- choosing the path ---------------------------------------------------------------
 
     def _choose(
-        self, method: Method, gather: Gather, dma_min: int, calibrate: bool | Calibrator
+        self,
+        method: Method,
+        gather: Gather,
+        dma_min: int,
+        calibrate: bool | Calibrator,
+        split: float | None = None,
     ) -> Choice:
         """Prepare (and probe) every path ``method`` allows, then take the one named, the
         only one, or (``auto``) the fastest by measurement. Sets ``_move`` for it."""
         moves = self._prepare(method, gather) if self.pool is not None else {}
         forced = method != "auto"
+        if method == "split" and self._fork is None:
+            moves = {}  # both parts are needed
         if not moves:
             if method not in ("auto", "staged"):
                 raise RuntimeError(
@@ -211,7 +261,10 @@ class TorchCopyEngine:
                 )
             why = "no pool" if self.pool is None else "the pool cannot be read in place"
             return Choice("staged", "forced" if forced else "only", why)
-        if forced:
+        candidates = [*moves, SPLIT] if self._fork is not None else list(moves)
+        if method == "split":
+            choice = self._forced_split(moves, split)
+        elif forced:
             path = next(iter(moves))
             choice = Choice(path, "forced", f"method={method!r}")
         elif len(moves) == 1:
@@ -229,22 +282,49 @@ class TorchCopyEngine:
             choice = calibrator.choose(
                 self._device_key(),
                 self.kv.row_bytes,
-                list(moves),
+                candidates,
                 lambda: self._measurer(moves),
             )
-        self._early, self._move = moves[choice.path]
-        self._large = moves[choice.large] if choice.large is not None else None
+        self._early, self._move = self._resolve(moves, choice.path)
+        self._large = self._resolve(moves, choice.large) if choice.large is not None else None
         self._large_from = choice.large_from if self._large is not None else None
         taken = {choice.path, choice.large or choice.path}
+        shares = [x for x in map(split_share, taken) if x is not None]
+        self._split_share = shares[0] if shares else None
+        if shares:
+            taken |= set(SPLIT_PARTS)
+        else:
+            self._fork = None
         if "mapped:prefetch" not in taken:
             self._stage = None  # probed or calibrated only: not kept
         if "dma" not in taken:
             self._dma = None
-        if not choice.path.startswith("mapped"):
-            self.gather = None
-        else:
+        if choice.path.startswith("mapped"):
             self.gather = choice.path.partition(":")[2]
+        elif split_share(choice.path) is not None:
+            self.gather = "triton"
+        else:
+            self.gather = None
         return choice
+
+    def _resolve(self, moves: dict[str, _Path], path: str) -> _Path:
+        """The (early, move) pair of ``path``; for ``split:SHARE`` the split move, its
+        share set on the engine (one share per engine: a choice holds one split)."""
+        share = split_share(path)
+        if share is None:
+            return moves[path]
+        self._split_share = share
+        return (None, self._move_split)
+
+    def _forced_split(self, moves: dict[str, _Path], share: float | None) -> Choice:
+        """``method="split"``: at ``share``, or at the fastest of ``SPLIT_SHARES`` timed
+        here (three restores each of the calibration size)."""
+        if share is not None:
+            return Choice(split_path(share), "forced", f"method='split', split={share}")
+        measure, _small, large, what = self._measurer(moves)
+        shares = [split_path(x) for x in SPLIT_SHARES]
+        best = calibrate_paths(shares, lambda p: measure(p, large), rounds=3, what=what)
+        return Choice(best.path, "forced", f"method='split', {best.reason}", best.seconds)
 
     def path_for(self, blocks: int) -> str:
         """The path a restore of ``blocks`` blocks takes (``choice.path_for``)."""
@@ -255,14 +335,16 @@ class TorchCopyEngine:
         goes: ``dma``, ``mapped:triton``, ``mapped:prefetch``, ``mapped:index``. Each is
         (what runs once the sources are known, or None; what runs once the blocks are)."""
         moves: dict[str, _Path] = {}
-        if method in ("auto", "dma") and self.runtime == "auto":
+        if method in ("auto", "dma", "split") and self.runtime == "auto":
             self._dma = _BatchDma.load()
             if self._dma is not None and self._probe(None, self._move_dma):
                 moves["dma"] = (None, self._move_dma)
             else:
                 self._dma = None
-        if method in ("auto", "mapped"):
+        if method in ("auto", "mapped", "split"):
             assert self.pool is not None  # _prepare runs only with a pool
+            if method == "split":
+                gather = "triton"
             self._mapped = self.pool.mapped_rows(self.word, self.device)
             if self._mapped is not None:
                 self._mapped_ptr = self._mapped.data_ptr()
@@ -276,6 +358,10 @@ class TorchCopyEngine:
                     moves["mapped:index"] = moves.pop("mapped:index")  # last in a tie
                 if not any(p.startswith("mapped") for p in moves):
                     self._mapped = None
+        if all(p in moves for p in SPLIT_PARTS) and self._tg is not None:
+            self._fork = _Fork.make(self.device, self.stream)
+            if self._fork is not None and not self._probe(None, self._move_split):
+                self._fork = None
         return moves
 
     def _prepare_prefetch(self) -> bool:
@@ -333,7 +419,7 @@ class TorchCopyEngine:
             with torch.cuda.device(self.device):
                 torch.cuda.synchronize(self.device)
                 deadline = time.monotonic() + CALIBRATION_TIMEOUT_S
-                early, late = moves[path]
+                early, late = self._resolve(moves, path)
                 t0 = time.perf_counter()
                 if early is not None:
                     early(buf, k)
@@ -345,8 +431,9 @@ class TorchCopyEngine:
                         raise TimeoutError(f"{path} took over {CALIBRATION_TIMEOUT_S} s")
                 return time.perf_counter() - t0
 
+        warm = [*moves, split_path(0.5)] if self._fork is not None else list(moves)
         for _ in range(CALIBRATION_WARMUP):
-            for path in moves:
+            for path in warm:
                 measure(path, n)
         return measure, small, n, f"{rb} B pages"
 
@@ -651,7 +738,7 @@ class TorchCopyEngine:
                     self.stream.synchronize()
                 raise
             first += k
-            step *= 2
+            step = min(step * 2, max(self.dma_chunk_max, self.dma_chunk))
 
     def _move_triton(self, out: torch.Tensor, buf: _IndexBuffer, n: int) -> None:
         """One gather kernel through Triton's compiled launcher (no argument binding per
@@ -659,6 +746,28 @@ class TorchCopyEngine:
         tg = self._tg
         assert tg is not None  # compiled before _move_triton is chosen (_pick_gather)
         tg(self._stream_handle, self._mapped_ptr, out.data_ptr(), buf.ptr, buf.row_ptr(1), n)
+
+    def _move_split(self, out: torch.Tensor, buf: _IndexBuffer, n: int) -> None:
+        """``split``: the last ``n - k`` rows by the gather kernel on the second stream
+        (launched first: it needs no host time), the first ``k`` (the engine's split
+        share of ``n``) by batched DMA on the side stream meanwhile; the side stream then
+        waits for the gather, so the restore's fence covers both."""
+        fork, tg, share = self._fork, self._tg, self._split_share
+        assert fork is not None and tg is not None and share is not None  # set with the path
+        k = min(n, max(0, round(share * n)))
+        if k == n or k == 0:
+            (self._move_dma if k else self._move_triton)(out, buf, n)
+            return
+        fork.fork()
+        tg(fork.other_handle, self._mapped_ptr, out.data_ptr(), buf.ptr + 8 * k,
+           buf.row_ptr(1) + 8 * k, n - k)  # fmt: skip
+        try:
+            self._move_dma(out, buf, k)
+        except BaseException:
+            fork.join()
+            self.stream.synchronize()  # the gather still reads ``buf``: let it finish
+            raise
+        fork.join()
 
     def _prefetch(self, buf: _IndexBuffer, n: int) -> None:
         """``mapped:prefetch``, first half: pool rows (row 0 of ``buf``) into the first
@@ -766,6 +875,8 @@ class TorchCopyEngine:
                 buf.np[1, :2] = [0, 1]
                 if early is not None:
                     early(buf, 2)
+                if move == self._move_split:
+                    self._split_share = 0.5  # one row each way
                 move(scratch, buf, 2)
                 self.stream.synchronize()
             return torch.equal(scratch.cpu().view(torch.uint8), host[probe].view(torch.uint8))

@@ -80,6 +80,62 @@ class _StreamOrder:
                 pass
 
 
+class _Fork:
+    """A second stream beside ``side`` for the split path: ``fork`` makes it wait for
+    what ``side`` has queued so far, ``join`` makes ``side`` wait for what it was given
+    since. Raw events and streams through the CUDA runtime torch loaded (the split needs
+    that runtime anyway, for its DMA half)."""
+
+    def __init__(self, lib: Any, side: int, other: Any, events: tuple[int, int]):
+        self.lib = lib
+        self.side_handle = side
+        self.other = other  # the torch stream, kept alive with the fork
+        self.other_handle = other.cuda_stream
+        self.events = events
+        self.record = lib.cudaEventRecord
+        self.record.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+        self.wait = lib.cudaStreamWaitEvent
+        self.wait.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint]
+
+    @classmethod
+    def make(cls, device: torch.device, side: Any) -> _Fork | None:
+        """The fork for ``side`` on ``device``; None without the CUDA runtime."""
+        lib = _loaded_cudart() if device_backend() == "cuda" else None
+        if lib is None:
+            return None
+        events: list[int] = []
+        with torch.cuda.device(device):
+            other = torch.cuda.Stream(device=device)
+            for _ in range(2):
+                ev = ctypes.c_void_p()
+                if lib.cudaEventCreateWithFlags(ctypes.byref(ev), ctypes.c_uint(2)) != 0:
+                    for e in events:
+                        lib.cudaEventDestroy(ctypes.c_void_p(e))
+                    return None
+                events.append(int(ev.value or 0))
+        return cls(lib, side.cuda_stream, other, (events[0], events[1]))
+
+    def _order(self, event: int, after: int, waiter: int) -> None:
+        rc = self.record(event, after)
+        if rc == 0:
+            rc = self.wait(waiter, event, 0)
+        if rc != 0:
+            raise RuntimeError(f"ordering the split's two streams: cudaError {rc}")
+
+    def fork(self) -> None:
+        self._order(self.events[0], self.side_handle, self.other_handle)
+
+    def join(self) -> None:
+        self._order(self.events[1], self.other_handle, self.side_handle)
+
+    def __del__(self) -> None:
+        try:
+            for e in self.events:
+                self.lib.cudaEventDestroy(ctypes.c_void_p(e))
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+
 # -- batched DMA: cudaMemcpyBatchAsync (CUDA runtime >= 12.8) ----------------------------
 
 
