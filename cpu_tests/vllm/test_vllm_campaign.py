@@ -23,6 +23,7 @@ EXPECTED = {
     "invalid_blocks_fail": "FAIL",  # findings.md 2
     "abort_while_loading": "FAIL",  # findings.md 3
     "abort_load_same_step": "FAIL",  # findings.md 3, the same-step case
+    "abort_in_load_step": "FAIL",  # findings.md 3, an abort applied in the load's step
     "preempt_after_load": "PASS",
 }
 

@@ -72,6 +72,7 @@ def test_a_wrong_restore_is_seen_by_correctness(executor) -> None:
         ("invalid_blocks_fail", "assert req_id in self.requests"),
         ("abort_while_loading", "assert req_id in self.requests"),
         ("abort_load_same_step", "assert req_id in self.requests"),
+        ("abort_in_load_step", "assert req_id in self.requests"),
     ],
 )
 def test_the_scheduler_dies_and_the_guard_keeps_it_alive(executor, fault, line) -> None:
@@ -87,6 +88,24 @@ def test_the_scheduler_dies_and_the_guard_keeps_it_alive(executor, fault, line) 
         result, _ = run(executor, row)
     assert not list(result.trace.of(Ev.STOP))
     assert check(result, SCENARIOS[row.scenario].properties) == []
+
+
+def test_an_abort_applied_in_its_loads_step_kills_the_engine_with_no_late_retrieve(
+    executor,
+) -> None:
+    # vLLM's EngineCore.step applies an abort that arrived during the forward before
+    # update_from_output: the load lmcache reported in that output frees the request,
+    # and lmcache reports it done sending next step (it stored nothing).
+    with fixed(executor, False):
+        result, _ = run(executor, FAULTS["abort_in_load_step"])
+    acted = [e for e in result.trace.of(Ev.FAULT) if e.data.get("injector") != "vllm"]
+    assert len(acted) == 1 and acted[0].data.get("aborted")  # nothing made a load late
+    aborted = acted[0].req_id
+    assert aborted in {e.req_id for e in result.trace.of(Ev.COMPLETION_APPLIED)}
+    stop = next(iter(result.trace.of(Ev.STOP)))
+    assert stop.op is not None and (stop.op.req_id, stop.op.kind.value) == (aborted, "save")
+    assert stop.step == acted[0].step + 1
+    assert "assert req_id in self.requests" in stop.data["where"]
 
 
 def test_a_failed_load_is_recomputed_under_the_recompute_policy(executor) -> None:

@@ -179,6 +179,14 @@ ROWS: dict[str, VllmRow] = {
             "(it stored nothing) in one output",
         ),
         _fault(
+            "abort_in_load_step",
+            "finding (reported upstream, LMCache PR #4826's shape): the client's abort "
+            "arrives during the forward of the step whose output reports the request's "
+            "load finished, and vLLM applies it before update_from_output "
+            "(EngineCore.step); no lateness injected: vLLM frees the request on its load, "
+            "and LMCache reports it done sending (it stored nothing) the next step",
+        ),
+        _fault(
             "preempt_after_load",
             "once a loaded request runs, the client resets the prefix cache with its "
             "running requests (vLLM's reset_prefix_cache(reset_running_requests=True)): "

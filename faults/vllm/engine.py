@@ -233,6 +233,9 @@ class Server:
             runner_output.kv_connector_output = kv_out
             for rid in sorted(kv_out.finished_recving or ()):
                 self.log.record("delivered", op=self.runner.load_op(rid))
+        # Where EngineCore.step applies the aborts that arrived during the forward
+        # (its _process_aborts_queue, vllm/v1/engine/core.py:678-683).
+        self.faults.before_update(self, kv_out)
         try:
             outs = self.scheduler.update_from_output(output, runner_output)
         except Exception as exc:  # vLLM's EngineCore dies on any scheduler error

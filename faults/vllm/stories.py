@@ -127,6 +127,24 @@ class Faults:
                           what=f"first block of {rid}'s load overwritten")  # fmt: skip
         return dataclasses.replace(out, finished_recving=recv or None)
 
+    def before_update(self, server: Server, out: Any) -> None:
+        """Between the runner's output and ``update_from_output``: the client aborts a
+        request in WAITING_FOR_REMOTE_KVS whose load this very output reports finished
+        (an abort that arrived during the forward, as vLLM's ``EngineCore.step``
+        applies it). No lateness is injected: lmcache's own retrieve answers."""
+        if self.name != "abort_in_load_step" or self._dropped or out is None:
+            return
+        from vllm.v1.request import RequestStatus
+
+        for rid in sorted(out.finished_recving or ()):
+            req = server.scheduler.requests.get(rid)
+            if req is not None and req.status == RequestStatus.WAITING_FOR_REMOTE_KVS:
+                self._dropped = True
+                self.fire(req_id=rid, aborted=True,
+                          what=f"{rid} aborted in the step its load finished")  # fmt: skip
+                server.abort(rid)
+                return
+
     def answered(self, req_id: str, loaded: bool) -> None:
         """A request was answered: a stale completion names one that loaded."""
         self.finished.add(req_id)
