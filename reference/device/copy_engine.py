@@ -111,9 +111,9 @@ DMA_MIN_BLOCK_BYTES = 256 * 1024
 # contiguous copy and the gather 92%), and every path still takes milliseconds.
 CALIBRATION_BYTES = 64 * 1024 * 1024
 # The most copies one cudaMemcpyBatchAsync call queues (the calls double up to it): on
-# lent H100s queueing took ~0.5 us a copy, and the copies of a call start only once it
-# returns, so the last of calls that doubled without bound held half of a restore
-# back from the engines. 128 MiB in 32 KiB pages by DMA, one host: 76% of a contiguous
+# lent H100s queueing took ~0.5 us a copy, and the wall clock behaved as if a call's
+# copies start only once it returns: the last of calls that doubled without bound held
+# half of a restore back from the engines. 128 MiB in 32 KiB pages by DMA, one host: 76% of a contiguous
 # copy end to end uncapped, 88% at 128 copies a call, 86% at 512, 71% at 2048; 16 MiB:
 # 67%, 74%, 67%, 66% (benchmarks/results/gpu_hosts/h100-10.probe_split.txt).
 DMA_CHUNK_MAX = 128
