@@ -90,13 +90,10 @@ def judged_by(chosen: list[AtomRow], names: list[str]) -> list[AtomRow]:
 def list_command(args: Any) -> int:
     """What runs with ``--tier atom``: its scenarios and faults, the properties each is
     judged by, and why the rest of kvfault's catalog does not apply."""
-    from kvfault.faults.properties.checks import PROPERTIES
-
-    show_all = not any(
-        getattr(args, k, False)
-        for k in ("scenarios", "properties", "faults", "regressions", "tiers")
-    )
     from kvfault.faults.atom.row_config import configuration, tier_settings
+    from kvfault.faults.tiers.listing import print_not_here, print_properties, shows_all
+
+    show_all = shows_all(args)
 
     def runs(r: AtomRow) -> str:
         schedules = f"; {r.schedules} schedules a case" if r.schedules > 1 else ""
@@ -117,12 +114,7 @@ def list_command(args: Any) -> int:
                 print(f"  {r.name}  {r.description} (on {r.scenario}) [{', '.join(r.properties)}]")
                 print(runs(r))
     if show_all or args.properties:
-        used = {p for r in ROWS.values() for p in r.properties}
-        print("properties (--tier atom):")
-        for p in PROPERTIES:
-            if p in used:
-                doc = " ".join((PROPERTIES[p].__doc__ or "").split()).split(". ")[0]
-                print(f"  {p}  {doc}")
+        print_properties("atom", {p for r in ROWS.values() for p in r.properties})
     if show_all or args.faults:
         from kvfault.faults.atom.fixes import FIXES
 
@@ -130,9 +122,7 @@ def list_command(args: Any) -> int:
         for f in FIXES.values():
             print(f"  {f.name}  {f.description} [{f.target}]")
     if show_all or args.regressions:
-        print("not on --tier atom:")
-        for what, why in NOT_HERE.items():
-            print(f"  {what}: {why}")
+        print_not_here("atom", NOT_HERE)
     if show_all or getattr(args, "tiers", False):
         from kvfault.faults.tiers import Tiers
 

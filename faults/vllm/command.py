@@ -20,10 +20,9 @@ def refused(selection: Selection) -> str | None:
 
 def list_command(args: Any) -> int:
     """What runs with ``--tier vllm``, what judges it, and what does not run and why."""
-    show_all = not any(
-        getattr(args, k, False)
-        for k in ("scenarios", "properties", "faults", "regressions", "tiers")
-    )
+    from kvfault.faults.tiers.listing import print_not_here, print_properties, shows_all
+
+    show_all = shows_all(args)
     if show_all or args.scenarios:
         print("scenarios (--tier vllm):")
         for r in ROWS.values():
@@ -36,16 +35,7 @@ def list_command(args: Any) -> int:
                 props = ", ".join(SCENARIOS[r.scenario].properties)
                 print(f"  {r.name}  {r.description} (on {r.scenario}) [{props}]")
     if show_all or args.properties:
-        from kvfault.faults.properties.checks import PROPERTIES
-
-        used = {p for s in SCENARIOS.values() for p in s.properties}
-        print("properties (--tier vllm):")
-        for p in PROPERTIES:
-            if p in used:
-                doc = " ".join((PROPERTIES[p].__doc__ or "").split()).split(". ")[0]
-                print(f"  {p}  {doc}")
+        print_properties("vllm", {p for s in SCENARIOS.values() for p in s.properties})
     if show_all or args.regressions:
-        print("not on --tier vllm:")
-        for what, why in NOT_HERE.items():
-            print(f"  {what}: {why}")
+        print_not_here("vllm", NOT_HERE)
     return 0
