@@ -16,8 +16,8 @@ from dataclasses import dataclass, field, replace
 
 from kvfault.faults.atom import scenarios as s
 from kvfault.faults.atom.spec import FaultSpec
-from kvfault.faults.injectors.base import Injector
 from kvfault.faults.runs import Expect, finishes, refuses
+from kvfault.faults.tiers.row_fault import RowFault
 
 # In the order a row's detail names the first violation: what the story is about first.
 _ONE = (
@@ -79,15 +79,10 @@ class AtomRow:
         return ServerFault(self, seed)
 
 
-class ServerFault(Injector):
+class ServerFault(RowFault[AtomRow]):
     """A fault row in a run's ``RunContext.injectors``: it wraps nothing in the
     campaign process; the executor hands its row's faults to the server processes and
     sets ``fired`` to how often they recorded it firing."""
-
-    def __init__(self, row: AtomRow, seed: int):
-        self.name = row.name
-        super().__init__(seed)
-        self.row = row
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kvfault.faults.injectors.base import Injector
 from kvfault.faults.runs import Expect, finishes
+from kvfault.faults.tiers.row_fault import RowFault
 
 # The properties that have something to judge here (the tier records no ``blocks``
 # events, and runs one server with a dense model). ``keys`` judges the chunk keys
@@ -48,15 +48,10 @@ class VllmRow:
         return VllmFault(self, seed)
 
 
-class VllmFault(Injector):
+class VllmFault(RowFault[VllmRow]):
     """A fault row in a run's ``RunContext.injectors``: it wraps nothing in the campaign
     process; the run's process acts it out, and the executor sets ``fired`` to how often
     that process recorded it acting."""
-
-    def __init__(self, row: VllmRow, seed: int):
-        self.name = row.name
-        super().__init__(seed)
-        self.row = row
 
 
 @dataclass(frozen=True)
