@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from process_group import group_killed_at_exit, wait_until
 
 from kvfault.faults import prove as prove_mod
 from kvfault.faults.processes import Interrupted
@@ -797,22 +798,15 @@ def test_sigint_to_the_process_group_leaves_nothing(
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         start_new_session=True,
     )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 60
-        while not (pidfile.exists() and pidfile.read_text().endswith("\n")):
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "the side never started"
-            time.sleep(0.02)
+    with group_killed_at_exit(proc):
+        wait_until(lambda: pidfile.exists() and pidfile.read_text().endswith("\n"),
+                   proc, 60, never="the side never started")  # fmt: skip
         *words, scratch = pidfile.read_text().split()
         pids = [int(w) for w in words]  # the side, its child, its stubborn server
         assert Path(scratch).is_dir()
         assert len(worktrees(repo)) == 3  # main + old + new while the side runs
         os.killpg(proc.pid, signal.SIGINT)
         out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
     assert proc.returncode == 130, err
     # The progress line, then the one line.
     said = ["kvfault prove: interrupted by SIGINT; worktrees removed"]

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from process_group import group_killed_at_exit, wait_until
 
 from kvfault.faults import review_diff as rd
 from kvfault.faults.review_diff import Row, decide, diff, finding_anchor, markdown
@@ -275,6 +276,16 @@ def test_a_head_that_cannot_run_is_told_without_running_the_base(kv_repo):
     )
 
 
+def _start_review(kv_repo: Path, tmp: Path, new_session: bool = False) -> subprocess.Popen[str]:
+    """``kvfault review fixed broken`` on one fault and one scenario (a campaign long
+    enough to be stopped mid-way) in a process of its own, its temporary files in ``tmp``."""
+    argv = [sys.executable, "-m", "kvfault.faults.cli", "review", "-C", str(kv_repo), "fixed", "broken",
+            "--seeds", "1", "--fault", "slow_forward", "--scenario", "loaded_restart_burst"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp)}
+    return subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=new_session)  # fmt: skip
+
+
 def test_a_stopped_review_removes_its_worktrees(kv_repo, tmp_path):
     """SIGTERM mid-campaign: one line, exit 143, no worktree and no temporary directory
     left (the sides' campaigns are stopped with it)."""
@@ -283,11 +294,7 @@ def test_a_stopped_review_removes_its_worktrees(kv_repo, tmp_path):
 
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    argv = [sys.executable, "-m", "kvfault.faults.cli", "review", "-C", str(kv_repo), "fixed", "broken",
-            "--seeds", "1", "--fault", "slow_forward", "--scenario", "loaded_restart_burst"]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp)}
-    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    proc = _start_review(kv_repo, tmp)
     try:
         deadline = time.monotonic() + 120
         while git(kv_repo, "worktree", "list").count("\n") < 3 and time.monotonic() < deadline:
@@ -324,11 +331,7 @@ def test_sigint_to_the_process_group_while_a_side_runs_leaves_nothing(kv_repo, t
 
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    argv = [sys.executable, "-m", "kvfault.faults.cli", "review", "-C", str(kv_repo), "fixed", "broken",
-            "--seeds", "1", "--fault", "slow_forward", "--scenario", "loaded_restart_burst"]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp)}
-    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+    proc = _start_review(kv_repo, tmp, new_session=True)
 
     def campaigns() -> list[int]:
         out = []
@@ -341,22 +344,14 @@ def test_sigint_to_the_process_group_while_a_side_runs_leaves_nothing(kv_repo, t
                 out.append(pid)
         return out
 
-    try:
-        deadline = time.monotonic() + 120
-        while not campaigns():
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "no side's campaign started"
-            time.sleep(0.02)
+    with group_killed_at_exit(proc):
+        wait_until(campaigns, proc, 120, never="no side's campaign started")
         time.sleep(0.5)  # into the campaign, past its start
         below = descendants(proc.pid)
         assert below and git(kv_repo, "worktree", "list").count("\n") == 3
         dirs = [w.split()[0] for w in git(kv_repo, "worktree", "list").splitlines()[1:]]
         os.killpg(proc.pid, signal.SIGINT)
         out, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
     assert proc.returncode == 130, err
     lines = err.strip().splitlines()
     assert lines[-1] == "kvfault review: interrupted by SIGINT; worktrees removed", err
