@@ -15,35 +15,20 @@ checkout as it is.
 
 from __future__ import annotations
 
-import subprocess
 from dataclasses import replace
-from pathlib import Path
 
-import pytest
+from atom_planted import planted
 
 from kvfault.faults.atom import catalog
 from kvfault.faults.atom.executor import atom_executor
 from kvfault.faults.atom.spec import FaultSpec
 from kvfault.faults.campaign.execute import run_case
 
-CONNECTOR = "atom/kv_transfer/offload/dense/connector.py"
 REPORTS_FAILED = ("            if loaded:\n", "            if loaded and False:\n")
 WRITES_NOTHING = (
     "ret_mask = self._engine.retrieve(",
     "ret_mask = (lambda *a, **k: torch.ones(len(toks), dtype=torch.bool))(",
 )
-
-
-def _planted(atom_src: str, dest: Path, *edits: tuple[str, str], file: str = CONNECTOR) -> str:
-    subprocess.run(["git", "clone", "-q", atom_src, str(dest)], check=True)
-    path = dest / file
-    text = path.read_text() if path.exists() else ""
-    for old, new in edits:
-        if text.count(old) != 1:
-            pytest.skip(f"this ATOM's {file} is not the form the planted bug edits")
-        text = text.replace(old, new)
-    path.write_text(text)
-    return str(dest)
 
 
 # shared_tier_kv_dtype with A's writes into the shared tier landing 0.5 s after its
@@ -72,7 +57,7 @@ def _violations(src: str, rows: list[str | catalog.AtomRow]) -> dict[str, list[s
 
 
 def test_loads_reported_failed_fail_load_failures(atom_src, tmp_path):
-    found = _violations(_planted(atom_src, tmp_path / "atom", REPORTS_FAILED), ["prefix_reuse"])
+    found = _violations(planted(atom_src, tmp_path / "atom", REPORTS_FAILED), ["prefix_reuse"])
     failed = [v for v in found["prefix_reuse"] if v.startswith("load_failures:")]
     assert failed, found
     assert "ATOM reported the load failed; lmcache returned" in failed[0]
@@ -80,7 +65,7 @@ def test_loads_reported_failed_fail_load_failures(atom_src, tmp_path):
 
 def test_a_load_that_wrote_nothing_fails_correctness(atom_src, tmp_path):
     rows = ["prefix_reuse", "duplicate_completion"]
-    found = _violations(_planted(atom_src, tmp_path / "atom", WRITES_NOTHING), rows)
+    found = _violations(planted(atom_src, tmp_path / "atom", WRITES_NOTHING), rows)
     for name in rows:
         assert any(v.startswith("correctness:") for v in found[name]), (name, found[name])
 
@@ -94,7 +79,7 @@ def test_the_checkout_as_it_is_passes_those_rows(atom_src):
 
 
 def test_one_namespace_for_two_kv_dtypes_fails_shared_tier_kv_dtype(atom_src, tmp_path):
-    src = _planted(
+    src = planted(
         atom_src,
         tmp_path / "atom",
         ('"kv_cache_dtype": str(getattr(config, "kv_cache_dtype", "auto")),',

@@ -15,17 +15,16 @@ done whatever lmcache returned FAILs the three passing fault rows on correctness
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
+from atom_planted import planted
 
 from kvfault.faults.atom import catalog
 from kvfault.faults.atom.executor import atom_executor
 from kvfault.faults.campaign.execute import run_case
 from kvfault.reference.trace import Ev
 
-CONNECTOR = "atom/kv_transfer/offload/dense/connector.py"
 ALWAYS_LOADED = (
     "        loaded = bool(ret_mask[hbm:lmc].all().item())\n",
     "        loaded = True\n",
@@ -81,12 +80,6 @@ def test_lmcache_local_disk_reads_a_short_file_as_a_whole_chunk(runs):
 
 
 def test_an_atom_that_ignores_what_lmcache_returned_fails_them(atom_src, tmp_path):
-    dest = Path(tmp_path) / "atom"
-    subprocess.run(["git", "clone", "-q", atom_src, str(dest)], check=True)
-    path = dest / CONNECTOR
-    text = path.read_text()
-    if text.count(ALWAYS_LOADED[0]) != 1:
-        pytest.skip(f"this ATOM's {CONNECTOR} is not the form the planted bug edits")
-    path.write_text(text.replace(*ALWAYS_LOADED))
-    for name, (res, _) in _runs(str(dest), BROKEN).items():
+    src = planted(atom_src, Path(tmp_path) / "atom", ALWAYS_LOADED)
+    for name, (res, _) in _runs(src, BROKEN).items():
         assert any(v.startswith("correctness:") for v in _said(res)), (name, _said(res))

@@ -13,17 +13,15 @@ FAIL; ``prefix_reuse`` (the setting off: lmcache drops the partial chunk) passes
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
-import pytest
+from atom_planted import planted
 
 from kvfault.faults.atom import catalog
 from kvfault.faults.atom.executor import atom_executor
 from kvfault.faults.campaign.execute import run_case
 from kvfault.reference.trace import Ev
 
-CONNECTOR = "atom/kv_transfer/offload/dense/connector.py"
 SAVES_PARTIAL = (
     "            aligned = (computed // chunk) * chunk\n",
     "            aligned = computed if is_last_prefill else (computed // chunk) * chunk\n",
@@ -62,14 +60,8 @@ def test_a_whole_aligned_hit_fails_its_load_as_with_the_setting_off(atom_src):
 
 
 def test_an_atom_saving_the_partial_chunk_fails_only_the_unfull_rows(atom_src, tmp_path):
-    dest = Path(tmp_path) / "atom"
-    subprocess.run(["git", "clone", "-q", atom_src, str(dest)], check=True)
-    path = dest / CONNECTOR
-    text = path.read_text()
-    if text.count(SAVES_PARTIAL[0]) != 1:
-        pytest.skip(f"this ATOM's {CONNECTOR} is not the form the planted bug edits")
-    path.write_text(text.replace(*SAVES_PARTIAL))
-    runs = _runs(str(dest), ["prefix_reuse", "unfull_prefix_reuse"])
+    src = planted(atom_src, Path(tmp_path) / "atom", SAVES_PARTIAL)
+    runs = _runs(src, ["prefix_reuse", "unfull_prefix_reuse"])
     assert _said(runs["prefix_reuse"]) == []
     ends = [e.data for e in runs["unfull_prefix_reuse"].run.trace.of(Ev.RETRIEVE_TERMINAL)]
     assert (False, 192, 199) in [(d["ok"], d.get("retrieved"), d.get("asked")) for d in ends]
