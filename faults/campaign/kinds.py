@@ -39,11 +39,9 @@ from kvfault.faults.campaign.outcomes import CaseOutcome, TargetOutcome, signatu
 from kvfault.faults.campaign.targets import CampaignError, Case, Target
 from kvfault.faults.catalog import UnknownName, close_matches, resolve
 from kvfault.faults.errors import KvfaultError
-from kvfault.faults.injectors.catalog import INJECTORS
 from kvfault.faults.injectors.plans import FaultPlan, fired_report
-from kvfault.faults.injectors.plans import swarm_plan as draw_swarm
 from kvfault.faults.regressions.legacy import REGRESSIONS
-from kvfault.faults.tiers import Executor, Tiers, default_tier
+from kvfault.faults.tiers import Executor, FaultPlans, Tiers, default_tier
 from kvfault.faults.verdicts import Verdict, worst
 
 if TYPE_CHECKING:
@@ -388,13 +386,15 @@ class Swarm(TargetKind):
         if tier in Tiers.installed() and not Tiers.installed()[tier].fault_plans:
             raise CampaignError(f"a swarm draws in-process fault plans: --tier {tier} has none")
         _resolve(SCENARIO, scenario, tier)
+        known = _fault_plans(tier).faults()
         for p in pinned:
-            if p not in INJECTORS:
-                raise CampaignError(f"unknown fault {p!r} in --pin{close_matches(p, INJECTORS)}")
+            if p not in known:
+                raise CampaignError(f"unknown fault {p!r} in --pin{close_matches(p, known)}")
         return Target(self, scenario, scenario, pinned=pinned, tier=tier)
 
     def plan(self, target: Target, seed: int) -> FaultPlan | None:
-        return replace(swarm_plan(seed, target.scenario, target.pinned), scale=target.scale)
+        return replace(swarm_plan(seed, target.scenario, target.pinned, target.tier),
+                       scale=target.scale)  # fmt: skip
 
     def selection(self, target: Target) -> list[str]:
         pins = ["--pin", ",".join(target.pinned)] if target.pinned else []
@@ -442,11 +442,21 @@ def swarm_target(scenario: str, pinned: Sequence[str] = (), tier: str | None = N
     )
 
 
-def swarm_plan(seed: int, scenario: str, pinned: Sequence[str] = ()) -> FaultPlan:
-    """The swarm plan of one run on ``scenario``: a random subset of injectors drawn
-    from ``seed`` and the scenario (``pinned`` fixes the subset), as
-    ``kvfault.faults.injectors.plans.swarm_plan`` draws it."""
-    return draw_swarm(seed, pinned=tuple(pinned) or None, scenario=scenario)
+def swarm_plan(
+    seed: int, scenario: str, pinned: Sequence[str] = (), tier: str | None = None
+) -> FaultPlan:
+    """The swarm plan of one run on ``scenario``: a random subset of ``tier``'s faults
+    (default: the default tier's) drawn from ``seed`` and the scenario (``pinned`` fixes
+    the subset), as the tier's ``FaultPlans.swarm`` draws it."""
+    return _fault_plans(default_tier() if tier is None else tier).swarm(seed, scenario, pinned)
+
+
+def _fault_plans(tier: str) -> FaultPlans:
+    """``tier``'s ``FaultPlans``; one-line ``CampaignError`` for a tier without."""
+    plans = Tiers.installed()[tier].plans()
+    if plans is None:
+        raise CampaignError(f"a swarm draws in-process fault plans: --tier {tier} has none")
+    return plans
 
 
 def _resolve(kind: TargetKind, name: str, tier: str) -> str:

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from kvfault.faults.campaign.targets import CampaignError, Case, Target
-from kvfault.faults.injectors.catalog import INJECTORS
 from kvfault.faults.properties.violation import Violation
+from kvfault.faults.tiers import Tiers
 from kvfault.faults.verdicts import OK, Verdict, exit_code, worst
 
 if TYPE_CHECKING:
@@ -250,11 +250,15 @@ class CampaignResult:
 
     @property
     def never_drawn(self) -> list[str]:
-        """Injectors no drawing swarm run enabled (more seeds draw more)."""
+        """Faults no drawing swarm run enabled, of those its tier draws from (more seeds
+        draw more)."""
         if not self.draws:
             return []
         enabled, _ = self._swarm_counts()
-        return sorted(n for n in INJECTORS if n not in enabled)
+        tiers = {t.target.tier for t in self.targets if t.target.kind.draws_faults}
+        plans = [Tiers.installed()[tier].plans() for tier in tiers]
+        drawable = {n for p in plans if p is not None for n in p.faults()}
+        return sorted(n for n in drawable if n not in enabled)
 
     @property
     def failures(self) -> list[CampaignFailure]:

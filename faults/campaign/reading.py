@@ -12,7 +12,6 @@ from kvfault.faults.campaign.kinds import kind_named
 from kvfault.faults.campaign.outcomes import CaseOutcome, TargetOutcome
 from kvfault.faults.campaign.select import legacy_stack
 from kvfault.faults.campaign.targets import CampaignError, Case, Target
-from kvfault.faults.injectors.catalog import INJECTORS
 from kvfault.faults.properties.violation import Violation
 from kvfault.faults.tiers import Selection, Tiers, default_tier
 
@@ -37,7 +36,8 @@ def target_from_json(obj: Any) -> Target:
     pinned = obj.get("pinned") or []
     if not isinstance(pinned, list) or not all(isinstance(p, str) for p in pinned):
         raise CampaignError("target 'pinned' must be a list of injector names")
-    unknown = [p for p in pinned if p not in INJECTORS]
+    plans = installed[tier].plans()  # a tier without fault plans pins nothing
+    unknown = [p for p in pinned if plans is None or p not in plans.faults()]
     if unknown:
         raise CampaignError(f"target 'pinned' names no injector: {', '.join(unknown)}")
     try:

@@ -4,13 +4,16 @@ parameters (the tier's ``FaultPlans``)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from kvfault.faults.injectors.catalog import INJECTORS
-from kvfault.faults.injectors.plans import FaultPlan, FaultSpec
+from kvfault.faults.injectors.plans import FaultPlan, FaultSpec, swarm_plan
 from kvfault.faults.runs import Expect
 
 
 class InjectorPlans:
-    """One injector of ``INJECTORS`` as a plan, and the ending its entry declares."""
+    """One injector of ``INJECTORS`` as a plan, the ending its entry declares, and a
+    swarm's draw of them (``kvfault.faults.injectors.plans.swarm_plan``)."""
 
     def plan(self, fault: str, seed: int, scale: int) -> FaultPlan:
         spec = FaultSpec.of(fault, **INJECTORS[fault].defaults)
@@ -18,6 +21,12 @@ class InjectorPlans:
 
     def expect(self, fault: str) -> Expect | None:
         return INJECTORS[fault].expect
+
+    def faults(self) -> Sequence[str]:
+        return tuple(INJECTORS)
+
+    def swarm(self, seed: int, scenario: str, pinned: Sequence[str]) -> FaultPlan:
+        return swarm_plan(seed, pinned=tuple(pinned) or None, scenario=scenario)
 
 
 PLANS = InjectorPlans()

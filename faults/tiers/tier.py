@@ -84,8 +84,9 @@ class Selection:
 
 class FaultPlans(Protocol):
     """What a tier whose faults are in-process fault plans provides
-    (``Tier.fault_plans``): the plan of one of its faults, and the ending the fixed
-    stack must reach under it. Such a tier runs ``--swarm``, ``--pin`` and ``--legacy``."""
+    (``Tier.fault_plans``): the plan of one of its faults, the ending the fixed stack
+    must reach under it, the faults it plans and a swarm's draw of them. Such a tier
+    runs ``--swarm``, ``--pin`` and ``--legacy``."""
 
     def plan(self, fault: str, seed: int, scale: int) -> FaultPlan:
         """The plan that runs ``fault`` with its default parameters."""
@@ -93,6 +94,15 @@ class FaultPlans(Protocol):
 
     def expect(self, fault: str) -> Expect | None:
         """How the fixed stack must end under ``fault`` (None: its entry declares none)."""
+        ...
+
+    def faults(self) -> Sequence[str]:
+        """Every fault it plans: what ``--pin`` may name and a swarm draws from."""
+        ...
+
+    def swarm(self, seed: int, scenario: str, pinned: Sequence[str]) -> FaultPlan:
+        """A swarm run's plan on ``scenario``: a subset of its faults drawn from
+        ``seed`` and the scenario (``pinned``, when given, is the subset)."""
         ...
 
 
