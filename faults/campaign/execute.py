@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from kvfault.faults.catalog import UnknownName
 from kvfault.faults.injectors.base import Injector
@@ -21,7 +21,7 @@ from kvfault.faults.injectors.plans import fired_report, not_exercised
 from kvfault.faults.properties.checks import PROPERTIES, Violation
 from kvfault.faults.runs import Ending, RunContext, RunResult
 from kvfault.faults.scenarios import SCENARIOS
-from kvfault.faults.tiers import Executor, Tiers
+from kvfault.faults.tiers import Executor, Tiers, TierScenario
 from kvfault.reference.rules import Rules
 from kvfault.reference.types import Request
 
@@ -82,7 +82,7 @@ class JudgedRun:
         self.run = None
 
 
-def scenarios_on(tier: str) -> Mapping[str, Any]:
+def scenarios_on(tier: str) -> Mapping[str, TierScenario]:
     """The scenario catalog of ``tier``: its own when it declares one
     (``kvfault.faults.tiers.Tier.scenarios``), else the shared ``SCENARIOS``."""
     tiers = Tiers.installed()

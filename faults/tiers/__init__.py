@@ -13,6 +13,7 @@ from kvfault.faults.tiers.tier import (
     TierError,
     TierFault,
     TierOption,
+    TierScenario,
     TierUnavailable,
 )
 
@@ -27,6 +28,7 @@ __all__ = [
     "TierError",
     "TierFault",
     "TierOption",
+    "TierScenario",
     "TierUnavailable",
     "Tiers",
     "default_tier",

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from kvfault.faults.errors import KvfaultError
 
 if TYPE_CHECKING:
+    import argparse
+
     from kvfault.faults.injectors.base import Injector
     from kvfault.faults.injectors.plans import FaultPlan
     from kvfault.faults.runs import Expect
@@ -104,6 +106,22 @@ class FaultPlans(Protocol):
         """A swarm run's plan on ``scenario``: a subset of its faults drawn from
         ``seed`` and the scenario (``pinned``, when given, is the subset)."""
         ...
+
+
+class TierScenario(Protocol):
+    """A scenario as the campaign reads it from a tier's catalog (``Tier.scenarios``,
+    or the shared ``kvfault.faults.scenarios.SCENARIOS``): the properties that judge
+    it, how the fixed stack must end it (None: its entry declares none, an ERROR), and
+    what grows with ``--scale`` (empty: a fixed size)."""
+
+    @property
+    def properties(self) -> tuple[str, ...]: ...
+
+    @property
+    def expect(self) -> Expect | None: ...
+
+    @property
+    def scales(self) -> str: ...
 
 
 class TierFault(Protocol):
@@ -215,7 +233,7 @@ class Tier:
     def fault_catalog(self) -> Mapping[str, TierFault]:
         return _load(self, self.faults) if self.faults else {}
 
-    def scenario_catalog(self) -> Mapping[str, Any]:
+    def scenario_catalog(self) -> Mapping[str, TierScenario]:
         """The scenarios this tier's runs name: its own catalog, or the shared one."""
         if self.scenarios:
             return _load(self, self.scenarios)
@@ -282,7 +300,7 @@ class Tier:
                 ) from exc
             yield executor
 
-    def own_listing(self) -> Any | None:
+    def own_listing(self) -> Callable[[argparse.Namespace], int] | None:
         """The tier's own ``kvfault list --tier`` command, or None (the shared list)."""
         return _load(self, self.listing) if self.listing else None
 
