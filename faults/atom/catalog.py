@@ -135,6 +135,21 @@ def _fault(
     )
 
 
+def _files_fault(
+    name: str,
+    how: str,
+    story: s.Story,
+    props: tuple[str, ...],
+    description: str,
+    faulted: tuple[str, ...] = (),
+) -> AtomRow:
+    """A fault row that leaves lmcache's files ``how`` (``removed``, ``truncated``)
+    right before the first retrieve of the prompt they hold, on the servers ``faulted``
+    names (empty: every one)."""
+    faults = FaultSpec(tier_files=(how, "retrieve", 1))
+    return replace(_fault(name, story, props, description, faults), faulted=faulted)
+
+
 def _rank_fault(
     name: str, description: str, faults: FaultSpec, fires: str, story: s.Story = s.tp_reuse_once
 ) -> AtomRow:
@@ -436,44 +451,40 @@ ROWS: dict[str, AtomRow] = {
             "LMCACHE_SAVE_UNFULL_CHUNK=True",
             save_unfull_chunk=True,
         ),
-        replace(
-            _fault(
-                "remote_tier_removed",
-                s.shared_tier_reuse,
-                _MANY,
-                "the shared remote tier's directory is removed right before B's first "
-                "retrieve (B's lookup found A's chunks there)",
-                FaultSpec(tier_files=("removed", "retrieve", 1)),
-            ),
+        _files_fault(
+            "remote_tier_removed",
+            "removed",
+            s.shared_tier_reuse,
+            _MANY,
+            "the shared remote tier's directory is removed right before B's first "
+            "retrieve (B's lookup found A's chunks there)",
             faulted=("B",),
         ),
-        replace(
-            _fault(
-                "remote_tier_truncated",
-                s.shared_tier_reuse,
-                _MANY,
-                "each chunk file of the shared remote tier is cut to half its bytes right "
-                "before B's first retrieve (a file shortened after it was written)",
-                FaultSpec(tier_files=("truncated", "retrieve", 1)),
-            ),
+        _files_fault(
+            "remote_tier_truncated",
+            "truncated",
+            s.shared_tier_reuse,
+            _MANY,
+            "each chunk file of the shared remote tier is cut to half its bytes right "
+            "before B's first retrieve (a file shortened after it was written)",
             faulted=("B",),
         ),
-        _fault(
+        _files_fault(
             "disk_removed",
+            "removed",
             s.disk_spill,
             _ONE,
             "lmcache's local disk directory is removed right before the retrieve of the "
             "prompt it holds (its CPU pool no longer does)",
-            FaultSpec(tier_files=("removed", "retrieve", 1)),
         ),
-        _fault(
+        _files_fault(
             "disk_truncated",
+            "truncated",
             s.disk_spill,
             _ONE,
             "each file of lmcache's local disk is cut to half its bytes right before the "
             "retrieve of the prompt it holds (a file shortened after lmcache wrote and "
             "indexed it)",
-            FaultSpec(tier_files=("truncated", "retrieve", 1)),
         ),
         _rank_fault(
             "tp2_rank1_late_save",
