@@ -18,7 +18,9 @@ two lines each) fails it while the checkout as it is passes it.
   rank 1 and recomputes, which only what rank 1's retrieve returned shows
   (``tp2_prefix_reuse``: ``load_failures``). Where rank 1's store failed by an injected
   fault (``tp2_rank1_store_failure``) the same load failure is explained and the row
-  passes; an aggregator of rank 0's answers alone uses the half-loaded KV there too.
+  passes; an aggregator of rank 0's answers alone uses the half-loaded KV there too,
+  and an ATOM whose ``load_failed`` keeps its save floor never stores the recompute,
+  so the third request's load fails on rank 1 again (``load_failures``).
 - ATOM's page namespace without its TP size: ``shared_tier_tp_sizes``'s two servers
   look their prompt up under one lookup key (``keys``; lmcache's own key still tells
   them apart by world size, so no data crosses). With lmcache's key also given one
@@ -45,6 +47,9 @@ RANK1_STORES_NOTHING = (
         "        (self._engine.store if self._rank == 0 else (lambda *a, **k: None))(",
     ),
 )
+# ATOM's load_failed keeps the save floor: the recompute after a failed load does not
+# save the chunks the lookup claimed again, so the tier never holds them on rank 1.
+KEEPS_SAVE_FLOOR = (("            entry[1] = self._chunk_floor(floor)\n", "            pass\n"),)
 CONFIG = "atom/kv_transfer/offload/config.py"
 NO_TP_IN_NAMESPACE = (
     ('"tp_size": _strict_integer("PAGE TP size", world_size, minimum=1),', '"tp_size": 1,'),
@@ -102,3 +107,15 @@ def test_one_key_for_two_tp_sizes_fails_shared_tier_tp_sizes(atom_src, tmp_path:
     found = _violations(src, ["shared_tier_tp_sizes"])["shared_tier_tp_sizes"]
     assert {"correctness", "keys"} <= _props(found), found
     assert any(v.startswith("keys: store key") for v in found), found
+
+
+def test_a_failed_load_never_saved_again_fails_tp2_rank1_store_failure(atom_src, tmp_path: Path):
+    """Rank 1's store failed, so its load of the prompt fails (explained by the fault);
+    an ATOM that does not lower its save floor then never stores the recompute, and the
+    third request's load fails on rank 1 again: unexplained."""
+    src = _planted(atom_src, tmp_path / "atom", *KEEPS_SAVE_FLOOR)
+    found = _violations(src, ["tp2_rank1_store_failure"])["tp2_rank1_store_failure"]
+    assert any(
+        v.startswith("load_failures:") and "after an earlier load of them had failed" in v
+        for v in found
+    ), found

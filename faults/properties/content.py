@@ -46,7 +46,8 @@ class TierAccount:
     fault event naming a save ``unstored`` (an injected store failure, perhaps on one
     tensor-parallel rank of several, while the others stored and the save is reported
     finished) makes the chunks that save put there only ``maybe`` held, whether it
-    comes before the save's report or after.
+    comes before the save's report or after; ``unstored`` keeps when each of them
+    became so, until a later save puts it there for sure.
 
     A save reported failed may still have written some or all of its chunks: its answer
     can be lost after the tier kept the data (a dropped reply), or it can fail part-way.
@@ -66,6 +67,9 @@ class TierAccount:
         self._late: dict[OperationId, float] = {}  # save op -> visible at
         self._unstored: set[OperationId] = set()  # saves whose store a fault broke
         self._added: dict[OperationId, list[int]] = {}  # save op -> keys it first put
+        # content key -> since when only maybe held because an injected store failure
+        # broke the save that would have put it there
+        self.unstored: dict[int, float] = {}
 
     def feed(self, ev: TraceEvent) -> None:
         kind = ev.kind
@@ -84,11 +88,13 @@ class TierAccount:
                     at = self.held.pop(key, None)
                     if at is not None:
                         self.maybe.setdefault(key, self._submitted.get(ev.op, at))
+                        self.unstored.setdefault(key, ev.t)
             elif "chunk" in ev.data and ev.req_id is not None and ev.req_id in self.run.requests:
                 chain = self.chains.of(ev.req_id)
                 if ev.data["chunk"] < len(chain):
                     self.held.pop(chain[ev.data["chunk"]], None)
                     self.maybe.pop(chain[ev.data["chunk"]], None)
+                    self.unstored.pop(chain[ev.data["chunk"]], None)
         elif kind is Ev.FINISHED_REPORTED and ev.op is not None:
             rng = self._save_range.get(ev.op)
             if rng is None:
@@ -106,10 +112,14 @@ class TierAccount:
                         added.append(key)
                     self.held.setdefault(key, visible)
                     self.maybe.pop(key, None)
+                    self.unstored.pop(key, None)
             else:
+                broken = ev.op in self._unstored
                 for key in chain[rng[0] // self.chunk : min(rng[1] // self.chunk, len(chain))]:
                     if key not in self.held:
                         self.maybe.setdefault(key, self.maybe_from(ev))
+                        if broken:
+                            self.unstored.setdefault(key, ev.t)
 
     def visible_at(self, report: TraceEvent) -> float:
         """When what the save reported finished by ``report`` wrote becomes visible."""
@@ -137,8 +147,12 @@ class TierAccount:
     def holds(self, req_id: str, start: int, end: int) -> bool:
         """Whether every chunk covering ``[start, end)`` of the request is in the tier
         (visible or not: a read does not wait for visibility)."""
+        keys = self.keys(req_id, start, end)
+        return keys is not None and all(key in self.held for key in keys)
+
+    def keys(self, req_id: str, start: int, end: int) -> list[int] | None:
+        """The content keys of the chunks covering ``[start, end)`` of the request (None
+        when the range runs past its whole chunks)."""
         chain = self.chains.of(req_id)
         last = -(-end // self.chunk)
-        if last > len(chain):
-            return False
-        return all(key in self.held for key in chain[start // self.chunk : last])
+        return None if last > len(chain) else chain[start // self.chunk : last]

@@ -101,18 +101,25 @@ def load_failures(run: RunResult) -> list[Violation]:
     content account of ``efficiency``: completed saves of the same content, nothing
     dropped since) succeeds, unless an injected fault could explain the failure: a
     fault event naming the load, or one naming no operation (a wire fault, a slow
-    forward) while the load was in flight. Catches a load that sends other ids than
-    the lookup and the saves of its content used: it fails like an eviction, the stack
-    recomputes, and nothing else notices."""
+    forward) while the load was in flight. An injected store failure that left chunks
+    only maybe held (``TierAccount.unstored``) explains the failed loads of them until
+    one has failed: a load of them dispatched after that, which fails again with no
+    save having put them there since, is unexplained (the stack knew they were not
+    stored and neither stored them again nor stopped asking for them). Catches a load
+    that sends other ids than the lookup and the saves of its content used: it fails
+    like an eviction, the stack recomputes, and nothing else notices."""
     out: list[Violation] = []
     account = TierAccount(run)
     flying: dict[OperationId, tuple[tuple[int, int], bool]] = {}  # load -> (range, excused)
+    dispatched: dict[OperationId, float] = {}
+    told: dict[int, float] = {}  # unstored content key -> when a failed load of it ended
     kinds = (Ev.DISPATCH, Ev.RETRIEVE_TERMINAL, Ev.RESTART, *TierAccount.KINDS)
     for ev in run.trace.of(*kinds):
         kind = ev.kind
         if kind is Ev.DISPATCH:
             assert ev.op is not None  # a dispatch names its load
             flying[ev.op] = ((ev.data["start"], ev.data["kv_end"]), False)
+            dispatched[ev.op] = ev.t
         elif kind is Ev.RETRIEVE_TERMINAL:
             assert ev.op is not None  # a retrieve's end names its load
             # Kept past its first end: each tensor-parallel rank reports its own retrieve.
@@ -129,6 +136,25 @@ def load_failures(run: RunResult) -> list[Violation]:
                         ev.t,
                     )
                 )
+            elif not ev.data["ok"] and not excused and ev.req_id in run.requests:
+                keys = account.keys(ev.req_id, start, end) or []
+                since = account.unstored
+                sent = dispatched.get(ev.op, ev.t)
+                again = [k for k in keys if k in since and since[k] <= told.get(k, -1.0) < sent]
+                if again and all(k in account.held or k in again for k in keys):
+                    out.append(
+                        Violation(
+                            "load_failures",
+                            f"a load failed ({ev.data['error']}) of chunks an injected store "
+                            "failure left unstored, after an earlier load of them had failed, "
+                            "with no save of them since",
+                            str(ev.op),
+                            ev.t,
+                        )
+                    )
+                for k in keys:
+                    if k in since and told.get(k, -1.0) < since[k]:
+                        told[k] = ev.t  # the first failure since it became unstored
         elif kind is Ev.RESTART:
             flying.clear()  # the worker that sent them is gone: never answered
         else:

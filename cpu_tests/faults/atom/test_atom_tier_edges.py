@@ -653,3 +653,49 @@ def test_a_store_failure_on_one_rank_explains_that_ranks_load_failure():
     for t in (1.05, 1.15):  # the fault before the save's report, and after it
         run = _run([*events, RawEvent(t, 0, "fault", save, "a", data)])
         assert load_failures(run) == [] and efficiency(run) == [], t
+
+
+def test_a_store_failure_explains_one_failed_load_of_its_chunks_not_every_later_one():
+    """ATOM learns from a failed load that the tier lacks the chunks (its load_failed
+    lowers the save floor so the recompute saves them again). A later load of them,
+    dispatched after that failure, that fails again with no save of them since is
+    unexplained; one with a save of them in between, or one already in flight when the
+    first failed, is not."""
+    from kvfault.faults.properties.ledger import load_failures
+
+    save, load, later = ("a", 0, "save"), ("a", 1, "load"), ("a", 2, "load")
+    fault = {"injector": "store_failure", "call": 1, "unstored": True, "rank": 1}
+    ok = {"ok": True, "error": None, "retrieved": 192, "asked": 192}
+    miss = {"ok": False, "error": "lmcache returned 0 of 192", "retrieved": 0, "asked": 192,
+            "rank": 1}  # fmt: skip
+    first = [
+        RawEvent(1.0, 0, "save", save, "a", {"start": 0, "end": 192}),
+        RawEvent(1.05, 0, "fault", save, "a", fault),
+        RawEvent(1.1, 0, "finished_reported", save, "a", {"outcome": "finished", "stored": 192}),
+        RawEvent(2.0, 1, "dispatch", load, "a", {"start": 0, "kv_end": 192, "claim": 192}),
+        RawEvent(2.1, 1, "retrieve_terminal", load, "a", ok),
+        RawEvent(2.1, 1, "retrieve_terminal", load, "a", miss),
+    ]
+
+    def again(at: float) -> list[RawEvent]:
+        return [
+            RawEvent(at, 2, "dispatch", later, "a", {"start": 0, "kv_end": 192, "claim": 192}),
+            RawEvent(at + 0.1, 2, "retrieve_terminal", later, "a", ok),
+            RawEvent(at + 0.1, 2, "retrieve_terminal", later, "a", miss),
+        ]
+
+    assert load_failures(_run(first)) == []
+    found = load_failures(_run([*first, *again(3.0)]))
+    assert [(v.prop, v.op) for v in found] == [("load_failures", "load:a#2")], found
+    assert "after an earlier load of them had failed" in found[0].message
+    resaved = [
+        RawEvent(2.5, 1, "save", ("a", 1, "save"), "a", {"start": 0, "end": 192}),
+        RawEvent(2.6, 1, "finished_reported", ("a", 1, "save"), "a",
+                 {"outcome": "finished", "stored": 192}),
+    ]  # fmt: skip
+    # Saved again in between, the later load's failure is the plain rule's: the tier
+    # holds the chunks for sure.
+    found = load_failures(_run([*first, *resaved, *again(3.0)]))
+    assert [v.message.startswith("a load of data the tier holds failed") for v in found] == [True]
+    # In flight before the first failure ended: the stack could not know yet.
+    assert load_failures(_run([*first, *again(2.05)])) == []
