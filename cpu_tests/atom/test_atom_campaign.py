@@ -32,9 +32,7 @@ FINDINGS = {
 # lost_hit_reply (reviewed: low severity) is shared with lmcache: its synchronous
 # lookup client reports a timed-out lookup as 0 after the worker pinned, with no
 # cancel, and ATOM unpins only the hits it acts on (finding 1's root).
-# tp2_rank1_hung (pending review): one TP rank that stops answering leaves the server
-# unable to end its requests; the row shows that, not what ATOM should do instead.
-LEADS = {"lost_hit_reply": "resources", "tp2_rank1_hung": "liveness"}
+LEADS = {"lost_hit_reply": "resources"}
 # row -> the property its FAIL names with lmcache 0.5.6: lmcache's own code (its local
 # disk backend never checks a read's length, so a file cut short behind its back loads as
 # a whole chunk): a reviewed lmcache hardening lead, not an ATOM finding.

@@ -503,14 +503,6 @@ ROWS: dict[str, AtomRow] = {
             "store_failure",
             s.tp_recompute_then_reuse,
         ),
-        _rank_fault(
-            "tp2_rank1_hung",
-            "at TP 2, rank 1's worker stops answering after its first retrieve (its "
-            "get_finished reports nothing, then never returns): the load is never "
-            "reported and the server cannot finish; bounded by the run's limit",
-            FaultSpec(hang_finished=1, rank=1),
-            "hung_get_finished",
-        ),
         _fault(
             "evict_after_lookup",
             s.reuse_once,

@@ -165,7 +165,10 @@ class _RunnerManager:
     """Stands in for ATOM's process manager (``AsyncIOProcManager``): the same calls,
     carried to every worker rank over a pipe; KV outputs aggregated over the ranks by
     ATOM's own ``KVOutputAggregator`` (one per manager, ``world_size`` the TP size),
-    exactly as the manager's ``call_func_with_aggregation`` does."""
+    as the manager's ``call_func_with_aggregation`` does. Not its ``timeout`` (ATOM
+    returns None once a rank's output is that late): a call here waits for every rank
+    until the run's limit and ``HANG_GRACE_S``, so a rank that never answers ends the
+    run as hung, which judges this stand-in, not ATOM."""
 
     def __init__(self, link: WorkerRanks, side: SchedulerProcess):
         self.link, self.side = link, side
