@@ -31,7 +31,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cpu_tests.atom.test_atom_blind_spots import _planted, _violations
+from atom_planted import planted
+
+from cpu_tests.atom.test_atom_blind_spots import _violations
 
 AGGREGATOR = "atom/kv_transfer/disaggregation/aggregator.py"
 CONNECTOR = "atom/kv_transfer/offload/dense/connector.py"
@@ -76,34 +78,34 @@ def test_the_checkout_as_it_is_passes_the_tp_rows(atom_src):
 
 
 def test_an_aggregator_of_rank_0_alone_fails_the_one_rank_faults(atom_src, tmp_path: Path):
-    src = _planted(atom_src, tmp_path / "atom", *RANK0_ONLY, file=AGGREGATOR)
+    src = planted(atom_src, tmp_path / "atom", *RANK0_ONLY, file=AGGREGATOR)
     found = _violations(src, ONE_RANK)
     for name in ONE_RANK:
         assert "correctness" in _props(found[name]), (name, found[name])
 
 
 def test_an_aggregator_done_on_the_first_report_fails_the_late_load(atom_src, tmp_path: Path):
-    src = _planted(atom_src, tmp_path / "atom", *FIRST_REPORT, file=AGGREGATOR)
+    src = planted(atom_src, tmp_path / "atom", *FIRST_REPORT, file=AGGREGATOR)
     found = _violations(src, ["tp2_rank1_late_load"])
     assert "correctness" in _props(found["tp2_rank1_late_load"]), found
 
 
 def test_a_rank_that_stores_nothing_fails_tp2_prefix_reuse(atom_src, tmp_path: Path):
-    src = _planted(atom_src, tmp_path / "atom", *RANK1_STORES_NOTHING, file=CONNECTOR)
+    src = planted(atom_src, tmp_path / "atom", *RANK1_STORES_NOTHING, file=CONNECTOR)
     found = _violations(src, ["tp2_prefix_reuse"])["tp2_prefix_reuse"]
     assert "load_failures" in _props(found), found
     assert any("lmcache returned 0 of" in v for v in found), found
 
 
 def test_a_namespace_without_tp_size_fails_shared_tier_tp_sizes(atom_src, tmp_path: Path):
-    src = _planted(atom_src, tmp_path / "atom", *NO_TP_IN_NAMESPACE, file=CONFIG)
+    src = planted(atom_src, tmp_path / "atom", *NO_TP_IN_NAMESPACE, file=CONFIG)
     found = _violations(src, ["shared_tier_tp_sizes"])["shared_tier_tp_sizes"]
     assert any(v.startswith("keys: lookup key") for v in found), found
 
 
 def test_one_key_for_two_tp_sizes_fails_shared_tier_tp_sizes(atom_src, tmp_path: Path):
     edits = (*NO_TP_IN_NAMESPACE, *ONE_WORLD_SIZE_KEY)
-    src = _planted(atom_src, tmp_path / "atom", *edits, file=CONFIG)
+    src = planted(atom_src, tmp_path / "atom", *edits, file=CONFIG)
     found = _violations(src, ["shared_tier_tp_sizes"])["shared_tier_tp_sizes"]
     assert {"correctness", "keys"} <= _props(found), found
     assert any(v.startswith("keys: store key") for v in found), found
@@ -113,7 +115,7 @@ def test_a_failed_load_never_saved_again_fails_tp2_rank1_store_failure(atom_src,
     """Rank 1's store failed, so its load of the prompt fails (explained by the fault);
     an ATOM that does not lower its save floor then never stores the recompute, and the
     third request's load fails on rank 1 again: unexplained."""
-    src = _planted(atom_src, tmp_path / "atom", *KEEPS_SAVE_FLOOR)
+    src = planted(atom_src, tmp_path / "atom", *KEEPS_SAVE_FLOOR)
     found = _violations(src, ["tp2_rank1_store_failure"])["tp2_rank1_store_failure"]
     assert any(
         v.startswith("load_failures:") and "after an earlier load of them had failed" in v
