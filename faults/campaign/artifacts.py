@@ -62,8 +62,9 @@ def hashseed() -> str | None:
 
 def case_hashseed(case: Case) -> str | None:
     """The PYTHONHASHSEED that matters for ``case``'s replay: this process's, unless the
-    case's tier runs its code under test under the row's own hash seed (the atom tier:
-    the seed in its command line is every server's), then None."""
+    case's tier runs its code under test under the row's own hash seed
+    (``Tier.own_hash_seeds``: the seed in its command line is every process's), then
+    None."""
     if Tiers.installed()[case.target.tier].own_hash_seeds:
         return None
     return hashseed()
@@ -80,7 +81,7 @@ def replay_command(case: Case, timeout_s: float | None = None) -> str:
     matters (hash order can, e.g. for the restart-numbering regression), with the
     ``--timeout`` it ran past, if it did (``CaseOutcome.timeout_s``), and, for an
     engine checkout, a trailing shell comment naming the commit it ran and whether the
-    tree was dirty (``# ATOM ffdf3bb5d2c1 (clean)``)."""
+    tree was dirty (``# ENGINE 0123456789ab (clean)``)."""
     command = case.command
     if timeout_s is not None:
         # The shortest text of this very number (repr), without a whole number's ".0".

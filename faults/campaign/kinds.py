@@ -194,7 +194,7 @@ class TargetKind:
             faults = case.target.injector or "no fault"
         lines = [f"replay {case.id}: {case.target.scenario} under {faults}"]
         # The stack the case ran: the fixed one, or a regression's legacy rules (--legacy).
-        # A tier's engine (ATOM) is the code under test, not kvfault's fixed stack.
+        # A tier's engine (``Tier.engine``) is the code under test, not kvfault's fixed stack.
         engine = Tiers.installed()[case.target.tier].engine
         side = f"legacy {case.target.stack}" if case.target.stack else engine or "fixed"
         lines.append(f"  {side:<9}  {out.verdict}  {out.signature or _held_text(out.fired)}")

@@ -26,7 +26,7 @@ A *backend* only says where the cases run and calls the session's hooks
 ``finished``, ``lost``). An interrupt that comes out of a backend's ``run`` is the
 session's to clean up (``interrupted``). The backends:
 
-- ``InProcess`` (``-j 1``, ``--tier lmcache``): this process, on a tier's executor;
+- ``InProcess`` (``-j 1``, a tier that runs in one process): this process, on a tier's executor;
 - ``kvfault.faults.campaign.pool.ForkPool`` (``-j N``): forked workers on this machine;
 - ``kvfault.faults.campaign.xdist.Xdist`` (``-n N``, ``--tx``): pytest-xdist workers or
   execnet gateways.

@@ -40,7 +40,7 @@ class Target:
     tier: str = field(default_factory=default_tier)
     scale: int = 1  # the scenario's size (``faults.runs.RunContext.scale``)
     stack: str | None = None  # None: the fixed stack; else a regression's legacy rules
-    # The tier's own options as the command line gave them (``--atom-src .``): a replay
+    # The tier's own options as the command line gave them (``--FLAG VALUE``): a replay
     # command repeats them. Not part of the id: they say where, not what.
     options: tuple[str, ...] = ()
 

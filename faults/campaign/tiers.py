@@ -29,7 +29,7 @@ def open_executor(
 
 class Opened:
     """The executors a worker has opened, by tier and the tier's own options as a
-    target records them (``--atom-src .``): each opened when a case first needs it,
+    target records them (``--FLAG VALUE`` words): each opened when a case first needs it,
     all closed by ``close`` (or on leaving a ``with`` block), however the worker ends."""
 
     def __init__(self) -> None:

@@ -1,5 +1,5 @@
-"""The injector of a fault row that a tier's own processes act out (the ``atom`` and
-``vllm`` tiers' ``TierFault.factory``): in the campaign process it wraps nothing and
+"""The injector of a fault row that a tier's own processes act out (what such a tier's
+``TierFault.factory`` returns): in the campaign process it wraps nothing and
 carries its row; the tier's executor hands the rows to its processes and sets ``fired``
 from what they recorded."""
 

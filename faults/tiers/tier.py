@@ -48,7 +48,7 @@ class Row:
 
 @dataclass(frozen=True)
 class TierOption:
-    """An option of ``kvfault run`` that one tier declares and takes (``--atom-src``):
+    """An option of ``kvfault run`` that one tier declares and takes (``--NAME-src``):
     the command line adds it from the registry, refuses it in one line on any other
     tier (``elsewhere``; default: ``FLAG is for --tier NAME``), and hands its value to
     the tier's opener as the keyword ``dest``. ``repeat``: it may be given more than
@@ -64,7 +64,7 @@ class TierOption:
     # worktree, whatever the caller exported.
     env: str = ""
     # The value is a path: a target records it absolute, so its replay line works from
-    # any directory (``--atom-src .`` is recorded as the checkout's absolute path).
+    # any directory (``--NAME-src .`` is recorded as the checkout's absolute path).
     path: bool = False
 
     @property
@@ -172,9 +172,9 @@ class Tier:
     ``source``: where the code under test comes from, for ``kvfault review`` and for the
     commit a replay artifact records (``kvfault.faults.provenance``): ``"kvfault"`` (kvfault's
     own reference stack: each side of a review runs its own checkout's kvfault), the
-    flag of one of ``options`` that names a checkout (``"--atom-src"``), or ``""``
+    flag of one of ``options`` that names a checkout (``"--NAME-src"``), or ``""``
     (installed packages: nothing to check out). ``engine``: how reports name that code
-    (``"ATOM"``; ``""``: kvfault's fixed stack). ``own_hash_seeds``: every process that
+    (the engine's name; ``""``: kvfault's fixed stack). ``own_hash_seeds``: every process that
     runs the code under test takes its ``PYTHONHASHSEED`` from the row's seed, so the
     campaign process's own hash seed is no part of a replay."""
 
@@ -197,7 +197,7 @@ class Tier:
     engine: str = ""
     own_hash_seeds: bool = False
     # The page of kvfault's docs whose headings name the rows that fail on purpose
-    # (``docs/atom/findings.md``): ``kvfault review`` points a known row at its entry.
+    # (``docs/NAME/findings.md``): ``kvfault review`` points a known row at its entry.
     findings: str = ""
 
     @property
