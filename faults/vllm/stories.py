@@ -8,6 +8,7 @@ abort) or on the forward's duration, and records a ``fault`` event each time it 
 
 from __future__ import annotations
 
+import linecache
 import os
 import random
 import tempfile
@@ -368,22 +369,47 @@ def _meet(spec: RunSpec) -> None:
 
 def _culprit(exc: BaseException) -> tuple[str, int, str] | None:
     """The completion vLLM choked on: the ``req_id`` of the innermost frame that had
-    one, a load in the ``finished_recving`` loop, a save in the ``finished_sending``."""
+    one, a save when the line it raised at is inside the loop over the output's
+    ``finished_sending``, a load inside the loop over its ``finished_recving``. An id
+    can be in both sets of one output; the loop, not the sets, says which report vLLM
+    was handling. Where neither loop encloses the line: a save only if the id is in
+    ``finished_sending`` alone."""
     tb = exc.__traceback__
     found = None
     while tb is not None:
         frame = tb.tb_frame
         if "req_id" in frame.f_locals and isinstance(frame.f_locals["req_id"], str):
-            out = frame.f_locals.get("kv_connector_output")
             rid = frame.f_locals["req_id"]
-            sending = (
-                out is not None
-                and rid in (out.finished_sending or ())
-                and rid not in (out.finished_recving or ())
-            )
-            found = (rid, 0, "save") if sending else (rid, 0, "load")
+            loop = _report_loop(frame.f_code, tb.tb_lineno)
+            if loop is None:
+                out = frame.f_locals.get("kv_connector_output")
+                sends = set(getattr(out, "finished_sending", None) or ())
+                recvs = set(getattr(out, "finished_recving", None) or ())
+                loop = "finished_sending" if rid in sends - recvs else "finished_recving"
+            found = (rid, 0, "save") if loop == "finished_sending" else (rid, 0, "load")
         tb = tb.tb_next
     return found
+
+
+REPORT_SETS = ("finished_sending", "finished_recving")
+
+
+def _report_loop(code: Any, line: int) -> str | None:
+    """Which of ``REPORT_SETS`` the innermost ``for`` around ``line`` of ``code``
+    iterates, read from the source that ran (outward from ``line``, each enclosing
+    statement less indented than the last); None when the nearest ``for`` iterates
+    neither, or none encloses it."""
+    text = linecache.getline(code.co_filename, line)
+    indent = len(text) - len(text.lstrip())
+    for n in range(line - 1, code.co_firstlineno - 1, -1):
+        text = linecache.getline(code.co_filename, n)
+        body = text.lstrip()
+        if not body or body[0] in "#)]}" or len(text) - len(body) >= indent:
+            continue  # blank, a comment, a bracket closing a header, or a nested line
+        indent = len(text) - len(body)
+        if body.startswith("for "):
+            return next((name for name in REPORT_SETS if name in body), None)
+    return None
 
 
 def _where(exc: BaseException) -> str:
