@@ -175,9 +175,9 @@ ROWS: dict[str, VllmRow] = {
         ),
         _fault(
             "abort_in_load_step",
-            "finding (reported upstream, LMCache PR #4826's shape): the client's abort "
-            "arrives during the forward of the step whose output reports the request's "
-            "load finished, and vLLM applies it before update_from_output "
+            "finding (reported upstream, LMCache issue #4938's cross-step case): the "
+            "client's abort arrives during the forward of the step whose output reports "
+            "the request's load finished, and vLLM applies it before update_from_output "
             "(EngineCore.step); no lateness injected: vLLM frees the request on its load, "
             "and LMCache reports it done sending (it stored nothing) the next step",
         ),
