@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import copyreg
 import faulthandler
+import importlib
 import io
 import os
 import pickle
 import signal
 import sys
+import traceback
 from typing import TYPE_CHECKING, Any, Sequence
 
 from kvfault.faults.campaign.hang_guard import TIMEOUT_EXIT
@@ -38,6 +40,7 @@ from kvfault.faults.campaign.targets import Case, Target
 from kvfault.faults.campaign.tiers import Opened
 from kvfault.faults.processes import StopHandler
 from kvfault.reference.signals import stop_signals_blocked, unblock_stop_signals
+from kvfault.reference.trace import Trace
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
@@ -54,6 +57,7 @@ def usable_cpus() -> int:
 
 def can_fork() -> bool:
     """Whether worker processes can be forked here (not on Windows)."""
+    # Imported when asked: a run on a one-process tier or under -n never asks.
     import multiprocessing
 
     return "fork" in multiprocessing.get_all_start_methods()
@@ -77,8 +81,6 @@ def units(targets: Sequence[Target], seeds: Sequence[int]) -> list[list[Case]]:
 
 
 def _trace_of(events: list[Any]) -> Any:
-    from kvfault.reference.trace import Trace
-
     last = events[-1].t if events else 0.0
     return Trace(lambda: last, None, events)
 
@@ -89,8 +91,6 @@ def _dumps(outcome: CaseOutcome) -> bytes:
     travels as its events. If a run still cannot make the round trip, the outcome goes
     without its runs (no timeline); if even that fails, as an ERROR outcome that says
     why (``unsendable``), never as an exception in the worker."""
-    from kvfault.reference.trace import Trace
-
     buf = io.BytesIO()
     pickler = pickle.Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL)
     pickler.dispatch_table = {
@@ -126,8 +126,6 @@ def _dumps(outcome: CaseOutcome) -> bytes:
 def unsendable(case: Case, exc: BaseException, outcome: CaseOutcome | None = None) -> CaseOutcome:
     """The ERROR outcome of a case whose outcome could not travel from its worker to
     this process (``exc`` says why); it names the verdict the worker had reached."""
-    import traceback
-
     reached = f"; the worker had judged it {outcome.verdict}" if outcome is not None else ""
     if outcome is not None and outcome.signature:
         reached += f": {outcome.signature}"
@@ -222,6 +220,7 @@ class ForkPool:
         self.jobs = jobs
 
     def run(self, session: Session) -> None:
+        # Imported when asked: a run on a one-process tier or under -n never asks.
         import multiprocessing
         from multiprocessing.connection import wait
 
@@ -333,8 +332,6 @@ class ForkPool:
 def _warm() -> None:
     """Import here, once, what every worker's cases import (the scenarios, checks,
     legacy rules, and faker for the workloads), so no worker pays for it again."""
-    import importlib
-
     for module in ("kvfault.faults.campaign.execute", "kvfault.faults.regressions.legacy", "faker"):
         try:
             importlib.import_module(module)
