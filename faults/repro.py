@@ -19,6 +19,7 @@ from typing import Any
 from kvfault.faults.argtypes import DEFAULT_CASE_TIMEOUT_S
 from kvfault.faults.campaign import Case, CaseOutcome
 from kvfault.faults.campaign.artifacts import replay_command
+from kvfault.faults.campaign.kinds import kind_of
 from kvfault.faults.verdicts import Verdict
 
 
@@ -125,7 +126,7 @@ def format_reproduction(rep: Reproduction) -> str:
     """The verdict, the failure signature and the replay command, for a terminal (what
     the case ran and how each side ended: its target's kind says)."""
     o, case = rep.outcome, rep.outcome.case
-    lines = case.target.kind.reproduction(o)
+    lines = kind_of(case.target).reproduction(o)
     if o.signature:
         lines.append(f"signature: {o.signature}")
     from kvfault.faults.campaign.artifacts import case_code

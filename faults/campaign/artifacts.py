@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from kvfault.faults.argtypes import MAX_SEED, MAX_TIMEOUT_S
+from kvfault.faults.campaign.kinds import kind_of
 from kvfault.faults.campaign.outcomes import CaseOutcome
 from kvfault.faults.campaign.reading import target_from_json
 from kvfault.faults.campaign.targets import CampaignError, Case
@@ -314,7 +315,7 @@ def read_artifact(path: Path) -> tuple[Case, dict[str, Any]]:
     try:
         target = target_from_json(obj.get("target"))
         plan = None
-        if obj.get("plan") is not None and target.kind.replays_plan:
+        if obj.get("plan") is not None and kind_of(target).replays_plan:
             plan = FaultPlan.from_json(obj["plan"])
     except (CampaignError, ValueError, TypeError, KeyError, RecursionError) as exc:
         raise ArtifactError(f"{path}: {exc}") from None

@@ -417,6 +417,13 @@ def kind_named(name: object) -> TargetKind:
     raise ValueError(f"target kind must be one of {names}, got {name!r}")
 
 
+def kind_of(target: Target) -> TargetKind:
+    """``target``'s kind, whole: ``Target.kind`` is typed by only what a target asks of
+    it (``targets.KindOfTarget``), as targets sit below kinds. Kinds compare and pickle
+    by name, so the registered kind of that name is the target's own."""
+    return kind_named(target.kind.name)
+
+
 def regression_target(name: str, tier: str | None = None) -> Target:
     """The planted regression ``name`` on ``tier`` (one-line ``CampaignError``)."""
     return REGRESSION.build(name, default_tier() if tier is None else tier)

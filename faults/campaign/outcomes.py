@@ -19,7 +19,7 @@ A case passes through three records, each for its own reader:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence, runtime_checkable
 
 from kvfault.faults.campaign.targets import CampaignError, Case, Target
 from kvfault.faults.properties.violation import Violation
@@ -130,6 +130,25 @@ def signature(result: JudgedRun, prop: str | None = None) -> str:
     return "; ".join(parts)
 
 
+@runtime_checkable
+class RowKind(Protocol):
+    """What a row asks of its target's kind (``kvfault.faults.campaign.kinds.TargetKind``,
+    which judges cases into outcomes, so this module names it by this shape)."""
+
+    def verdict(self, cases: Sequence[CaseOutcome]) -> Verdict: ...
+
+    def detail(self, row: TargetOutcome) -> str: ...
+
+
+def row_kind(target: Target) -> RowKind:
+    """``target``'s kind as a row's judge; one-line ``CampaignError`` for a kind that is
+    none (every ``TargetKind`` is one)."""
+    kind = target.kind
+    if isinstance(kind, RowKind):
+        return kind
+    raise CampaignError(f"target kind {kind.name!r} gives no row verdict")
+
+
 @dataclass
 class TargetOutcome:
     """A target over all its seeds: its cases and the target's verdict."""
@@ -143,7 +162,7 @@ class TargetOutcome:
 
     @property
     def verdict(self) -> Verdict:
-        return self.target.kind.verdict(self.cases)
+        return row_kind(self.target).verdict(self.cases)
 
     @property
     def ok(self) -> bool:
@@ -163,7 +182,7 @@ class TargetOutcome:
 
     def detail(self) -> str:
         """One short line for the results table (the target's kind says what)."""
-        return self.target.kind.detail(self)
+        return row_kind(self.target).detail(self)
 
     @property
     def wall_seconds(self) -> float:

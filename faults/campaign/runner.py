@@ -20,6 +20,7 @@ import time
 import traceback
 
 from kvfault.faults.campaign.execute import Executor, JudgedRun, default_executor, run_case
+from kvfault.faults.campaign.kinds import kind_of
 from kvfault.faults.campaign.outcomes import CaseOutcome
 from kvfault.faults.campaign.targets import Case, Target
 from kvfault.faults.verdicts import Verdict
@@ -67,7 +68,7 @@ class CaseRunner:
         """Run and judge ``case``; an exception becomes an ERROR verdict, not a crash."""
         t0 = time.perf_counter()
         try:
-            out = case.target.kind.judge(self, case)
+            out = kind_of(case.target).judge(self, case)
         except Exception as exc:  # a crash of one case must not end the campaign
             out = CaseOutcome(
                 case,

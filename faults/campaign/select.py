@@ -14,6 +14,7 @@ from kvfault.faults.campaign.kinds import (
     SCENARIO,
     TargetKind,
     fault_target,
+    kind_of,
     regression_target,
     scenario_target,
     swarm_target,
@@ -82,7 +83,7 @@ def select_targets(
     if not unique:  # a campaign of nothing would pass: "everything holds" of nothing
         raise CampaignError(f"--tier {tier} has nothing to run: its catalog lists no row")
     if not on.fault_plans:
-        unique.sort(key=lambda t: (t.kind.rank, t.kind.restarts_server(t)))
+        unique.sort(key=lambda t: (kind_of(t).rank, kind_of(t).restarts_server(t)))
     return unique
 
 

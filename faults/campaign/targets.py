@@ -7,18 +7,34 @@ campaign's, and ``kvfault.faults.campaign.reading`` reads one back from its JSON
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kvfault.faults.errors import KvfaultError
 from kvfault.faults.tiers import default_tier
 
 if TYPE_CHECKING:
-    from kvfault.faults.campaign.kinds import TargetKind
     from kvfault.faults.injectors.plans import FaultPlan
 
 
 class CampaignError(KvfaultError, ValueError):
     """A campaign cannot be assembled (unknown name, wrong tier): one line."""
+
+
+class KindOfTarget(Protocol):
+    """What this module and ``kvfault.faults.campaign.outcomes`` ask of a target's kind: its
+    name, the plan and replay command of a seed, whether its plans are drawn. Kinds
+    (``kvfault.faults.campaign.kinds.TargetKind``) build targets, so this module names
+    them by this shape; a module above them gets the whole kind with ``kinds.kind_of``."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def draws_faults(self) -> bool: ...
+
+    def plan(self, target: Target, seed: int) -> FaultPlan | None: ...
+
+    def command(self, target: Target, seed: int) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -31,7 +47,7 @@ class Target:
     planted regression whose legacy rules stand in for it (``kvfault run --legacy
     NAME``): a stack with a known bug, to see what the campaign says about it."""
 
-    kind: TargetKind  # its JSON, id and table name it by ``kind.name``
+    kind: KindOfTarget  # its JSON, id and table name it by ``kind.name``
     name: str
     scenario: str
     regression: str | None = None

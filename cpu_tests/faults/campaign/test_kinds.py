@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import json
 import pickle
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,8 @@ from kvfault.faults.campaign import (
     scenario_target,
     swarm_target,
 )
+from kvfault.faults.campaign.kinds import kind_of
+from kvfault.faults.campaign.outcomes import TargetOutcome
 from kvfault.faults.campaign.reading import target_from_json
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -67,9 +70,36 @@ def test_each_kind_answers_for_its_own_targets():
     assert fault.command(2).endswith("--fault slow_forward")
     assert scen.command(2).endswith("--scenario two_images")
     assert swarm.command(2).endswith("--swarm --scenario restart_burst --pin slow_forward")
-    assert [t.kind.takes_legacy_stack for t in _targets()] == [False, True, True, True]
+    assert [kind_of(t).takes_legacy_stack for t in _targets()] == [False, True, True, True]
     assert [t.kind.draws_faults for t in _targets()] == [False, False, False, True]
-    assert [t.kind.replays_plan for t in _targets()] == [False, True, False, True]
+    assert [kind_of(t).replays_plan for t in _targets()] == [False, True, False, True]
+
+
+def test_a_module_above_kinds_gets_the_targets_own_kind_whole():
+    for t in _targets():
+        assert kind_of(t) is t.kind and isinstance(kind_of(t), TargetKind)
+
+
+class _Bare:
+    """The least a target asks of its kind (``targets.KindOfTarget``) and no more."""
+
+    name = "bare"
+    draws_faults = False
+
+    def plan(self, target: Target, seed: int) -> None:
+        return None
+
+    def command(self, target: Target, seed: int) -> str:
+        return f"kvfault run --seed {seed}"
+
+
+def test_a_kind_that_is_no_target_kind_fails_in_one_line_where_more_is_asked():
+    t = replace(scenario_target("two_images"), kind=_Bare())
+    assert t.id == "bare:two_images" and t.command(1) == "kvfault run --seed 1"
+    with pytest.raises(CampaignError, match="^target kind 'bare' gives no row verdict$"):
+        _ = TargetOutcome(t, []).verdict
+    with pytest.raises(ValueError, match="^target kind must be one of regression, fault"):
+        kind_of(t)
 
 
 def test_an_unknown_kind_in_an_artifact_is_one_line():
