@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import pytest
+from fresh_python import run_snippet
 
 from kvfault.faults.fanout import FanoutError, WorkItem, fan_out, tx_arg, workers_arg
 
@@ -113,8 +114,7 @@ def test_a_commands_stop_swallowed_in_a_callback_while_it_fans_out_still_stops_i
         "except Interrupted as exc:\n"
         "    print('stopped by', exc.signum)\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120)  # fmt: skip
+    done = run_snippet(code, timeout_s=120)
     expected = f"stopped by {int(signal.SIGTERM)}\n"
     assert (done.stdout, done.stderr) == (expected, ""), done.stdout + done.stderr
 

@@ -10,6 +10,7 @@ import sys
 import time
 
 import pytest
+from fresh_python import run_snippet
 
 from kvfault.faults.processes import running, stop_group
 
@@ -135,8 +136,7 @@ finally:
 
 def _swallowed(install: str, sig: str) -> subprocess.CompletedProcess[str]:
     code = _SWALLOWED.format(install=install, sig=sig)
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=60)  # fmt: skip
+    return run_snippet(code, timeout_s=60)
 
 
 # The stop's two installs: a forked pool worker's (SIGTERM unwinds it) and a command's
@@ -241,8 +241,7 @@ def test_a_stop_that_comes_while_another_unraisable_is_reported_is_not_lost(inst
         "finally:\n"
         "    print('unwound', flush=True)\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=60)  # fmt: skip
+    done = run_snippet(code, timeout_s=60)
     assert done.stdout.startswith("reported ValueError\n"), done.stdout + done.stderr
     _stopped_once(done, install, sig, after="reported ValueError\n")
 
