@@ -179,7 +179,12 @@ class Faults:
         sched = server.scheduler
         applied = {op[0] for op in server.loads_applied}
         loaded = [r.request_id for r in sched.running if r.request_id in applied]
-        if not loaded:
+        # vLLM's reset preempts the running requests and then raises unless every block
+        # is free: a request waiting for its load, or a finished one whose save is
+        # pending (its free delayed), still holds blocks. Reset only once every request
+        # the scheduler holds is running, so the row preempts instead of hitting that.
+        running_ids = {r.request_id for r in sched.running}
+        if not loaded or set(sched.requests) - running_ids:
             return
         self._dropped = True
         running = sorted(r.request_id for r in sched.running)
