@@ -197,7 +197,7 @@ class Server:
                 rid = request.request_id
                 kf = self.runner.kf.get(rid)
                 if rid in asked and kf is not None:
-                    keys = self.keys.of(asked[rid], CHUNK_SIZE)
+                    keys = self.keys.of(asked[rid])
                     log.record("key", req_id=rid, site="lookup", seed=kf.cache_seed,
                                first=keys[0] if keys else None)  # fmt: skip
                 hit = num_computed_tokens + n
@@ -395,7 +395,7 @@ class FakeRunner:
     def _sent(self, sent: tuple[str, int, str], what: str, op: Any) -> None:
         """What a retrieve or store sends lmcache's server: the keys of its first and
         last whole chunk, of the token ids in the operation (``sent``)."""
-        keys = self.server.keys.of(list(op.token_ids)[: op.end], CHUNK_SIZE)
+        keys = self.server.keys.of(list(op.token_ids)[: op.end])
         if keys:
             self.server.log.record("sent", op=sent, what=what, end=len(keys) * CHUNK_SIZE,
                                    first=keys[0], last=keys[-1])  # fmt: skip
@@ -481,8 +481,9 @@ class ChunkKeys:
 
         self._hasher = TokenHasher(CHUNK_SIZE, "blake3")
 
-    def of(self, token_ids: list[int], chunk: int) -> list[str]:
-        whole = len(token_ids) - len(token_ids) % chunk
+    def of(self, token_ids: list[int]) -> list[str]:
+        """The keys of ``token_ids``' whole chunks (a partial last chunk has none)."""
+        whole = len(token_ids) - len(token_ids) % CHUNK_SIZE
         if not whole:
             return []
         return [bytes(h).hex() for h in self._hasher.compute_chunk_hashes(token_ids[:whole])]
