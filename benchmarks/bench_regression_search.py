@@ -40,6 +40,7 @@ from hypothesis import strategies as st  # noqa: E402
 from kvfault.faults import SCENARIOS  # noqa: E402
 from kvfault.faults.campaign import run_case  # noqa: E402
 from kvfault.faults.injectors import FaultPlan  # noqa: E402
+from kvfault.faults.properties import Prop  # noqa: E402
 from kvfault.faults.regressions import REGRESSIONS  # noqa: E402
 from kvfault.faults.strategies import WorkloadParams, fault_plans, workload_params  # noqa: E402
 
@@ -60,7 +61,7 @@ class _Found(Exception):
 def _props(scenario: str, signature: str) -> tuple[str, ...]:
     props = SCENARIOS[scenario].properties
     # determinism doubles every run; leave it out unless it is the signature
-    return tuple(p for p in props if p != "determinism" or signature == "determinism")
+    return tuple(p for p in props if p != Prop.DETERMINISM or signature == Prop.DETERMINISM)
 
 
 def search(name: str, mode: str, trial: int, max_examples: int) -> Trial:

@@ -43,6 +43,7 @@ from kvfault.faults.argtypes import scales  # noqa: E402
 def measure(scenario: str, scale: int) -> dict[str, float]:
     """One run at ``scale``: sizes and seconds."""
     from kvfault.faults.campaign import check, properties_of, run_scenario
+    from kvfault.faults.properties import Prop
     from kvfault.reference import Ev
 
     t0, c0 = time.perf_counter(), time.process_time()
@@ -51,7 +52,7 @@ def measure(scenario: str, scale: int) -> dict[str, float]:
     # Checking and digesting are single-threaded and in-process: CPU seconds, which
     # other processes on the machine do not inflate.
     c1 = time.process_time()
-    violations = check(run, [p for p in properties_of(scenario) if p != "determinism"])
+    violations = check(run, [p for p in properties_of(scenario) if p != Prop.DETERMINISM])
     check_s = time.process_time() - c1
     c2 = time.process_time()
     run.trace.digest()

@@ -30,6 +30,7 @@ from kvfault.faults import (
 from kvfault.faults.campaign import check, run_case  # noqa: E402
 from kvfault.faults.lmcache.executor import LMCacheExecutor  # noqa: E402
 from kvfault.faults.lmcache.session import DEFAULT_TIME_SCALE, LMCacheSession, RunClock  # noqa: E402
+from kvfault.faults.properties import Prop  # noqa: E402
 
 DEFAULT_SCENARIOS = (
     "two_images",
@@ -42,7 +43,7 @@ DEFAULT_SCENARIOS = (
 
 def real_properties(name: str) -> list[str]:
     """Every property of the scenario but determinism (real time is not deterministic)."""
-    return [p for p in SCENARIOS[name].properties if p != "determinism"]
+    return [p for p in SCENARIOS[name].properties if p != Prop.DETERMINISM]
 
 
 def memory_virtual(name: str, seed: int) -> tuple[float, float, bool]:

@@ -16,37 +16,38 @@ from dataclasses import dataclass, field, replace
 
 from kvfault.faults.atom import scenarios as s
 from kvfault.faults.atom.spec import FaultSpec
+from kvfault.faults.properties.names import Prop
 from kvfault.faults.runs import Expect, finishes, refuses
 from kvfault.faults.tiers.row_fault import RowFault
 
 # In the order a row's detail names the first violation: what the story is about first.
 _ONE = (
-    "correctness",
-    "usage",
-    "keys",
-    "liveness",
-    "no_false_stop",
-    "efficiency",
-    "load_failures",
-    "exactly_once",
-    "resources",
+    Prop.CORRECTNESS,
+    Prop.USAGE,
+    Prop.KEYS,
+    Prop.LIVENESS,
+    Prop.NO_FALSE_STOP,
+    Prop.EFFICIENCY,
+    Prop.LOAD_FAILURES,
+    Prop.EXACTLY_ONCE,
+    Prop.RESOURCES,
 )
 _MANY = (
-    "identity",
-    "correctness",
-    "usage",
-    "keys",
-    "liveness",
-    "no_false_stop",
-    "exactly_once",
-    "resources",
+    Prop.IDENTITY,
+    Prop.CORRECTNESS,
+    Prop.USAGE,
+    Prop.KEYS,
+    Prop.LIVENESS,
+    Prop.NO_FALSE_STOP,
+    Prop.EXACTLY_ONCE,
+    Prop.RESOURCES,
 )
 
 # A lookup that cannot reach the worker answers 0 while the tier holds the prompt: the
 # recompute is the ending a user can rely on, so efficiency's "silent miss" is the
 # fault's cost, not a violation; liveness and the rest judge that every request ends,
 # right, with nothing held.
-_UNREACHABLE = tuple(p for p in _ONE if p != "efficiency")
+_UNREACHABLE = tuple(p for p in _ONE if p != Prop.EFFICIENCY)
 
 
 @dataclass(frozen=True)
@@ -201,7 +202,7 @@ ROWS: dict[str, AtomRow] = {
             s.resend_at_defaults,
             # Not efficiency: ATOM recomputes a tier hit below OFFLOAD_MIN_LOAD_TOKENS by
             # design (its setting), which that property's loadable rule does not know.
-            tuple(p for p in _ONE if p != "efficiency"),
+            tuple(p for p in _ONE if p != Prop.EFFICIENCY),
             "ATOM's offload defaults (min load 8192, chunk 256): a 1024-token prompt resent "
             "three times, each tier hit below the minimum load",
         ),
@@ -275,7 +276,7 @@ ROWS: dict[str, AtomRow] = {
             "restart",
             s.restart,
             # Not efficiency: the restarted worker's CPU pool is empty, as it should be.
-            tuple(p for p in _ONE if p != "efficiency"),
+            tuple(p for p in _ONE if p != Prop.EFFICIENCY),
             "a server restarts between storing a prompt and serving it again",
         ),
         _scenario(

@@ -19,6 +19,7 @@ from kvfault.faults.catalog import UnknownName
 from kvfault.faults.injectors.base import Injector
 from kvfault.faults.injectors.plans import fired_report, not_exercised
 from kvfault.faults.properties.checks import PROPERTIES, Violation
+from kvfault.faults.properties.names import Prop
 from kvfault.faults.runs import Ending, RunContext, RunResult
 from kvfault.faults.scenarios import SCENARIOS
 from kvfault.faults.tiers import Executor, Tiers, TierScenario
@@ -99,7 +100,7 @@ def _known(name: str, executor: Executor) -> None:
 
 def _known_properties(names: Sequence[str]) -> None:
     # A misspelt property would check nothing and pass: refuse it.
-    known = [*PROPERTIES, "determinism"]
+    known = [*PROPERTIES, Prop.DETERMINISM]
     for n in names:
         if n not in known:
             raise UnknownName(f"unknown property {n!r}; known: {', '.join(known)}")
@@ -139,7 +140,7 @@ def properties_of(name: str, executor: Executor | None = None) -> list[str]:
     return [
         p
         for p in [*own, *(p for p in added if p not in own)]
-        if (deterministic or p != "determinism") and (judged is None or p in judged)
+        if (deterministic or p != Prop.DETERMINISM) and (judged is None or p in judged)
     ]
 
 
@@ -182,7 +183,7 @@ def run_case(
     # None: the scenario's own properties; an empty list judges none (a bare run).
     props = list(properties) if properties is not None else list(properties_of(name, executor))
     if not executor.deterministic:
-        props = [p for p in props if p != "determinism"]
+        props = [p for p in props if p != Prop.DETERMINISM]
 
     def once(mapping: RequestMap | None) -> tuple[RunResult, dict[str, object]]:
         ctx = RunContext(
@@ -196,14 +197,14 @@ def run_case(
     run, tier_notes = once(request_map)
     wall = time.perf_counter() - t0
     violations = check(run, props)
-    if "determinism" in props:
+    if Prop.DETERMINISM in props:
         again, _ = once(replay_map or request_map)
         if not _same_events(run, again):
             digest, other = run.trace.digest(), again.trace.digest()
             if other != digest:
                 violations.append(
                     Violation(
-                        "determinism",
+                        Prop.DETERMINISM,
                         f"same seed, different traces ({digest[:12]} vs {other[:12]})",
                     )
                 )

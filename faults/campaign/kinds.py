@@ -40,6 +40,7 @@ from kvfault.faults.campaign.targets import CampaignError, Case, Target
 from kvfault.faults.catalog import UnknownName, close_matches, resolve
 from kvfault.faults.errors import KvfaultError
 from kvfault.faults.injectors.plans import FaultPlan, fired_report
+from kvfault.faults.properties.names import Prop
 from kvfault.faults.regressions.legacy import REGRESSIONS
 from kvfault.faults.tiers import Executor, FaultPlans, Tiers, default_tier
 from kvfault.faults.verdicts import Verdict, worst
@@ -227,10 +228,10 @@ class Regression(TargetKind):
         reg = REGRESSIONS[str(case.target.regression)]
         scenario = case.target.scenario
         props = properties_of(scenario, runner.executor)
-        if reg.signature != "determinism":
+        if reg.signature != Prop.DETERMINISM:
             # The legacy side only has to show its signature; its determinism re-run
             # would double the cost of every regression for nothing.
-            props = [p for p in props if p != "determinism"]
+            props = [p for p in props if p != Prop.DETERMINISM]
         scale = case.target.scale
         legacy = run_case(
             scenario, case.seed, rules=reg.rules, properties=props, executor=runner.executor,

@@ -23,6 +23,7 @@ def command(args: argparse.Namespace) -> int:
         return int(own(args))
     from kvfault.faults.catalog import entries
     from kvfault.faults.properties.checks import PROPERTIES
+    from kvfault.faults.properties.names import Prop
 
     def first_line(text: str | None) -> str:
         # A docstring's first sentence, on one line.
@@ -62,7 +63,7 @@ def command(args: argparse.Namespace) -> int:
             (e.name, f"{e.description}{where(e)}{grows(e)}") for e in on_tier("scenario")
         ],
         "properties": [(n, first_line(fn.__doc__)) for n, fn in PROPERTIES.items()]
-        + [("determinism", "the same seed gives the same trace digest")],
+        + [(Prop.DETERMINISM, "the same seed gives the same trace digest")],
         "faults": [(e.name, f"{e.description}{where(e)}") for e in on_tier("fault")],
         "regressions": [(e.name, regression_line(e)) for e in on_tier("regression")],
         "tiers": [(t.name, t.description) for t in tiers],

@@ -1,11 +1,13 @@
 """Properties checked over a run's trace: each is a function of a RunResult that
 returns its violations, with the evidence a reviewer needs. ``PROPERTIES`` is the one
-registry; a new property is one ``Property`` class in a module of this package."""
+registry; a new property is one ``Property`` class in a module of this package. ``Prop``
+names the built-in ones, so code that names a property names a member of a type."""
 
 from kvfault.reference._lazy import lazy_exports
 
 _EXPORTS = {
     "PROPERTIES": "kvfault.faults.properties.checks",
+    "Prop": "kvfault.faults.properties.names",
     "Properties": "kvfault.faults.properties.registry",
     "Property": "kvfault.faults.properties.property",
     "Violation": "kvfault.faults.properties.checks",

@@ -11,6 +11,7 @@ from collections import OrderedDict, defaultdict
 from dataclasses import dataclass
 
 from kvfault.fakes.model import DeterministicModel
+from kvfault.faults.properties.names import Prop
 from kvfault.faults.properties.registry import Properties
 from kvfault.faults.properties.violation import Checker, Violation
 from kvfault.faults.runs import RunResult
@@ -65,7 +66,7 @@ def usage(run: RunResult) -> list[Violation]:
             if int(ev.data["cached"]) < need:
                 out.append(
                     Violation(
-                        "usage",
+                        Prop.USAGE,
                         f"usage of {ev.req_id} reports {ev.data['cached']} cached tokens, "
                         f"not the {need} it loaded from the tier",
                         t=ev.t,
@@ -88,7 +89,9 @@ def correctness(run: RunResult) -> list[Violation]:
             cold = outputs[req] = model.cold_output(req)
         if tuple(ev.data["tokens"]) != cold:
             out.append(
-                Violation("correctness", f"output of {ev.req_id} differs from its cold run", t=ev.t)
+                Violation(
+                    Prop.CORRECTNESS, f"output of {ev.req_id} differs from its cold run", t=ev.t
+                )
             )
     # Generations restart with the scheduler: pair each copy with the latest dispatch.
     dispatch: dict[str, TraceEvent] = {}
@@ -106,7 +109,9 @@ def correctness(run: RunResult) -> list[Violation]:
         )
         if ev.data["digest"] != expected:
             out.append(
-                Violation("correctness", "restored pages differ from recompute", str(ev.op), ev.t)
+                Violation(
+                    Prop.CORRECTNESS, "restored pages differ from recompute", str(ev.op), ev.t
+                )
             )
     if not run.stop and not run.hung and not run.startup_error:
         answered = {e.req_id for e in run.trace.of(Ev.OUTPUT)}
@@ -116,7 +121,7 @@ def correctness(run: RunResult) -> list[Violation]:
         if missing:
             out.append(
                 Violation(
-                    "correctness", f"{len(missing)} requests never answered, e.g. {missing[0]}"
+                    Prop.CORRECTNESS, f"{len(missing)} requests never answered, e.g. {missing[0]}"
                 )
             )
     return out
@@ -144,7 +149,7 @@ def keys(run: RunResult) -> list[Violation]:
         first_seen.setdefault(k, ev)
     out = [
         Violation(
-            "keys",
+            Prop.KEYS,
             f"{site} key {key[:16]} shared by {len(s)} different media seeds",
             t=first_seen[(site, key)].t,
         )
@@ -175,7 +180,7 @@ def _one_key_per_content(run: RunResult) -> list[Violation]:
         if first.data["last"] != last:
             out.append(
                 Violation(
-                    "keys",
+                    Prop.KEYS,
                     f"{ev.data['what']} sends tokens [0, {ev.data['end']}) of {req} under key "
                     f"{last[:16]}; {first.data['what']} {first.op} sent the same content "
                     f"under {first.data['last'][:16]}",
@@ -196,7 +201,7 @@ def identity(run: RunResult) -> list[Violation]:
             if path in live and live[path] != server:
                 out.append(
                     Violation(
-                        "identity",
+                        Prop.IDENTITY,
                         f"{server} binds {path}, already served by live {live[path]}",
                         t=ev.t,
                     )
@@ -213,7 +218,7 @@ def grid(run: RunResult) -> list[Violation]:
     chunk = run.config.geometry.chunk_size
     return [
         Violation(
-            "grid",
+            Prop.GRID,
             f"state image at {ev.data['position']} is off the {chunk}-token chunk grid: lost",
             str(ev.op),
             ev.t,
@@ -257,7 +262,7 @@ def hybrid(run: RunResult) -> list[Violation]:
             if p % grid or not 0 < p <= min(n - 1, geo.floor_chunk(n)):
                 out.append(
                     Violation(
-                        "hybrid",
+                        Prop.HYBRID,
                         f"state image at {p} of {ev.req_id} ({n} tokens) lies where no hit "
                         f"can use it (a hit claims a {grid}-token grid position below the "
                         f"prompt end, within the {geo.floor_chunk(n)} tokens of full chunks)",
@@ -270,7 +275,7 @@ def hybrid(run: RunResult) -> list[Violation]:
             if d["claim"] >= d["prompt_len"]:
                 out.append(
                     Violation(
-                        "hybrid", f"{ev.req_id} claims its whole prompt ({d['claim']})", t=ev.t
+                        Prop.HYBRID, f"{ev.req_id} claims its whole prompt ({d['claim']})", t=ev.t
                     )
                 )
             if not d["hybrid"] or ev.req_id not in run.requests:
@@ -298,7 +303,7 @@ def hybrid(run: RunResult) -> list[Violation]:
             ):
                 out.append(
                     Violation(
-                        "hybrid",
+                        Prop.HYBRID,
                         f"{ev.req_id} claims {claim} of {n} tokens; the joint boundary is {joint}",
                         t=ev.t,
                     )
@@ -379,7 +384,7 @@ def no_false_stop(run: RunResult) -> list[Violation]:
     if named is not None and named.delivered is not None and named.applied is None:
         return [
             Violation(
-                "no_false_stop",
+                Prop.NO_FALSE_STOP,
                 f"engine stopped ({stop.data['error']}) on a load whose completion had reached "
                 f"the scheduler at t={named.delivered:.3f}s and was not yet applied",
                 str(stop.op),
@@ -405,7 +410,7 @@ def no_false_stop(run: RunResult) -> list[Violation]:
             return []  # a fence raised and the restore took longer than its submission clock
     return [
         Violation(
-            "no_false_stop",
+            Prop.NO_FALSE_STOP,
             f"engine stopped ({stop.data['error']}) though every transfer finished within {deadline:g}s of its own clock",
             str(stop.op),
             stop.t,
@@ -420,7 +425,7 @@ def liveness(run: RunResult) -> list[Violation]:
         where = run.notes.get("hung_in")  # a real tier's hung call, with its innermost frame
         return [
             Violation(
-                "liveness",
+                Prop.LIVENESS,
                 "the engine neither finished nor stopped within the run's limit"
                 + (f": {where}" if where else ""),
             )
@@ -432,12 +437,16 @@ def liveness(run: RunResult) -> list[Violation]:
         return []
     if stop is None:
         return [
-            Violation("liveness", "a load was never terminal and the engine did not stop", stuck[0])
+            Violation(
+                Prop.LIVENESS, "a load was never terminal and the engine did not stop", stuck[0]
+            )
         ]
     out = []
     if stop.op is not None and str(stop.op) not in stuck:
         out.append(
-            Violation("liveness", f"stop names {stop.op}, which had finished", str(stop.op), stop.t)
+            Violation(
+                Prop.LIVENESS, f"stop names {stop.op}, which had finished", str(stop.op), stop.t
+            )
         )
     order = list(lives)
     first = stuck[0]
@@ -448,7 +457,7 @@ def liveness(run: RunResult) -> list[Violation]:
     if stop.t > limit + 1e-9:
         out.append(
             Violation(
-                "liveness",
+                Prop.LIVENESS,
                 f"stopped {stop.t - ref:.1f}s after the last load ahead of {first} finished; the bound is {run.config.bound_s:g}s",
                 first,
                 stop.t,
@@ -478,20 +487,20 @@ def _built_in() -> dict[str, Checker]:
 
 
 _CHECKERS: dict[str, Checker] = {
-    "correctness": correctness,
-    "usage": usage,
-    "keys": keys,
-    "identity": identity,
-    "grid": grid,
-    "hybrid": hybrid,
-    "no_false_stop": no_false_stop,
-    "liveness": liveness,
-    "efficiency": efficiency,
-    "load_failures": load_failures,
-    "exactly_once": exactly_once,
-    "resources": resources,
-    "hbm_owners": hbm_owners,
+    Prop.CORRECTNESS: correctness,
+    Prop.USAGE: usage,
+    Prop.KEYS: keys,
+    Prop.IDENTITY: identity,
+    Prop.GRID: grid,
+    Prop.HYBRID: hybrid,
+    Prop.NO_FALSE_STOP: no_false_stop,
+    Prop.LIVENESS: liveness,
+    Prop.EFFICIENCY: efficiency,
+    Prop.LOAD_FAILURES: load_failures,
+    Prop.EXACTLY_ONCE: exactly_once,
+    Prop.RESOURCES: resources,
+    Prop.HBM_OWNERS: hbm_owners,
 }
-# "determinism" compares two runs; faults.campaign.execute checks it.
+# Prop.DETERMINISM compares two runs; faults.campaign.execute checks it.
 # The one registry: these, and every Property class of this package (property.py).
 PROPERTIES = Properties(_built_in)

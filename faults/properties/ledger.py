@@ -25,6 +25,7 @@ from collections import Counter, deque
 from itertools import count, repeat
 
 from kvfault.faults.properties.content import TierAccount
+from kvfault.faults.properties.names import Prop
 from kvfault.faults.properties.violation import Violation
 from kvfault.faults.runs import RunResult
 from kvfault.reference.trace import Ev, TraceEvent
@@ -65,7 +66,7 @@ def efficiency(run: RunResult) -> list[Violation]:
             if d["kv_hit"] < expected:
                 out.append(
                     Violation(
-                        "efficiency",
+                        Prop.EFFICIENCY,
                         f"silent miss: {ev.req_id} hit {d['kv_hit']} tokens; completed saves "
                         f"of its content hold {expected}",
                         t=ev.t,
@@ -77,7 +78,7 @@ def efficiency(run: RunResult) -> list[Violation]:
                 if max(d["claim"], d["hbm_hit"]) < loadable:
                     out.append(
                         Violation(
-                            "efficiency",
+                            Prop.EFFICIENCY,
                             f"{ev.req_id} claims {d['claim']} tokens of a {expected}-token "
                             f"tier hit; {loadable} are loadable",
                             t=ev.t,
@@ -88,7 +89,7 @@ def efficiency(run: RunResult) -> list[Violation]:
     for req_id, t in awaiting_load.items():
         out.append(
             Violation(
-                "efficiency",
+                Prop.EFFICIENCY,
                 f"{req_id} claimed tokens beyond its HBM hit and never loaded them",
                 t=t,
             )
@@ -129,7 +130,7 @@ def load_failures(run: RunResult) -> list[Violation]:
             if not ev.data["ok"] and held and not excused:
                 out.append(
                     Violation(
-                        "load_failures",
+                        Prop.LOAD_FAILURES,
                         f"a load of data the tier holds failed ({ev.data['error']}) and no "
                         "injected fault explains it",
                         str(ev.op),
@@ -144,7 +145,7 @@ def load_failures(run: RunResult) -> list[Violation]:
                 if again and all(k in account.held or k in again for k in keys):
                     out.append(
                         Violation(
-                            "load_failures",
+                            Prop.LOAD_FAILURES,
                             f"a load failed ({ev.data['error']}) of chunks an injected store "
                             "failure left unstored, after an earlier load of them had failed, "
                             "with no save of them since",
@@ -181,7 +182,7 @@ def _hbm_reload(ev: TraceEvent) -> list[Violation]:
         return []
     return [
         Violation(
-            "efficiency",
+            Prop.EFFICIENCY,
             f"{ev.req_id} loads from the tier [{d['hbm_hit']}, {min(usable, d['claim'])}) "
             f"that HBM still holds ({resident} tokens in free blocks; HBM hit {d['hbm_hit']})",
             t=ev.t,
@@ -199,7 +200,7 @@ def _claim_bounds(ev: TraceEvent, chunk: int) -> list[Violation]:
         problems.append(f"transfers [0, {end}) off the grid or beyond the tier hit {hit}")
     if claim > end or claim > n - 1:
         problems.append(f"claims {claim} of {n} tokens with KV up to {end}")
-    return [Violation("efficiency", f"{ev.req_id}: {p}", t=ev.t) for p in problems]
+    return [Violation(Prop.EFFICIENCY, f"{ev.req_id}: {p}", t=ev.t) for p in problems]
 
 
 def exactly_once(run: RunResult) -> list[Violation]:
@@ -218,7 +219,7 @@ def exactly_once(run: RunResult) -> list[Violation]:
     def once(counter: Counter[OperationId], op: OperationId, what: str, t: float) -> None:
         counter[op] += 1
         if counter[op] == 2:
-            out.append(Violation("exactly_once", f"{what} twice", str(op), t))
+            out.append(Violation(Prop.EXACTLY_ONCE, f"{what} twice", str(op), t))
 
     for ev in run.trace.events:
         kind, op = ev.kind, ev.op
@@ -227,7 +228,7 @@ def exactly_once(run: RunResult) -> list[Violation]:
             if op in first:
                 out.append(
                     Violation(
-                        "exactly_once",
+                        Prop.EXACTLY_ONCE,
                         f"operation id reused (first used at t={first[op]:.3f}s)",
                         str(op),
                         ev.t,
@@ -254,11 +255,11 @@ def exactly_once(run: RunResult) -> list[Violation]:
         if not reports[op]:
             what = "load" if op.kind is OpKind.LOAD else "save"
             out.append(
-                Violation("exactly_once", f"{what} never reached a terminal report", str(op), t)
+                Violation(Prop.EXACTLY_ONCE, f"{what} never reached a terminal report", str(op), t)
             )
         elif op in delivered:
             out.append(
-                Violation("exactly_once", "completion delivered but never applied", str(op), t)
+                Violation(Prop.EXACTLY_ONCE, "completion delivered but never applied", str(op), t)
             )
     return out
 
@@ -274,7 +275,9 @@ def resources(run: RunResult) -> list[Violation]:
             what = ", ".join(f"{k}={v}" for k, v in sorted(held.items()))
             out.append(
                 Violation(
-                    "resources", f"{ev.data.get('engine')} quiescent but still holds {what}", t=ev.t
+                    Prop.RESOURCES,
+                    f"{ev.data.get('engine')} quiescent but still holds {what}",
+                    t=ev.t,
                 )
             )
     return out
@@ -310,7 +313,7 @@ def hbm_owners(run: RunResult) -> list[Violation]:
         return chains[req_id]
 
     def bad(message: str, t: float) -> None:
-        out.append(Violation("hbm_owners", message, t=t))
+        out.append(Violation(Prop.HBM_OWNERS, message, t=t))
 
     for ev in run.trace.of(Ev.BLOCKS, Ev.RESTART, Ev.LOOKUP):
         if ev.kind is Ev.LOOKUP:

@@ -9,26 +9,27 @@ import pkgutil
 from collections.abc import Iterator, Mapping, MutableMapping
 from typing import Callable
 
+from kvfault.faults.properties.names import Prop
 from kvfault.faults.properties.property import Property
 from kvfault.faults.properties.violation import Checker
 
-# The results table's props column: one letter each, "determinism" included (it
+# The results table's props column: one letter each, Prop.DETERMINISM included (it
 # compares two runs; faults.campaign.execute checks it). A Property class says its own.
-BUILT_IN_LETTERS = {
-    "correctness": "C",
-    "usage": "A",
-    "keys": "K",
-    "identity": "I",
-    "grid": "G",
-    "hybrid": "H",
-    "no_false_stop": "F",
-    "liveness": "L",
-    "determinism": "D",
-    "efficiency": "E",
-    "exactly_once": "X",
-    "resources": "R",
-    "load_failures": "U",
-    "hbm_owners": "O",
+BUILT_IN_LETTERS: dict[str, str] = {
+    Prop.CORRECTNESS: "C",
+    Prop.USAGE: "A",
+    Prop.KEYS: "K",
+    Prop.IDENTITY: "I",
+    Prop.GRID: "G",
+    Prop.HYBRID: "H",
+    Prop.NO_FALSE_STOP: "F",
+    Prop.LIVENESS: "L",
+    Prop.DETERMINISM: "D",
+    Prop.EFFICIENCY: "E",
+    Prop.EXACTLY_ONCE: "X",
+    Prop.RESOURCES: "R",
+    Prop.LOAD_FAILURES: "U",
+    Prop.HBM_OWNERS: "O",
 }
 
 

@@ -17,6 +17,7 @@ import random
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from kvfault.faults.properties.names import Prop
 from kvfault.faults.runs import RunContext, RunResult, finishes
 from kvfault.faults.scenarios.harness import _Run
 from kvfault.faults.scenarios.scenario import _ONE_TIER, Scenario
@@ -205,14 +206,14 @@ GENERATED: dict[str, Scenario] = {
             "generated_dense",
             "a hypothesis-drawn dense workload from the seed: lengths around chunk edges, media, 1-3 servers, restarts, HBM pressure",
             generated_dense,
-            (*_ONE_TIER, "hybrid"),
+            (*_ONE_TIER, Prop.HYBRID),
             expect=finishes(),
         ),
         Scenario(
             "generated_hybrid",
             "a hypothesis-drawn hybrid workload from the seed: lengths around chunk edges, media, grids, 1-3 servers, restarts",
             generated_hybrid,
-            (*_ONE_TIER, "grid", "hybrid"),
+            (*_ONE_TIER, Prop.GRID, Prop.HYBRID),
             expect=finishes(),
         ),
     )

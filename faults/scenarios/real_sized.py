@@ -5,6 +5,7 @@ the full-size stories instead)."""
 
 from __future__ import annotations
 
+from kvfault.faults.properties.names import Prop
 from kvfault.faults.runs import RunContext, RunResult, finishes, stops
 from kvfault.faults.scenarios.harness import _renamed, _Run
 from kvfault.faults.scenarios.scenario import Scenario
@@ -53,7 +54,7 @@ def real_lost_completion_burst(ctx: RunContext) -> RunResult:
     return lost_completion_in_traffic(ctx, "real_lost_completion_burst", 16, 20, lost=8)
 
 
-_PROPS = ("correctness", "keys", "no_false_stop", "liveness", "determinism")
+_PROPS = (Prop.CORRECTNESS, Prop.KEYS, Prop.NO_FALSE_STOP, Prop.LIVENESS, Prop.DETERMINISM)
 REAL_SIZED: dict[str, Scenario] = {
     s.name: s
     for s in (
@@ -61,21 +62,21 @@ REAL_SIZED: dict[str, Scenario] = {
             "real_restart_tier_kept",
             "restart_tier_kept with 8 prompts: pass 1 stores, restart, pass 2 loads (real-tier size)",
             real_restart_tier_kept,
-            (*_PROPS, "grid", "hybrid"),
+            (*_PROPS, Prop.GRID, Prop.HYBRID),
             expect=finishes(),
         ),
         Scenario(
             "real_restart_burst",
             "16 restores after a restart behind a 29 s first forward and a 21 s step (real-tier size)",
             real_restart_burst,
-            (*_PROPS, "grid"),
+            (*_PROPS, Prop.GRID),
             expect=finishes(),
         ),
         Scenario(
             "real_lost_completion_burst",
             "a lost load completion in a burst of 16 while 20 more requests arrive (real-tier size)",
             real_lost_completion_burst,
-            (*_PROPS, "grid"),
+            (*_PROPS, Prop.GRID),
             expect=stops("LoadNotTerminal", "load", within_s=61.0),
         ),
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from kvfault.faults.properties.names import Prop
 from kvfault.faults.runs import Expect, RunContext, RunResult
 
 
@@ -29,15 +30,15 @@ class Scenario:
 
 
 _TRACE = (
-    "correctness",
-    "keys",
-    "no_false_stop",
-    "liveness",
-    "exactly_once",
-    "resources",
-    "hbm_owners",
+    Prop.CORRECTNESS,
+    Prop.KEYS,
+    Prop.NO_FALSE_STOP,
+    Prop.LIVENESS,
+    Prop.EXACTLY_ONCE,
+    Prop.RESOURCES,
+    Prop.HBM_OWNERS,
 )
-_ALL = (*_TRACE, "determinism")
+_ALL = (*_TRACE, Prop.DETERMINISM)
 # Runs whose engines share one tier also judge what they loaded (two servers each
 # have their own tier: a prompt stored on one is rightly a miss on the other).
-_ONE_TIER = (*_TRACE, "efficiency", "load_failures", "determinism")
+_ONE_TIER = (*_TRACE, Prop.EFFICIENCY, Prop.LOAD_FAILURES, Prop.DETERMINISM)

@@ -22,6 +22,7 @@ from typing import Callable, Sequence
 from kvfault.fakes.workloads import resend
 from kvfault.faults.injectors.completions import LostCompletion
 from kvfault.faults.injectors.engine import SlowForward
+from kvfault.faults.properties.names import Prop
 from kvfault.faults.runs import RunContext, RunResult, finishes, stops
 from kvfault.faults.scenarios.harness import _renamed, _Run
 from kvfault.faults.scenarios.scenario import _ALL, _ONE_TIER, Scenario
@@ -298,21 +299,21 @@ SIMULATED: dict[str, Scenario] = {
             "two_servers",
             "two servers on one host cross prompts over real ipc lookup sockets",
             two_servers,
-            (*_ALL, "identity"),
+            (*_ALL, Prop.IDENTITY),
             expect=finishes(),
         ),
         Scenario(
             "two_images",
             "two pictures with the same text: B must not hit A",
             two_images,
-            (*_ONE_TIER, "hybrid"),
+            (*_ONE_TIER, Prop.HYBRID),
             expect=finishes(),
         ),
         Scenario(
             "restart_tier_kept",
             "GSM8K-like pass 1 stores, restart with the tier kept, pass 2 loads (hybrid, MP grid)",
             restart_tier_kept,
-            (*_ONE_TIER, "grid", "hybrid"),
+            (*_ONE_TIER, Prop.GRID, Prop.HYBRID),
             "24*K prompts per pass",
             expect=finishes(),
         ),
@@ -320,14 +321,14 @@ SIMULATED: dict[str, Scenario] = {
             "chunk_aligned_hybrid",
             "a chunk-aligned 2048-token hybrid prompt sent twice loads 1920 tokens",
             chunk_aligned_hybrid,
-            (*_ONE_TIER, "hybrid"),
+            (*_ONE_TIER, Prop.HYBRID),
             expect=finishes(),
         ),
         Scenario(
             "restart_burst",
             "64 restores after a restart behind a 29 s first forward and a 21 s step",
             restart_burst,
-            (*_ONE_TIER, "grid"),
+            (*_ONE_TIER, Prop.GRID),
             "64*K restores, 2*K cold prompts",
             expect=finishes(),
         ),
@@ -335,14 +336,14 @@ SIMULATED: dict[str, Scenario] = {
             "loaded_restart_burst",
             "64 restores after a restart behind a 29 s first forward and 21 s steps throughout",
             loaded_restart_burst,
-            (*_ONE_TIER, "grid"),
+            (*_ONE_TIER, Prop.GRID),
             expect=finishes(),
         ),
         Scenario(
             "lost_completion_burst",
             "a lost load completion in the middle of a burst while traffic flows",
             lost_completion_burst,
-            (*_ONE_TIER, "grid"),
+            (*_ONE_TIER, Prop.GRID),
             "64*K burst restores, 75*K arrivals 2 s apart, the (32*K)-th load lost",
             expect=stops("LoadNotTerminal", "load", within_s=61.0),
         ),
@@ -428,7 +429,7 @@ SIMULATED.update(
                 "small_restart_burst",
                 "4 restores after a restart behind slow forwards: bound numbering order decides a stop",
                 small_restart_burst,
-                (*_ONE_TIER, "grid"),
+                (*_ONE_TIER, Prop.GRID),
                 "4*K restores, K cold prompts",
                 expect=finishes(),
             ),
@@ -436,14 +437,14 @@ SIMULATED.update(
                 "two_servers_configured",
                 "two_servers after configuration faults (port-0 ids) rewrite startup settings",
                 two_servers_configured,
-                (*_ALL, "identity"),
+                (*_ALL, Prop.IDENTITY),
                 expect=finishes(),
             ),
             Scenario(
                 "restart_mid_run",
                 "pass 1 stores, pass 2 loads; the engine may die mid-run and restart with the tier kept",
                 restart_mid_run,
-                (*_ONE_TIER, "grid", "hybrid"),
+                (*_ONE_TIER, Prop.GRID, Prop.HYBRID),
                 "16*K prompts per pass",
                 expect=finishes(),
             ),
@@ -520,7 +521,7 @@ SIMULATED.update(
                 "two_dp_ranks",
                 "two servers with two DP ranks each on one host: four lookup sockets, one per (port, rank)",
                 two_dp_ranks,
-                (*_ALL, "identity"),
+                (*_ALL, Prop.IDENTITY),
                 expect=finishes(),
             ),
             Scenario(

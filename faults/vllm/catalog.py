@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from kvfault.faults.properties.names import Prop
 from kvfault.faults.runs import Expect, finishes
 from kvfault.faults.tiers.row_fault import RowFault
 
@@ -13,14 +14,14 @@ from kvfault.faults.tiers.row_fault import RowFault
 # events, and runs one server with a dense model). ``keys`` judges the chunk keys
 # LMCache's MP server files the token ids of each lookup, retrieve and store under.
 JUDGED = (
-    "correctness",
-    "liveness",
-    "no_false_stop",
-    "efficiency",
-    "load_failures",
-    "exactly_once",
-    "resources",
-    "keys",
+    Prop.CORRECTNESS,
+    Prop.LIVENESS,
+    Prop.NO_FALSE_STOP,
+    Prop.EFFICIENCY,
+    Prop.LOAD_FAILURES,
+    Prop.EXACTLY_ONCE,
+    Prop.RESOURCES,
+    Prop.KEYS,
 )
 
 
@@ -198,7 +199,7 @@ SCENARIOS["prefix_reuse_recomputed"] = VllmScenario(
     "prefix_reuse_recomputed",
     "prefix_reuse where a load failed and was recomputed: judged without efficiency",
     "prefix_reuse",
-    tuple(p for p in JUDGED if p != "efficiency"),
+    tuple(p for p in JUDGED if p != Prop.EFFICIENCY),
 )
 SCENARIOS["cross_seed_reuse"] = VllmScenario(
     "cross_seed_reuse",
@@ -212,7 +213,7 @@ SCENARIOS["two_servers"] = VllmScenario(
     "prefix_reuse",
     # Judged without efficiency: its content account assumes one tier, and here the
     # other set's stores of the same prompts are not this set's to hit.
-    ("identity", *(p for p in JUDGED if p != "efficiency")),
+    (Prop.IDENTITY, *(p for p in JUDGED if p != Prop.EFFICIENCY)),
     # Other prompts on the second set: a pool or server they shared would restore one
     # set's pages into the other's requests (correctness), besides identity.
     phases=(Phase("prefix_reuse"), Phase("prefix_reuse", server=1, prompt_set=1)),

@@ -73,3 +73,20 @@ def test_one_property_class_is_all_a_new_property_takes(tmp_path: Path) -> None:
     assert {v["property"] for v in cases["two_images"]["violations"]} == {"first_token_odd"}
     assert cases["two_servers"]["verdict"] == "PASS"  # it names two_images, not two_servers
     assert "Q=first_token_odd" in out.stdout  # the table's legend
+
+
+def test_prop_names_every_built_in_property_once_and_prints_as_its_string() -> None:
+    """``Prop`` is the built-in properties' one vocabulary: each member is a checker
+    of the registry (or ``determinism``, which compares two runs) with a letter, every
+    built-in checker is a member, and a member is its plain string wherever it is
+    written out, so verdict files and messages read as they did with strings."""
+    from kvfault.faults.properties import PROPERTIES, Prop
+    from kvfault.faults.properties.registry import BUILT_IN_LETTERS
+
+    built_in = set(PROPERTIES) - set(PROPERTIES.classes)
+    assert built_in | {Prop.DETERMINISM} == set(Prop)
+    assert set(BUILT_IN_LETTERS) == set(Prop)
+    assert len(set(BUILT_IN_LETTERS.values())) == len(Prop)
+    assert json.dumps({Prop.KEYS: [Prop.GRID]}) == '{"keys": ["grid"]}'
+    assert (str(Prop.KEYS), f"{Prop.KEYS}", f"{Prop.KEYS!r}") == ("keys", "keys", "'keys'")
+    assert Prop("keys") is Prop.KEYS and {"keys": 1}[Prop.KEYS] == 1
