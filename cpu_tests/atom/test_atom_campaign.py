@@ -32,7 +32,16 @@ FINDINGS = {
 # lost_hit_reply (reviewed: low severity) is shared with lmcache: its synchronous
 # lookup client reports a timed-out lookup as 0 after the worker pinned, with no
 # cancel, and ATOM unpins only the hits it acts on (finding 1's root).
-LEADS = {"lost_hit_reply": "resources"}
+# two_images_partial, picture_handoff and picture_resend (pending hostile review,
+# docs/atom/tier.md, "multimodal"): ATOM's HBM and lmcache keys are token ids, and a
+# prefill its unaligned handoff splits hands the picture to a forward without its
+# placeholders; ATOM's merge raises and the server stops.
+LEADS = {
+    "lost_hit_reply": "resources",
+    "two_images_partial": "correctness",
+    "picture_handoff": "correctness",
+    "picture_resend": "correctness",
+}
 # row -> the property its FAIL names with lmcache 0.5.6: lmcache's own code (its local
 # disk backend never checks a read's length, so a file cut short behind its back loads as
 # a whole chunk): a reviewed lmcache hardening lead, not an ATOM finding.

@@ -79,6 +79,7 @@ def fake(b):
         link=SimpleNamespace(each=lambda *a: [[7] * len(a[1])]),
         sampled=(["held"], [(9,)]),
         _in_handoff=lambda seq: True, _lookup_event=lambda *a: None,
+        _merge_pictures=lambda *a: None, content={},
     )
     out = SchedulerProcess.forward(side, b)
     return list(out.token_ids), side.sampled == (["held"], [(9,)])
@@ -107,3 +108,95 @@ def test_runner_samples_nothing_for_a_batch_of_middle_chunks_as_atoms_does(atom_
             assert c["fake_tokens"] == [] and c["fake_kept"], c
         else:
             assert c["fake_tokens"] != [] and not c["fake_kept"], c
+
+
+_PICTURES = """
+import ast, importlib.util
+from types import SimpleNamespace
+from atom.model_engine.scheduler import ScheduledBatch
+from atom.model_engine.sequence import Sequence
+from kvfault.fakes.model import DeterministicModel
+from kvfault.faults.atom.pictures import (
+    PICTURE_TOKEN, RunnerMerge, cold_content, multimodal_data)
+from kvfault.faults.atom.runner_rules import RUNNER_MODULE, model_merge
+from kvfault.reference.types import Geometry, Request
+
+text = tuple(range(100, 300))
+pictured = text[:128] + (PICTURE_TOKEN,) * 32 + text[160:]
+x, y = b"a dog on grass", b"a cat on a mat"
+merge = RunnerMerge(model_merge(PICTURE_TOKEN))
+
+def batch(*reqs):
+    return SimpleNamespace(multimodal_data={i: multimodal_data(p, pic) for i, p, pic in reqs})
+
+def raised(inputs):
+    try:
+        merge.embed(batch((1, pictured, x)), inputs)
+    except ValueError as e:
+        return str(e)
+    return None
+
+result = {
+    # the whole prompt in one forward (a cold run), alone and beside another picture
+    "whole": merge.embed(batch((1, pictured, x)), [list(pictured)])
+    == [list(cold_content(pictured, x))],
+    "two": merge.embed(batch((1, pictured, x), (2, pictured, y)), [list(pictured)] * 2)
+    == [list(cold_content(pictured, x)), list(cold_content(pictured, y))],
+    "none": merge.embed(batch(), [list(pictured)]) == [list(pictured)],
+    # a forward that computes none, or part, of the picture's placeholders
+    "suffix": raised([list(pictured[192:])]),
+    "part": raised([list(pictured[144:])]),
+}
+
+# The fake model's pages: a picture changes its placeholders' block and every later one.
+model = DeterministicModel("dense", Geometry(block_size=16, chunk_size=64))
+pages = {k: model.cold_pages(Request(k, cold_content(pictured, p) if p else text))
+         for k, p in (("x", x), ("y", y), ("t", b""))}
+def first_difference(a, b):
+    return next(i for i, (p, q) in enumerate(zip(pages[a], pages[b])) if p != q)
+result["x_vs_y"] = first_difference("x", "y")
+result["x_vs_text"] = first_difference("x", "t")
+result["all_after"] = all(p != q for p, q in zip(pages["x"][8:], pages["y"][8:]))
+
+# ATOM's scheduler hands a request's picture to the first batch that schedules it,
+# and takes it off the request there.
+seq = Sequence(list(pictured), 16, multimodal_data=multimodal_data(pictured, x))
+b1 = ScheduledBatch({seq.id: seq}, [16], 16, total_tokens_num_prefill=16, num_cached_tokens=[0])
+b2 = ScheduledBatch({seq.id: seq}, [16], 16, total_tokens_num_prefill=16, num_cached_tokens=[16])
+result["first_batch"] = list(b1.multimodal_data) == [seq.id]
+result["later_batch"] = b2.multimodal_data == {}
+
+# ATOM's runner merges, on a prefill batch with multimodal_data, over this forward's
+# input_ids (its source; the module needs aiter).
+src = open(importlib.util.find_spec(RUNNER_MODULE).origin).read()
+site = []
+for node in ast.walk(ast.parse(src)):
+    if isinstance(node, ast.If) and "batch.multimodal_data" in ast.unparse(node.test):
+        for call in ast.walk(node):
+            if isinstance(call, ast.Call) and ast.unparse(call.func).endswith(
+                "merge_multimodal_embeddings"
+            ):
+                site.append([ast.unparse(node.test), ast.unparse(call.args[0])])
+result["site"] = site
+"""
+
+
+def test_pictures_merge_as_atoms_runner_and_model_do(atom_src):
+    """The tier's runner merges a picture with ATOM's own Kimi-K3 merge (compiled from
+    the checkout) over the tokens a forward computes, as ATOM's ``run_model`` does on a
+    prefill batch that carries ``multimodal_data``, which ATOM's ``ScheduledBatch``
+    gives only the first batch that schedules the request. A whole prompt merges into
+    what the judge calls its cold run; a forward that computes none or part of the
+    placeholders raises ATOM's ``ValueError``. The fake model's pages are position
+    aware: two pictures at tokens 128 to 160 give the same first 8 pages (blocks of 16)
+    and different pages from the 9th on; text and picture differ from there too."""
+    got = _probe(atom_src, _PICTURES)
+    assert got["whole"] and got["two"] and got["none"], got
+    for key in ("suffix", "part"):
+        assert got[key] and "32 image embeddings" in got[key], got[key]
+    assert "0 placeholder tokens" in got["suffix"] and "16 placeholder" in got["part"]
+    assert got["x_vs_y"] == got["x_vs_text"] == 8 and got["all_after"], got
+    assert got["first_batch"] and got["later_batch"], got
+    assert len(got["site"]) == 1, got["site"]
+    test, first_arg = got["site"][0]
+    assert "is_prefill" in test and first_arg == "input_ids", got["site"]

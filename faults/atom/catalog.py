@@ -186,6 +186,40 @@ ROWS: dict[str, AtomRow] = {
             "a prompt partly in HBM (off the chunk grid), the rest in lmcache",
         ),
         _scenario(
+            "picture_tier_suffix",
+            s.picture_tier_suffix,
+            _ONE,
+            "a prompt with a picture after a prefix lmcache holds: the picture in the part "
+            "ATOM computes",
+        ),
+        _scenario(
+            "picture_hbm_suffix",
+            s.picture_hbm_suffix,
+            _ONE,
+            "a prompt with a picture after a prefix HBM holds: the picture in the part "
+            "ATOM computes",
+        ),
+        _scenario(
+            "two_images_partial",
+            s.two_images_partial,
+            _ONE,
+            "one prompt's token ids with picture X, then with picture Y (after the first "
+            "2 chunks): lmcache holds X's chunks",
+        ),
+        _scenario(
+            "picture_handoff",
+            s.picture_handoff,
+            _ONE,
+            "hbm_partial with a picture after the chunk boundary: the unaligned handoff "
+            "splits a multimodal prefill",
+        ),
+        _scenario(
+            "picture_resend",
+            s.picture_resend,
+            _ONE,
+            "a prompt with a picture sent twice to a server with ATOM's HBM prefix cache",
+        ),
+        _scenario(
             "hbm_partial_deferred",
             s.hbm_partial_deferred,
             _ONE,
@@ -515,9 +549,10 @@ ROWS: dict[str, AtomRow] = {
 }
 
 _NO_MULTIMODAL = (
-    "the tier's forward does not run ATOM's multimodal merge (ModelRunner merges a "
-    "request's image embeddings by placeholder mask over the tokens it computes); a row "
-    "that tells ATOM of a picture would judge the fake's forward, not ATOM"
+    "withdrawn: their prompt had no placeholder ids and the fake forward folded the picture "
+    "into the first KV page, which ATOM's runner does not do (it merges a picture over the "
+    "placeholders a forward computes); the picture rows are two_images_partial, "
+    "picture_tier_suffix, picture_hbm_suffix and picture_handoff"
 )
 # Rows the tier ran once and refuses now, with why (``kvfault run --tier atom``).
 DROPPED: dict[str, str] = {"two_images": _NO_MULTIMODAL, "two_images_hbm": _NO_MULTIMODAL}

@@ -10,7 +10,7 @@ from collections.abc import Iterator, Sequence
 
 from kvfault.faults.atom.catalog import SCENARIOS, AtomRow, ServerFault
 from kvfault.faults.atom.command import schedules_of, tp_of
-from kvfault.faults.atom.host import AtomHost, ServerHung, ServerRefused, ZygotePool
+from kvfault.faults.atom.host import AtomHost, ServerDied, ServerHung, ServerRefused, ZygotePool
 from kvfault.faults.atom.runs import result_of
 from kvfault.faults.atom.scenarios import AtomRun
 from kvfault.faults.atom.source import AtomSource
@@ -99,6 +99,10 @@ class AtomExecutor(Executor):
             # of the code under test (liveness), with where it hung.
             run.hung = True
             hang = {"hung_in": str(exc), "hung_stack": exc.evidence["stack"]}
+        except ServerDied as exc:
+            # ATOM's model runner raised in a forward: ATOM shuts the server down, and
+            # the story ends there; the row's declared ending judges the stop.
+            host.note_death(exc)
         except ServerRefused as exc:
             # A row that expects a refusal (a server must refuse an incomplete setup)
             # judges it as an ending. Any other row's server that does not start (an

@@ -91,6 +91,91 @@ def _unpin_cleared_lookups(side: Any) -> None:
     impl._clear_pending_load = clear_keeping_lookup
 
 
+# -- two_images_partial: a multimodal prompt's tier hit ends before its picture ---------
+def _hit_before_picture(side: Any) -> None:
+    impl = side.impl
+    match = getattr(impl, "get_num_new_matched_tokens", None)
+    client = getattr(impl, "_lookup_client", None)
+    if match is None or client is None:
+        return
+    from kvfault.faults.atom.pictures import PICTURE_TOKEN
+
+    lookup = client.lookup
+    cut: list[int | None] = [None]  # where the request being matched has its picture
+
+    def matched(seq: Any) -> Any:
+        ids = list(seq.token_ids[: seq.num_prompt_tokens])
+        pictured = getattr(seq, "multimodal_data", None) is not None and PICTURE_TOKEN in ids
+        cut[0] = ids.index(PICTURE_TOKEN) if pictured else None
+        try:
+            return match(seq)
+        finally:
+            cut[0] = None
+
+    def lookup_before_picture(token_ids: Any, *args: Any, **kwargs: Any) -> Any:
+        # ATOM's runner merges a picture only over a forward that computes all its
+        # placeholders, and the keys are token ids: a hit may not reach the first one.
+        # (The model's placeholder id; here the tier's.)
+        if cut[0] is not None:
+            token_ids = list(token_ids)[: cut[0]]
+        return lookup(token_ids, *args, **kwargs)
+
+    impl.get_num_new_matched_tokens = matched
+    client.lookup = lookup_before_picture
+
+
+# -- picture_handoff: a batch takes a picture only with its placeholders -----------------
+def _picture_with_its_placeholders(role: str) -> None:
+    if role != "scheduler":
+        return
+    from atom.model_engine import scheduler as sched
+
+    from kvfault.faults.atom.pictures import PICTURE_TOKEN
+
+    cls = sched.ScheduledBatch
+    inner = cls.__init__
+    if getattr(inner, "kvfault_fix", False):
+        return
+
+    def init(self: Any, seqs: Any, num_scheduled_tokens: Any, *args: Any, **kwargs: Any) -> None:
+        # ATOM hands a request's picture to the first batch that schedules it; the
+        # unaligned handoff's first forward computes no placeholder. Hold the picture
+        # back from a batch that computes none of its placeholders.
+        starts = kwargs.get("num_cached_tokens") or [s.num_cached_tokens for s in seqs.values()]
+        held = []
+        for seq, start, n in zip(seqs.values(), starts, num_scheduled_tokens, strict=False):
+            ids = seq.token_ids[int(start) : int(start) + int(n)]
+            if getattr(seq, "multimodal_data", None) is not None and PICTURE_TOKEN not in ids:
+                held.append((seq, seq.multimodal_data))
+                seq.multimodal_data = None
+        try:
+            inner(self, seqs, num_scheduled_tokens, *args, **kwargs)
+        finally:
+            for seq, data in held:
+                seq.multimodal_data = data
+
+    init.kvfault_fix = True  # type: ignore[attr-defined]
+    cls.__init__ = init
+
+
+# -- picture_resend: a multimodal prompt's HBM hit ends before its picture --------------
+def _hbm_hit_before_picture(side: Any) -> None:
+    bm = side.scheduler.block_manager
+    inner = bm.can_allocate
+    from kvfault.faults.atom.pictures import PICTURE_TOKEN
+
+    def can_allocate(seq: Any) -> Any:
+        hit = inner(seq)
+        ids = seq.token_ids[: seq.num_prompt_tokens]
+        if hit > 0 and getattr(seq, "multimodal_data", None) is not None and PICTURE_TOKEN in ids:
+            # Block hashes are token ids: a hit may not reach the picture's first
+            # placeholder (its block and every later one hold that picture's KV).
+            return min(hit, ids.index(PICTURE_TOKEN) // bm.block_size)
+        return hit
+
+    bm.can_allocate = can_allocate
+
+
 FIXES: dict[str, AtomFix] = {
     f.name: f
     for f in (
@@ -108,6 +193,28 @@ FIXES: dict[str, AtomFix] = {
             "a whole-prompt hit claims up to the last whole chunk before the prompt's "
             "last token, not one token less than the prompt",
             scheduler=_claim_on_the_grid,
+        ),
+        AtomFix(
+            "two_images_partial",
+            "atom/kv_transfer/offload/dense/connector.py: get_num_new_matched_tokens",
+            "a multimodal request's lmcache lookup sends its token ids up to its first "
+            "placeholder: the hit ends before the picture",
+            scheduler=_hit_before_picture,
+        ),
+        AtomFix(
+            "picture_handoff",
+            "atom/model_engine/scheduler.py: ScheduledBatch.__init__, where a batch "
+            "takes each request's multimodal_data",
+            "a batch takes a request's picture only if it computes some of its "
+            "placeholders (the unaligned handoff's first forward computes none)",
+            before_build=_picture_with_its_placeholders,
+        ),
+        AtomFix(
+            "picture_resend",
+            "atom/model_engine/block_manager.py: BlockManager.can_allocate",
+            "a multimodal request's HBM prefix hit ends at the block of its first "
+            "placeholder (with two_images_partial's fix for the lmcache lookup)",
+            scheduler=_hbm_hit_before_picture,
         ),
         AtomFix(
             "reload_twice",

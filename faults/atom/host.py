@@ -39,6 +39,15 @@ class ServerRefused(KvfaultError, RuntimeError):
         self.error = error
 
 
+class ServerDied(RebuiltWhenUnpickled, KvfaultError, RuntimeError):
+    """A server's model runner raised in a forward: ATOM's worker process dies and its
+    process monitor shuts the server down. ``error`` names the exception."""
+
+    def __init__(self, server: str, evidence: dict[str, Any]):
+        super().__init__(f"{server}: {evidence['died']}")
+        self.server, self.error = server, str(evidence["error"])
+
+
 class ServerHung(RebuiltWhenUnpickled, KvfaultError, RuntimeError):
     """A call into a server's worker did not return within its run's bound: the code
     under test hung. ``evidence``: the call, one line, and the worker's stack."""
@@ -78,6 +87,8 @@ class Server:
         value = pipe.call(self.conn, cmd, args, timeout_s, self.host.events, self.spec.name)
         if isinstance(value, dict) and "hung" in value:  # the scheduler's WorkerHung
             raise ServerHung(self.spec.name, value)
+        if isinstance(value, dict) and "died" in value:  # the scheduler's RunnerFailed
+            raise ServerDied(self.spec.name, value)
         return value
 
     def submit(self, requests: list[AtomRequest]) -> None:
@@ -203,6 +214,12 @@ class AtomHost:
     def note_refusal(self, refused: ServerRefused) -> None:
         """A server's refusal to start, as the stop event every tier records for one."""
         data = {"error": refused.error, "message": str(refused)}
+        self.events.append(RawEvent(time.monotonic(), -1, "stop", None, None, data))
+
+    def note_death(self, died: ServerDied) -> None:
+        """A server ATOM shut down mid-run (its model runner raised), as a stop event
+        naming no operation."""
+        data = {"error": died.error, "message": str(died), "server": died.server}
         self.events.append(RawEvent(time.monotonic(), -1, "stop", None, None, data))
 
     def restart(self, server: Server, **changes: Any) -> Server:

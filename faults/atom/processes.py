@@ -114,7 +114,13 @@ def scheduler_main(
     spec: ServerSpec, host: str, listen: str, authkey: bytes, socket_dir: str
 ) -> int:
     from kvfault.faults.atom.event_log import EventLog
-    from kvfault.faults.atom.scheduler import SchedulerProcess, WorkerHung, WorkerLink, WorkerRanks
+    from kvfault.faults.atom.scheduler import (
+        RunnerFailed,
+        SchedulerProcess,
+        WorkerHung,
+        WorkerLink,
+        WorkerRanks,
+    )
 
     conn = _connect(host, authkey)
     log = EventLog()
@@ -176,7 +182,7 @@ def scheduler_main(
                 break
             else:
                 raise ValueError(f"unknown command {cmd!r}")
-        except WorkerHung as e:  # the code under test hung: the host's evidence
+        except (WorkerHung, RunnerFailed) as e:  # the code under test hung or died
             conn.send((True, e.evidence(), log.take()))
             continue
         except Exception as e:  # noqa: BLE001

@@ -26,19 +26,34 @@ def runner_static(name: str, module: str = RUNNER_MODULE) -> Callable[..., Any] 
     spec = importlib.util.find_spec(module)
     if spec is None or not spec.origin:
         return None
-    tree = ast.parse(Path(spec.origin).read_text(), filename=spec.origin)
+    return _compiled(Path(spec.origin), "ModelRunner", name, static=True)
+
+
+def _compiled(
+    path: Path, cls_name: str, name: str, static: bool, namespace: dict[str, Any] | None = None
+) -> Callable[..., Any] | None:
+    """``cls_name.name`` from the source file ``path``, compiled alone under the file's
+    own name (``namespace``: the module globals it reads); a static method only when
+    ``static``. ``None`` when the file or the method is not there."""
+    if not path.is_file():
+        return None
+    tree = ast.parse(path.read_text(), filename=str(path))
     for cls in tree.body:
-        if not (isinstance(cls, ast.ClassDef) and cls.name == "ModelRunner"):
+        if not (isinstance(cls, ast.ClassDef) and cls.name == cls_name):
             continue
         for fn in cls.body:
             if not (isinstance(fn, ast.FunctionDef) and fn.name == name):
                 continue
-            if any(isinstance(d, ast.Name) and d.id == "staticmethod" for d in fn.decorator_list):
-                fn.decorator_list = []
-                namespace: dict[str, Any] = {}
-                code = compile(ast.Module(body=[fn], type_ignores=[]), spec.origin, "exec")
-                exec(code, namespace)  # ATOM's function, as written in its checkout
-                return namespace[name]
+            is_static = any(
+                isinstance(d, ast.Name) and d.id == "staticmethod" for d in fn.decorator_list
+            )
+            if is_static != static:
+                return None
+            fn.decorator_list = []
+            scope: dict[str, Any] = dict(namespace or {})
+            code = compile(ast.Module(body=[fn], type_ignores=[]), str(path), "exec")
+            exec(code, scope)  # ATOM's function, as written in its checkout
+            return scope[name]
     return None
 
 
@@ -48,3 +63,29 @@ def pure_middle_chunk_rule() -> Callable[[Any], bool] | None:
     token, and the runner's deferred sample is left as it was). ``None`` for an ATOM
     whose runner has no such rule (it samples every forward)."""
     return runner_static("_is_pure_middle_chunk")
+
+
+# The multimodal model whose merge the tier runs (its placeholder mask and count check).
+MERGE_MODEL = ("atom/models/kimi_k3.py", "KimiK3ForConditionalGeneration")
+
+
+def model_merge(placeholder: int) -> Callable[..., Any] | None:
+    """ATOM's Kimi-K3 ``merge_multimodal_embeddings(input_ids, inputs_embeds,
+    vision_embeds)``, compiled from the checkout's source and bound to a model whose
+    placeholder id is ``placeholder``: it writes the vision embeddings over the
+    placeholder positions of ``input_ids`` and raises ``ValueError`` when their numbers
+    differ. ``None`` for an ATOM without it. The model module itself imports aiter, so
+    only the method is taken."""
+    import types
+
+    import torch
+
+    spec = importlib.util.find_spec("atom")
+    if spec is None or not spec.origin:
+        return None
+    path = Path(spec.origin).parent.parent / MERGE_MODEL[0]
+    fn = _compiled(path, MERGE_MODEL[1], "merge_multimodal_embeddings", False, {"torch": torch})
+    if fn is None:
+        return None
+    model = types.SimpleNamespace(media_placeholder_token_id=placeholder)
+    return types.MethodType(fn, model)

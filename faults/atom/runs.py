@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from kvfault.faults.atom.pictures import cold_content
 from kvfault.faults.atom.spec import AtomRequest, RawEvent
 from kvfault.faults.runs import RunResult
-from kvfault.reference.stack.engine import EngineConfig, EngineOutcome
+from kvfault.reference.stack.engine import EngineConfig, RunOutcome
 from kvfault.reference.trace import Ev, Trace, TraceEvent
 from kvfault.reference.types import Geometry, OperationId, OpKind, Request
 
@@ -62,10 +63,17 @@ def result_of(
         trace=trace,
         config=EngineConfig(geometry=geometry, model_kind="dense"),
         requests={
-            r.req_id: Request(r.req_id, r.prompt, r.cache_seed, max_output_tokens=r.max_tokens)
+            # A picture's request is judged by what a cold run computes from: its ids
+            # with the picture merged at its placeholders.
+            r.req_id: Request(
+                r.req_id,
+                cold_content(r.prompt, r.picture),
+                r.cache_seed,
+                max_output_tokens=r.max_tokens,
+            )
             for r in requests
         },
-        outcomes=[EngineOutcome(None, last, 0, outputs, hung=hung)],
+        outcomes=[RunOutcome(None, last, 0, outputs, hung=hung)],
         injectors=list(fired.values()),  # type: ignore[arg-type]  # counts only, no injector
         # Requests the client aborted: nobody waits for their answer.
         notes={

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
 from kvfault.faults.atom.host import AtomHost, Server
+from kvfault.faults.atom.pictures import PICTURE_TOKEN
 from kvfault.faults.atom.spec import AtomRequest, FaultSpec, ServerSpec
 
 # Past this a server has hung: over 3 times lmcache's 3 s lookup timeout, which a lost
@@ -50,6 +51,10 @@ class AtomRun:
 
     def prompt(self, n: int) -> tuple[int, ...]:
         return tuple(self.rng.randrange(3, 30000) for _ in range(n))
+
+    def picture(self) -> bytes:
+        """An image's bytes, drawn from the seed."""
+        return bytes(self.rng.randrange(256) for _ in range(16))
 
     def server(self, name: str, **spec: Any) -> Server:
         spec = {"tp_size": self.tp_size, **spec}
@@ -549,4 +554,84 @@ def restart(run: AtomRun) -> None:
     a = run.host.restart(a)
     run.serve(a, AtomRequest("after-restart", p))
     run.serve(a, AtomRequest("again", p))
+    run.end(a)
+
+
+# -- pictures: a multimodal request whose prompt shares a prefix with another ----------
+# A picture of 32 placeholders at tokens 128 to 160: past the first two 64-token chunks,
+# inside the third. ATOM's runner merges a picture only over the placeholders in the
+# tokens a forward computes, and only in the first forward that schedules the request.
+PICTURE_AT, PICTURE_TOKENS = 128, 32
+
+
+def _with_picture(text: tuple[int, ...], at: int = PICTURE_AT) -> tuple[int, ...]:
+    """``text`` with its tokens from ``at`` on replaced by a picture's placeholders."""
+    return text[:at] + (PICTURE_TOKEN,) * PICTURE_TOKENS + text[at + PICTURE_TOKENS :]
+
+
+def picture_tier_suffix(run: AtomRun) -> None:
+    """One server without an HBM prefix cache: a 200-token text prompt, stored; another
+    prompt; then a prompt with the same first 128 tokens and a picture from there on
+    (its placeholders at 128 to 160). lmcache holds the shared 2 chunks: ATOM loads
+    them and computes the rest, the picture in the part it computes."""
+    a = run.server("A", prefix_caching=False)
+    p = run.prompt(200)
+    run.serve(a, AtomRequest("text", p))
+    run.stored(a, p)
+    run.serve(a, AtomRequest("other", run.prompt(200)))
+    run.serve(a, AtomRequest("pictured", _with_picture(p), picture=run.picture()))
+    run.end(a)
+
+
+def picture_hbm_suffix(run: AtomRun) -> None:
+    """A server with ATOM's HBM prefix cache (its default) and room for both prompts:
+    a 200-token text prompt, then one with the same first 48 tokens and a picture from
+    there on (placeholders at 48 to 80, inside the first chunk, so lmcache holds none
+    of it): HBM holds the shared 3 blocks, the picture lies in the part ATOM
+    computes."""
+    a = run.server("A")
+    p = run.prompt(200)
+    run.serve(a, AtomRequest("text", p))
+    run.serve(a, AtomRequest("pictured", _with_picture(p, 48), picture=run.picture()))
+    run.end(a)
+
+
+def two_images_partial(run: AtomRun) -> None:
+    """One server without an HBM prefix cache: a 200-token prompt with picture X at
+    tokens 128 to 160, stored; another prompt; then the same token ids with picture Y.
+    Only the first 128 tokens' KV is the same for both (the tokens before the
+    picture); ATOM's lmcache keys are token ids, so the second prompt's lookup finds
+    the first's 3 chunks, the third of them holding picture X's KV."""
+    a = run.server("A", prefix_caching=False)
+    q = _with_picture(run.prompt(200))
+    run.serve(a, AtomRequest("dog", q, picture=run.picture()))
+    run.stored(a, q)
+    run.serve(a, AtomRequest("other", run.prompt(200)))
+    run.serve(a, AtomRequest("cat", q, picture=run.picture()))
+    run.end(a)
+
+
+def picture_handoff(run: AtomRun) -> None:
+    """``hbm_partial`` with a picture in the part still to compute: a 300-token text
+    prompt, one other that evicts the tail of its blocks, then the first prompt's 256
+    tokens and a picture after them (placeholders at 256 to 288). HBM holds 176 of its
+    tokens (off the 64-token chunk grid), lmcache 256: ATOM's unaligned handoff
+    computes up to the chunk boundary (192) first, loads the rest, then computes the
+    picture's part."""
+    a = run.server("A", num_blocks=30)
+    p = run.prompt(300)
+    run.serve(a, AtomRequest("first", p))
+    run.serve(a, AtomRequest("other", run.prompt(300)))
+    run.serve(a, AtomRequest("again", _with_picture(p, 256), picture=run.picture()))
+    run.end(a)
+
+
+def picture_resend(run: AtomRun) -> None:
+    """A server with ATOM's HBM prefix cache (its default): a 200-token prompt with a
+    picture at tokens 128 to 160, then the same prompt and picture again (a user asking
+    the same question of the same image). HBM holds the first's blocks."""
+    a = run.server("A")
+    q, x = _with_picture(run.prompt(200)), run.picture()
+    run.serve(a, AtomRequest("first", q, picture=x))
+    run.serve(a, AtomRequest("again", q, picture=x))
     run.end(a)

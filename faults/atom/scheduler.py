@@ -20,7 +20,8 @@ from typing import Any, Callable
 from kvfault.faults.atom import pipe
 from kvfault.faults.atom.event_log import EventLog, completion_fields, op_of
 from kvfault.faults.atom.fixes import fixes
-from kvfault.faults.atom.runner_rules import pure_middle_chunk_rule
+from kvfault.faults.atom.pictures import PICTURE_TOKEN, RunnerMerge, cold_content, multimodal_data
+from kvfault.faults.atom.runner_rules import model_merge, pure_middle_chunk_rule
 from kvfault.faults.atom.server_config import atom_config, use_lmcache_env
 from kvfault.faults.atom.spec import AtomRequest, ServerSpec
 from kvfault.faults.errors import KvfaultError
@@ -45,6 +46,21 @@ class WorkerHung(RebuiltWhenUnpickled, KvfaultError):
     def evidence(self) -> dict[str, Any]:
         """What the host records of the hang (plain data)."""
         return {"hung": str(self), "call": self.call, "stack": self.stack}
+
+
+class RunnerFailed(RebuiltWhenUnpickled, KvfaultError):
+    """ATOM's model-runner code in a forward raised (``error``: the exception's name).
+    ATOM's worker serves its calls with no handler (``AsyncIOProc.busy_loop``), so the
+    worker process dies there and ATOM's process monitor shuts the server down: the
+    server stops, answering nothing more."""
+
+    def __init__(self, error: str, message: str):
+        super().__init__(f"the model runner's forward raised {error}: {message}")
+        self.error = error
+
+    def evidence(self) -> dict[str, Any]:
+        """What the host records of the stop (plain data)."""
+        return {"died": str(self), "error": self.error}
 
 
 def _in_stdlib(frame: str) -> bool:
@@ -252,6 +268,11 @@ class SchedulerProcess:
         # ATOM's own rule for a forward that samples nothing (its runner returns before
         # postprocess for a batch of prefill middle chunks); None: every forward samples.
         self.pure_middle_chunk = pure_middle_chunk_rule()
+        # ATOM's model runner's multimodal step (its model's merge, from the checkout),
+        # built at the first request with a picture; and what each request's computed
+        # positions hold (its ids, a picture's placeholders as the merge left them).
+        self.merge: RunnerMerge | None = None
+        self.content: dict[str, list[int]] = {}
         self.aborted: set[str] = set()
         self._next_id = 1
         # Blocks ATOM gave back or took fresh since the worker's last call: the worker
@@ -391,7 +412,9 @@ class SchedulerProcess:
         r = self.requests[name]
         owned = {b for s in self.seqs.values() for b in (getattr(s, "block_table", None) or ())}
         free = [b for b in range(self.spec.num_blocks) if b not in owned]
-        req = Request(name, r.prompt, r.cache_seed, max_output_tokens=r.max_tokens)
+        req = Request(
+            name, cold_content(r.prompt, r.picture), r.cache_seed, max_output_tokens=r.max_tokens
+        )
         self.resident[str(seq.id)] = int(self.link.call("resident_prefix", req, free))
 
     def _lookup_event(self, seq: Any, hbm: int, kv_end: int, claim: int) -> None:
@@ -485,6 +508,10 @@ class SchedulerProcess:
         items = []
         starts = list(getattr(batch, "num_cached_tokens", []) or [])
         counts = [int(n) for n in batch.num_scheduled_tokens]
+        try:
+            self._merge_pictures(batch, starts, counts)
+        except Exception as e:  # noqa: BLE001  ATOM's own merge raised: its runner dies
+            raise RunnerFailed(type(e).__name__, str(e).splitlines()[0] if str(e) else "") from e
         for i, seq_id in enumerate(batch.req_ids):
             name = self.names[seq_id]
             seq = self.seqs[name]
@@ -506,7 +533,8 @@ class SchedulerProcess:
             else:  # a decode step: the next output token
                 end = start
                 k = int(seq.num_tokens) - prompt
-            req = Request(name, r.prompt, r.cache_seed, max_output_tokens=r.max_tokens)
+            content = tuple(self.content[name]) if name in self.content else r.prompt
+            req = Request(name, content, r.cache_seed, max_output_tokens=r.max_tokens)
             items.append((seq_id, req, start, end, list(seq.block_table), k))
         tokens = tp_tokens(self.link.each("forward", items, self.names))
         if self.pure_middle_chunk is not None and self.pure_middle_chunk(batch):
@@ -527,6 +555,39 @@ class SchedulerProcess:
         none = np.zeros(len(ids), dtype=np.int32)
         return ScheduledBatchOutput(ids, toks, none, none.copy(), None, is_deferred_out=True)
 
+    def _merge_pictures(self, batch: Any, starts: list[Any], counts: list[int]) -> None:
+        """ATOM's model runner's multimodal step for a prefill batch (before its model
+        runs): the pictures ATOM's scheduler gave this batch merged, by ATOM's own
+        merge, over the tokens the batch computes; what it leaves at each computed
+        position is what the fake model computes that position's KV from. Raises what
+        ATOM's merge raises (the runner's forward fails with it)."""
+        if not getattr(batch, "multimodal_data", None) or not batch.total_tokens_num_prefill > 0:
+            # No picture in the batch: ATOM's runner embeds the ids as they are (a
+            # placeholder a picture was not given for included).
+            for i, seq_id in enumerate(batch.req_ids):
+                name = self.names[seq_id]
+                if name in self.content and i < len(starts):
+                    start = int(starts[i])
+                    prompt = self.requests[name].prompt
+                    self.content[name][start : start + counts[i]] = prompt[
+                        start : start + counts[i]
+                    ]
+            return
+        if self.merge is None:
+            merge = model_merge(PICTURE_TOKEN)
+            if merge is None:
+                raise RuntimeError("this ATOM has no multimodal merge the tier can run")
+            self.merge = RunnerMerge(merge)
+        names = [self.names[seq_id] for seq_id in batch.req_ids]
+        spans = [(int(starts[i]), int(starts[i]) + counts[i]) for i in range(len(names))]
+        inputs = [
+            list(self.requests[n].prompt[a:b]) for n, (a, b) in zip(names, spans, strict=True)
+        ]
+        merged = self.merge.embed(batch, inputs)
+        for n, (a, b), ids in zip(names, spans, merged, strict=True):
+            content = self.content.setdefault(n, list(self.requests[n].prompt))
+            content[a:b] = ids
+
     # -- running ------------------------------------------------------------------------
     def submit(self, requests: list[AtomRequest]) -> None:
         from atom.model_engine.sequence import Sequence
@@ -537,6 +598,9 @@ class SchedulerProcess:
             self._next_id += 1
             params = SamplingParams(max_tokens=r.max_tokens, ignore_eos=True)
             kwargs: dict[str, Any] = {"id": seq_id}
+            if r.picture:  # as ATOM's server builds a request with an image
+                kwargs["multimodal_data"] = multimodal_data(r.prompt, r.picture)
+                self.content[r.req_id] = list(r.prompt)
             seq = Sequence(list(r.prompt), self.spec.block_size, sampling_params=params, **kwargs)
             self.names[seq_id] = r.req_id
             self.requests[r.req_id] = r

@@ -149,12 +149,15 @@ class ServerSpec:
 @dataclass(frozen=True)
 class AtomRequest:
     """One request as a server receives it: ``cache_seed`` is a digest the fake model
-    folds into its KV (-1: none); ATOM is never told of it (text-only requests)."""
+    folds into its KV (-1: none), of which ATOM is never told; ``picture`` the bytes of
+    the one image whose placeholder ids the prompt carries (empty: text), which ATOM is
+    told of as a multimodal request (``kvfault.faults.atom.pictures``)."""
 
     req_id: str
     prompt: tuple[int, ...]
     cache_seed: int = -1
     max_tokens: int = 4
+    picture: bytes = b""
 
 
 @dataclass(frozen=True)

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from kvfault.faults.runs import Injector, RunContext
 from kvfault.reference.interfaces import (
     CompletionChannel,
 )
 from kvfault.reference.types import Completion, Request
+
+if TYPE_CHECKING:  # scenarios import this module; the hooks only need the type
+    from kvfault.faults.runs import RunContext
+from kvfault.faults.injectors.base import Injector
 
 
 class PortZeroIds(Injector):

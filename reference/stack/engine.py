@@ -81,11 +81,7 @@ class Collaborators:
 
 
 @dataclass
-class EngineOutcome:
-    """How one engine's run ended (``Engine.run``): its stop, if any, virtual and wall
-    seconds, steps, the outputs it produced, and whether it hung. A scenario's run
-    (``kvfault.faults.runs.RunResult``) holds one per engine it ran."""
-
+class RunOutcome:
     stopped: EngineStopped | None
     sim_seconds: float
     steps: int
@@ -200,7 +196,7 @@ class Engine:
         self._forwards += 1
         self.trace.record(Ev.FORWARD_END, index=self._forwards - 1)
 
-    def run(self, max_sim_seconds: float = 3600.0, max_steps: int = 1_000_000) -> EngineOutcome:
+    def run(self, max_sim_seconds: float = 3600.0, max_steps: int = 1_000_000) -> RunOutcome:
         """Step until nothing is left, the engine stops, or a limit is hit (``hung``)."""
         clock = self.parts.clock
         deadline = clock.now() + max_sim_seconds
@@ -230,7 +226,7 @@ class Engine:
                 **self.scheduler.holdings(),
                 **self.worker.pending(),
             )
-        return EngineOutcome(
+        return RunOutcome(
             stopped,
             clock.now() - start,
             self.steps - start_steps,

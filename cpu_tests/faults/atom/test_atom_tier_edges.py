@@ -104,8 +104,8 @@ def test_run_without_checkout_is_one_line_exit_2(monkeypatch, capsys):
         (["--scenario", "no_such_row"], "unknown scenario 'no_such_row'"),
         (["--property", "speed"], "--property 'speed' is no property"),
         (["--scenario", "restart", "--property", "efficiency"], "restart is not judged by it"),
-        (["--scenario", "two_images"], "does not run ATOM's multimodal merge"),
-        (["--scenario", "two_images_hbm"], "does not run ATOM's multimodal merge"),
+        (["--scenario", "two_images"], "the picture rows are two_images_partial"),
+        (["--scenario", "two_images_hbm"], "the fake forward folded the picture"),
         (["--atom-tp", "3"], "--atom-tp takes 1 or 2"),
         (["--atom-tp", "two"], "--atom-tp takes 1 or 2"),
     ],
@@ -125,7 +125,7 @@ def test_list_names_every_row_and_why_the_rest_does_not_run(capsys):
     for name in catalog.ROWS:
         assert f"  {name}  " in out
     assert "not on --tier atom:" in out and "regressions:" in out
-    assert "two_images, two_images_hbm (multimodal prefix sharing): the tier's forward" in out
+    assert "two_images, two_images_hbm (multimodal prefix sharing): withdrawn" in out
     assert not set(catalog.DROPPED) & set(catalog.ROWS)
 
 
