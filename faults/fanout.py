@@ -50,6 +50,7 @@ __all__ = [
     "ItemResult",
     "WorkItem",
     "fan_out",
+    "note",
     "tx_arg",
     "workers_arg",
 ]
@@ -62,6 +63,7 @@ __all__ = [
 LEAN_SESSION = ("-p", "no:hypothesispytest", "-p", "no:tmpdir", "--assert=plain")
 _KEY = "kvfault_fanout"  # the workerinput entry: task, items, seconds left
 _PROP = "kvfault_fanout"  # the user_properties entry carrying an item's result
+_NOTE = "kvfault_fanout_note"  # the user_properties entry carrying a note (``note``)
 _NODE = "kvfault-fanout"  # the collector's node id on every worker
 
 
@@ -152,12 +154,15 @@ def fan_out(
     deadline_s: float | None = None,
     always: str | None = None,
     on_result: Callable[[ItemResult], None] | None = None,
+    on_note: Callable[[str, Any], None] | None = None,
 ) -> tuple[list[ItemResult], str]:
     """Run ``task`` on every item's payload over xdist workers: ``workers`` local ones
     (a count or ``auto``), or one per execnet gateway spec in ``tx`` (``N*SPEC`` for N
     of them); ``rsyncdirs`` are sent to the remote gateways first. With ``deadline_s``,
     workers start no item later than that many seconds from now, except the item whose
-    id is ``always`` (a budgeted campaign's ``Session.always_runs`` seed). ``on_result`` sees each result as it arrives, in completion order.
+    id is ``always`` (a budgeted campaign's ``Session.always_runs`` seed). ``on_result`` sees each result as it arrives, in completion order;
+    ``on_note(item_id, value)`` each ``note`` a task sends while it runs, before that
+    item's result (and even when its worker dies before it has one).
 
     Returns the results in ``items`` order (an item that never reported has an
     ``error``) and the session's own output, for diagnostics. Raises ``FanoutError``
@@ -182,10 +187,15 @@ def fan_out(
             with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
                 on_result(result)
 
+    def noted(item_id: str, value: Any) -> None:
+        if on_note:
+            with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+                on_note(item_id, value)
+
     from kvfault.faults.processes import StopHandler
 
     # The calling command's stop handler (``processes.Signals``), if its layer is on top.
-    controller = _Controller(spec, deadline, ids, report, StopHandler.of(sys.unraisablehook))
+    controller = _Controller(spec, deadline, ids, report, noted, StopHandler.of(sys.unraisablehook))
     # No capture: a worker's stderr is then this process's, so what a worker says as it
     # dies (a hang guard's stacks) reaches the user instead of a capture file.
     # The config file goes as one `--config-file=...` word: for an ssh gateway (or one
@@ -252,9 +262,11 @@ class _Controller:
         deadline: float | None,
         ids: list[str],
         report: Callable[[ItemResult], None],
+        noted: Callable[[str, Any], None],
         stop: StopHandler | None = None,
     ):
         self.spec = spec
+        self.noted = noted
         self.stop = stop
         self.deadline = deadline
         self.ids = set(ids)
@@ -275,6 +287,10 @@ class _Controller:
     def pytest_runtest_logreport(self, report: Any) -> None:
         name = report.nodeid.rpartition("::")[2]
         if name not in self.ids or name in self.results:
+            return
+        sent = dict(report.user_properties)
+        if _NOTE in sent:  # a note on the way (``note``), not the item's end
+            self.noted(name, json.loads(sent[_NOTE]))
             return
         if report.when == "call" or report.failed or report.skipped:
             worker = getattr(getattr(report, "node", None), "gateway", None)
@@ -302,6 +318,7 @@ class _WorkerState:
         left = spec.get("seconds_left")
         self.deadline = None if left is None else time.monotonic() + left
         self.always: str | None = spec.get("always")
+        self.running: Any = None  # the item whose task runs now, for ``note``
         # SIGINT, SIGTERM or SIGHUP (the controller's stop, execnet's own interrupt, a
         # hangup) end the session as Ctrl-C does, once: the next ones are dropped, so the
         # running item's finally blocks remove what it made (a kvfault-rpc-* directory)
@@ -334,6 +351,17 @@ def _stops_over_pytests_hook(stop: StopHandler | None) -> None:
     too (pytest puts the one it found back when the session ends)."""
     if stop is not None:
         sys.unraisablehook = stop.over(sys.unraisablehook)
+
+
+def note(value: Any) -> None:
+    """From a task running on a fan-out worker: send ``value`` (JSON-able) to the
+    calling process now, where ``fan_out``'s ``on_note`` sees it with the item's id.
+    It arrives even if the worker dies afterwards, so a task can say how far it got.
+    It may be called from another thread of the worker (a hang guard's). Anywhere
+    else (no item running on a worker here) it does nothing."""
+    for state in list(_STATE.values()):
+        if state.running is not None:
+            state.running.send_note(value)
 
 
 def pytest_unconfigure(config: Any) -> None:
@@ -372,8 +400,21 @@ def _collector() -> type[pytest.File]:
                 if state.deadline is not None and self.name != state.always:
                     if time.monotonic() >= state.deadline:
                         pytest.skip("the deadline had passed")
-                value = state.task(self.payload)
+                state.running = self
+                try:
+                    value = state.task(self.payload)
+                finally:
+                    state.running = None
                 self.user_properties.append((_PROP, json.dumps(value)))
+
+            def send_note(self, value: Any) -> None:
+                # A report of a phase that passed ("setup", which no count shows),
+                # carrying the note: xdist sends a worker's reports back as they come.
+                report = pytest.TestReport(
+                    self.nodeid, self.location, {}, "passed", None, "setup",
+                    user_properties=[(_NOTE, json.dumps(value))],
+                )  # fmt: skip
+                self.ihook.pytest_runtest_logreport(report=report)
 
             def repr_failure(self, excinfo: Any, style: Any = None) -> str:
                 # The task's own traceback, not pytest's machinery around it.

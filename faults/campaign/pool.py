@@ -16,7 +16,7 @@ and anything a caller patched, so their traces are this process's); they ignore 
 so Ctrl-C reaches this process alone, which then stops every worker before the
 ``KeyboardInterrupt`` goes on. A worker that dies in the middle of a case (its
 ``--timeout`` hang guard, a crash) leaves an ERROR outcome for that case; the rest of
-its unit runs on a fresh worker.
+its unit runs on a fresh worker (the shared rule, ``dead_worker.DeadWorker``).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import sys
 import traceback
 from typing import TYPE_CHECKING, Any, Sequence
 
-from kvfault.faults.campaign.hang_guard import TIMEOUT_EXIT
+from kvfault.faults.campaign.dead_worker import DeadWorker
 from kvfault.faults.campaign.outcomes import CaseOutcome
 from kvfault.faults.campaign.runner import ERROR, CaseRunner
 from kvfault.faults.campaign.session import Session, guarded
@@ -212,8 +212,8 @@ class ForkPool:
     """The session's cases over ``jobs`` forked worker processes (fewer when there are
     fewer units of work), each opening the tier its cases run on (``Opened``). Units go out seed by seed, larger
     first; a worker runs each case under the hang guard (``session.timeout_s``).
-    A worker that dies leaves its running case to ``session.lost``; the rest of its
-    unit goes to a fresh worker. ``KeyboardInterrupt`` (Ctrl-C) stops every worker
+    A worker that dies goes to the shared rule (``DeadWorker``: its running case
+    is the ERROR); the rest of its unit goes to a fresh worker. ``KeyboardInterrupt`` (Ctrl-C) stops every worker
     before it goes on."""
 
     def __init__(self, jobs: int):
@@ -232,7 +232,6 @@ class ForkPool:
         for unit in units(session.targets, session.seeds):
             queue.append([(len(flat) + k, c) for k, c in enumerate(unit)])
             flat += unit
-        finished: set[int] = set()
         workers: list[_Worker] = []
 
         def spawn() -> None:
@@ -268,22 +267,14 @@ class ForkPool:
             return False
 
         def lost(w: _Worker) -> None:
-            # The worker died: its running case is an ERROR, the rest of its unit goes
-            # back. One that died before it started a case takes its unit's first case
-            # with it, so a unit that kills every worker cannot go round for ever.
+            # The worker died: the shared rule (``DeadWorker``) records a case and says
+            # what goes back, at the head of the queue.
             w.process.join(5)
-            code = w.process.exitcode
-            failed = w.running if w.running is not None else (w.unit[0][0] if w.unit else None)
-            for i, case in w.unit:
-                if i == failed:
-                    how = f"exited with {code}" if code is not None and code >= 0 else "was killed"
-                    # Its hang guard exits with TIMEOUT_EXIT; a crash exits otherwise.
-                    hung = code == TIMEOUT_EXIT and w.running is not None
-                    session.lost(case, f"it {how} (a crash: its stderr says why)", timed_out=hung)
-                    finished.add(i)
-            rest = [(i, c) for i, c in w.unit if i not in finished]
+            running = flat[w.running] if w.running is not None else None
+            dead = DeadWorker([c for _, c in w.unit], running, w.process.exitcode)
+            rest = dead.settle(session)
             if rest:
-                queue.insert(0, rest)
+                queue.insert(0, [(i, c) for i, c in w.unit if c in rest])
             w.conn.close()
             workers.remove(w)
 
@@ -314,7 +305,6 @@ class ForkPool:
                             outcome = pickle.loads(msg[9:])
                         except Exception as exc:  # noqa: BLE001 - an outcome that will not load
                             outcome = unsendable(flat[i], exc)
-                        finished.add(i)
                         session.finished(flat[i], outcome)
                         continue
                     kind = pickle.loads(msg)

@@ -17,14 +17,16 @@ each written once here:
   and once at the end (``"done"``);
 - **the hang guard** around a case (``--timeout``): in this process it ends the run
   after ``on_hang`` has seen what ran; in a worker it ends the worker;
-- **a dead worker**: the case it was running becomes an ERROR outcome (``lost``);
+- **a dead worker**: the case it was running becomes an ERROR outcome (``lost``;
+  which case, and what runs again, is ``dead_worker.DeadWorker``'s rule, which the
+  backends with workers share);
 - the garbage collector's settings, and the outcomes put back in campaign order
   (target by target, each over its seeds), whatever order they arrived in.
 
 A *backend* only says where the cases run and calls the session's hooks
 (``may_start``, ``stage``, ``starting``, ``run_here`` or its pool workers' ``guarded``,
-``finished``, ``lost``). An interrupt that comes out of a backend's ``run`` is the
-session's to clean up (``interrupted``). The backends:
+``finished``, and ``lost`` through ``DeadWorker``). An interrupt that comes out of a
+backend's ``run`` is the session's to clean up (``interrupted``). The backends:
 
 - ``InProcess`` (``-j 1``, a tier that runs in one process): this process, on a tier's executor;
 - ``kvfault.faults.campaign.pool.ForkPool`` (``-j N``): forked workers on this machine;
