@@ -1,7 +1,8 @@
 """A worker that dies while it holds cases: one rule (faults/campaign/dead_worker.py)
 says which case is blamed, how its ERROR reads (timed out or crashed) and what runs
-again, and every backend with workers follows it: forked workers (``-j``) and
-pytest-xdist's (``-n``, one item per case, and under ``--budget`` one per seed)."""
+again, and every backend with workers follows it: forked workers (``-j``),
+pytest-xdist's (``-n``: one item per case, and under ``--budget`` one per seed) and
+execnet gateways (``--tx``)."""
 
 from __future__ import annotations
 
@@ -160,6 +161,7 @@ SPREADS = [
     pytest.param(["-j", "2"], id="pool", marks=pytest.mark.skipif(not can_fork(), reason="forks")),
     pytest.param(["-n", "2"], id="xdist"),
     pytest.param(["-n", "2", "--budget", "1h"], id="xdist-item-per-seed"),
+    pytest.param(["--tx", "2*popen", "--budget", "1h"], id="gateways-item-per-seed"),
 ]
 
 
