@@ -53,6 +53,52 @@ def test_no_deadline_runs_every_item():
     assert all(r.ok for r in results)
 
 
+_NOTES = """
+import os, threading
+from kvfault.faults.fanout import note
+
+def run(n):
+    note({"step": 1})
+    t = threading.Thread(target=note, args=({"step": 2, "from": "a thread"},))
+    t.start()
+    t.join()
+    if n < 0:
+        os._exit(3)  # a crash: no result, but the notes are home
+    return n
+"""
+
+
+def test_a_tasks_notes_arrive_before_its_result_and_outlive_its_worker(tmp_path):
+    """``note`` from a task (and from another thread of its worker, as a hang guard's)
+    reaches ``on_note`` with the item's id as it is sent: before the item's result,
+    and also when the worker dies before it has one. Outside a worker it does nothing."""
+    from kvfault.faults.fanout import note
+
+    note("nowhere")  # no item runs here: nothing to send, nothing raised
+    (tmp_path / "notes_task.py").write_text(_NOTES)
+    code = (
+        "from kvfault.faults.fanout import WorkItem, fan_out\n"
+        "seen = []\n"
+        "results, _ = fan_out('notes_task:run', [WorkItem('ok', 1), WorkItem('dies', -1)],\n"
+        "    workers=1, on_note=lambda i, v: seen.append((i, v)),\n"
+        "    on_result=lambda r: seen.append((r.id, r.ok)))\n"
+        "for s in seen:\n"
+        "    print(s)\n"
+    )
+    path = os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p)
+    done = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": path},
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    for item, ok in (("ok", True), ("dies", False)):
+        mine = [ln for ln in lines if ln.startswith(f"('{item}'")]
+        assert mine == [
+            f"('{item}', {{'step': 1}})",
+            f"('{item}', {{'step': 2, 'from': 'a thread'}})",
+            f"('{item}', {ok})",
+        ], done.stdout
+
+
 _STOP_IN_CALLBACK = """
 import os, signal, time, weakref
 
