@@ -58,6 +58,33 @@ def atom_config(spec: ServerSpec) -> SimpleNamespace:
     )
 
 
+def hybrid_config(spec: ServerSpec) -> SimpleNamespace:
+    """``atom_config`` for a small DeepSeek-V4 model, which ATOM's offload serves with its
+    hybrid (PAGE/SLOT) connector: two layers, one CSA (compress ratio 4) and one HCA
+    (128), KV head dim 64, index head dim 128 (an FP8 indexer), a 16-token sliding
+    window, bf16 KV. ATOM's DSV4 block is 256 tokens whatever the config says."""
+    config = atom_config(spec)
+    config.hf_config = SimpleNamespace(
+        architectures=["DeepseekV4ForCausalLM"],
+        model_type="deepseek_v4",
+        compress_ratios=[4, 128],
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=64,
+        kv_head_dim=64,
+        hidden_size=128,
+        index_head_dim=128,
+        index_topk=64,
+        qk_rope_head_dim=16,
+        sliding_window=16,
+    )
+    config.model = "kvfault-toy-dsv4"
+    config.kv_cache_block_size = 256
+    config.index_cache_dtype = "fp8"
+    return config
+
+
 def lmcache_env(spec: ServerSpec, host_dir: str) -> dict[str, str]:
     """The ``LMCACHE_*`` and ``OFFLOAD_*`` environment ATOM's offload reads, and where
     lmcache keeps its metrics files. A local disk, a shared tier and the metrics files
