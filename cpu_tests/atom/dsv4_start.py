@@ -5,7 +5,6 @@ codec, and prints what it saw as one JSON line. Usage: ``dsv4_start.py ATOM_SRC 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import sys
@@ -14,11 +13,11 @@ import sys
 def main(atom_src: str, host_dir: str) -> dict:
     sys.path.insert(0, atom_src)
     from kvfault.faults.atom import boundary, dsv4_boundary
-    from kvfault.faults.atom.server_config import hybrid_config, use_lmcache_env
+    from kvfault.faults.atom.server_config import atom_config, use_lmcache_env
     from kvfault.faults.atom.spec import ServerSpec
 
     socket_dir = os.path.join(host_dir, "rpc")
-    spec = dataclasses.replace(ServerSpec(name="A"), block_size=256, chunk_size=256)
+    spec = ServerSpec(name="A", block_size=256, chunk_size=256, layout="hybrid")
     use_lmcache_env(spec, host_dir)
     os.makedirs(os.environ["PROMETHEUS_MULTIPROC_DIR"], exist_ok=True)
     boundary.install_all(socket_dir)
@@ -31,7 +30,7 @@ def main(atom_src: str, host_dir: str) -> dict:
     from kvfault.faults.atom.dsv4_runner import Dsv4Pools
     from kvfault.faults.atom.dsv4_staging import _host_bytes
 
-    config = hybrid_config(spec)
+    config = atom_config(spec)
     pools = Dsv4Pools(config, num_blocks=24, num_slots=4)
     worker = KVConnectorFactory.create_connector(config, role="worker")
     worker.register_kv_caches({}, pools.transfer, pools.num_blocks)

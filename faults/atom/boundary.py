@@ -116,6 +116,10 @@ def kv_dtype(name: str) -> Any:
 
 
 class _Stream:
+    # The memory a stream's copies touch is host memory (ATOM's DSV4 codec checks a
+    # stream's device against its own).
+    device = "cpu"
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         pass
 

@@ -166,6 +166,13 @@ ROWS: dict[str, AtomRow] = {
             "prefix_reuse", s.prefix_reuse, _ONE, "a prompt stored, then served twice from lmcache"
         ),
         _scenario(
+            "dsv4_prefix_reuse",
+            s.dsv4_prefix_reuse,
+            _ONE,
+            "prefix_reuse on a DeepSeek-V4 model, ATOM's hybrid connector: PAGE units and "
+            "the SLOT checkpoint stored, then loaded",
+        ),
+        _scenario(
             "concurrent_loads",
             s.concurrent_loads,
             _ONE,

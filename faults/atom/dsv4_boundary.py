@@ -167,3 +167,12 @@ def install() -> None:
     setattr(connector, "DSV4PageSlotCodec", HostGpuCodec)  # noqa: B010  ATOM builds it by this name
     with gpu_names():
         importlib.import_module(ATTENTION_MODULE)
+
+
+def place_on_host(worker_connector: Any) -> None:
+    """Tell the GPU connector ATOM's DSV4 worker built for lmcache (after
+    ``register_kv_caches``; it took its device from the codec's as a ``torch.device``,
+    ``cpu``) that its device is ``HostGpu``: its staging buffers are host memory and
+    its check for the Triton staging (``_block_gpu_connector.py:262-270``) sees a GPU."""
+    impl = getattr(worker_connector, "_impl", worker_connector)
+    impl._engine.gpu_connector.device = HostGpu()

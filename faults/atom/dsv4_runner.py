@@ -21,9 +21,20 @@ from typing import Any
 class Dsv4Pools:
     """The pools of one DSV4 worker rank: ``runner`` (the stand-in, with the pool
     tensors ATOM's builder set on it), ``builder``, ``plan`` (ATOM's ``PoolPlan``),
-    ``state_runtime`` and ``transfer`` (ATOM's ``KVTransferTensors``)."""
+    ``state_runtime`` and ``transfer`` (ATOM's ``KVTransferTensors``). With
+    ``allocate`` off, the sizing only (what ATOM's runner sends its engine process:
+    ``plan`` and ``state_runtime``), no pool and no ``transfer``."""
 
-    def __init__(self, config: Any, *, num_blocks: int, num_slots: int) -> None:
+    def engine_config(self, config: Any) -> None:
+        """Set on ``config`` what ATOM's runner ships to its engine process for the
+        block manager (``model_runner.py:1799-1804``, read at ``engine_core.py:116-130``)."""
+        config.num_kvcache_blocks = self.num_blocks
+        config.pool_entries = dict(self.plan.entries)
+        config.pool_entries_per_req = dict(self.plan.entries_per_req)
+
+    def __init__(
+        self, config: Any, *, num_blocks: int, num_slots: int, allocate: bool = True
+    ) -> None:
         import atom.config
         from atom.model_engine.kv_block import STATE_SLOT_CLASS
         from atom.model_engine.page_unit_checkpoint import PagedStateCheckpointSpec
@@ -67,6 +78,11 @@ class Dsv4Pools:
         self.state_runtime = StateRuntime(transfer=transfer, checkpoint_spec=spec)
         self.runner.state_runtime = self.state_runtime
         self.num_blocks = self.plan.paged_entries
+        self.transfer: Any = None
+        if allocate:
+            self._allocate()
+
+    def _allocate(self) -> None:
         self.runner.num_physical_kvcache_blocks = self.num_blocks * self.builder.block_ratio
         for name, value in self.builder.allocate_kv_cache_tensors(1, 0).items():
             setattr(self.runner, name, value)

@@ -20,6 +20,8 @@ from kvfault.faults.tiers import Executor
 from kvfault.reference.types import Geometry
 
 GEOMETRY = Geometry(block_size=16, chunk_size=64, prefill_budget=512)
+# A hybrid (DeepSeek-V4) server's: ATOM's DSV4 block is 256 tokens, its chunk one block.
+HYBRID_GEOMETRY = Geometry(block_size=256, chunk_size=256, prefill_budget=512)
 
 
 class AtomExecutor(Executor):
@@ -115,9 +117,11 @@ class AtomExecutor(Executor):
         finally:
             host.close()  # every process and socket of the run, however it ended
         names = tuple(dict.fromkeys(n for f in faults for n in (f.name, *f.row.fires)))
+        hybrid = any(server.spec.layout == "hybrid" for server in host.servers)
         result = result_of(
-            scenario, ctx.seed, host.events, host.t0, run.requests, GEOMETRY, run.hung,
-            refused, names,
+            scenario, ctx.seed, host.events, host.t0, run.requests,
+            HYBRID_GEOMETRY if hybrid else GEOMETRY, run.hung, refused, names,
+            model_kind="hybrid" if hybrid else "dense",
         )  # fmt: skip
         result.notes.update(hang)
         count_firings(result, faults)

@@ -45,6 +45,9 @@ def differences(spec: ServerSpec, base: ServerSpec | None = None) -> list[str]:
     ``name VALUE (ATOM: DEFAULT)``; the KV layout (head size), DP rank, machine and
     hash seeds where set."""
     out = []
+    if spec.layout != ServerSpec.layout:
+        # ATOM's DSV4 block is 256 tokens: the block size below is the model's.
+        out.append("DeepSeek-V4 model, hybrid (PAGE/SLOT) connector")
     for name, (default, label) in ATOM_DEFAULTS.items():
         value = getattr(spec, name)
         if value != (default if base is None else getattr(base, name)):

@@ -46,6 +46,7 @@ def result_of(
     hung: bool,
     startup_error: str | None,
     faults: tuple[str, ...] = (),
+    model_kind: str = "dense",
 ) -> RunResult:
     trace = trace_of(events, t0)
     fired = {name: FiredCount(name) for name in faults}
@@ -61,7 +62,7 @@ def result_of(
         scenario=scenario,
         seed=seed,
         trace=trace,
-        config=EngineConfig(geometry=geometry, model_kind="dense"),
+        config=EngineConfig(geometry=geometry, model_kind=model_kind),  # type: ignore[arg-type]
         requests={
             # A picture's request is judged by what a cold run computes from: its ids
             # with the picture merged at its placeholders.

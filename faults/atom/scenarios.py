@@ -132,6 +132,34 @@ def _prefix_reuse(run: AtomRun, **spec: Any) -> None:
     run.end(a)
 
 
+# A hybrid (DeepSeek-V4) server: ATOM's hybrid PAGE/SLOT connector, 256-token blocks
+# and chunks (ATOM's DSV4 block), 24 blocks and 4 state slots.
+HYBRID = {
+    "layout": "hybrid",
+    "block_size": 256,
+    "chunk_size": 256,
+    "num_blocks": 24,
+    "max_num_seqs": 4,
+    "prefix_caching": False,
+}
+
+
+def dsv4_prefix_reuse(run: AtomRun) -> None:
+    """``prefix_reuse`` on a DeepSeek-V4 server (ATOM's hybrid connector): a 600-token
+    prompt (two whole 256-token chunks), another prompt (its work and its state in what
+    the first gave back), the first again once the tier holds its chunks (ATOM loads
+    the PAGE units of 512 tokens and the SLOT checkpoint at 512, then computes the
+    rest from that state), then the first with a 100-token suffix."""
+    a = run.server("A", **HYBRID)
+    p = run.prompt(600)
+    run.serve(a, AtomRequest("first", p))
+    run.stored(a, p)
+    run.serve(a, AtomRequest("between", run.prompt(600)))
+    run.serve(a, AtomRequest("again", p))
+    run.serve(a, AtomRequest("longer", p + run.prompt(100)))
+    run.end(a)
+
+
 # The lookup timeout of ``lookup_after_socket_loss``'s server: lmcache's default is
 # 3000 ms; each lookup that meets a lost socket waits this long (the row measures it).
 LOST_SOCKET_TIMEOUT_MS = 1000

@@ -240,7 +240,8 @@ class SchedulerProcess:
         chosen = fixes(spec.fixes)
         for fix in chosen:
             fix.before_build("scheduler")
-        self.scheduler = Scheduler(self.config)
+        self.scheduler = Scheduler(self.config, **self._engine_state(spec))
+        self.per_req_cache = _per_req_cache(self.config)
         self.connector = self.scheduler.kv_connector
         if self.connector is None:
             raise RuntimeError("ATOM's scheduler built no KV connector for lmcache_offload")
@@ -278,11 +279,33 @@ class SchedulerProcess:
         # Blocks ATOM gave back or took fresh since the worker's last call: the worker
         # fills them with a sentinel before it does anything else (``flush_poison``).
         self.to_poison: list[int] = []
+        self.slots_to_poison: list[int] = []  # state groups, likewise (hybrid models)
         self._observe()
         self._poison_free_blocks()
         for fix in chosen:  # outside the observers: the trace shows what lmcache said
             fix.scheduler(self)
         _bind_engine_core(type(self))
+
+    def _engine_state(self, spec: ServerSpec) -> dict[str, Any]:
+        """What ATOM's runner sends its engine process before the scheduler is built,
+        for a hybrid model: the pool entries (on ``self.config``) and the state runtime
+        (ATOM's sizing, run here on the same config: ``dsv4_runner``). Nothing for a
+        dense model (ATOM's defaults)."""
+        if spec.layout != "hybrid":
+            return {}
+        from kvfault.faults.atom import dsv4_boundary
+
+        dsv4_boundary.install()
+        from atom.model_engine.state_runtime import StateRuntime
+
+        from kvfault.faults.atom.dsv4_runner import Dsv4Pools
+
+        sizing = Dsv4Pools(
+            self.config, num_blocks=spec.num_blocks, num_slots=spec.max_num_seqs, allocate=False
+        )
+        sizing.engine_config(self.config)
+        # Through its wire form, as it crosses ATOM's process boundary.
+        return {"state_runtime": StateRuntime.from_wire(sizing.state_runtime.to_wire())}
 
     # -- observation (wrappers that record, then call ATOM's method unchanged) --------
     def _observe(self) -> None:
@@ -327,12 +350,14 @@ class SchedulerProcess:
         if inner_save is not None:
 
             def observed_save(value: Any, _inner: Callable[[Any], Any] = inner_save) -> None:
-                # In flight: a dict of exact save generations at ATOM's main, a set of
-                # request ids in older commits.
+                # In flight: a dict of exact save generations at ATOM's main (the
+                # hybrid connector's: of sets of them), a set of request ids in older
+                # commits.
                 inflight = getattr(impl, "_save_inflight", None)
                 sid = str(getattr(value, "req_id", value))
                 if isinstance(inflight, dict):
-                    live = inflight.get(sid) == value
+                    held = inflight.get(sid)
+                    live = value in held if isinstance(held, set) else held == value
                 else:
                     live = inflight is None or sid in inflight
                 _inner(value)
@@ -372,6 +397,20 @@ class SchedulerProcess:
         if bm is None:
             return
         pending = self.to_poison
+        state = getattr(bm, "state", None)
+        pop = getattr(state, "pop", None)
+        if self.spec.layout == "hybrid" and pop is not None:
+            # A request's state group (ATOM's ``StateGroupPool.pop``, every place a
+            # group is handed out) holds the state of whoever had it last: poisoned,
+            # so a load that restores no SLOT shows.
+            slots = self.slots_to_poison
+
+            def poisoned_pop(*args: Any, **kwargs: Any) -> Any:
+                group = pop(*args, **kwargs)
+                slots.append(int(group))
+                return group
+
+            setattr(state, "pop", poisoned_pop)  # noqa: B010  wraps ATOM's method
         fresh = getattr(bm, "_fresh_block", None)
         if fresh is not None:
 
@@ -399,6 +438,9 @@ class SchedulerProcess:
         if self.to_poison:
             blocks, self.to_poison[:] = list(self.to_poison), []
             self.link.each("poison", blocks)
+        if self.slots_to_poison:
+            groups, self.slots_to_poison[:] = list(self.slots_to_poison), []
+            self.link.each("poison_slots", groups)
 
     def _note_resident(self, seq: Any) -> None:
         """With ATOM's HBM prefix cache on: the prompt's leading pages that free HBM
@@ -535,7 +577,8 @@ class SchedulerProcess:
                 k = int(seq.num_tokens) - prompt
             content = tuple(self.content[name]) if name in self.content else r.prompt
             req = Request(name, content, r.cache_seed, max_output_tokens=r.max_tokens)
-            items.append((seq_id, req, start, end, list(seq.block_table), k))
+            group = int(getattr(seq, "per_req_cache_group", -1))
+            items.append((seq_id, req, start, end, list(seq.block_table), k, group))
         tokens = tp_tokens(self.link.each("forward", items, self.names))
         if self.pure_middle_chunk is not None and self.pure_middle_chunk(batch):
             # As ATOM's ModelRunner.forward: the KV is written, nothing is sampled, and
@@ -601,6 +644,8 @@ class SchedulerProcess:
             if r.picture:  # as ATOM's server builds a request with an image
                 kwargs["multimodal_data"] = multimodal_data(r.prompt, r.picture)
                 self.content[r.req_id] = list(r.prompt)
+            if self.per_req_cache:
+                kwargs["has_per_req_cache"] = True
             seq = Sequence(list(r.prompt), self.spec.block_size, sampling_params=params, **kwargs)
             self.names[seq_id] = r.req_id
             self.requests[r.req_id] = r
@@ -773,3 +818,15 @@ def _bind_engine_core(cls: type) -> None:
     for m in _STEP_REQUIRED + _STEP_OPTIONAL:
         if hasattr(EngineCore, m) and m not in cls.__dict__:
             setattr(cls, m, getattr(EngineCore, m))
+
+
+def _per_req_cache(config: Any) -> bool:
+    """Whether ATOM builds this model's sequences with a per-request state slot: its
+    own rule (``llm_engine.InputOutputProcessor``, by ``model_type``), where it has
+    one."""
+    try:
+        from atom.model_engine.llm_engine import InputOutputProcessor
+    except ImportError:
+        return False
+    types = getattr(InputOutputProcessor, "_per_req_cache_model_types", None)
+    return types is not None and config.hf_config.model_type in types()

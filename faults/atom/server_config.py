@@ -12,7 +12,8 @@ from kvfault.faults.atom.spec import ServerSpec
 
 def atom_config(spec: ServerSpec) -> SimpleNamespace:
     """The fields of ATOM's ``Config`` that its scheduler, block manager and offload
-    connector read, for a small dense model (2 layers, 2 KV heads of ``spec.head_dim``)."""
+    connector read, for a small dense model (2 layers, 2 KV heads of ``spec.head_dim``),
+    or with ``spec.layout`` "hybrid" a small DeepSeek-V4 model (``_as_hybrid``)."""
     hf = SimpleNamespace(
         architectures=["LlamaForCausalLM"],
         sliding_window=None,
@@ -23,7 +24,7 @@ def atom_config(spec: ServerSpec) -> SimpleNamespace:
         hidden_size=2 * spec.head_dim,
         model_type="llama",
     )
-    return SimpleNamespace(
+    config = SimpleNamespace(
         model="kvfault-toy",
         port=spec.port,
         hf_config=hf,
@@ -56,14 +57,15 @@ def atom_config(spec: ServerSpec) -> SimpleNamespace:
         kv_events_config=None,
         enforce_eager=True,
     )
+    return _as_hybrid(config, spec) if spec.layout == "hybrid" else config
 
 
-def hybrid_config(spec: ServerSpec) -> SimpleNamespace:
-    """``atom_config`` for a small DeepSeek-V4 model, which ATOM's offload serves with its
-    hybrid (PAGE/SLOT) connector: two layers, one CSA (compress ratio 4) and one HCA
-    (128), KV head dim 64, index head dim 128 (an FP8 indexer), a 16-token sliding
-    window, bf16 KV. ATOM's DSV4 block is 256 tokens whatever the config says."""
-    config = atom_config(spec)
+def _as_hybrid(config: SimpleNamespace, spec: ServerSpec) -> SimpleNamespace:
+    """``config`` for a small DeepSeek-V4 model, which ATOM's offload serves with its
+    hybrid (PAGE/SLOT) connector (ATOM picks it from ``compress_ratios``): two layers,
+    one CSA (compress ratio 4) and one HCA (128), KV head dim 64, index head dim 128 (an
+    FP8 indexer), a 16-token sliding window, bf16 KV. ATOM's DSV4 block is 256 tokens
+    (``spec.block_size`` must say so); a SLOT checkpoint every chunk."""
     config.hf_config = SimpleNamespace(
         architectures=["DeepseekV4ForCausalLM"],
         model_type="deepseek_v4",
@@ -80,8 +82,8 @@ def hybrid_config(spec: ServerSpec) -> SimpleNamespace:
         sliding_window=16,
     )
     config.model = "kvfault-toy-dsv4"
-    config.kv_cache_block_size = 256
     config.index_cache_dtype = "fp8"
+    config.state_checkpoint_interval_tokens = spec.chunk_size
     return config
 
 

@@ -135,6 +135,10 @@ class ServerSpec:
     # KV heads (2 heads split evenly), its own lmcache engine and connector; rank 0's
     # alone serves lookups (ATOM's lookup_server_worker_ids=[0]).
     tp_size: int = 1
+    # The model and ATOM's connector family for it: "dense" (the small dense model,
+    # ATOM's dense connector) or "hybrid" (a small DeepSeek-V4 model, ATOM's hybrid
+    # PAGE/SLOT connector; its blocks and chunks are 256 tokens, one TP rank).
+    layout: str = "dense"
     faults: FaultSpec = field(default_factory=FaultSpec)
     # Candidate fixes of ATOM this server runs with (``faults.atom.fixes``, by name).
     fixes: tuple[str, ...] = ()

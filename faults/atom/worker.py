@@ -75,37 +75,27 @@ class WorkerProcess:
         if rank:
             log.tags = {"rank": rank}
         kernels = boundary.install_kernels()
-        import torch
 
         from kvfault.fakes.model import DeterministicModel
         from kvfault.reference.types import Geometry
 
         self.spec, self.log = spec, log
+        self.kv: Any = None
         self.host_dir = os.path.dirname(socket_dir)
         self.config = atom_config(spec)
+        self.hybrid = spec.layout == "hybrid"
         self.model = DeterministicModel(
-            "dense", Geometry(block_size=spec.block_size, chunk_size=spec.chunk_size)
+            "hybrid" if self.hybrid else "dense",
+            Geometry(block_size=spec.block_size, chunk_size=spec.chunk_size),
         )
-        # This rank's shard of the 2 KV heads (ATOM splits KV heads across TP ranks).
-        shape = (spec.num_blocks, spec.block_size, max(1, 2 // spec.tp_size), spec.head_dim)
-        # The KV tensors in the dtype ATOM's table gives the server's KV cache dtype.
-        dtype = boundary.kv_dtype(spec.kv_cache_dtype)
-        layers = {
-            f"layers.{i}": SimpleNamespace(
-                k_cache=torch.zeros(shape, dtype=dtype),
-                v_cache=torch.zeros(shape, dtype=dtype),
-            )
-            for i in range(2)
-        }
-        self.kv = HostKv([t for layer in layers.values() for t in (layer.k_cache, layer.v_cache)])
         from kvfault.faults.atom.fixes import fixes
 
         for fix in fixes(spec.fixes):
             fix.before_build("worker")
-        self.connector = _create_connector(self.config, "worker")
-        self.connector.register_kv_caches(layers, None, spec.num_blocks)
-        if not boundary.place_on_host_device(self.connector, kernels):
-            raise RuntimeError("this ATOM's offload worker has no codec/GPU connector to place")
+        if self.hybrid:
+            self._start_hybrid()
+        else:
+            self._start_dense(kernels)
         self.impl = getattr(self.connector, "_impl", self.connector)
         self.engine = getattr(self.impl, "_engine", None)
         # The tier's own reads of what lmcache holds use its lookup as it is, before a
@@ -135,6 +125,54 @@ class WorkerProcess:
         self.socket = _server_socket(server)
         if self.socket:
             log.record("bind", server=spec.name, path=self._socket_name())
+
+    def _start_dense(self, kernels: Any) -> None:
+        """ATOM's dense connector on per-layer K and V tensors (this rank's heads)."""
+        import torch
+
+        from kvfault.faults.atom import boundary
+
+        # This rank's shard of the 2 KV heads (ATOM splits KV heads across TP ranks).
+        shape = (
+            self.spec.num_blocks,
+            self.spec.block_size,
+            max(1, 2 // self.spec.tp_size),
+            self.spec.head_dim,
+        )
+        # The KV tensors in the dtype ATOM's table gives the server's KV cache dtype.
+        dtype = boundary.kv_dtype(self.spec.kv_cache_dtype)
+        layers = {
+            f"layers.{i}": SimpleNamespace(
+                k_cache=torch.zeros(shape, dtype=dtype),
+                v_cache=torch.zeros(shape, dtype=dtype),
+            )
+            for i in range(2)
+        }
+        self.kv = HostKv([t for layer in layers.values() for t in (layer.k_cache, layer.v_cache)])
+        self.connector = _create_connector(self.config, "worker")
+        self.connector.register_kv_caches(layers, None, self.spec.num_blocks)
+        if not boundary.place_on_host_device(self.connector, kernels):
+            raise RuntimeError("this ATOM's offload worker has no codec/GPU connector to place")
+
+    def _start_hybrid(self) -> None:
+        """ATOM's hybrid (DSV4) connector on the pools and regions ATOM's own DSV4
+        builder allocates and describes (``dsv4_runner``), under the hybrid fakes
+        (``dsv4_boundary``)."""
+        from kvfault.faults.atom import dsv4_boundary
+
+        if self.spec.tp_size != 1:
+            raise ValueError("the atom tier runs the hybrid connector with one TP rank")
+        dsv4_boundary.install()
+        from kvfault.faults.atom.dsv4_kv import Dsv4Kv
+        from kvfault.faults.atom.dsv4_runner import Dsv4Pools
+
+        self.pools = Dsv4Pools(
+            self.config, num_blocks=self.spec.num_blocks, num_slots=self.spec.max_num_seqs
+        )
+        self.kv = Dsv4Kv(self.pools.transfer)
+        self.connector = _create_connector(self.config, "worker")
+        self.connector.register_kv_caches({}, self.pools.transfer, self.pools.num_blocks)
+        dsv4_boundary.place_on_host(self.connector)
 
     def _observe_retrieve(self) -> None:
         engine = self.engine
@@ -229,17 +267,20 @@ class WorkerProcess:
 
     def forward(self, items: list[tuple], names: dict[int, str]) -> list[int]:
         """Compute each scheduled range into the KV blocks and sample one token each:
-        ``items`` are ``(seq_id, req, start, end, blocks, k)``; ``k`` is the index of
-        the token to sample (the prompt's ``k``-th output), -1 for a middle chunk."""
+        ``items`` are ``(seq_id, req, start, end, blocks, k, group)``; ``k`` is the
+        index of the token to sample (the prompt's ``k``-th output), -1 for a middle
+        chunk; ``group`` the request's state group (hybrid models; -1 for none)."""
         delay = self.faults.forward_delay(self.forwards)
         tokens = []
-        num = sum(end - start for _, _, start, end, _, _ in items)
+        num = sum(item[3] - item[2] for item in items)
         if self.lead:
             self.log.record("forward_start", index=self.forwards, tokens=num, duration=delay)
         if delay:
             time.sleep(delay)
         self.jitter.wait()
-        for _seq_id, req, start, end, blocks, k in items:
+        for _seq_id, req, start, end, blocks, k, group in items:
+            if self.hybrid:
+                self.kv.groups[req.req_id] = group
             if end > start:
                 self.model.compute(self.kv, req, blocks, start, end)
             if k < 0:
@@ -272,6 +313,14 @@ class WorkerProcess:
         for content not computed or loaded yet."""
         for b in blocks:
             self.kv.write(b, POISON)
+
+    def poison_slots(self, groups: list[int]) -> None:
+        """Fill the SLOT of each state group with the sentinel state: ATOM gave the
+        group to a request whose state is not computed or loaded yet."""
+        from kvfault.faults.atom.dsv4_kv import POISON_STATE
+
+        for g in groups:
+            self.kv.write_group(g, POISON_STATE)
 
     def lookup_pins(self) -> int | None:
         """Lookups whose chunks the lmcache engine still pins (a lookup pins what it

@@ -1,0 +1,58 @@
+"""The hybrid (DeepSeek-V4) connector's rows, run through the tier's executor: ATOM's
+DSV4 connector stores and loads PAGE units and the SLOT checkpoint, and the row passes
+at the checkout; a bug planted by hand in a scratch clone (a SLOT not restored, PAGE
+units not restored) fails it on ``correctness``."""
+
+from __future__ import annotations
+
+from atom_planted import planted
+
+from kvfault.faults.atom.executor import atom_executor
+from kvfault.faults.campaign import Case, CaseRunner
+from kvfault.faults.campaign.execute import run_case
+from kvfault.faults.campaign.kinds import scenario_target
+from kvfault.faults.verdicts import Verdict
+
+CONNECTOR = "atom/kv_transfer/offload/hybrid/dsv4/connector.py"
+CODEC = "atom/kv_transfer/offload/hybrid/dsv4/codec.py"
+SLOT_NOT_RESTORED = (
+    "                slot_codec.scatter_slot(row, destination_group, stream=stream)\n",
+    "                pass  # planted: the SLOT is not restored\n",
+)
+PAGE_NOT_RESTORED = (
+    "        self.scatter(device_buf, self.page_plan(flattened), stream=stream)\n",
+    "        return  # planted: PAGE units are not restored\n",
+)
+
+
+def _violations(src: str, row: str) -> list[str]:
+    with atom_executor(src) as executor:
+        res = run_case(row, 0, injectors=lambda: [], executor=executor)
+    return [f"{v.prop}: {v.message}" for v in res.violations]
+
+
+def test_dsv4_prefix_reuse_loads_page_and_slot_and_passes(atom_src):
+    with atom_executor(atom_src) as executor:
+        out = CaseRunner(keep_runs="all", executor=executor).run(
+            Case(scenario_target("dsv4_prefix_reuse", "atom"), 0)
+        )
+    assert out.verdict == Verdict.PASS, out.signature
+    events = out.fixed_result.run.trace.events
+    kinds = [e.kind.value for e in events]
+    assert kinds.count("dispatch") == 2 and kinds.count("copy_complete") == 2
+    cached = {e.req_id: e.data["cached"] for e in events if e.kind.value == "output"}
+    assert cached == {"first": 0, "between": 0, "again": 512, "longer": 512}
+
+
+def test_a_slot_not_restored_fails_dsv4_prefix_reuse(atom_src, tmp_path):
+    src = planted(atom_src, tmp_path / "atom", SLOT_NOT_RESTORED, file=CONNECTOR)
+    found = _violations(src, "dsv4_prefix_reuse")
+    assert "correctness: output of again differs from its cold run" in found, found
+    # The PAGE units were restored: only the answers, read from the state, are wrong.
+    assert not any("restored pages differ" in v for v in found), found
+
+
+def test_page_units_not_restored_fail_dsv4_prefix_reuse(atom_src, tmp_path):
+    src = planted(atom_src, tmp_path / "atom", PAGE_NOT_RESTORED, file=CODEC)
+    found = _violations(src, "dsv4_prefix_reuse")
+    assert "correctness: restored pages differ from recompute" in found, found
