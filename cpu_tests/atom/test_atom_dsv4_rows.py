@@ -1,12 +1,14 @@
 """The hybrid (DeepSeek-V4) connector's rows, run through the tier's executor: ATOM's
 DSV4 connector stores and loads PAGE units and the SLOT checkpoint, and the row passes
 at the checkout; a bug planted by hand in a scratch clone (a SLOT not restored, PAGE
-units not restored) fails it on ``correctness``."""
+units not restored) fails it on ``correctness``; a load that failed reported done
+fails ``dsv4_retrieve_failure``."""
 
 from __future__ import annotations
 
 from atom_planted import planted
 
+from kvfault.faults.atom import catalog
 from kvfault.faults.atom.executor import atom_executor
 from kvfault.faults.campaign import Case, CaseRunner
 from kvfault.faults.campaign.execute import run_case
@@ -19,15 +21,25 @@ SLOT_NOT_RESTORED = (
     "                slot_codec.scatter_slot(row, destination_group, stream=stream)\n",
     "                pass  # planted: the SLOT is not restored\n",
 )
+FAILED_LOAD_DONE = (
+    "                    load_error_type,\n                )\n            loaded = False\n"
+    "        finally:\n",
+    "                    load_error_type,\n                )\n            loaded = True  # planted\n"
+    "        finally:\n",
+)
 PAGE_NOT_RESTORED = (
     "        self.scatter(device_buf, self.page_plan(flattened), stream=stream)\n",
     "        return  # planted: PAGE units are not restored\n",
 )
 
 
-def _violations(src: str, row: str) -> list[str]:
+def _violations(src: str, name: str) -> list[str]:
+    row = catalog.ROWS[name]
+    faults = [row.factory(0)] if row.kind == "fault" else []
     with atom_executor(src) as executor:
-        res = run_case(row, 0, injectors=lambda: [], executor=executor)
+        res = run_case(row.scenario, 0, injectors=lambda: faults, executor=executor)
+    if row.kind == "fault":
+        assert any(res.fired.get(n) for n in (row.name, *row.fires)), res.fired  # it ran
     return [f"{v.prop}: {v.message}" for v in res.violations]
 
 
@@ -55,4 +67,10 @@ def test_a_slot_not_restored_fails_dsv4_prefix_reuse(atom_src, tmp_path):
 def test_page_units_not_restored_fail_dsv4_prefix_reuse(atom_src, tmp_path):
     src = planted(atom_src, tmp_path / "atom", PAGE_NOT_RESTORED, file=CODEC)
     found = _violations(src, "dsv4_prefix_reuse")
+    assert "correctness: restored pages differ from recompute" in found, found
+
+
+def test_a_failed_load_reported_done_fails_dsv4_retrieve_failure(atom_src, tmp_path):
+    src = planted(atom_src, tmp_path / "atom", FAILED_LOAD_DONE, file=CONNECTOR)
+    found = _violations(src, "dsv4_retrieve_failure")
     assert "correctness: restored pages differ from recompute" in found, found

@@ -159,6 +159,14 @@ def _rank_fault(
     return AtomRow("fault", name, description, story, _ONE, faults=faults, fires=(fires,))
 
 
+def _hybrid_fault(
+    name: str, story: s.Story, description: str, faults: FaultSpec, fires: str
+) -> AtomRow:
+    """A dense fault row's fault on a DeepSeek-V4 server's story (ATOM's hybrid
+    connector); it fires under the worker injector's own name."""
+    return AtomRow("fault", name, description, story, _ONE, faults=faults, fires=(fires,))
+
+
 ROWS: dict[str, AtomRow] = {
     r.name: r
     for r in (
@@ -551,6 +559,38 @@ ROWS: dict[str, AtomRow] = {
             _ONE,
             "lmcache forgets what hit right after the first lookup with a hit",
             FaultSpec(evict_after_lookup=1),
+        ),
+        _hybrid_fault(
+            "dsv4_retrieve_failure",
+            s.dsv4_reuse_once,
+            "retrieve_failure on a DeepSeek-V4 model (the hybrid connector): lmcache's first "
+            "PAGE retrieve raises; ATOM must fail the load and recompute",
+            FaultSpec(fail_retrieve=1),
+            "retrieve_failure",
+        ),
+        _hybrid_fault(
+            "dsv4_store_failure",
+            s.dsv4_recompute_then_reuse,
+            "store_failure on a DeepSeek-V4 model: lmcache's first PAGE store raises; the "
+            "resent prompt recomputes right and the one after loads what it stored",
+            FaultSpec(fail_store=1),
+            "store_failure",
+        ),
+        _hybrid_fault(
+            "dsv4_abort_during_load",
+            s.dsv4_reuse_after_abort,
+            "abort_during_load on a DeepSeek-V4 model: every lmcache retrieve waits 1 s; the "
+            "client aborts the request loading PAGE and SLOT meanwhile",
+            FaultSpec(slow_retrieve_s=1.0, abort_loading=1),
+            "abort_during_load",
+        ),
+        _hybrid_fault(
+            "dsv4_duplicate_completion",
+            s.dsv4_reuse_once,
+            "duplicate_completion on a DeepSeek-V4 model: the first finished load is reported "
+            "in two polls",
+            FaultSpec(duplicate_finished=("load", 1)),
+            "duplicate_completion",
         ),
     )
 }

@@ -160,6 +160,48 @@ def dsv4_prefix_reuse(run: AtomRun) -> None:
     run.end(a)
 
 
+def dsv4_reuse_once(run: AtomRun) -> None:
+    """The hybrid faults' story (``reuse_once`` on a DeepSeek-V4 server): a 600-token
+    prompt stored, another prompt served (its pages and state where the first's
+    were, and the first's save reported done meanwhile), then the first again: one
+    load of 512 tokens of PAGE units and the SLOT."""
+    a = run.server("A", **HYBRID)
+    p = run.prompt(600)
+    run.serve(a, AtomRequest("first", p))
+    run.stored(a, p)
+    run.serve(a, AtomRequest("between", run.prompt(600)))
+    run.serve(a, AtomRequest("again", p))
+    run.end(a)
+
+
+def dsv4_recompute_then_reuse(run: AtomRun) -> None:
+    """``recompute_then_reuse`` on a DeepSeek-V4 server: ``dsv4_reuse_once`` (whose
+    first save a fault may lose: the resent prompt recomputes and saves again), then,
+    once the tier holds the prompt and another prompt has run, the prompt a third
+    time: it loads what the recompute stored."""
+    a = run.server("A", **HYBRID)
+    p = run.prompt(600)
+    run.serve(a, AtomRequest("first", p))
+    run.stored(a, p)
+    run.serve(a, AtomRequest("between", run.prompt(600)))
+    run.serve(a, AtomRequest("again", p))
+    run.stored(a, p)
+    run.serve(a, AtomRequest("between2", run.prompt(600)))
+    run.serve(a, AtomRequest("third", p))
+    run.end(a)
+
+
+def dsv4_reuse_after_abort(run: AtomRun) -> None:
+    """``reuse_after_abort`` on a DeepSeek-V4 server: ``dsv4_reuse_once`` (its
+    resent request is the one a fault may abort while it loads), then, after
+    ``SAVE_SETTLE_S`` idle, the prompt a third time."""
+    dsv4_reuse_once(run)
+    a = run.host.servers[-1]
+    run.idle(SAVE_SETTLE_S)
+    run.serve(a, AtomRequest("third", run.requests[0].prompt))
+    run.end(a)
+
+
 # The lookup timeout of ``lookup_after_socket_loss``'s server: lmcache's default is
 # 3000 ms; each lookup that meets a lost socket waits this long (the row measures it).
 LOST_SOCKET_TIMEOUT_MS = 1000
