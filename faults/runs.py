@@ -1,11 +1,13 @@
-"""The vocabulary of one run: what a run is made from (``RunContext``) and what it
-leaves for the judge (``RunResult``). Scenarios build runs from a context; injectors
-rewrite a context; properties read a result."""
+"""The vocabulary of one run: what a run is made from (``RunContext``), the base of the
+faults it carries (``Injector``: each wraps collaborators and may rewrite the context),
+and what it leaves for the judge (``RunResult``). Scenarios build runs from a context;
+injectors rewrite a context; properties read a result."""
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Callable
+from typing import Any, Callable
 
 from kvfault.fakes.clock import VirtualClock
 from kvfault.fakes.model import DeterministicModel
@@ -14,11 +16,62 @@ from kvfault.reference.errors import EngineStopped
 from kvfault.reference.interfaces import Clock, Tier
 from kvfault.reference.rules import Rules
 from kvfault.reference.stack.engine import EngineConfig, RunOutcome
-from kvfault.reference.trace import Trace
-from kvfault.reference.types import Request
+from kvfault.reference.trace import Ev, Trace
+from kvfault.reference.types import OperationId, Request
 
-if TYPE_CHECKING:  # injectors sit above this module; the fields only need the type
-    from kvfault.faults.injectors.base import Injector
+
+class Injector:
+    """Base: wraps nothing. Subclasses override ``wrap_<role>`` for their role.
+
+    ``seed`` is the run's seed; ``rng`` is this injector's own stream drawn from it.
+    ``spec`` is set when a fault plan built the injector (a scenario's own faults have
+    none), so a report can tell planned faults from the workload's.
+    """
+
+    name: str = "injector"  # per class; an instance may carry a catalog alias
+
+    def __init__(self, seed: int = 0) -> None:
+        self.fired = 0
+        self.seed = seed
+        # A str seed is hashed with sha512: the stream does not depend on PYTHONHASHSEED.
+        self.rng = random.Random(f"{self.name}/{seed}")
+        self.spec: Any = None
+        self._trace: Trace | None = None
+        self._unbound: list[tuple[OperationId | None, dict[str, Any]]] = []
+
+    def bind(self, trace: Trace) -> None:
+        """Attach the run's trace; evidence fired before (``configure``) is recorded now."""
+        self._trace = trace
+        pending, self._unbound = self._unbound, []
+        for op, evidence in pending:
+            trace.record(Ev.FAULT, op=op, injector=self.name, **evidence)
+
+    def fire(self, op: OperationId | None = None, **evidence: Any) -> None:
+        """Count one injection and record its evidence as a ``fault`` trace event."""
+        self.fired += 1
+        if self._trace is None:
+            self._unbound.append((op, evidence))
+        else:
+            self._trace.record(Ev.FAULT, op=op, injector=self.name, **evidence)
+
+    def wrap(self, role: str, part: Any) -> Any:
+        method = getattr(self, f"wrap_{role}", None)
+        return method(part) if method else part
+
+    def configure(self, ctx: RunContext) -> RunContext:
+        """A configuration fault returns a changed copy of the run's context."""
+        return ctx
+
+    def request_map(self) -> Callable[[Request], Request] | None:
+        """A map applied to every request before it enters the stack, or None."""
+        return None
+
+    def replay_map(self) -> Callable[[Request], Request] | None:
+        """The map of the determinism re-run (default: the same as ``request_map``)."""
+        return self.request_map()
+
+    def describe(self) -> str:
+        return self.name
 
 
 @dataclass

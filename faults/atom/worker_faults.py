@@ -8,13 +8,36 @@ import os
 import threading
 import time
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from kvfault.faults.atom.event_log import EventLog, completion_fields, op_of
-from kvfault.faults.atom.spec import FaultSpec
+from kvfault.faults.atom.spec import FaultSpec, ServerSpec
 
-if TYPE_CHECKING:
-    from kvfault.faults.atom.worker import WorkerProcess
+
+class _Pages(Protocol):
+    def write(self, block: int, value: int) -> None: ...
+
+
+class ArmedWorker(Protocol):
+    """What the faults use of the worker process they are armed in
+    (``kvfault.faults.atom.worker.WorkerProcess``, which imports this module)."""
+
+    @property
+    def spec(self) -> ServerSpec: ...
+
+    @property
+    def host_dir(self) -> str: ...
+
+    @property
+    def impl(self) -> Any: ...
+
+    @property
+    def engine(self) -> Any: ...
+
+    @property
+    def kv(self) -> _Pages: ...
+
+    def op_for(self, kind: str, req_id: Any) -> tuple[str, int, str]: ...
 
 
 class WorkerFaults:
@@ -23,7 +46,7 @@ class WorkerFaults:
     of ATOM's connector) or edit what ``get_finished`` returns; ATOM's code is
     untouched."""
 
-    def __init__(self, spec: FaultSpec, worker: WorkerProcess, log: EventLog):
+    def __init__(self, spec: FaultSpec, worker: ArmedWorker, log: EventLog):
         self.spec, self.log = spec, log
         self.seen: dict[str, int] = {"load": 0, "save": 0}
         self.held: list[tuple[str, Any]] = []
@@ -74,9 +97,7 @@ class WorkerFaults:
         if server is not None and spec.steal_lookup_socket:
             self._lose_socket(server, spec.steal_lookup_socket, steal=True)
 
-    def _fail_files(
-        self, engine: Any, worker: WorkerProcess, what: str, method: str, n: int
-    ) -> None:
+    def _fail_files(self, engine: Any, worker: ArmedWorker, what: str, method: str, n: int) -> None:
         # The tier's files change under lmcache, before its n-th call touches them:
         # what a cleanup, or another process or the file system changing a finished
         # file, leaves for the next read or write.
@@ -207,7 +228,7 @@ class WorkerFaults:
         PinMonitor._force_unpin_timeout_object = observed
 
     def _fail_nth(
-        self, engine: Any, method: str, n: int, worker: WorkerProcess | None = None
+        self, engine: Any, method: str, n: int, worker: ArmedWorker | None = None
     ) -> None:
         inner = getattr(engine, method)
         count = [0]
@@ -246,7 +267,7 @@ class WorkerFaults:
         setattr(engine, method, wrapped)
 
     def _hang_finished(
-        self, engine: Any, worker: WorkerProcess, n: int, bound_s: float = 120.0
+        self, engine: Any, worker: ArmedWorker, n: int, bound_s: float = 120.0
     ) -> None:
         # Armed once lmcache's n-th retrieve has returned (a load ATOM's worker has yet
         # to report). The next poll answers with nothing drained, so its fault event
@@ -313,7 +334,7 @@ class WorkerFaults:
 
         connection.put = put
 
-    def _corrupt_nth(self, engine: Any, worker: WorkerProcess, n: int) -> None:
+    def _corrupt_nth(self, engine: Any, worker: ArmedWorker, n: int) -> None:
         # After the n-th retrieve, the first block it wrote holds other bytes: what a
         # wrong unpack or a stale tier entry would leave.
         inner = engine.retrieve

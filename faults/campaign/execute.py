@@ -16,11 +16,10 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
 from kvfault.faults.catalog import UnknownName
-from kvfault.faults.injectors.base import Injector
 from kvfault.faults.injectors.plans import fired_report, not_exercised
 from kvfault.faults.properties.checks import PROPERTIES, Violation
 from kvfault.faults.properties.names import Prop
-from kvfault.faults.runs import Ending, RunContext, RunResult
+from kvfault.faults.runs import Ending, Injector, RunContext, RunResult
 from kvfault.faults.scenarios import SCENARIOS
 from kvfault.faults.tiers import Executor, Tiers, TierScenario
 from kvfault.reference.rules import Rules

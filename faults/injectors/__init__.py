@@ -13,7 +13,7 @@ _EXPORTS = {
     "FenceFailure": "kvfault.faults.injectors.restore_copy",
     "HashOrderShuffle": "kvfault.faults.injectors.ids",
     "INJECTORS": "kvfault.faults.injectors.catalog",
-    "Injector": "kvfault.faults.injectors.base",
+    "Injector": "kvfault.faults.runs",
     "InjectorInfo": "kvfault.faults.injectors.catalog",
     "LateVisibility": "kvfault.faults.injectors.tier",
     "LostCompletion": "kvfault.faults.injectors.completions",

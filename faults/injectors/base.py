@@ -1,4 +1,7 @@
-"""Fault injectors: each wraps one collaborator of the reference stack.
+"""Fault injectors: each wraps one collaborator of the reference stack. Their base,
+``Injector``, is in ``kvfault.faults.runs`` beside the run it rewrites (a run's context
+and result hold injectors, and an injector rewrites a context: one module, no circle);
+here are their triggers and the functions that apply a run's injectors.
 
 An injector never changes ``reference/``; it is handed each collaborator as an engine
 is assembled (``wrap(role, part)``, roles ``timer``, ``tier``, ``channel``, ``copy``)
@@ -18,13 +21,9 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import Any, Callable, Sequence
 
-from kvfault.reference.trace import Ev, Trace
-from kvfault.reference.types import OperationId, Request
-
-if TYPE_CHECKING:  # scenarios import this module; the hooks only need the type
-    from kvfault.faults.runs import RunContext
+from kvfault.faults.runs import Injector, RunContext
 
 
 @dataclass(frozen=True)
@@ -52,60 +51,6 @@ class Trigger:
         if self.p:
             parts.append(f"p={self.p:g}")
         return ", ".join(parts) or "never"
-
-
-class Injector:
-    """Base: wraps nothing. Subclasses override ``wrap_<role>`` for their role.
-
-    ``seed`` is the run's seed; ``rng`` is this injector's own stream drawn from it.
-    ``spec`` is set when a fault plan built the injector (a scenario's own faults have
-    none), so a report can tell planned faults from the workload's.
-    """
-
-    name: str = "injector"  # per class; an instance may carry a catalog alias
-
-    def __init__(self, seed: int = 0) -> None:
-        self.fired = 0
-        self.seed = seed
-        # A str seed is hashed with sha512: the stream does not depend on PYTHONHASHSEED.
-        self.rng = random.Random(f"{self.name}/{seed}")
-        self.spec: Any = None
-        self._trace: Trace | None = None
-        self._unbound: list[tuple[OperationId | None, dict[str, Any]]] = []
-
-    def bind(self, trace: Trace) -> None:
-        """Attach the run's trace; evidence fired before (``configure``) is recorded now."""
-        self._trace = trace
-        pending, self._unbound = self._unbound, []
-        for op, evidence in pending:
-            trace.record(Ev.FAULT, op=op, injector=self.name, **evidence)
-
-    def fire(self, op: OperationId | None = None, **evidence: Any) -> None:
-        """Count one injection and record its evidence as a ``fault`` trace event."""
-        self.fired += 1
-        if self._trace is None:
-            self._unbound.append((op, evidence))
-        else:
-            self._trace.record(Ev.FAULT, op=op, injector=self.name, **evidence)
-
-    def wrap(self, role: str, part: Any) -> Any:
-        method = getattr(self, f"wrap_{role}", None)
-        return method(part) if method else part
-
-    def configure(self, ctx: RunContext) -> RunContext:
-        """A configuration fault returns a changed copy of the run's context."""
-        return ctx
-
-    def request_map(self) -> Callable[[Request], Request] | None:
-        """A map applied to every request before it enters the stack, or None."""
-        return None
-
-    def replay_map(self) -> Callable[[Request], Request] | None:
-        """The map of the determinism re-run (default: the same as ``request_map``)."""
-        return self.request_map()
-
-    def describe(self) -> str:
-        return self.name
 
 
 def wrap_all(injectors: Sequence[Injector]) -> Callable[[str, Any], Any]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-from kvfault.faults.injectors.base import Injector
 from kvfault.faults.injectors.completions import (
     DuplicateCompletion,
     LateCompletion,
@@ -25,7 +24,7 @@ from kvfault.faults.injectors.tier import (
     LostTierReply,
     RetrieveFailure,
 )
-from kvfault.faults.runs import Expect, finishes, refuses, stops
+from kvfault.faults.runs import Expect, Injector, finishes, refuses, stops
 
 # -- parameter schema ------------------------------------------------------------------
 

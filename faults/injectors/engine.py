@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from kvfault.faults.injectors.base import Injector, Trigger
+from kvfault.faults.injectors.base import Trigger
+from kvfault.faults.runs import Injector
 from kvfault.reference.interfaces import (
     ForwardTimer,
 )

@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import Any, Callable, Sequence
 
+from kvfault.faults.runs import Injector, RunContext
 from kvfault.reference.interfaces import (
     CompletionChannel,
 )
 from kvfault.reference.types import Completion, Request
-
-if TYPE_CHECKING:  # scenarios import this module; the hooks only need the type
-    from kvfault.faults.runs import RunContext
-from kvfault.faults.injectors.base import Injector
 
 
 class PortZeroIds(Injector):

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from kvfault.faults.argtypes import check_scale
-from kvfault.faults.injectors.base import Injector
 from kvfault.faults.injectors.catalog import INJECTORS
+from kvfault.faults.runs import Injector
 from kvfault.reference.types import Request
 
 # -- specs and plans -----------------------------------------------------------------------

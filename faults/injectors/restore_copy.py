@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from kvfault.faults.injectors.base import Injector, Trigger
+from kvfault.faults.injectors.base import Trigger
+from kvfault.faults.runs import Injector
 from kvfault.reference.errors import RestoreFenceError
 from kvfault.reference.interfaces import (
     CopyEngine,

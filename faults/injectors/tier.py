@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from kvfault.faults.injectors.base import Injector, Trigger
+from kvfault.faults.injectors.base import Trigger
+from kvfault.faults.runs import Injector
 from kvfault.reference.interfaces import (
     LookupQuery,
     LookupResult,

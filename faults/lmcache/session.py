@@ -51,10 +51,9 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from kvfault.faults.injectors.base import Injector
 from kvfault.faults.lmcache.server import TMP_PREFIX, LMCacheServer, LMCacheServerWedged
 from kvfault.faults.lmcache.wire_faults import WireInjector
-from kvfault.faults.runs import RunContext
+from kvfault.faults.runs import Injector, RunContext
 from kvfault.reference.clock import RealClock
 from kvfault.reference.interfaces import LookupQuery, LookupResult, Page, State, TierReply
 from kvfault.reference.rules import Rules

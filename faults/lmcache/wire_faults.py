@@ -11,10 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from kvfault.faults.injectors.base import Injector
 from kvfault.faults.lmcache.server import LMCacheServer
 from kvfault.faults.lmcache.wire_proxy import Action, FiredFault, WireFault, WireProxy
-from kvfault.faults.runs import Expect, finishes, stops
+from kvfault.faults.runs import Expect, Injector, finishes, stops
 from kvfault.reference.stack.engine import EngineConfig
 
 

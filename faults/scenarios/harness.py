@@ -11,8 +11,8 @@ from typing import Any, Sequence
 from kvfault.fakes.sim import SimWorld
 from kvfault.fakes.workloads import Workloads, resend
 from kvfault.faults.argtypes import check_scale
-from kvfault.faults.injectors.base import Injector, wrap_all
-from kvfault.faults.runs import RunContext, RunResult
+from kvfault.faults.injectors.base import wrap_all
+from kvfault.faults.runs import Injector, RunContext, RunResult
 from kvfault.reference.interfaces import Tier
 from kvfault.reference.stack.engine import Engine, EngineConfig, RunOutcome
 from kvfault.reference.trace import Ev

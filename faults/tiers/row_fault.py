@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Generic, Protocol, TypeVar
 
-from kvfault.faults.injectors.base import Injector
+from kvfault.faults.runs import Injector
 
 
 class _Named(Protocol):

@@ -15,9 +15,8 @@ from kvfault.faults.errors import KvfaultError
 if TYPE_CHECKING:
     import argparse
 
-    from kvfault.faults.injectors.base import Injector
     from kvfault.faults.injectors.plans import FaultPlan
-    from kvfault.faults.runs import Expect
+    from kvfault.faults.runs import Expect, Injector
     from kvfault.faults.tiers.executor import Executor
 
 # What a tier's row can be (``Row.kind``): the campaign's target kinds less ``swarm``,
