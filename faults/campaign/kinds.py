@@ -42,7 +42,7 @@ from kvfault.faults.errors import KvfaultError
 from kvfault.faults.injectors.plans import FaultPlan, fired_report
 from kvfault.faults.properties.names import Prop
 from kvfault.faults.regressions.legacy import REGRESSIONS
-from kvfault.faults.tiers import Executor, FaultPlans, Tiers, default_tier
+from kvfault.faults.tiers import Executor, FaultPlans, Tiers, default_tier, tier_or_default
 from kvfault.faults.verdicts import Verdict, worst
 
 if TYPE_CHECKING:
@@ -427,17 +427,17 @@ def kind_of(target: Target) -> TargetKind:
 
 def regression_target(name: str, tier: str | None = None) -> Target:
     """The planted regression ``name`` on ``tier`` (one-line ``CampaignError``)."""
-    return REGRESSION.build(name, default_tier() if tier is None else tier)
+    return REGRESSION.build(name, tier_or_default(tier))
 
 
 def fault_target(name: str, tier: str | None = None) -> Target:
     """The fault ``name`` on ``tier`` (one-line ``CampaignError``)."""
-    return FAULT.build(name, default_tier() if tier is None else tier)
+    return FAULT.build(name, tier_or_default(tier))
 
 
 def scenario_target(name: str, tier: str | None = None) -> Target:
     """The plain scenario ``name`` on ``tier`` (one-line ``CampaignError``)."""
-    return SCENARIO.build(name, default_tier() if tier is None else tier)
+    return SCENARIO.build(name, tier_or_default(tier))
 
 
 def swarm_target(scenario: str, pinned: Sequence[str] = (), tier: str | None = None) -> Target:
@@ -445,7 +445,7 @@ def swarm_target(scenario: str, pinned: Sequence[str] = (), tier: str | None = N
     whose faults are fault plans (one-line ``CampaignError`` else)."""
     return SWARM.build(
         scenario,
-        default_tier() if tier is None else tier,
+        tier_or_default(tier),
         {"scenario": scenario, "pinned": tuple(pinned)},
     )
 
@@ -456,7 +456,7 @@ def swarm_plan(
     """The swarm plan of one run on ``scenario``: a random subset of ``tier``'s faults
     (default: the default tier's) drawn from ``seed`` and the scenario (``pinned`` fixes
     the subset), as the tier's ``FaultPlans.swarm`` draws it."""
-    return _fault_plans(default_tier() if tier is None else tier).swarm(seed, scenario, pinned)
+    return _fault_plans(tier_or_default(tier)).swarm(seed, scenario, pinned)
 
 
 def _fault_plans(tier: str) -> FaultPlans:

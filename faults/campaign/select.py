@@ -22,7 +22,7 @@ from kvfault.faults.campaign.kinds import (
 from kvfault.faults.campaign.targets import CampaignError, Target
 from kvfault.faults.catalog import close_matches, on_tier
 from kvfault.faults.regressions.legacy import REGRESSIONS
-from kvfault.faults.tiers import Tier, TierError, Tiers, default_tier
+from kvfault.faults.tiers import Tier, TierError, Tiers, tier_or_default
 
 
 def select_targets(
@@ -47,7 +47,7 @@ def select_targets(
     restarts rarely. ``options``: the tier's own options as given, which every
     target's replay command repeats. ``tier``: default, the default tier
     (``kvfault.faults.tiers.Tiers.default``)."""
-    tier = default_tier() if tier is None else tier
+    tier = tier_or_default(tier)
     known = Tiers.installed().names
     if tier not in known:
         raise CampaignError(f"--tier must be one of {', '.join(known)}, got {tier!r}")
@@ -100,7 +100,7 @@ def legacy_stack(name: Any, kind: TargetKind | None = None, tier: str | None = N
             "--legacy runs the fault, scenario and swarm rows against a legacy stack; a "
             "regression row already runs its legacy against the fixed stack: drop --regression"
         )
-    if not _tier(default_tier() if tier is None else tier).fault_plans:
+    if not _tier(tier_or_default(tier)).fault_plans:
         raise CampaignError(f"--legacy runs on --tier {_planning()}")
     return name
 

@@ -3,7 +3,7 @@
 Importing this package imports no tier."""
 
 from kvfault.faults.tiers.executor import Executor
-from kvfault.faults.tiers.registry import GROUP, Tiers, default_tier
+from kvfault.faults.tiers.registry import GROUP, Tiers, default_tier, tier_or_default
 from kvfault.faults.tiers.tier import (
     ROW_KINDS,
     FaultPlans,
@@ -32,4 +32,5 @@ __all__ = [
     "TierUnavailable",
     "Tiers",
     "default_tier",
+    "tier_or_default",
 ]

@@ -107,6 +107,11 @@ def default_tier() -> str:
     return Tiers.installed().default.name
 
 
+def tier_or_default(tier: str | None) -> str:
+    """``tier``, or the default tier's name where none is named (None)."""
+    return default_tier() if tier is None else tier
+
+
 @functools.lru_cache(maxsize=1)
 def _installed() -> Tiers:
     return Tiers.load()
