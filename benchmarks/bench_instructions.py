@@ -39,8 +39,8 @@ import gc, sys
 gc.freeze(); gc.set_threshold(50_000, 20, 20)
 from kvfault.faults.campaign import run_scenario
 if sys.argv[3] == "stub":
-    from kvfault.reference.stack.engine import Engine, RunOutcome
-    Engine.run = lambda self, *a, **k: RunOutcome(None, 0.0, 0, {}, False, 0.0)
+    from kvfault.reference.stack.engine import Engine, EngineOutcome
+    Engine.run = lambda self, *a, **k: EngineOutcome(None, 0.0, 0, {}, False, 0.0)
 run = run_scenario(sys.argv[2], 0, scale=int(sys.argv[1]))
 print("events", len(run.trace.events))
 """

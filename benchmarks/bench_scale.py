@@ -7,7 +7,7 @@ For each scale K, one run of the scenario at ``--scale K`` (the restart burst: 6
 restores and 2*K cold prompts) on the fixed stack, then its properties checked (all
 but determinism, which is a second run) and its trace digested. The table gives the
 restores, the trace events, the run's wall and CPU seconds, events per second of the
-whole run and of the engine loop alone (``RunOutcome.wall_seconds``: no workload
+whole run and of the engine loop alone (``EngineOutcome.wall_seconds``: no workload
 generation), and the CPU seconds of checking and digesting the trace. Under it, the
 largest scale's events per CPU-second and per wall-second of the whole run, against
 the target of 100,000. With scales 4, 16 and 64 it prints

@@ -15,7 +15,7 @@ from kvfault.fakes.sim import SimWorld
 from kvfault.reference.errors import EngineStopped
 from kvfault.reference.interfaces import Clock, Tier
 from kvfault.reference.rules import Rules
-from kvfault.reference.stack.engine import EngineConfig, RunOutcome
+from kvfault.reference.stack.engine import EngineConfig, EngineOutcome
 from kvfault.reference.trace import Ev, Trace
 from kvfault.reference.types import OperationId, Request
 
@@ -109,7 +109,7 @@ class RunResult:
     trace: Trace
     config: EngineConfig
     requests: dict[str, Request]
-    outcomes: list[RunOutcome]
+    outcomes: list[EngineOutcome]
     injectors: list[Injector]
     notes: dict[str, object] = field(default_factory=dict)
     startup_error: str | None = None

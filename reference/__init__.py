@@ -24,7 +24,7 @@ if TYPE_CHECKING:
         TransferUnprovable,
     )
     from kvfault.reference.rules import Rules
-    from kvfault.reference.stack import Engine, EngineConfig, RunOutcome
+    from kvfault.reference.stack import Engine, EngineConfig, EngineOutcome
     from kvfault.reference.trace import Ev, Trace, TraceEvent
     from kvfault.reference.types import (
         Completion,
@@ -47,7 +47,7 @@ _EXPORTS = {
     "Rules": "kvfault.reference.rules",
     "Engine": "kvfault.reference.stack",
     "EngineConfig": "kvfault.reference.stack",
-    "RunOutcome": "kvfault.reference.stack",
+    "EngineOutcome": "kvfault.reference.stack",
     "Ev": "kvfault.reference.trace",
     "Trace": "kvfault.reference.trace",
     "TraceEvent": "kvfault.reference.trace",
@@ -66,6 +66,7 @@ __all__ = [
     "Engine",
     "EngineConfig",
     "EngineIdentityConflict",
+    "EngineOutcome",
     "EngineStopped",
     "Ev",
     "Geometry",
@@ -77,7 +78,6 @@ __all__ = [
     "Request",
     "RestoreFenceError",
     "Rules",
-    "RunOutcome",
     "SaveOp",
     "StepMeta",
     "Trace",

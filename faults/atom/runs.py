@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from kvfault.faults.atom.pictures import cold_content
 from kvfault.faults.atom.spec import AtomRequest, RawEvent
 from kvfault.faults.runs import RunResult
-from kvfault.reference.stack.engine import EngineConfig, RunOutcome
+from kvfault.reference.stack.engine import EngineConfig, EngineOutcome
 from kvfault.reference.trace import Ev, Trace, TraceEvent
 from kvfault.reference.types import Geometry, OperationId, OpKind, Request
 
@@ -74,7 +74,7 @@ def result_of(
             )
             for r in requests
         },
-        outcomes=[RunOutcome(None, last, 0, outputs, hung=hung)],
+        outcomes=[EngineOutcome(None, last, 0, outputs, hung=hung)],
         injectors=list(fired.values()),  # type: ignore[arg-type]  # counts only, no injector
         # Requests the client aborted: nobody waits for their answer.
         notes={

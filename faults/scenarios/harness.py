@@ -14,7 +14,7 @@ from kvfault.faults.argtypes import check_scale
 from kvfault.faults.injectors.base import wrap_all
 from kvfault.faults.runs import Injector, RunContext, RunResult
 from kvfault.reference.interfaces import Tier
-from kvfault.reference.stack.engine import Engine, EngineConfig, RunOutcome
+from kvfault.reference.stack.engine import Engine, EngineConfig, EngineOutcome
 from kvfault.reference.trace import Ev
 from kvfault.reference.types import Request
 
@@ -47,7 +47,7 @@ class _Run:
             inj.bind(self.world.trace)
         self._tier = None
         self.requests: dict[str, Request] = {}
-        self.outcomes: list[RunOutcome] = []
+        self.outcomes: list[EngineOutcome] = []
         self.notes: dict[str, object] = {}
         self.workloads = Workloads(ctx.seed)
 
@@ -75,7 +75,7 @@ class _Run:
             out.append(r)
         return out
 
-    def run(self, engine: Engine, **kwargs: Any) -> RunOutcome:
+    def run(self, engine: Engine, **kwargs: Any) -> EngineOutcome:
         outcome = engine.run(**kwargs)
         self.outcomes.append(outcome)
         return outcome

@@ -28,7 +28,7 @@ from kvfault.faults.scenarios.harness import _renamed, _Run
 from kvfault.faults.scenarios.scenario import _ALL, _ONE_TIER, Scenario
 from kvfault.reference.errors import EngineIdentityConflict
 from kvfault.reference.rules.identity import lookup_socket_path
-from kvfault.reference.stack.engine import Engine, EngineConfig, RunOutcome
+from kvfault.reference.stack.engine import Engine, EngineConfig, EngineOutcome
 from kvfault.reference.trace import Ev
 from kvfault.reference.types import Geometry, Request
 
@@ -387,7 +387,7 @@ def _run_through_crashes(run: _Run, engine: Engine, sent: Sequence[Request]) -> 
         except EngineCrash:
             restarts += 1
             if restarts > _CRASH_LIMIT:
-                run.outcomes.append(RunOutcome(None, 0.0, 0, dict(engine.outputs), hung=True))
+                run.outcomes.append(EngineOutcome(None, 0.0, 0, dict(engine.outputs), hung=True))
                 return restarts
             engine.restart()
             for r in sent:

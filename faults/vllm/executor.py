@@ -20,7 +20,7 @@ from kvfault.faults.tiers import Executor, TierUnavailable
 from kvfault.faults.vllm.catalog import SCENARIOS, Phase, VllmFault
 from kvfault.faults.vllm.spec import BLOCK_SIZE, CHUNK_SIZE, RunSpec
 from kvfault.faults.vllm.zygote import Zygote, ZygoteError, ZygotePool
-from kvfault.reference.stack.engine import EngineConfig, RunOutcome
+from kvfault.reference.stack.engine import EngineConfig, EngineOutcome
 from kvfault.reference.trace import Ev, Trace, TraceEvent
 from kvfault.reference.types import Geometry, OperationId, OpKind, Request
 
@@ -204,7 +204,7 @@ def result_of(scenario: str, seed: int, payload: dict[str, Any], faults: list[st
         trace=trace,
         config=EngineConfig(geometry=geometry, model_kind="dense"),
         requests=requests,
-        outcomes=[RunOutcome(None, last, 0, outputs, hung=bool(payload["hung"]))],
+        outcomes=[EngineOutcome(None, last, 0, outputs, hung=bool(payload["hung"]))],
         injectors=[FiredCount(n, int(payload.get("fired", 0))) for n in faults],  # type: ignore[misc]
         notes={"tier": "vllm", "aborted": sorted(set(payload.get("aborted", ())))},
     )

@@ -7,8 +7,8 @@ from kvfault.reference.stack.engine import (
     Collaborators,
     Engine,
     EngineConfig,
+    EngineOutcome,
     ModelRunner,
-    RunOutcome,
 )
 from kvfault.reference.stack.hbm import BlockPool, OutOfBlocks, UncachedBlockPool
 from kvfault.reference.stack.scheduler import Phase, Scheduler, SchedulerConfig
@@ -19,12 +19,12 @@ __all__ = [
     "Collaborators",
     "Engine",
     "EngineConfig",
+    "EngineOutcome",
     "ModelRunner",
     "OutOfBlocks",
     "Phase",
     "QueueChannel",
     "RestoreWorker",
-    "RunOutcome",
     "Scheduler",
     "SchedulerConfig",
     "UncachedBlockPool",

@@ -81,7 +81,11 @@ class Collaborators:
 
 
 @dataclass
-class RunOutcome:
+class EngineOutcome:
+    """How one engine's run ended (``Engine.run``): its stop, if any, virtual and wall
+    seconds, steps, the outputs it produced, and whether it hung. A scenario's run
+    (``kvfault.faults.runs.RunResult``) holds one per engine it ran."""
+
     stopped: EngineStopped | None
     sim_seconds: float
     steps: int
@@ -196,7 +200,7 @@ class Engine:
         self._forwards += 1
         self.trace.record(Ev.FORWARD_END, index=self._forwards - 1)
 
-    def run(self, max_sim_seconds: float = 3600.0, max_steps: int = 1_000_000) -> RunOutcome:
+    def run(self, max_sim_seconds: float = 3600.0, max_steps: int = 1_000_000) -> EngineOutcome:
         """Step until nothing is left, the engine stops, or a limit is hit (``hung``)."""
         clock = self.parts.clock
         deadline = clock.now() + max_sim_seconds
@@ -226,7 +230,7 @@ class Engine:
                 **self.scheduler.holdings(),
                 **self.worker.pending(),
             )
-        return RunOutcome(
+        return EngineOutcome(
             stopped,
             clock.now() - start,
             self.steps - start_steps,

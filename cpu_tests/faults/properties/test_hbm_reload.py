@@ -5,7 +5,7 @@ records) is a load the stack's own prefix cache should have served (ATOM's #1725
 from __future__ import annotations
 
 from kvfault.faults.properties.ledger import efficiency
-from kvfault.faults.runs import RunOutcome, RunResult
+from kvfault.faults.runs import EngineOutcome, RunResult
 from kvfault.reference.stack.engine import EngineConfig
 from kvfault.reference.trace import Ev, Trace
 from kvfault.reference.types import Geometry, Request
@@ -29,7 +29,7 @@ def _run(**lookup: int) -> RunResult:
         trace=trace,
         config=EngineConfig(geometry=Geometry(block_size=16, chunk_size=CHUNK)),
         requests={"third": req},
-        outcomes=[RunOutcome(None, 2.0, 0, {}, hung=False)],
+        outcomes=[EngineOutcome(None, 2.0, 0, {}, hung=False)],
         injectors=[],
     )
 

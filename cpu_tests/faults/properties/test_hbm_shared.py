@@ -7,7 +7,7 @@ overwrote each other's page); these traces are what it recorded."""
 from __future__ import annotations
 
 from kvfault.faults.properties.ledger import hbm_owners
-from kvfault.faults.runs import RunContext, RunOutcome, RunResult
+from kvfault.faults.runs import EngineOutcome, RunContext, RunResult
 from kvfault.faults.scenarios.generated import Prompt, Workload, run_workload
 from kvfault.reference.stack.engine import EngineConfig
 from kvfault.reference.trace import Ev, Trace
@@ -41,7 +41,7 @@ def _run(prompt_len: int, took: list[int], shared: int, hbm_hit: int | None) -> 
         trace=trace,
         config=EngineConfig(geometry=Geometry(block_size=BS, chunk_size=BS)),
         requests={"again": req},
-        outcomes=[RunOutcome(None, 2.0, 0, {}, hung=False)],
+        outcomes=[EngineOutcome(None, 2.0, 0, {}, hung=False)],
         injectors=[],
     )
 
