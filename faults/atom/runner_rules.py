@@ -1,11 +1,11 @@
-"""ATOM's model runner's own decisions, for the tier's fake runner to call instead of
-re-deciding them.
+"""ATOM's model runner's (and its multimodal model's) own decisions, for the tier's fake
+runner to call instead of re-deciding them.
 
-ATOM's ``atom.model_engine.model_runner`` imports aiter (AMD's GPU library) at import
-time, so the module cannot be imported on a CPU. Its small pure static methods are
+ATOM's ``atom.model_engine.model_runner`` and its model modules import aiter (AMD's GPU
+library) at import time, so they cannot be imported on a CPU. Their small methods are
 taken from the checkout's source instead: the one method's AST is compiled under the
-module's own file name (a tracer attributes its lines to ``model_runner.py``) and run
-as ATOM wrote it. Nothing of its body is written here.
+module's own file name (a tracer attributes its lines to it) and run as ATOM wrote it.
+Nothing of its body is written here.
 
 Runs only inside server processes (``kvfault.faults.atom.zygote`` forks them).
 """
