@@ -81,6 +81,7 @@ def fake(b):
         _in_handoff=lambda seq: True, _lookup_event=lambda *a: None,
         _merge_pictures=lambda *a: None, content={},
     )
+    side._forward_items = functools.partial(SchedulerProcess._forward_items, side)
     out = SchedulerProcess.forward(side, b)
     return list(out.token_ids), side.sampled == (["held"], [(9,)])
 
@@ -200,3 +201,72 @@ def test_pictures_merge_as_atoms_runner_and_model_do(atom_src):
     assert len(got["site"]) == 1, got["site"]
     test, first_arg = got["site"][0]
     assert "is_prefill" in test and first_arg == "input_ids", got["site"]
+
+
+_PIPELINE = """
+import ast, functools, importlib.util, itertools
+from collections import deque
+from types import SimpleNamespace
+from atom.model_engine.scheduler import ScheduledBatch
+from kvfault.faults.atom.pipeline import StageHub, _StageForward
+from kvfault.faults.atom.runner_rules import RUNNER_MODULE, pure_middle_chunk_rule
+
+# 1. ATOM's ModelRunner: where it returns before sampling, and when it defers output
+#    (read from its source: the module needs aiter).
+src = open(importlib.util.find_spec(RUNNER_MODULE).origin).read()
+tree = ast.parse(src)
+runner = next(c for c in tree.body if isinstance(c, ast.ClassDef) and c.name == "ModelRunner")
+forward = next(f for f in runner.body if isinstance(f, ast.FunctionDef) and f.name == "forward")
+early = [ast.unparse(n.test) for n in ast.walk(forward)
+         if isinstance(n, ast.If) and "_is_pure_middle_chunk" in ast.unparse(n.test)]
+deferred = [ast.unparse(n.value) for n in ast.walk(tree) if isinstance(n, ast.Assign)
+            and any(ast.unparse(t) == "self.is_deferred_out" for t in n.targets)]
+
+# 2. The tier's stage forwards on the same batches: stage 0 of 2 (not the last) and
+#    stage 1 (the last).
+rule = pure_middle_chunk_rule()
+
+def batch(decode, final):
+    ns = SimpleNamespace(total_seqs_num_decode=decode, is_final_chunk=final,
+                         req_ids=[1, 2][: max(1, len(final or []))])
+    ns.produces_output = functools.partial(ScheduledBatch.produces_output, ns)
+    return ns
+
+def last_stage(b):
+    hub = StageHub(2)
+    hub.hidden[1].append(([None] * len(b.req_ids), [7] * len(b.req_ids)))
+    head = SimpleNamespace(hub=hub, names={}, pure_middle_chunk=rule,
+                           stages=[None, SimpleNamespace(each=lambda *a: [[7] * len(a[1])])])
+    return [list(t) for t in _StageForward(head, 1)(b).token_ids]
+
+def middle_stage(b):
+    hub = StageHub(3)
+    hub.hidden[1].append(([None] * len(b.req_ids), [7] * len(b.req_ids)))
+    head = SimpleNamespace(hub=hub, names={}, pure_middle_chunk=rule,
+                           stages=[None, SimpleNamespace(each=lambda *a: [[7] * len(a[1])])])
+    out = _StageForward(head, 1)(b)
+    return list(out.token_ids), len(hub.hidden[2])
+
+cases = []
+for decode, final in itertools.product((0, 1), (None, [False], [True], [False, True])):
+    b = batch(decode, final)
+    cases.append({"atom_skips": bool(rule(b)), "last": last_stage(b), "middle": middle_stage(b)})
+result = {"early": early, "deferred": deferred, "cases": cases}
+"""
+
+
+def test_pipeline_stages_sample_where_atoms_runner_does(atom_src):
+    """ATOM's ``ModelRunner.forward`` returns no tokens on a stage that is not the last
+    (``pp_non_last``) or for a batch of middle chunks, and defers output only with one
+    pipeline stage. The tier's stages do the same: a stage that is not the last passes
+    its tokens on and samples nothing; the last samples every batch but those; and its
+    pipeline head refuses deferred output."""
+    got = _probe(atom_src, _PIPELINE)
+    assert got["early"] == ["pp_non_last or self._is_pure_middle_chunk(batch)"], got["early"]
+    one_stage = "getattr(runner.config, 'pipeline_parallel_size', 1) == 1"
+    assert got["deferred"] == [one_stage], got["deferred"]
+    assert any(c["atom_skips"] for c in got["cases"]), "no batch of middle chunks"
+    for c in got["cases"]:
+        assert c["middle"] == [[], 1], c
+        assert (c["last"] == []) == c["atom_skips"], c
+        assert all(t == [7] for t in c["last"]), c

@@ -308,6 +308,20 @@ ROWS: dict[str, AtomRow] = {
             "two TP sizes of one model (one worker rank and two) share a remote lmcache tier",
         ),
         _scenario(
+            "shared_tier_tp_pp",
+            s.shared_tier_tp_pp,
+            _MANY,
+            "one model at TP 2 and at PP 2 (one world size, other bytes per worker) shares "
+            "a remote lmcache tier",
+        ),
+        _scenario(
+            "shared_tier_pp_reuse",
+            s.shared_tier_pp_reuse,
+            _MANY,
+            "two PP 2 servers on two machines share a remote lmcache tier: each of B's "
+            "stages loads the layers A's same stage stored",
+        ),
+        _scenario(
             "shared_tier_reuse",
             s.shared_tier_reuse,
             _MANY,
@@ -334,6 +348,13 @@ ROWS: dict[str, AtomRow] = {
             _ONE,
             "prefix_reuse at TP 2: both ranks store and load their shards, rank 0 alone "
             "answers lookups",
+        ),
+        _scenario(
+            "pp2_prefix_reuse",
+            s.pp_prefix_reuse,
+            _ONE,
+            "prefix_reuse at PP 2: each stage stores and restores its own layer, stage 0 "
+            "alone answers lookups, ATOM's PPKVAggregator completes each load",
         ),
         _fault(
             "slow_first_forward",
@@ -446,6 +467,14 @@ ROWS: dict[str, AtomRow] = {
             "finished polls after rank 0: the request must wait for both shards",
             FaultSpec(slow_retrieve_s=1.0, rank=1),
             "slow_retrieve",
+        ),
+        _rank_fault(
+            "pp2_stage1_late_load",
+            "at PP 2, stage 1's lmcache retrieve waits 1 s, so stage 1 reports its load "
+            "finished polls after stage 0: the request must wait for both stages' layers",
+            FaultSpec(slow_retrieve_s=1.0, rank=1),
+            "slow_retrieve",
+            story=s.pp_reuse_once,
         ),
         _fault(
             "lookup_socket_removed",

@@ -176,6 +176,26 @@ def _hbm_hit_before_picture(side: Any) -> None:
     bm.can_allocate = can_allocate
 
 
+# -- shared_tier_tp_pp: the page namespace tells a PP replica from a TP one ------------
+def _namespace_with_pp_size(role: str) -> None:
+    from atom.kv_transfer.offload import config as offcfg
+
+    inner = offcfg.build_page_namespace
+    if getattr(inner, "kvfault_fix", False):
+        return
+
+    def namespace(config: Any, cfg: Any, world_size: int, **kwargs: Any) -> str:
+        # The namespace's world size is PP x TP: worker i of a TP 2 replica (both
+        # layers, half the heads) and of a PP 2 one (half the layers, every head) hold
+        # other bytes under one chunk key unless the split itself is named.
+        pp = int(getattr(config, "pipeline_parallel_size", 1) or 1)
+        name = inner(config, cfg, world_size, **kwargs)
+        return name if pp == 1 else f"{name}-pp{pp}"
+
+    namespace.kvfault_fix = True  # type: ignore[attr-defined]
+    offcfg.build_page_namespace = namespace
+
+
 FIXES: dict[str, AtomFix] = {
     f.name: f
     for f in (
@@ -222,6 +242,13 @@ FIXES: dict[str, AtomFix] = {
             "a pending load cleared before the step's metadata is built keeps its lookup "
             "id in the step's list, so the worker unpins it",
             scheduler=_unpin_cleared_lookups,
+        ),
+        AtomFix(
+            "shared_tier_tp_pp",
+            "atom/kv_transfer/offload/config.py: build_page_namespace",
+            "the page namespace names the pipeline size when it is over 1, so a PP "
+            "replica's worker ids do not share keys with a TP replica's of one world size",
+            before_build=_namespace_with_pp_size,
         ),
     )
 }

@@ -179,7 +179,8 @@ class AtomHost:
         if not conn.poll(timeout_s):
             raise ServerRefused(f"{spec.name}: the scheduler did not start")
         conn.recv()  # ("listening", name, pid)
-        for rank in range(spec.tp_size):  # one worker process per TP rank
+        # One worker process per TP rank of each pipeline stage.
+        for rank in range(spec.tp_size * spec.pp_size):
             pids.append(
                 self.zygotes.get(worker_seed).fork(
                     "worker",

@@ -63,6 +63,14 @@ def _recorder(spec: ServerSpec) -> Any:
     return recorder
 
 
+def _who(spec: ServerSpec, worker: int) -> str:
+    """How a hang names worker ``worker`` of ``spec``'s server."""
+    if spec.pp_size > 1:
+        stage, rank = divmod(worker, spec.tp_size)
+        return f"stage {stage} rank {rank}'s worker"
+    return f"rank {worker}'s worker" if spec.tp_size > 1 else "the worker"
+
+
 def child_main(role: str, args: dict[str, Any]) -> int:
     if role == "scheduler":
         return scheduler_main(**args)
@@ -131,7 +139,7 @@ def scheduler_main(
     listener._listener._socket.settimeout(180.0)  # type: ignore[attr-defined]  # private
     try:
         links: dict[int, WorkerLink] = {}
-        for _ in range(spec.tp_size):  # the ranks connect in any order
+        for _ in range(spec.tp_size * spec.pp_size):  # the workers connect in any order
             wconn = listener.accept()
             if not wconn.poll(180.0):
                 raise TimeoutError("a worker did not register its KV caches within 180s")
@@ -141,11 +149,16 @@ def scheduler_main(
                 error, line = detail
                 raise _WorkerRefused(line, error)
             pid, rank = detail
-            who = f"rank {rank}'s worker" if spec.tp_size > 1 else "the worker"
+            who = _who(spec, rank)
             path = stack_path(listen, rank)
             links[rank] = WorkerLink(wconn, log, pid=pid, stack_path=path, who=who)
         ranks = WorkerRanks([links[r] for r in sorted(links)])
-        side = SchedulerProcess(spec, log, ranks, socket_dir)
+        if spec.pp_size > 1:
+            from kvfault.faults.atom.pipeline import pipeline_head
+
+            side = pipeline_head(spec, log, ranks, socket_dir)
+        else:
+            side = SchedulerProcess(spec, log, ranks, socket_dir)
     except Exception as e:  # noqa: BLE001  the host turns this into a refusal
         error, line = (e.error, f"{e} (worker)") if isinstance(e, _WorkerRefused) else _refusal(e)
         if os.environ.get("KVFAULT_ATOM_DEBUG"):

@@ -15,6 +15,7 @@ from kvfault.faults.atom.spec import AtomRequest, ServerSpec
 # ServerSpec field, with how it is shown.
 ATOM_DEFAULTS: dict[str, tuple[object, str]] = {
     "tp_size": (1, "TP"),
+    "pp_size": (1, "PP"),
     "block_size": (16, "block size"),
     "chunk_size": (256, "lmcache chunk"),
     "min_load_tokens": (8192, "min load tokens"),
@@ -29,8 +30,8 @@ ATOM_DEFAULTS: dict[str, tuple[object, str]] = {
     "local_disk": (False, "local disk"),
     "shared_tier": (False, "remote tier (fs://)"),
 }
-# What every row runs unless its line says otherwise (the TP size), and what no row
-# varies yet (docs/atom/tier.md's coverage table).
+# What every row runs unless its line says otherwise (the TP and PP sizes), and what no
+# row varies yet (docs/atom/tier.md's coverage table).
 FIXED = "dense connector, TP 1 (one worker rank), PP 1"
 
 
@@ -66,7 +67,8 @@ def differences(spec: ServerSpec, base: ServerSpec | None = None) -> list[str]:
     if spec.machine:
         out.append(f"on machine {spec.machine}")
     if spec.faults.rank >= 0:
-        out.append(f"faults on TP rank {spec.faults.rank} only")
+        which = "worker" if spec.pp_size > 1 else "TP rank"
+        out.append(f"faults on {which} {spec.faults.rank} only")
     for side in ("scheduler", "worker"):
         seed = getattr(spec, f"{side}_hash_seed")
         if seed is not None:

@@ -119,6 +119,15 @@ def tp_prefix_reuse(run: AtomRun) -> None:
     _prefix_reuse(run, tp_size=2)
 
 
+def pp_prefix_reuse(run: AtomRun) -> None:
+    """``prefix_reuse`` on a server of two pipeline stages (one worker each, holding one
+    of the model's two layers): each stage's worker stores and restores its own layers
+    in its own lmcache engine (worker ids 0 and 1), stage 0's engine alone answers the
+    head's lookups, and a load is done when ATOM's ``PPKVAggregator`` has both stages'
+    completions."""
+    _prefix_reuse(run, pp_size=2, tp_size=1)
+
+
 def _prefix_reuse(run: AtomRun, **spec: Any) -> None:
     a = run.server("A", prefix_caching=False, **spec)
     p = run.prompt(200)
@@ -240,6 +249,17 @@ def tp_reuse_once(run: AtomRun) -> None:
     rank's worker only): the load of the resent prompt is one load per rank, done when
     ATOM's aggregator has both ranks' completions, failed when either failed."""
     a = run.server("A", prefix_caching=False, tp_size=2)
+    p = run.prompt(200)
+    run.serve(a, AtomRequest("first", p))
+    run.serve(a, AtomRequest("again", p))
+    run.end(a)
+
+
+def pp_reuse_once(run: AtomRun) -> None:
+    """``reuse_once`` on a server of two pipeline stages (a fault may hit one stage's
+    worker only): the load of the resent prompt is one load per stage, done when ATOM's
+    ``PPKVAggregator`` has both stages' completions, failed when either failed."""
+    a = run.server("A", prefix_caching=False, pp_size=2, tp_size=1)
     p = run.prompt(200)
     run.serve(a, AtomRequest("first", p))
     run.serve(a, AtomRequest("again", p))
@@ -576,6 +596,22 @@ def shared_tier_tp_sizes(run: AtomRun) -> None:
     run.end(a, b)
 
 
+def shared_tier_tp_pp(run: AtomRun) -> None:
+    """``shared_tier_two_layouts`` with one model on two parallel layouts of one world
+    size: A at TP 2 (each rank: both layers, one KV head), B at PP 2 (each stage: one
+    layer, both heads; B's requests carry another media seed, as the layouts row's do).
+    A stores a 200-token prompt; once the remote tier holds it B gets the same prompt
+    and must not find A's chunks: ATOM's page namespace carries the replica's world
+    size (PP x TP, 2 for both) and lmcache's key worker ids 0 and 1 for both."""
+    a = run.server("A", prefix_caching=False, shared_tier=True, tp_size=2)
+    b = run.server("B", prefix_caching=False, shared_tier=True, tp_size=1, pp_size=2, machine="m2")
+    p = run.prompt(200)
+    run.serve(a, AtomRequest("A-first", p))
+    run.stored(a, p, shared_tier=True)  # as in shared_tier_two_layouts
+    run.serve(b, AtomRequest("B-same", p, cache_seed=LAYOUT_B))
+    run.end(a, b)
+
+
 def shared_tier_reuse(run: AtomRun) -> None:
     """Two servers of one model and one layout on two machines sharing lmcache's remote
     tier (its file-system connector on one directory): A stores a 200-token prompt;
@@ -583,6 +619,21 @@ def shared_tier_reuse(run: AtomRun) -> None:
     the remote tier (B's own CPU pool is empty); then B gets it once more."""
     a = run.server("A", prefix_caching=False, shared_tier=True)
     b = run.server("B", prefix_caching=False, shared_tier=True, machine="m2")
+    p = run.prompt(200)
+    run.serve(a, AtomRequest("A-first", p))
+    run.stored(b, p)
+    run.serve(b, AtomRequest("B-same", p))
+    run.serve(b, AtomRequest("B-again", p))
+    run.end(a, b)
+
+
+def shared_tier_pp_reuse(run: AtomRun) -> None:
+    """``shared_tier_reuse`` with two servers of two pipeline stages each: A's stages
+    store their layers in the remote tier under worker ids 0 and 1; once B's lmcache
+    finds the prompt there (both stages' engines), B gets it and each of B's stages
+    loads its own layers, not the other stage's; then B gets it once more."""
+    a = run.server("A", prefix_caching=False, shared_tier=True, pp_size=2, tp_size=1)
+    b = run.server("B", prefix_caching=False, shared_tier=True, pp_size=2, tp_size=1, machine="m2")
     p = run.prompt(200)
     run.serve(a, AtomRequest("A-first", p))
     run.stored(b, p)

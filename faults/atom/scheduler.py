@@ -186,8 +186,21 @@ class _RunnerManager:
     until the run's limit and ``HANG_GRACE_S``, so a rank that never answers ends the
     run as hung, which judges this stand-in, not ATOM."""
 
-    def __init__(self, link: WorkerRanks, side: SchedulerProcess):
+    def __init__(
+        self,
+        link: WorkerRanks,
+        side: SchedulerProcess,
+        forward: Callable[[Any], Any] | None = None,
+        observe_meta: bool = True,
+        observe_delivered: bool = True,
+    ):
+        # ``forward``: what a forward call runs (the side's own by default); the
+        # observe flags: whether this manager's calls are the ones the trace records
+        # (a pipeline's downstream stages get the head's metadata again, and with
+        # stages the scheduler's input is the stages' aggregate, not this one).
         self.link, self.side = link, side
+        self.forward = forward if forward is not None else side.forward
+        self.observe_meta, self.observe_delivered = observe_meta, observe_delivered
         self.aggregator = None
         try:
             from atom.kv_transfer.disaggregation.aggregator import KVOutputAggregator
@@ -200,18 +213,22 @@ class _RunnerManager:
     def call_func(self, name: str, *args: Any, wait_out: bool = False, **kwargs: Any) -> Any:
         self.side.flush_poison()
         if name == "process_kvconnector_output":
-            self.side.observe_meta(args[0])
+            if self.observe_meta:
+                self.side.observe_meta(args[0])
             self.link.each(name, args[0], self.side.names)
             return None
         if name == "forward":
-            return self.side.forward(args[0])
+            return self.forward(args[0])
+        if name == "flush_pp_send":
+            return True  # a stage's hidden-state send: no NCCL here, nothing pending
         raise NotImplementedError(f"the atom tier's worker has no {name}")
 
     def call_func_with_aggregation(self, name: str, *args: Any, timeout: float = 10.0) -> Any:
         self.side.flush_poison()
         outs = self.link.each(name, self.side.names)
         out = outs[0] if self.aggregator is None else self.aggregator.aggregate(outs)
-        self.side.observe_delivered(out)
+        if self.observe_delivered:
+            self.side.observe_delivered(out)
         return out
 
 
@@ -246,7 +263,11 @@ class SchedulerProcess:
         if self.connector is None:
             raise RuntimeError("ATOM's scheduler built no KV connector for lmcache_offload")
         self.impl = getattr(self.connector, "_impl", self.connector)
-        self.runner_mgr = _RunnerManager(link, self)
+        # Each pipeline stage's workers (one stage: all of them); the process manager
+        # carries ATOM's calls to the first stage's.
+        tp = spec.tp_size
+        self.stages = [WorkerRanks(link.links[s * tp : (s + 1) * tp]) for s in range(spec.pp_size)]
+        self.runner_mgr = _RunnerManager(self.stages[0], self, observe_delivered=spec.pp_size == 1)
         self.kv_transfer_enabled = True
         self.output_queue: queue.Queue = queue.Queue()
         self.stream_output_queue: queue.Queue = queue.Queue()
@@ -545,6 +566,30 @@ class SchedulerProcess:
     def forward(self, batch: Any) -> Any:
         from atom.model_engine.scheduler import ScheduledBatchOutput
 
+        items = self._forward_items(batch)
+        tokens = tp_tokens(self.link.each("forward", items, self.names))
+        if self.pure_middle_chunk is not None and self.pure_middle_chunk(batch):
+            # As ATOM's ModelRunner.forward: the KV is written, nothing is sampled, and
+            # a deferred runner still holds what the last sampling forward sampled.
+            return ScheduledBatchOutput(list(batch.req_ids), [], None, None, None)
+        sampled: tuple[list[Any], list[tuple[int, ...]]] = (
+            list(batch.req_ids),
+            [(int(t),) for t in tokens],
+        )
+        if not self.spec.deferred_output:
+            return ScheduledBatchOutput(*sampled, None, None, None)
+        # As ATOM's runner defers: this forward returns the previous one's tokens (none
+        # after the first), with no speculative rejections or bonus tokens.
+        import numpy as np
+
+        (ids, toks), self.sampled = self.sampled, sampled
+        none = np.zeros(len(ids), dtype=np.int32)
+        return ScheduledBatchOutput(ids, toks, none, none.copy(), None, is_deferred_out=True)
+
+    def _forward_items(self, batch: Any) -> list[tuple]:
+        """What each request of ``batch`` computes, as the workers' ``forward`` takes it:
+        ``(seq_id, req, start, end, blocks, k, group)``; records the lookups of prefills that
+        load nothing."""
         from kvfault.reference.types import Request
 
         items = []
@@ -579,24 +624,7 @@ class SchedulerProcess:
             req = Request(name, content, r.cache_seed, max_output_tokens=r.max_tokens)
             group = int(getattr(seq, "per_req_cache_group", -1))
             items.append((seq_id, req, start, end, list(seq.block_table), k, group))
-        tokens = tp_tokens(self.link.each("forward", items, self.names))
-        if self.pure_middle_chunk is not None and self.pure_middle_chunk(batch):
-            # As ATOM's ModelRunner.forward: the KV is written, nothing is sampled, and
-            # a deferred runner still holds what the last sampling forward sampled.
-            return ScheduledBatchOutput(list(batch.req_ids), [], None, None, None)
-        sampled: tuple[list[Any], list[tuple[int, ...]]] = (
-            list(batch.req_ids),
-            [(int(t),) for t in tokens],
-        )
-        if not self.spec.deferred_output:
-            return ScheduledBatchOutput(*sampled, None, None, None)
-        # As ATOM's runner defers: this forward returns the previous one's tokens (none
-        # after the first), with no speculative rejections or bonus tokens.
-        import numpy as np
-
-        (ids, toks), self.sampled = self.sampled, sampled
-        none = np.zeros(len(ids), dtype=np.int32)
-        return ScheduledBatchOutput(ids, toks, none, none.copy(), None, is_deferred_out=True)
+        return items
 
     def _merge_pictures(self, batch: Any, starts: list[Any], counts: list[int]) -> None:
         """ATOM's model runner's multimodal step for a prefill batch (before its model
@@ -666,6 +694,14 @@ class SchedulerProcess:
             if self.link.hung is not None:  # also when ATOM's step swallowed it
                 raise self.link.hung
 
+    def busy(self) -> bool:
+        """Whether ATOM's busy loop steps the engine now (else it only drains KV work)."""
+        return not self.scheduler.is_finished()
+
+    def step(self) -> None:
+        """One engine step, as ATOM's busy loop takes it."""
+        self._process_engine_step_inner()
+
     def _run(self, deadline: float, until_answered: bool) -> bool:
         # An ATOM whose busy loop does not drain KV work once the queues are empty
         # (older commits have no has_pending_kv_work) stops stepping there, as here.
@@ -676,8 +712,8 @@ class SchedulerProcess:
                 self._collect_outputs()
                 return True
             self.log.step += 1
-            if not self.scheduler.is_finished():
-                self._process_engine_step_inner()
+            if self.busy():
+                self.step()
             elif pending is not None and pending():
                 self._advance_idle_kv_transfer()
                 time.sleep(0.001)
@@ -816,7 +852,9 @@ def _bind_engine_core(cls: type) -> None:
     if missing:
         raise RuntimeError(f"this ATOM's EngineCore lacks {', '.join(missing)}")
     for m in _STEP_REQUIRED + _STEP_OPTIONAL:
-        if hasattr(EngineCore, m) and m not in cls.__dict__:
+        # A class that has the method already keeps it (a pipeline head has ATOM's
+        # PPEngineCoreProc's own).
+        if hasattr(EngineCore, m) and not hasattr(cls, m):
             setattr(cls, m, getattr(EngineCore, m))
 
 

@@ -10,10 +10,11 @@ from types import SimpleNamespace
 from kvfault.faults.atom.spec import ServerSpec
 
 
-def atom_config(spec: ServerSpec) -> SimpleNamespace:
+def atom_config(spec: ServerSpec, pp_rank: int = 0) -> SimpleNamespace:
     """The fields of ATOM's ``Config`` that its scheduler, block manager and offload
     connector read, for a small dense model (2 layers, 2 KV heads of ``spec.head_dim``),
-    or with ``spec.layout`` "hybrid" a small DeepSeek-V4 model (``_as_hybrid``)."""
+    or with ``spec.layout`` "hybrid" a small DeepSeek-V4 model (``_as_hybrid``),
+    as pipeline stage ``pp_rank`` of ``spec.pp_size`` reads them."""
     hf = SimpleNamespace(
         architectures=["LlamaForCausalLM"],
         sliding_window=None,
@@ -47,12 +48,12 @@ def atom_config(spec: ServerSpec) -> SimpleNamespace:
         speculative_config=None,
         tensor_parallel_size=spec.tp_size,
         tp_world_size=spec.tp_size,
-        pipeline_parallel_size=1,
+        pipeline_parallel_size=spec.pp_size,
         data_parallel_size=1,
         parallel_config=SimpleNamespace(
             data_parallel_rank=spec.dp_rank,
             data_parallel_size=1,
-            pipeline_parallel_rank=0,
+            pipeline_parallel_rank=pp_rank,
         ),
         kv_events_config=None,
         enforce_eager=True,

@@ -63,8 +63,9 @@ class FaultSpec:
       ``async_proc_aggregation``) reports nothing, and every later one blocks until
       the worker closes: the worker never reports that load and never answers again
       (a rank stuck in its poll).
-    - ``rank``: the one tensor-parallel rank whose worker carries the worker faults
-      above (-1: every rank), so a fault can hit one shard of a TP server only.
+    - ``rank``: the one worker (its TP rank; with pipeline stages, its index
+      ``stage x TP + TP rank``) that carries the worker faults above (-1: every
+      worker), so a fault can hit one shard or one stage only.
     """
 
     slow_first_forward_s: float = 0.0
@@ -139,6 +140,11 @@ class ServerSpec:
     # ATOM's dense connector) or "hybrid" (a small DeepSeek-V4 model, ATOM's hybrid
     # PAGE/SLOT connector; its blocks and chunks are 256 tokens, one TP rank).
     layout: str = "dense"
+    # Pipeline parallelism: this many stages, each with ``tp_size`` worker processes
+    # holding the stage's layers (ATOM's split of the model's 2 layers), the head's
+    # scheduler driving them as ATOM's PP head engine core does; worker ``w`` is stage
+    # ``w // tp_size``, TP rank ``w % tp_size`` (lmcache's worker id, as ATOM numbers it).
+    pp_size: int = 1
     faults: FaultSpec = field(default_factory=FaultSpec)
     # Candidate fixes of ATOM this server runs with (``faults.atom.fixes``, by name).
     fixes: tuple[str, ...] = ()

@@ -27,26 +27,35 @@ from kvfault.reference.stack.worker import page_digest
 POISON = 0x5EA1_DEAD_0FF1_CE
 
 
+def layer_salt(layer: int) -> int:
+    """What a page's fingerprint is xored with in the model's layer ``layer`` (0 for the
+    first): two layers' bytes of one page differ, so a pipeline stage that restored
+    another stage's layers reads back other pages."""
+    return layer * 0x1F2E_3D4C_5B6A
+
+
 class HostKv:
     """``kvfault.reference.interfaces.KvPages`` over ATOM's KV tensors: a page's fingerprint is
-    written into every segment of its block (first 8 bytes of each), so a restore that
+    written into every segment of its block (first 8 bytes of each), xored with the
+    segment's layer salt (``layers``: each segment's model layer), so a restore that
     moved any segment wrong reads back as a different page."""
 
-    def __init__(self, segments: list[Any]):
+    def __init__(self, segments: list[Any], layers: list[int] | None = None):
         import torch
 
         self._views = [s.view(s.shape[0], -1).view(torch.int64) for s in segments]
+        self._salts = [layer_salt(n) for n in (layers or [0] * len(segments))]
         self.num_blocks = int(segments[0].shape[0]) if segments else 0
 
     def read(self, block: int) -> int | None:
-        values = {int(v[block, 0]) for v in self._views}
+        values = {int(v[block, 0]) ^ s for v, s in zip(self._views, self._salts, strict=True)}
         if len(values) == 1:
             return values.pop()
         return hash(tuple(sorted(values)))
 
     def write(self, block: int, value: int) -> None:
-        for v in self._views:
-            v[block, :] = value
+        for v, s in zip(self._views, self._salts, strict=True):
+            v[block, :] = value ^ s
 
     def read_state(self, req_id: str) -> int | None:
         return None
@@ -70,7 +79,9 @@ class WorkerProcess:
 
         use_lmcache_env(spec, os.path.dirname(socket_dir))
         boundary.install_all(socket_dir)
-        boundary.set_tp_rank(rank, spec.tp_size)
+        # ``rank`` is the worker's index: its TP rank within pipeline stage ``stage``.
+        stage, tp_rank = divmod(rank, spec.tp_size)
+        boundary.set_tp_rank(tp_rank, spec.tp_size)
         self.rank, self.lead = rank, rank == 0
         if rank:
             log.tags = {"rank": rank}
@@ -82,7 +93,8 @@ class WorkerProcess:
         self.spec, self.log = spec, log
         self.kv: Any = None
         self.host_dir = os.path.dirname(socket_dir)
-        self.config = atom_config(spec)
+        self.config = atom_config(spec, stage)
+        self.stage = stage
         self.hybrid = spec.layout == "hybrid"
         self.model = DeterministicModel(
             "hybrid" if self.hybrid else "dense",
@@ -141,14 +153,19 @@ class WorkerProcess:
         )
         # The KV tensors in the dtype ATOM's table gives the server's KV cache dtype.
         dtype = boundary.kv_dtype(self.spec.kv_cache_dtype)
+        # The stage's layers of the model's 2, split as ATOM's model builder splits them.
+        first, end = stage_layers(2, self.stage, self.spec.pp_size)
         layers = {
             f"layers.{i}": SimpleNamespace(
                 k_cache=torch.zeros(shape, dtype=dtype),
                 v_cache=torch.zeros(shape, dtype=dtype),
             )
-            for i in range(2)
+            for i in range(first, end)
         }
-        self.kv = HostKv([t for layer in layers.values() for t in (layer.k_cache, layer.v_cache)])
+        self.kv = HostKv(
+            [t for layer in layers.values() for t in (layer.k_cache, layer.v_cache)],
+            [i for i in range(first, end) for _ in range(2)],
+        )
         self.connector = _create_connector(self.config, "worker")
         self.connector.register_kv_caches(layers, None, self.spec.num_blocks)
         if not boundary.place_on_host_device(self.connector, kernels):
@@ -434,6 +451,17 @@ class _Jitter:
             return inner(*args, **kwargs)
 
         setattr(obj, method, jittered)
+
+
+def stage_layers(num_layers: int, stage: int, stages: int) -> tuple[int, int]:
+    """The model layers ``[first, end)`` pipeline stage ``stage`` holds: ATOM's own split
+    (``atom.models.utils.get_pp_indices``), all of them with one stage."""
+    if stages <= 1:
+        return 0, num_layers
+    from atom.models.utils import get_pp_indices
+
+    first, end = get_pp_indices(num_layers, stage, stages)
+    return int(first), int(end)
 
 
 def _key_text(key: Any) -> str:

@@ -1,0 +1,95 @@
+"""The atom tier at pipeline parallelism 2: one worker process per stage, each ATOM's
+connector worker half over its stage's layer (ATOM's split of the model's two) with its
+own lmcache engine under worker id ``stage x TP + TP rank``; stage 0's engine alone
+answers lookups; the head engine core is ATOM's ``PPEngineCoreProc`` (its head step,
+its ``PPKVAggregator`` over the stages' completions), each downstream stage ATOM's
+``_downstream_busy_loop``.
+
+Each PP row earns its place: a bug planted by hand in a scratch clone of ATOM (one line
+each) fails it while the checkout as it is passes it.
+
+- Worker ids without the stage (``pp_aware_rank_and_world`` returning the TP rank): a
+  PP 2 server's two stages store their layers under one key in a shared tier, and the
+  other server's stages restore one stage's layers into both
+  (``shared_tier_pp_reuse``: ``correctness``).
+- Stage 1 reports its saves done without storing: the load fails on stage 1 and
+  ATOM recomputes, which only what stage 1's retrieve returned shows
+  (``pp2_prefix_reuse``: ``load_failures``).
+- ``PPKVAggregator`` completes a load on the first stage's report: stage 1's late load
+  is used before its layer landed (``pp2_stage1_late_load``: ``correctness``)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from atom_planted import planted
+
+from cpu_tests.atom.test_atom_blind_spots import _violations
+
+COMMON = "atom/kv_transfer/offload/_offload_common.py"
+PP_AGGREGATOR = "atom/kv_transfer/disaggregation/pp_kv_aggregator.py"
+CONNECTOR = "atom/kv_transfer/offload/dense/connector.py"
+NO_STAGE_IN_WORKER_ID = (
+    ("    return pp_rank * tp.world_size + tp.rank_in_group, pp_size * tp.world_size",
+     "    return tp.rank_in_group, pp_size * tp.world_size"),
+)  # fmt: skip
+STAGE1_STORES_NOTHING = (
+    (
+        "        self._engine.store(",
+        "        (self._engine.store if self._rank == 0 else (lambda *a, **k: None))(",
+    ),
+)
+FIRST_STAGE_DONE = (
+    ("            rid for rid, stages in self._loading.items() if len(stages) >= self._pp_size",
+     "            rid for rid, stages in self._loading.items() if len(stages) >= 1"),
+)  # fmt: skip
+ROWS = ["pp2_prefix_reuse", "pp2_stage1_late_load", "shared_tier_pp_reuse"]
+
+
+def _props(found: list[str]) -> set[str]:
+    return {v.split(":", 1)[0] for v in found}
+
+
+def test_the_checkout_as_it_is_passes_the_pp_rows(atom_src):
+    assert _violations(atom_src, ROWS) == {r: [] for r in ROWS}
+
+
+def test_worker_ids_without_the_stage_fail_shared_tier_pp_reuse(atom_src, tmp_path: Path):
+    src = planted(atom_src, tmp_path / "atom", *NO_STAGE_IN_WORKER_ID, file=COMMON)
+    found = _violations(src, ["shared_tier_pp_reuse"])["shared_tier_pp_reuse"]
+    assert "correctness" in _props(found), found
+
+
+def test_a_stage_that_stores_nothing_fails_pp2_prefix_reuse(atom_src, tmp_path: Path):
+    src = planted(atom_src, tmp_path / "atom", *STAGE1_STORES_NOTHING, file=CONNECTOR)
+    found = _violations(src, ["pp2_prefix_reuse"])["pp2_prefix_reuse"]
+    assert "load_failures" in _props(found), found
+    assert any("lmcache returned 0 of" in v for v in found), found
+
+
+def test_an_aggregator_done_on_the_first_stage_fails_the_late_load(atom_src, tmp_path: Path):
+    src = planted(atom_src, tmp_path / "atom", *FIRST_STAGE_DONE, file=PP_AGGREGATOR)
+    found = _violations(src, ["pp2_stage1_late_load"])["pp2_stage1_late_load"]
+    assert "correctness" in _props(found), found
+
+
+def _run(atom_src: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "kvfault.faults.cli", "run", "--tier", "atom", "--atom-src",
+         atom_src, "--scenario", "shared_tier_tp_pp", "--no-progress", *args],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+
+
+def test_a_tp_and_a_pp_replica_share_keys_until_the_namespace_names_pp(atom_src):
+    """At ATOM's main a TP 2 and a PP 2 server of one model file their chunks under one
+    key per worker id (one namespace: world size 2 for both), so the PP server restores
+    the TP server's bytes; with the candidate fix (the namespace names the pipeline
+    size) it misses and recomputes."""
+    base = _run(atom_src)
+    assert base.returncode == 1, base.stdout[-2000:] + base.stderr[-2000:]
+    assert "correctness:" in base.stdout and "keys: lookup key" in base.stdout, base.stdout
+    fixed = _run(atom_src, "--atom-fix", "shared_tier_tp_pp")
+    assert fixed.returncode == 0, fixed.stdout[-2000:] + fixed.stderr[-2000:]
