@@ -111,10 +111,13 @@ class _DryHost:
     """Records the specs of the servers a story starts (restarts count once)."""
 
     specs: list[ServerSpec] = field(default_factory=list)
+    # The servers started, as ``AtomHost.servers`` (a story may tell its last one).
+    servers: list[_DryServer] = field(default_factory=list)
 
     def start(self, spec: ServerSpec) -> _DryServer:
         self.specs.append(spec)
-        return _DryServer(spec)
+        self.servers.append(_DryServer(spec))
+        return self.servers[-1]
 
     def restart(self, server: _DryServer, **changes: Any) -> _DryServer:
         return server
