@@ -55,10 +55,9 @@ class CaseOutcome:
     checked: list[str] = field(default_factory=list)  # properties judged on the fixed run
     # The --timeout this case ran past (an ERROR: its replay needs the same bound), else None.
     timeout_s: float | None = None
-    # The judged runs (``faults.campaign.execute.JudgedRun``, for a timeline); which outcomes
-    # keep them is the runner's ``keep_runs``.
-    legacy_result: Any = field(default=None, repr=False, compare=False)
-    fixed_result: Any = field(default=None, repr=False, compare=False)
+    # The judged runs, for a timeline; which outcomes keep them is the runner's ``keep_runs``.
+    legacy_result: JudgedRun | None = field(default=None, repr=False, compare=False)
+    fixed_result: JudgedRun | None = field(default=None, repr=False, compare=False)
 
     @property
     def ok(self) -> bool:
