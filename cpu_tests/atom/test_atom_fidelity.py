@@ -118,7 +118,7 @@ from atom.model_engine.scheduler import ScheduledBatch
 from atom.model_engine.sequence import Sequence
 from kvfault.fakes.model import DeterministicModel
 from kvfault.faults.atom.pictures import (
-    PICTURE_TOKEN, RunnerMerge, cold_content, multimodal_data)
+    PICTURE_TOKEN, MergeRaised, RunnerMerge, cold_content, multimodal_data)
 from kvfault.faults.atom.runner_rules import RUNNER_MODULE, model_merge
 from kvfault.reference.types import Geometry, Request
 
@@ -133,8 +133,8 @@ def batch(*reqs):
 def raised(inputs):
     try:
         merge.embed(batch((1, pictured, x)), inputs)
-    except ValueError as e:
-        return str(e)
+    except MergeRaised as e:
+        return f"{e.error}: {e.message}"
     return None
 
 result = {
@@ -194,7 +194,7 @@ def test_pictures_merge_as_atoms_runner_and_model_do(atom_src):
     got = _probe(atom_src, _PICTURES)
     assert got["whole"] and got["two"] and got["none"], got
     for key in ("suffix", "part"):
-        assert got[key] and "32 image embeddings" in got[key], got[key]
+        assert got[key] and got[key].startswith("ValueError: Kimi-K3 got 32 image embeddings")
     assert "0 placeholder tokens" in got["suffix"] and "16 placeholder" in got["part"]
     assert got["x_vs_y"] == got["x_vs_text"] == 8 and got["all_after"], got
     assert got["first_batch"] and got["later_batch"], got

@@ -90,13 +90,25 @@ def multimodal_data(prompt: tuple[int, ...], picture: bytes) -> dict[str, Any]:
     }
 
 
+class MergeRaised(Exception):
+    """ATOM's merge raised ``error`` (the exception it raised is the cause): the
+    model runner's forward fails there. Only ATOM's own call is wrapped, so a fault of
+    the tier's code is never taken for ATOM's."""
+
+    def __init__(self, error: BaseException):
+        text = str(error).splitlines()
+        super().__init__(f"{type(error).__name__}: {text[0] if text else ''}")
+        self.error = type(error).__name__
+        self.message = text[0] if text else ""
+
+
 class RunnerMerge:
     """The multimodal step of ATOM's ``ModelRunner`` for one prefill batch, with ATOM's
     own merge: ``embed(batch, inputs)`` takes the batch's ``multimodal_data`` (what
     ATOM's scheduler gave this batch) and each scheduled sequence's input ids (the
     tokens the batch computes, in batch order) and returns each sequence's ids with the
     merged embeddings in place of the placeholders; with no picture in the batch, the
-    ids unchanged. Raises what ATOM's merge raises. Server processes only."""
+    ids unchanged. ``MergeRaised`` when ATOM's merge raises. Server processes only."""
 
     def __init__(self, merge: Callable[..., Any]):
         self._merge = merge
@@ -119,7 +131,11 @@ class RunnerMerge:
         flat = [t for ids in inputs for t in ids]
         input_ids = torch.tensor(flat, dtype=torch.int64)
         text = input_ids.view(-1, 1).clone()  # a token's "embedding" is its id
-        merged = self._merge(input_ids, text, torch.tensor(vision, dtype=torch.int64).view(-1, 1))
+        vision_embeds = torch.tensor(vision, dtype=torch.int64).view(-1, 1)
+        try:
+            merged = self._merge(input_ids, text, vision_embeds)
+        except Exception as e:  # noqa: BLE001  whatever ATOM's merge raises
+            raise MergeRaised(e) from e
         out, values_flat, at = [], merged.view(-1).tolist(), 0
         for ids in inputs:
             out.append(values_flat[at : at + len(ids)])

@@ -20,7 +20,13 @@ from typing import Any, Callable
 from kvfault.faults.atom import pipe
 from kvfault.faults.atom.event_log import EventLog, completion_fields, op_of
 from kvfault.faults.atom.fixes import fixes
-from kvfault.faults.atom.pictures import PICTURE_TOKEN, RunnerMerge, cold_content, multimodal_data
+from kvfault.faults.atom.pictures import (
+    PICTURE_TOKEN,
+    MergeRaised,
+    RunnerMerge,
+    cold_content,
+    multimodal_data,
+)
 from kvfault.faults.atom.runner_rules import model_merge, pure_middle_chunk_rule
 from kvfault.faults.atom.server_config import atom_config, use_lmcache_env
 from kvfault.faults.atom.spec import AtomRequest, ServerSpec
@@ -597,8 +603,8 @@ class SchedulerProcess:
         counts = [int(n) for n in batch.num_scheduled_tokens]
         try:
             self._merge_pictures(batch, starts, counts)
-        except Exception as e:  # noqa: BLE001  ATOM's own merge raised: its runner dies
-            raise RunnerFailed(type(e).__name__, str(e).splitlines()[0] if str(e) else "") from e
+        except MergeRaised as e:  # ATOM's own merge raised: its runner dies
+            raise RunnerFailed(e.error, e.message) from e
         for i, seq_id in enumerate(batch.req_ids):
             name = self.names[seq_id]
             seq = self.seqs[name]
@@ -630,8 +636,8 @@ class SchedulerProcess:
         """ATOM's model runner's multimodal step for a prefill batch (before its model
         runs): the pictures ATOM's scheduler gave this batch merged, by ATOM's own
         merge, over the tokens the batch computes; what it leaves at each computed
-        position is what the fake model computes that position's KV from. Raises what
-        ATOM's merge raises (the runner's forward fails with it)."""
+        position is what the fake model computes that position's KV from.
+        ``MergeRaised`` when ATOM's merge raises (the runner's forward fails with it)."""
         if not getattr(batch, "multimodal_data", None) or not batch.total_tokens_num_prefill > 0:
             # No picture in the batch: ATOM's runner embeds the ids as they are (a
             # placeholder a picture was not given for included).
