@@ -142,9 +142,11 @@ def _prefix_reuse(run: AtomRun, **spec: Any) -> None:
 
 
 # A hybrid (DeepSeek-V4) server: ATOM's hybrid PAGE/SLOT connector, 256-token blocks
-# and chunks (ATOM's DSV4 block), 24 blocks and 4 state slots.
+# and chunks (ATOM's DSV4 block), 24 blocks and 4 state slots, one TP rank whatever
+# ``--atom-tp`` says (the tier runs the hybrid connector at TP 1 only).
 HYBRID = {
     "layout": "hybrid",
+    "tp_size": 1,
     "block_size": 256,
     "chunk_size": 256,
     "num_blocks": 24,
@@ -184,14 +186,13 @@ def dsv4_reuse_once(run: AtomRun) -> None:
 
 
 def dsv4_recompute_then_reuse(run: AtomRun) -> None:
-    """``recompute_then_reuse`` on a DeepSeek-V4 server: ``dsv4_reuse_once`` (whose
-    first save a fault may lose: the resent prompt recomputes and saves again), then,
-    once the tier holds the prompt and another prompt has run, the prompt a third
-    time: it loads what the recompute stored."""
+    """``recompute_then_reuse`` on a DeepSeek-V4 server: a 600-token prompt (whose save
+    a fault may lose), another prompt, the first again (it recomputes and saves
+    again), then, once the tier holds the prompt and another prompt has run, the
+    prompt a third time: it loads what the recompute stored."""
     a = run.server("A", **HYBRID)
     p = run.prompt(600)
     run.serve(a, AtomRequest("first", p))
-    run.stored(a, p)
     run.serve(a, AtomRequest("between", run.prompt(600)))
     run.serve(a, AtomRequest("again", p))
     run.stored(a, p)
