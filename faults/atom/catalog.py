@@ -188,6 +188,13 @@ ROWS: dict[str, AtomRow] = {
             schedules=3,
         ),
         _scenario(
+            "dsv4_concurrent_loads",
+            s.dsv4_concurrent_loads,
+            _ONE,
+            "concurrent_loads on a DeepSeek-V4 model: four loads of PAGE units and a SLOT "
+            "each in flight at once",
+        ),
+        _scenario(
             "chunk_aligned",
             s.chunk_aligned,
             _ONE,

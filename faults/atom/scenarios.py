@@ -171,6 +171,21 @@ def dsv4_prefix_reuse(run: AtomRun) -> None:
     run.end(a)
 
 
+def dsv4_concurrent_loads(run: AtomRun) -> None:
+    """``concurrent_loads`` on a DeepSeek-V4 server: a 600-token prompt stored, another
+    prompt, then four requests at once that extend the first: four loads of PAGE
+    units and a SLOT each in flight together, through the connector's SLOT staging
+    (one row unless configured, ``OFFLOAD_SLOT_STAGING_SLOTS``), each into its own
+    state group (the server has four)."""
+    a = run.server("A", **HYBRID)
+    p = run.prompt(600)
+    run.serve(a, AtomRequest("first", p))
+    run.stored(a, p)
+    run.serve(a, AtomRequest("between", run.prompt(600)))
+    run.serve(a, *[AtomRequest(f"ext{i}", p + run.prompt(30 + 10 * i)) for i in range(4)])
+    run.end(a)
+
+
 def dsv4_reuse_once(run: AtomRun) -> None:
     """The hybrid faults' story (``reuse_once`` on a DeepSeek-V4 server): a 600-token
     prompt stored, another prompt served (its pages and state where the first's
