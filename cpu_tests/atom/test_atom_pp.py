@@ -16,7 +16,10 @@ each) fails it while the checkout as it is passes it.
   ATOM recomputes, which only what stage 1's retrieve returned shows
   (``pp2_prefix_reuse``: ``load_failures``).
 - ``PPKVAggregator`` completes a load on the first stage's report: stage 1's late load
-  is used before its layer landed (``pp2_stage1_late_load``: ``correctness``)."""
+  is used before its layer landed (``pp2_stage1_late_load``: ``correctness``).
+- ``PPKVAggregator`` counts a stage's failed load as loaded: the request uses stage 0's
+  layer and stage 1's poisoned blocks (``pp2_stage1_retrieve_failure``:
+  ``correctness``)."""
 
 from __future__ import annotations
 
@@ -45,7 +48,18 @@ FIRST_STAGE_DONE = (
     ("            rid for rid, stages in self._loading.items() if len(stages) >= self._pp_size",
      "            rid for rid, stages in self._loading.items() if len(stages) >= 1"),
 )  # fmt: skip
-ROWS = ["pp2_prefix_reuse", "pp2_stage1_late_load", "shared_tier_pp_reuse"]
+# A stage's failed load counted as loaded: the load is delivered done once every stage
+# reported, whatever one reported.
+FAILED_COUNTS_AS_LOADED = (
+    ("            self._failed_loading.setdefault(rid, set()).add(pp_rank)",
+     "            self._loading.setdefault(rid, set()).add(pp_rank)"),
+)  # fmt: skip
+ROWS = [
+    "pp2_prefix_reuse",
+    "pp2_stage1_retrieve_failure",
+    "pp2_stage1_late_load",
+    "shared_tier_pp_reuse",
+]
 
 
 def _props(found: list[str]) -> set[str]:
@@ -67,6 +81,12 @@ def test_a_stage_that_stores_nothing_fails_pp2_prefix_reuse(atom_src, tmp_path: 
     found = _violations(src, ["pp2_prefix_reuse"])["pp2_prefix_reuse"]
     assert "load_failures" in _props(found), found
     assert any("lmcache returned 0 of" in v for v in found), found
+
+
+def test_an_aggregator_that_counts_a_failed_stage_as_loaded_fails(atom_src, tmp_path: Path):
+    src = planted(atom_src, tmp_path / "atom", *FAILED_COUNTS_AS_LOADED, file=PP_AGGREGATOR)
+    found = _violations(src, ["pp2_stage1_retrieve_failure"])["pp2_stage1_retrieve_failure"]
+    assert "correctness" in _props(found), found
 
 
 def test_an_aggregator_done_on_the_first_stage_fails_the_late_load(atom_src, tmp_path: Path):

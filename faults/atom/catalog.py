@@ -476,6 +476,15 @@ ROWS: dict[str, AtomRow] = {
             "slow_retrieve",
         ),
         _rank_fault(
+            "pp2_stage1_retrieve_failure",
+            "at PP 2, stage 1's lmcache retrieve raises while stage 0 loads its layer: "
+            "ATOM's PPKVAggregator must report the load failed once both stages reported, "
+            "and the request recompute, never use the half-loaded KV",
+            FaultSpec(fail_retrieve=1, rank=1),
+            "retrieve_failure",
+            story=s.pp_reuse_once,
+        ),
+        _rank_fault(
             "pp2_stage1_late_load",
             "at PP 2, stage 1's lmcache retrieve waits 1 s, so stage 1 reports its load "
             "finished polls after stage 0: the request must wait for both stages' layers",
