@@ -2,7 +2,8 @@
 DSV4 connector stores and loads PAGE units and the SLOT checkpoint, and the row passes
 at the checkout; a bug planted by hand in a scratch clone (a SLOT not restored, PAGE
 units not restored) fails it on ``correctness``; a load that failed reported done
-fails ``dsv4_retrieve_failure``."""
+fails ``dsv4_retrieve_failure``; a SLOT sidecar read without checking its CRC fails
+``dsv4_corrupt_slot``."""
 
 from __future__ import annotations
 
@@ -26,6 +27,10 @@ FAILED_LOAD_DONE = (
     "        finally:\n",
     "                    load_error_type,\n                )\n            loaded = True  # planted\n"
     "        finally:\n",
+)
+CRC_NOT_CHECKED = (
+    "    if actual_crc32 != payload_crc32:\n",
+    "    if False and actual_crc32 != payload_crc32:  # planted\n",
 )
 PAGE_NOT_RESTORED = (
     "        self.scatter(device_buf, self.page_plan(flattened), stream=stream)\n",
@@ -74,3 +79,9 @@ def test_a_failed_load_reported_done_fails_dsv4_retrieve_failure(atom_src, tmp_p
     src = planted(atom_src, tmp_path / "atom", FAILED_LOAD_DONE, file=CONNECTOR)
     found = _violations(src, "dsv4_retrieve_failure")
     assert "correctness: restored pages differ from recompute" in found, found
+
+
+def test_a_sidecar_crc_not_checked_fails_dsv4_corrupt_slot(atom_src, tmp_path):
+    src = planted(atom_src, tmp_path / "atom", CRC_NOT_CHECKED, file=CODEC)
+    found = _violations(src, "dsv4_corrupt_slot")
+    assert "correctness: output of again differs from its cold run" in found, found

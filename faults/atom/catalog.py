@@ -630,6 +630,15 @@ ROWS: dict[str, AtomRow] = {
             "abort_during_load",
         ),
         _hybrid_fault(
+            "dsv4_corrupt_slot",
+            s.dsv4_recompute_then_reuse,
+            "the first SLOT sidecar a load reads back has a byte flipped: ATOM must find it "
+            "corrupt (its checksum), fail the load and recompute; the third request loads "
+            "the sidecar the recompute stored again",
+            FaultSpec(corrupt_slot=1),
+            "corrupt_slot",
+        ),
+        _hybrid_fault(
             "dsv4_duplicate_completion",
             s.dsv4_reuse_once,
             "duplicate_completion on a DeepSeek-V4 model: the first finished load is reported "

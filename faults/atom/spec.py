@@ -63,6 +63,9 @@ class FaultSpec:
       ``async_proc_aggregation``) reports nothing, and every later one blocks until
       the worker closes: the worker never reports that load and never answers again
       (a rank stuck in its poll).
+    - ``corrupt_slot``: the n-th SLOT sidecar ATOM's hybrid connector reads back for a
+      load comes with the last byte of its payload flipped (a sidecar damaged where
+      lmcache keeps it); the bytes lmcache holds are left as they are.
     - ``rank``: the one worker (its TP rank; with pipeline stages, its index
       ``stage x TP + TP rank``) that carries the worker faults above (-1: every
       worker), so a fault can hit one shard or one stage only.
@@ -87,6 +90,7 @@ class FaultSpec:
     drop_hit_reply: int = 0
     slow_remote_write_s: float = 0.0
     hang_finished: int = 0
+    corrupt_slot: int = 0
     rank: int = -1
 
 

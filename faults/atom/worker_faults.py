@@ -73,6 +73,8 @@ class WorkerFaults:
             self._slow_remote_write(engine, spec.slow_remote_write_s)
         if engine is not None and spec.hang_finished:
             self._hang_finished(engine, worker, spec.hang_finished)
+        if spec.corrupt_slot:
+            self._corrupt_slot_nth(worker.impl, spec.corrupt_slot)
         if spec.pin_timeout_s:
             self._observe_force_unpin()
         # Chunks lmcache allocated, by id, until its allocator frees them; held weakly so
@@ -368,6 +370,35 @@ class WorkerFaults:
             return hit
 
         engine.lookup = wrapped
+
+    def _corrupt_slot_nth(self, impl: Any, n: int) -> None:
+        """The n-th SLOT sidecar ATOM's hybrid connector borrows from its store (its
+        ``DSV4CheckpointStore.borrow``, what a SLOT load reads) is handed over as a
+        copy whose last byte is flipped."""
+        store = getattr(impl, "_slot_store", None)
+        inner = getattr(store, "borrow", None)
+        if inner is None:
+            return
+        from contextlib import contextmanager
+
+        count, log = [0], self.log
+
+        @contextmanager
+        def borrowed(key: Any) -> Any:
+            with inner(key) as blob:
+                if blob is None:
+                    yield blob
+                    return
+                count[0] += 1
+                if count[0] != n:
+                    yield blob
+                    return
+                bad = blob.clone()
+                bad[-1] ^= 0xFF
+                log.record("fault", injector="corrupt_slot", call=n)
+                yield bad
+
+        setattr(store, "borrow", borrowed)  # noqa: B010  wraps ATOM's method
 
     def before_call(self) -> None:
         """Run an eviction armed by a lookup (``evict_after_lookup``)."""
