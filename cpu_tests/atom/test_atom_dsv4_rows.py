@@ -3,7 +3,8 @@ DSV4 connector stores and loads PAGE units and the SLOT checkpoint, and the row 
 at the checkout; a bug planted by hand in a scratch clone (a SLOT not restored, PAGE
 units not restored) fails it on ``correctness``; a load that failed reported done
 fails ``dsv4_retrieve_failure``; a SLOT sidecar read without checking its CRC fails
-``dsv4_corrupt_slot``."""
+``dsv4_corrupt_slot``; a PAGE hit taken without its SLOT fails
+``dsv4_slot_put_refused``."""
 
 from __future__ import annotations
 
@@ -31,6 +32,12 @@ FAILED_LOAD_DONE = (
 CRC_NOT_CHECKED = (
     "    if actual_crc32 != payload_crc32:\n",
     "    if False and actual_crc32 != payload_crc32:  # planted\n",
+)
+PAGE_HIT_WITHOUT_SLOT = (
+    "        self._hit_save_floors[sid] = self._chunk_floor(hit)\n"
+    '        if bool(getattr(seq, "has_per_req_cache", False)):\n',
+    "        self._hit_save_floors[sid] = self._chunk_floor(hit)\n"
+    "        if False:  # planted: a PAGE hit needs no SLOT\n",
 )
 PAGE_NOT_RESTORED = (
     "        self.scatter(device_buf, self.page_plan(flattened), stream=stream)\n",
@@ -85,3 +92,10 @@ def test_a_sidecar_crc_not_checked_fails_dsv4_corrupt_slot(atom_src, tmp_path):
     src = planted(atom_src, tmp_path / "atom", CRC_NOT_CHECKED, file=CODEC)
     found = _violations(src, "dsv4_corrupt_slot")
     assert "correctness: output of again differs from its cold run" in found, found
+
+
+def test_a_page_hit_without_its_slot_fails_dsv4_slot_put_refused(atom_src, tmp_path):
+    src = planted(atom_src, tmp_path / "atom", PAGE_HIT_WITHOUT_SLOT, file=CONNECTOR)
+    found = _violations(src, "dsv4_slot_put_refused")
+    # At ffdf3bb5d that ATOM parks the resent request for a load that never comes.
+    assert any(v.startswith(("correctness:", "liveness:")) for v in found), found

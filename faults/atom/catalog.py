@@ -638,6 +638,20 @@ ROWS: dict[str, AtomRow] = {
             FaultSpec(corrupt_slot=1),
             "corrupt_slot",
         ),
+        AtomRow(
+            "fault",
+            "dsv4_slot_put_refused",
+            # lmcache holds the first request's PAGE units and no SLOT: ATOM's hybrid
+            # hit needs both, so the resent prompt recomputes, which is its promise;
+            # efficiency's account counts PAGE units held as a hit missed.
+            "the first SLOT sidecar put is refused (lmcache holds the PAGE units, no SLOT): "
+            "the resent prompt must not load PAGE without its SLOT (ATOM recomputes), and "
+            "the one after loads what the recompute stored",
+            s.dsv4_slot_lost_then_reuse,
+            _UNREACHABLE,
+            faults=FaultSpec(fail_slot_put=1),
+            fires=("slot_put_refused",),
+        ),
         _hybrid_fault(
             "dsv4_duplicate_completion",
             s.dsv4_reuse_once,

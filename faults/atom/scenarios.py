@@ -205,6 +205,17 @@ def dsv4_recompute_then_reuse(run: AtomRun) -> None:
     a fault may lose), another prompt, the first again (it recomputes and saves
     again), then, once the tier holds the prompt and another prompt has run, the
     prompt a third time: it loads what the recompute stored."""
+    _dsv4_recompute_then_reuse(run)
+
+
+def dsv4_slot_lost_then_reuse(run: AtomRun) -> None:
+    """``dsv4_recompute_then_reuse`` for a fault that loses the first request's SLOT
+    and keeps its PAGE units: judged without ``efficiency`` (its account counts the
+    PAGE units lmcache holds as a hit; ATOM's hybrid hit needs the SLOT too)."""
+    _dsv4_recompute_then_reuse(run)
+
+
+def _dsv4_recompute_then_reuse(run: AtomRun) -> None:
     a = run.server("A", **HYBRID)
     p = run.prompt(600)
     run.serve(a, AtomRequest("first", p))

@@ -66,6 +66,10 @@ class FaultSpec:
     - ``corrupt_slot``: the n-th SLOT sidecar ATOM's hybrid connector reads back for a
       load comes with the last byte of its payload flipped (a sidecar damaged where
       lmcache keeps it); the bytes lmcache holds are left as they are.
+    - ``fail_slot_put``: the n-th SLOT sidecar ATOM's hybrid connector hands its store
+      (``DSV4CheckpointStore.put``, after the PAGE units of that boundary are stored)
+      is refused, as a store out of room refuses one: lmcache holds the PAGE units and
+      no SLOT for them.
     - ``rank``: the one worker (its TP rank; with pipeline stages, its index
       ``stage x TP + TP rank``) that carries the worker faults above (-1: every
       worker), so a fault can hit one shard or one stage only.
@@ -91,6 +95,7 @@ class FaultSpec:
     slow_remote_write_s: float = 0.0
     hang_finished: int = 0
     corrupt_slot: int = 0
+    fail_slot_put: int = 0
     rank: int = -1
 
 

@@ -75,6 +75,8 @@ class WorkerFaults:
             self._hang_finished(engine, worker, spec.hang_finished)
         if spec.corrupt_slot:
             self._corrupt_slot_nth(worker.impl, spec.corrupt_slot)
+        if spec.fail_slot_put:
+            self._refuse_slot_put_nth(worker.impl, spec.fail_slot_put)
         if spec.pin_timeout_s:
             self._observe_force_unpin()
         # Chunks lmcache allocated, by id, until its allocator frees them; held weakly so
@@ -370,6 +372,24 @@ class WorkerFaults:
             return hit
 
         engine.lookup = wrapped
+
+    def _refuse_slot_put_nth(self, impl: Any, n: int) -> None:
+        """The n-th SLOT sidecar ATOM's hybrid connector puts into its store is refused
+        (``DSV4CheckpointStore.put`` answers False, storing nothing)."""
+        store = getattr(impl, "_slot_store", None)
+        inner = getattr(store, "put", None)
+        if inner is None:
+            return
+        count, log = [0], self.log
+
+        def put(key: Any, blob: Any, *args: Any, **kwargs: Any) -> Any:
+            count[0] += 1
+            if count[0] == n:
+                log.record("fault", injector="slot_put_refused", call=n)
+                return False
+            return inner(key, blob, *args, **kwargs)
+
+        setattr(store, "put", put)  # noqa: B010  wraps ATOM's method
 
     def _corrupt_slot_nth(self, impl: Any, n: int) -> None:
         """The n-th SLOT sidecar ATOM's hybrid connector borrows from its store (its
