@@ -147,6 +147,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="run the fixed stack under this injector (repeatable)")  # fmt: skip
     run.add_argument("--scenario", action="append", default=None, metavar="NAME",
                      help="run this scenario plain (with --swarm: swarm on it) (repeatable)")  # fmt: skip
+    run.add_argument("--full", action="store_true",
+                     help="with no rows named: every row, the tier's long matrix too (the "
+                          "rows `kvfault list --tier TIER` marks 'full'; a row named always "
+                          "runs)")  # fmt: skip
     run.add_argument("--legacy", default=None, metavar="NAME", action=Once,
                      help="run the fault, scenario and swarm rows against planted regression "
                           "NAME's legacy rules instead of the fixed stack: what the campaign "

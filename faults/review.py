@@ -62,7 +62,9 @@ DEFAULT_SIDE_TIMEOUT_S = 3600.0
 DEFAULT_HASHSEED = "0"
 
 # The run options that pick rows; a re-run of one row drops them and names its own.
-_SELECTION_FLAGS = {"--regression": 1, "--fault": 1, "--scenario": 1, "--swarm": 0, "--pin": 1}
+_SELECTION_FLAGS = {
+    "--regression": 1, "--fault": 1, "--scenario": 1, "--swarm": 0, "--pin": 1, "--full": 0,
+}  # fmt: skip
 
 
 class ReviewError(ProveError):
@@ -469,6 +471,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         ("--regression", "review this planted regression's row")):  # fmt: skip
         parser.add_argument(flag, action="append", default=None, metavar="NAME",
                             help=f"{help_} (repeatable; default: the whole campaign)")  # fmt: skip
+    parser.add_argument("--full", action="store_true",
+                        help="`kvfault run --full`: with no row named, the tier's long matrix "
+                             "too")  # fmt: skip
     parser.add_argument("--seeds", "--seed-count", dest="seeds", type=argtypes.seed_count,
                         default=None, metavar="N", help="seeds per row (default: the tier's)")  # fmt: skip
     parser.add_argument("--first-seed", type=argtypes.seed, default=None, metavar="N",
@@ -485,6 +490,8 @@ def _run_words(args: argparse.Namespace, tier: Any) -> list[str]:
                        ("--scenario", "scenario")):  # fmt: skip
         for v in getattr(args, dest) or []:
             words += [flag, v]
+    if getattr(args, "full", False):
+        words.append("--full")
     if args.first_seed is not None:
         words += ["--first-seed", str(args.first_seed)]
     if args.seeds is not None:

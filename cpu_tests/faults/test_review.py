@@ -39,6 +39,19 @@ def reruns(base: list[str], head: list[str]):
     return rerun, calls
 
 
+def test_full_passes_on_to_both_sides_and_a_rerun_of_one_row_drops_it():
+    from kvfault.faults.cli import build_parser
+    from kvfault.faults.review import _run_words, _strip_selection
+    from kvfault.faults.tiers import Tiers
+
+    args = build_parser().parse_args(["review", "a", "b", "--tier", "atom", "--full"])
+    words = _run_words(args, Tiers.installed()["atom"])
+    assert "--full" in words
+    assert "--full" not in _strip_selection([*words, "--scenario", "x"])
+    plain = build_parser().parse_args(["review", "a", "b", "--tier", "atom"])
+    assert "--full" not in _run_words(plain, Tiers.installed()["atom"])
+
+
 def test_a_stable_change_breaks_or_fixes():
     rerun, calls = reruns(["pass", "pass"], ["fail", "fail"])
     (d,) = diff({"a": row("PASS")}, {"a": row("FAIL", prop="identity")}, rerun)

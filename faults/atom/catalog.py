@@ -663,6 +663,43 @@ ROWS: dict[str, AtomRow] = {
     )
 }
 
+# The long matrix: rows a run of every row leaves out unless `kvfault run --full`
+# (docs/atom/tier.md, "Which rows run by default"), each with the row of the default
+# set that runs its feature or fault class. The rule: every row that FAILs at ATOM's
+# main (a finding's or a lead's) runs by default, and so does one row of each class of
+# the coverage table, the cheapest; a row joins this list only with the default row
+# that stands for its class. A row not listed runs by default; named, every row runs.
+LONG_MATRIX: dict[str, str] = {
+    # variants of a class a default row already runs
+    "hbm_pressure": "reload_twice",  # its story, then once more
+    "hbm_partial_deferred": "slow_retrieve",  # the parked handoff with deferred output
+    "picture_hbm_suffix": "picture_tier_suffix",  # a picture in the part ATOM computes
+    "two_dp_ranks": "two_servers",  # two lmcache identities on one host
+    "disk_spill": "disk_truncated",  # disk_spill's story with its files cut short
+    "disk_removed": "disk_truncated",
+    "remote_tier_removed": "disk_truncated",  # storage files gone before a retrieve
+    "remote_tier_truncated": "disk_truncated",
+    "shared_tier_pp_reuse": "shared_tier_tp_pp",  # PP servers sharing a remote tier
+    "lookup_socket_removed": "lookup_socket_stolen",  # a lost lookup socket
+    "lost_lookup_reply": "lost_hit_reply",  # a lookup's reply lost
+    # lmcache namespace fields on a shared remote tier: one layout field varied
+    "shared_tier_kv_dtype": "shared_tier_two_layouts",
+    "shared_tier_tp_sizes": "shared_tier_two_layouts",
+    # LMCACHE_SAVE_UNFULL_CHUNK=True: one range with a partial tail is enough
+    "unfull_prefix_reuse": "unfull_chunk_aligned",
+    "unfull_hbm_partial": "unfull_chunk_aligned",
+    # TP 2 and PP 2: the plain reuse and one fault on one rank
+    "tp2_rank1_late_load": "tp2_rank1_retrieve_failure",
+    "tp2_rank1_late_save": "tp2_rank1_retrieve_failure",
+    "tp2_rank1_store_failure": "tp2_rank1_retrieve_failure",
+    "pp2_stage1_late_load": "pp2_prefix_reuse",
+    # the hybrid connector: its reuse row; its faults are the dense rows' faults
+    "dsv4_retrieve_failure": "dsv4_prefix_reuse",
+    "dsv4_store_failure": "dsv4_prefix_reuse",
+    "dsv4_abort_during_load": "dsv4_prefix_reuse",
+    "dsv4_duplicate_completion": "dsv4_prefix_reuse",
+}
+
 _NO_MULTIMODAL = (
     "withdrawn: their prompt had no placeholder ids and the fake forward folded the picture "
     "into the first KV page, which ATOM's runner does not do (it merges a picture over the "

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from kvfault.faults.atom.catalog import DROPPED, NOT_HERE, ROWS, AtomRow
+from kvfault.faults.atom.catalog import DROPPED, LONG_MATRIX, NOT_HERE, ROWS, AtomRow
 from kvfault.faults.tiers import Selection
 
 
@@ -87,6 +87,14 @@ def judged_by(chosen: list[AtomRow], names: list[str]) -> list[AtomRow]:
     return [replace(r, properties=tuple(p for p in r.properties if p in names)) for r in chosen]
 
 
+def set_of(name: str) -> str:
+    """Which set row ``name`` is in, as ``kvfault list --tier atom`` says it: ``default``
+    or ``full`` with the default row that runs its class."""
+    if name in LONG_MATRIX:
+        return f"full (by default its class runs as {LONG_MATRIX[name]})"
+    return "default"
+
+
 def list_command(args: Any) -> int:
     """What runs with ``--tier atom``: its scenarios and faults, the properties each is
     judged by, and why the rest of kvfault's catalog does not apply."""
@@ -97,10 +105,13 @@ def list_command(args: Any) -> int:
 
     def runs(r: AtomRow) -> str:
         schedules = f"; {r.schedules} schedules a case" if r.schedules > 1 else ""
-        return f"      runs: {configuration(r)}{schedules}"
+        return f"      runs: {configuration(r)}{schedules}\n      set: {set_of(r.name)}"
 
     if show_all or args.scenarios or args.faults:
         print(f"every row runs, unless its own line says otherwise: {tier_settings()}")
+        default = len([n for n in ROWS if n not in LONG_MATRIX])
+        print(f"sets: {default} rows run by default, {len(LONG_MATRIX)} more with --full; "
+              "a row named runs in either")  # fmt: skip
     if show_all or args.scenarios:
         print("scenarios (--tier atom):")
         for r in ROWS.values():

@@ -9,10 +9,14 @@ from kvfault.faults.tiers.tier import Row, Tier, TierOption
 
 
 def rows() -> list[Row]:
-    """Every row of the tier's catalog (``kvfault.faults.atom.catalog.ROWS``), each on its story."""
-    from kvfault.faults.atom.catalog import ROWS
+    """Every row of the tier's catalog (``kvfault.faults.atom.catalog.ROWS``), each on
+    its story; the rows of its long matrix (``LONG_MATRIX``) run with ``--full``."""
+    from kvfault.faults.atom.catalog import LONG_MATRIX, ROWS
 
-    return [Row(r.kind, r.name, r.description, r.scenario) for r in ROWS.values()]
+    return [
+        Row(r.kind, r.name, r.description, r.scenario, full=r.name in LONG_MATRIX)
+        for r in ROWS.values()
+    ]
 
 
 TIER = Tier(

@@ -22,7 +22,7 @@ from kvfault.faults.campaign.kinds import (
 from kvfault.faults.campaign.targets import CampaignError, Target
 from kvfault.faults.catalog import close_matches, on_tier
 from kvfault.faults.regressions.legacy import REGRESSIONS
-from kvfault.faults.tiers import Tier, TierError, Tiers, tier_or_default
+from kvfault.faults.tiers import ROW_KINDS, Tier, TierError, Tiers, tier_or_default
 
 
 def select_targets(
@@ -35,10 +35,12 @@ def select_targets(
     tier: str | None = None,
     stack: str | None = None,
     options: Sequence[str] = (),
+    full: bool = False,
 ) -> list[Target]:
     """The campaign's targets on ``tier``. With no selection at all: every regression,
     every fault (with ``swarm`` instead: a swarm on every scenario) and every scenario
-    plain, of those that run on ``tier``. Naming any group runs only what is named;
+    plain, of those that run on ``tier``, less the rows of its long matrix
+    (``long_matrix``) unless ``full``. Naming any group runs only what is named;
     with ``swarm``, the scenarios named (default: all) get a swarm target besides
     their plain one. Every target runs its scenario at ``scale``. Unknown names, or
     names of another tier, raise ``CampaignError``. ``stack``: every row runs against
@@ -58,8 +60,12 @@ def select_targets(
     if stack is not None:
         legacy_stack(stack, REGRESSION if regressions else None, tier)
 
+    left_out = set() if full else set(long_matrix(tier))
+
     def names(chosen: Sequence[str] | None, kind: TargetKind) -> list[str]:
-        return on_tier(kind.name, tier) if everything else list(chosen or [])
+        if everything:
+            return [n for n in on_tier(kind.name, tier) if n not in left_out]
+        return list(chosen or [])
 
     # A regression row runs its own legacy against the fixed stack: none under --legacy.
     out = [regression_target(n, tier) for n in names(regressions, REGRESSION) if not stack]
@@ -85,6 +91,13 @@ def select_targets(
     if not on.fault_plans:
         unique.sort(key=lambda t: (kind_of(t).rank, kind_of(t).restarts_server(t)))
     return unique
+
+
+def long_matrix(tier: str) -> list[str]:
+    """The rows of ``tier`` that a run of every row leaves out unless ``--full``
+    (``kvfault.faults.tiers.Row.full``), in catalog order; named, each runs."""
+    on = _tier(tier)
+    return [r.name for kind in ROW_KINDS for r in on.rows(kind) if r.full]
 
 
 def legacy_stack(name: Any, kind: TargetKind | None = None, tier: str | None = None) -> str:

@@ -138,7 +138,7 @@ def command(args: argparse.Namespace) -> int:
     try:
         targets = select_targets(
             args.regression, args.fault, args.scenario, args.swarm, args.pin, args.scale,
-            tier=args.tier, stack=args.legacy, options=tier_words(args),
+            tier=args.tier, stack=args.legacy, options=tier_words(args), full=args.full,
         )  # fmt: skip
     except CampaignError as exc:
         raise UsageError(f"{exc}; see `kvfault list`") from None
@@ -201,6 +201,22 @@ def command(args: argparse.Namespace) -> int:
         return finish(args, result, seeds, store)
 
 
+def _left_out_line(args: argparse.Namespace, result: CampaignResult) -> str | None:
+    """The footer of a run of every row that left the tier's long matrix out: how many
+    rows ran, how many more ``--full`` runs (None: nothing was left out)."""
+    from kvfault.faults.campaign.select import long_matrix
+
+    if getattr(args, "full", True) or args.regression or args.fault or args.scenario:
+        return None
+    left = long_matrix(args.tier)
+    if not left:
+        return None
+    return (
+        f"default set: {len(result.targets)} rows; --full also runs the {len(left)} rows "
+        f"of the long matrix (kvfault list --tier {args.tier} says which)"
+    )
+
+
 def finish(
     args: argparse.Namespace, result: CampaignResult, seeds: list[int], store: CampaignArtifacts
 ) -> int:
@@ -211,6 +227,9 @@ def finish(
     print(format_campaign(result, store.kept), flush=True)
     if args.budget is not None:
         print(_budget_line(args, result))
+    left_out = _left_out_line(args, result)
+    if left_out:
+        print(left_out, flush=True)
     unwritten: list[str] = []
     if args.report:
         unwritten = write_report(args, result, seeds, store.kept)

@@ -37,12 +37,14 @@ class TierUnavailable(KvfaultError, RuntimeError):
 @dataclass(frozen=True)
 class Row:
     """One name a tier runs: a scenario, fault or regression, and the scenario it runs
-    on there."""
+    on there. ``full``: the row is in the tier's long matrix only, which a run of every
+    row takes with ``kvfault run --full``; named, it runs whatever ``--full`` says."""
 
     kind: str
     name: str
     description: str
     scenario: str
+    full: bool = False
 
 
 @dataclass(frozen=True)

@@ -149,6 +149,57 @@ def test_list_shows_what_each_row_runs_against_atoms_defaults(capsys):
     assert "TP" not in runs["prefix_reuse"]  # TP 1 is ATOM's default: not a difference
 
 
+def test_each_row_of_the_long_matrix_names_a_default_row_of_its_class():
+    for name, stands_in in catalog.LONG_MATRIX.items():
+        assert name in catalog.ROWS, name
+        assert stands_in in catalog.ROWS and stands_in not in catalog.LONG_MATRIX, name
+
+
+def test_a_run_of_every_row_leaves_the_long_matrix_out_unless_full():
+    from kvfault.faults.campaign import select_targets
+
+    default = [t.name for t in select_targets(tier="atom")]
+    assert sorted(default) == sorted(set(catalog.ROWS) - set(catalog.LONG_MATRIX))
+    assert sorted(t.name for t in select_targets(tier="atom", full=True)) == sorted(catalog.ROWS)
+    for name in catalog.LONG_MATRIX:  # named, a row of the long matrix runs
+        kind = catalog.ROWS[name].kind
+        (t,) = select_targets(**{f"{kind}s": [name]}, tier="atom")
+        assert t.name == name
+
+
+def test_a_run_of_every_row_says_what_full_adds_and_no_other_run_does():
+    from argparse import Namespace
+
+    from kvfault.faults.commands.run import _left_out_line
+
+    ran = type("Result", (), {"targets": [object()] * 3})()
+    plain = {"tier": "atom", "full": False, "regression": None, "fault": None, "scenario": None}
+    assert _left_out_line(Namespace(**plain), ran) == (
+        f"default set: 3 rows; --full also runs the {len(catalog.LONG_MATRIX)} rows of the "
+        "long matrix (kvfault list --tier atom says which)"
+    )
+    assert _left_out_line(Namespace(**{**plain, "full": True}), ran) is None
+    assert _left_out_line(Namespace(**{**plain, "scenario": ["restart"]}), ran) is None
+    assert _left_out_line(Namespace(**{**plain, "tier": "memory"}), ran) is None
+
+
+def test_list_says_which_set_each_row_is_in(capsys):
+    assert main(["list", "--tier", "atom"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    sets = {
+        line.split()[0]: lines[i + 2].strip()
+        for i, line in enumerate(lines[:-2])
+        if line.startswith("  ") and lines[i + 2].startswith("      set: ")
+    }
+    assert sorted(sets) == sorted(catalog.ROWS)
+    for name, said in sets.items():
+        stands_in = catalog.LONG_MATRIX.get(name)
+        want = f"full (by default its class runs as {stands_in})" if stands_in else "default"
+        assert said == f"set: {want}", name
+    default = len(catalog.ROWS) - len(catalog.LONG_MATRIX)
+    assert f"sets: {default} rows run by default, {len(catalog.LONG_MATRIX)} more" in lines[1]
+
+
 def test_atom_tp_sets_every_server_a_story_leaves_unset():
     from kvfault.faults.atom.scenarios import AtomRun
 
