@@ -2,7 +2,9 @@
 the same verdict every time. Prints figures (with the interpreter and the load average);
 asserts nothing about time.
 
-    python benchmarks/bench_atom.py --atom-src PATH [--repeat 5]
+    python benchmarks/bench_atom.py --atom-src PATH [--repeat 5] [--full]
+
+The default set, as ``kvfault run --tier atom`` runs it; ``--full``: every row.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--atom-src", default=None)
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--full", action="store_true", help="every row: the long matrix too")
     args = ap.parse_args()
     source = AtomSource.find(args.atom_src)
     print(
@@ -36,7 +39,9 @@ def main() -> int:
         load = os.getloadavg()[0]
         t0 = time.perf_counter()
         with atom_executor(str(source.path)) as executor:
-            outcomes = run_campaign(select_targets(tier="atom"), [0], executor).targets
+            outcomes = run_campaign(
+                select_targets(tier="atom", full=args.full), [0], executor
+            ).targets
         wall = time.perf_counter() - t0
         for o in outcomes:
             verdicts.setdefault(o.target.name, []).append(str(o.verdict))

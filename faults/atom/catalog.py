@@ -693,11 +693,15 @@ LONG_MATRIX: dict[str, str] = {
     "tp2_rank1_late_save": "tp2_rank1_retrieve_failure",
     "tp2_rank1_store_failure": "tp2_rank1_retrieve_failure",
     "pp2_stage1_late_load": "pp2_prefix_reuse",
+    "pp2_stage1_retrieve_failure": "pp2_prefix_reuse",
     # the hybrid connector: its reuse row; its faults are the dense rows' faults
     "dsv4_retrieve_failure": "dsv4_prefix_reuse",
     "dsv4_store_failure": "dsv4_prefix_reuse",
     "dsv4_abort_during_load": "dsv4_prefix_reuse",
     "dsv4_duplicate_completion": "dsv4_prefix_reuse",
+    "dsv4_concurrent_loads": "dsv4_prefix_reuse",
+    "dsv4_corrupt_slot": "dsv4_prefix_reuse",
+    "dsv4_slot_put_refused": "dsv4_prefix_reuse",
 }
 
 _NO_MULTIMODAL = (
