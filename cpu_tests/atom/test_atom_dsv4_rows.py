@@ -4,7 +4,8 @@ at the checkout; a bug planted by hand in a scratch clone (a SLOT not restored, 
 units not restored) fails it on ``correctness``; a load that failed reported done
 fails ``dsv4_retrieve_failure``; a SLOT sidecar read without checking its CRC fails
 ``dsv4_corrupt_slot``; a PAGE hit taken without its SLOT fails
-``dsv4_slot_put_refused``."""
+``dsv4_slot_put_refused``; a lookup put on the step's unpin list only once it hit (the
+dense copy's order) fails ``dsv4_lost_hit_reply``."""
 
 from __future__ import annotations
 
@@ -38,6 +39,20 @@ PAGE_HIT_WITHOUT_SLOT = (
     '        if bool(getattr(seq, "has_per_req_cache", False)):\n',
     "        self._hit_save_floors[sid] = self._chunk_floor(hit)\n"
     "        if False:  # planted: a PAGE hit needs no SLOT\n",
+)
+UNPIN_ONLY_HITS = (
+    (
+        "        if sid not in self._lookup_in_step:\n"
+        "            self._lookup_in_step.append(sid)\n"
+        "        try:\n"
+        "            hit = self._lookup_client.lookup(token_ids, lookup_id=sid)\n",
+        "        try:\n            hit = self._lookup_client.lookup(token_ids, lookup_id=sid)\n",
+    ),
+    (
+        "        hit = int(hit)\n        if hit == num_prompt:",
+        "        hit = int(hit)\n        self._lookup_in_step.append(sid)  # planted\n"
+        "        if hit == num_prompt:",
+    ),
 )
 PAGE_NOT_RESTORED = (
     "        self.scatter(device_buf, self.page_plan(flattened), stream=stream)\n",
@@ -99,3 +114,9 @@ def test_a_page_hit_without_its_slot_fails_dsv4_slot_put_refused(atom_src, tmp_p
     found = _violations(src, "dsv4_slot_put_refused")
     # At ffdf3bb5d that ATOM parks the resent request for a load that never comes.
     assert any(v.startswith(("correctness:", "liveness:")) for v in found), found
+
+
+def test_a_lookup_unpinned_only_on_a_hit_fails_dsv4_lost_hit_reply(atom_src, tmp_path):
+    src = planted(atom_src, tmp_path / "atom", *UNPIN_ONLY_HITS, file=CONNECTOR)
+    found = _violations(src, "dsv4_lost_hit_reply")
+    assert any(v.startswith("resources:") and "lookup_pins=1" in v for v in found), found

@@ -652,6 +652,17 @@ ROWS: dict[str, AtomRow] = {
             faults=FaultSpec(fail_slot_put=1),
             fires=("slot_put_refused",),
         ),
+        AtomRow(
+            "fault",
+            "dsv4_lost_hit_reply",
+            "lost_hit_reply on a DeepSeek-V4 model: the reply to the lookup that found the "
+            "prompt (and pinned it) is lost; ATOM is told 0 and recomputes, and the pin must "
+            "still be released",
+            s.dsv4_lookup_reply_lost,
+            _UNREACHABLE,
+            faults=FaultSpec(drop_hit_reply=1),
+            fires=("lost_hit_reply",),
+        ),
         _hybrid_fault(
             "dsv4_duplicate_completion",
             s.dsv4_reuse_once,
@@ -702,6 +713,7 @@ LONG_MATRIX: dict[str, str] = {
     "dsv4_concurrent_loads": "dsv4_prefix_reuse",
     "dsv4_corrupt_slot": "dsv4_prefix_reuse",
     "dsv4_slot_put_refused": "dsv4_prefix_reuse",
+    "dsv4_lost_hit_reply": "dsv4_prefix_reuse",
 }
 
 _NO_MULTIMODAL = (

@@ -186,6 +186,20 @@ def dsv4_concurrent_loads(run: AtomRun) -> None:
     run.end(a)
 
 
+def dsv4_lookup_reply_lost(run: AtomRun) -> None:
+    """``dsv4_prefix_reuse`` on a server whose lmcache lookup client waits
+    ``LOST_SOCKET_TIMEOUT_MS`` for a reply: a fault may lose the reply to the lookup
+    that finds the prompt (``again``), which lmcache pinned before replying."""
+    a = run.server("A", **{**HYBRID, "lookup_timeout_ms": LOST_SOCKET_TIMEOUT_MS})
+    p = run.prompt(600)
+    run.serve(a, AtomRequest("first", p))
+    run.stored(a, p)
+    run.serve(a, AtomRequest("between", run.prompt(600)))
+    run.serve(a, AtomRequest("again", p))
+    run.serve(a, AtomRequest("longer", p + run.prompt(100)))
+    run.end(a)
+
+
 def dsv4_reuse_once(run: AtomRun) -> None:
     """The hybrid faults' story (``reuse_once`` on a DeepSeek-V4 server): a 600-token
     prompt stored, another prompt served (its pages and state where the first's
