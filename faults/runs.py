@@ -128,6 +128,24 @@ class RunResult:
         return next((o.stopped for o in self.outcomes if o.stopped), None)
 
     @property
+    def stop_line(self) -> str | None:
+        """The named error the run stopped or refused with, in one line: an engine's own
+        stop, else the startup refusal, else the stop event a tier recorded itself (a
+        real server whose process died names the exception there, with no engine stop
+        to carry it). None for a run that stopped on nothing."""
+        if self.stop is not None:
+            return f"{type(self.stop).__name__}: {self.stop}"
+        if self.startup_error is not None:
+            return self.startup_error
+        from kvfault.reference.trace import Ev
+
+        ev = next(iter(self.trace.of(Ev.STOP)), None)
+        if ev is None:
+            return None
+        error, message = ev.data.get("error"), ev.data.get("message")
+        return f"{error}: {message}" if message else str(error or "stop")
+
+    @property
     def hung(self) -> bool:
         return any(o.hung for o in self.outcomes)
 

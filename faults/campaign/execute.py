@@ -207,7 +207,6 @@ def run_case(
                         f"same seed, different traces ({digest[:12]} vs {other[:12]})",
                     )
                 )
-    stop = run.stop
     return JudgedRun(
         scenario=name,
         seed=seed,
@@ -215,7 +214,7 @@ def run_case(
         violations=violations,
         sim_seconds=run.sim_seconds,
         wall_seconds=wall,
-        stop=(f"{type(stop).__name__}: {stop}" if stop else run.startup_error),
+        stop=run.stop_line,
         fired=fired_report(run.injectors),
         notes={**run.notes, **tier_notes},
         run=run,

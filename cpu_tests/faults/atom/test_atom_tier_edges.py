@@ -750,3 +750,19 @@ def test_a_store_failure_explains_one_failed_load_of_its_chunks_not_every_later_
     assert [v.message.startswith("a load of data the tier holds failed") for v in found] == [True]
     # In flight before the first failure ended: the stack could not know yet.
     assert load_failures(_run([*first, *again(2.05)])) == []
+
+
+def test_a_server_that_died_names_its_error_in_the_case_record():
+    # ATOM's worker raised in a forward: the host records a stop event naming no
+    # operation (AtomHost.note_death) and no engine stop exists. The case's `stop` (and
+    # so summary.json and the row's detail) names the error; before, it was null and
+    # the detail said only "never answered".
+    died = RawEvent(
+        1.0, -1, "stop", None, None,
+        {"error": "ValueError", "message": "A: the forward raised ValueError: boom", "server": "A"},
+    )  # fmt: skip
+    out = _judged(scenario_target("picture_resend", "atom"), [died])
+    assert out.verdict == Verdict.FAIL
+    assert out.stop == "ValueError: A: the forward raised ValueError: boom"
+    assert out.as_json()["stop"] == out.stop
+    assert out.signature.endswith("; stop: ValueError: A: the forward raised ValueError: boom")
