@@ -301,8 +301,9 @@ def test_run_goes_through_the_one_loop_with_report_budget_and_artifacts(
     report = tmp_path / "report"
     argv = ["run", "--tier", "atom", "--atom-src", "/somewhere", "--scenario", "two_servers",
             "--seeds", "3", "--budget", "1s", "--report", str(report), "--no-progress"]  # fmt: skip
-    assert main(argv) == 1
-    out = capsys.readouterr().out
+    code = main(argv)
+    out, err = capsys.readouterr()
+    assert code == 1, out + err
     assert opened == [("/somewhere", None)]
     assert "budget 1s: 1 of 3 seeds ran (0)" in out, out
     summary = json.loads((report / "summary.json").read_text())

@@ -98,7 +98,7 @@ def test_two_processes_print_write_and_exit_as_one_does(tmp_path):
 
 
 def test_a_failing_campaign_is_the_same_in_two_processes(
-    tmp_path, capsys, monkeypatch, unexercised_fault
+    tmp_path, capfd, monkeypatch, unexercised_fault
 ):
     """A fault that never fires: the same table, verdicts, digests, kept artifacts (and
     timelines, where matplotlib is installed) and exit status with -j 1 and -j 2."""
@@ -106,20 +106,25 @@ def test_a_failing_campaign_is_the_same_in_two_processes(
     monkeypatch.delenv("PYTHONHASHSEED", raising=False)
     args = ["run", "--seeds", "2", "--fault", "lost_completion", "--scenario", "two_images",
             "--regression", "media_keys", "--no-progress"]  # fmt: skip
-    out = {}
+    out, err = {}, {}
     for jobs in ("1", "2"):
-        assert cli.main([*args, "-j", jobs, "--report", f"rep{jobs}"]) == 1
-        out[jobs] = capsys.readouterr().out.replace(f"rep{jobs}", "rep")
-    assert rows(out["2"]) == rows(out["1"])
+        code = cli.main([*args, "-j", jobs, "--report", f"rep{jobs}"])
+        out[jobs], err[jobs] = capfd.readouterr()
+        assert code == 1, out[jobs] + err[jobs]
+        out[jobs] = out[jobs].replace(f"rep{jobs}", "rep")
+    # Captured at the file descriptors, so what the forked workers wrote to stderr too
+    # (a case whose runs could not come back, a hung worker's stacks) goes with any
+    # difference.
+    assert rows(out["2"]) == rows(out["1"]), err["2"]
     assert "NOT EXERCISED fault:lost_completion@seed1: lost_completion never fired" in out["1"]
-    assert cases(Path("rep2")) == cases(Path("rep1"))
+    assert cases(Path("rep2")) == cases(Path("rep1")), err["2"]
     assert [c[3] for c in cases(Path("rep1"))] == [True, True, False, False, True, True]
     for jobs in ("1", "2"):
         kept = sorted(p.name for p in Path(f"rep{jobs}", "artifacts").iterdir())
         assert kept == ["fault-lost_completion-seed0.json", "fault-lost_completion-seed1.json"]
     summaries = [json.loads(Path(f"rep{j}", "summary.json").read_text()) for j in ("1", "2")]
     timelines = [[c["timeline"] is not None for c in s["cases"]] for s in summaries]
-    assert timelines[1] == timelines[0]  # a failing run comes back with its trace
+    assert timelines[1] == timelines[0], err["2"]  # a failing run comes back with its trace
 
 
 def test_a_dead_worker_leaves_an_error_case_and_its_artifact_and_the_rest_runs(tmp_path):
