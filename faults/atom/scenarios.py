@@ -205,13 +205,18 @@ def dsv4_reuse_once(run: AtomRun) -> None:
     prompt stored, another prompt served (its pages and state where the first's
     were, and the first's save reported done meanwhile), then the first again: one
     load of 512 tokens of PAGE units and the SLOT."""
+    a, _ = _dsv4_reuse_once(run)
+    run.end(a)
+
+
+def _dsv4_reuse_once(run: AtomRun) -> tuple[Server, tuple[int, ...]]:
     a = run.server("A", **HYBRID)
     p = run.prompt(600)
     run.serve(a, AtomRequest("first", p))
     run.stored(a, p)
     run.serve(a, AtomRequest("between", run.prompt(600)))
     run.serve(a, AtomRequest("again", p))
-    run.end(a)
+    return a, p
 
 
 def dsv4_recompute_then_reuse(run: AtomRun) -> None:
@@ -245,10 +250,10 @@ def dsv4_reuse_after_abort(run: AtomRun) -> None:
     """``reuse_after_abort`` on a DeepSeek-V4 server: ``dsv4_reuse_once`` (its
     resent request is the one a fault may abort while it loads), then, after
     ``SAVE_SETTLE_S`` idle, the prompt a third time."""
-    dsv4_reuse_once(run)
-    a = run.host.servers[-1]
+    a, p = _dsv4_reuse_once(run)
+    run.end(a)
     run.idle(SAVE_SETTLE_S)
-    run.serve(a, AtomRequest("third", run.requests[0].prompt))
+    run.serve(a, AtomRequest("third", p))
     run.end(a)
 
 
