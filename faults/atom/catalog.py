@@ -664,6 +664,15 @@ ROWS: dict[str, AtomRow] = {
             fires=("lost_hit_reply",),
         ),
         _hybrid_fault(
+            "dsv4_copy_out_failure",
+            s.dsv4_recompute_then_reuse,
+            "copy_out_failure on a DeepSeek-V4 model: the first PAGE store's copy out of "
+            "ATOM's regions raises after lmcache allocated its chunks: no chunk may stay "
+            "allocated outside lmcache's CPU pool",
+            FaultSpec(fail_copy_out=1),
+            "copy_out_failure",
+        ),
+        _hybrid_fault(
             "dsv4_duplicate_completion",
             s.dsv4_reuse_once,
             "duplicate_completion on a DeepSeek-V4 model: the first finished load is reported "
@@ -714,6 +723,7 @@ LONG_MATRIX: dict[str, str] = {
     "dsv4_corrupt_slot": "dsv4_prefix_reuse",
     "dsv4_slot_put_refused": "dsv4_prefix_reuse",
     "dsv4_lost_hit_reply": "dsv4_prefix_reuse",
+    "dsv4_copy_out_failure": "dsv4_prefix_reuse",
 }
 
 _NO_MULTIMODAL = (
