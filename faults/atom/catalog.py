@@ -673,6 +673,15 @@ ROWS: dict[str, AtomRow] = {
             "copy_out_failure",
         ),
         _hybrid_fault(
+            "dsv4_pin_timeout_during_load",
+            s.dsv4_reuse_once,
+            "pin_timeout_during_load on a DeepSeek-V4 model: lmcache's PinMonitor force-unpins "
+            "the lookup's PAGE chunks (pin timeout 1 s) while every retrieve waits 2.5 s; then "
+            "ATOM's own unpin",
+            FaultSpec(slow_retrieve_s=2.5, pin_timeout_s=1),
+            "pin_timeout_during_load",
+        ),
+        _hybrid_fault(
             "dsv4_duplicate_completion",
             s.dsv4_reuse_once,
             "duplicate_completion on a DeepSeek-V4 model: the first finished load is reported "
@@ -724,6 +733,7 @@ LONG_MATRIX: dict[str, str] = {
     "dsv4_slot_put_refused": "dsv4_prefix_reuse",
     "dsv4_lost_hit_reply": "dsv4_prefix_reuse",
     "dsv4_copy_out_failure": "dsv4_prefix_reuse",
+    "dsv4_pin_timeout_during_load": "dsv4_prefix_reuse",
 }
 
 _NO_MULTIMODAL = (
