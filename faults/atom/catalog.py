@@ -696,27 +696,24 @@ ROWS: dict[str, AtomRow] = {
 # (docs/atom/tier.md, "Which rows run by default"), each with the row of the default
 # set that runs its feature or fault class. The rule: every row that FAILs at ATOM's
 # main (a finding's or a lead's) runs by default, and so does one row of each class of
-# the coverage table, the cheapest; a row joins this list only with the default row
-# that stands for its class. A row not listed runs by default; named, every row runs.
+# the coverage table that PASSes there (a row that already fails shows no new break of
+# its class), the cheapest; a row joins this list only with that row. A row not listed
+# runs by default; named, every row runs.
 LONG_MATRIX: dict[str, str] = {
     # variants of a class a default row already runs
-    "hbm_pressure": "reload_twice",  # its story, then once more
+    "hbm_pressure": "hbm_partial",  # a prompt partly or wholly out of ATOM's HBM cache
     "hbm_partial_deferred": "slow_retrieve",  # the parked handoff with deferred output
     "picture_hbm_suffix": "picture_tier_suffix",  # a picture in the part ATOM computes
-    "two_dp_ranks": "two_servers",  # two lmcache identities on one host
-    "disk_spill": "disk_truncated",  # disk_spill's story with its files cut short
-    "disk_removed": "disk_truncated",
-    "remote_tier_removed": "disk_truncated",  # storage files gone before a retrieve
-    "remote_tier_truncated": "disk_truncated",
-    "shared_tier_pp_reuse": "shared_tier_tp_pp",  # PP servers sharing a remote tier
+    "remote_tier_removed": "disk_removed",  # storage files gone before a retrieve
+    "remote_tier_truncated": "disk_removed",
+    "shared_tier_pp_reuse": "pp2_prefix_reuse",  # each stage's own layers restored
     "lookup_socket_removed": "lookup_socket_stolen",  # a lost lookup socket
-    "lost_lookup_reply": "lost_hit_reply",  # a lookup's reply lost
+    "lost_lookup_reply": "lookup_socket_stolen",  # which drops a lookup's reply too
     # lmcache namespace fields on a shared remote tier: one layout field varied
     "shared_tier_kv_dtype": "shared_tier_two_layouts",
     "shared_tier_tp_sizes": "shared_tier_two_layouts",
-    # LMCACHE_SAVE_UNFULL_CHUNK=True: one range with a partial tail is enough
-    "unfull_prefix_reuse": "unfull_chunk_aligned",
-    "unfull_hbm_partial": "unfull_chunk_aligned",
+    # LMCACHE_SAVE_UNFULL_CHUNK=True: one range with a partial tail
+    "unfull_hbm_partial": "unfull_prefix_reuse",
     # TP 2 and PP 2: the plain reuse and one fault on one rank
     "tp2_rank1_late_load": "tp2_rank1_retrieve_failure",
     "tp2_rank1_late_save": "tp2_rank1_retrieve_failure",
