@@ -23,6 +23,8 @@ each) fails it while the checkout as it is passes it.
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -107,9 +109,57 @@ def test_a_tp_and_a_pp_replica_share_keys_until_the_namespace_names_pp(atom_src)
     """At ATOM's main a TP 2 and a PP 2 server of one model file their chunks under one
     key per worker id (one namespace: world size 2 for both), so the PP server restores
     the TP server's bytes; with the candidate fix (the namespace names the pipeline
-    size) it misses and recomputes."""
+    size, real TP and each stage's layers inside ATOM's hashed namespace document) it misses
+    and recomputes."""
     base = _run(atom_src)
     assert base.returncode == 1, base.stdout[-2000:] + base.stderr[-2000:]
     assert "correctness:" in base.stdout and "keys: lookup key" in base.stdout, base.stdout
     fixed = _run(atom_src, "--atom-fix", "shared_tier_tp_pp")
     assert fixed.returncode == 0, fixed.stdout[-2000:] + fixed.stderr[-2000:]
+
+
+# ATOM's namespace for a TP 2, a PP 2 (ATOM's split, then layers 1+3 of 4) and a TP 1
+# replica, at ffdf3bb5d and under the fix, and the ``json`` its module holds after.
+_NAMESPACES = """
+import json, os, types
+from atom.kv_transfer.offload import config as offcfg
+from kvfault.faults.atom.fixes import FIXES
+hf = types.SimpleNamespace(num_hidden_layers=4, num_attention_heads=4,
+                           num_key_value_heads=2, head_dim=8, hidden_size=32)
+def name(pp, tp, partition=None):
+    os.environ.pop("VLLM_PP_LAYER_PARTITION", None)
+    if partition:
+        os.environ["VLLM_PP_LAYER_PARTITION"] = partition
+    config = types.SimpleNamespace(
+        hf_config=hf, model="m", kv_cache_dtype="bf16", kv_cache_block_size=16,
+        pipeline_parallel_size=pp, tensor_parallel_size=tp,
+        decode_context_parallel_size=1, speculative_config=None, kv_transfer_config={})
+    return offcfg.build_page_namespace(config, types.SimpleNamespace(chunk_size=64), pp * tp)
+def names():
+    return {"tp2": name(1, 2), "pp2": name(2, 1), "pp2_1_3": name(2, 1, "1,3"),
+            "tp1": name(1, 1)}
+result = {"base": names()}
+FIXES["shared_tier_tp_pp"].before_build("worker")
+result["fix"] = names()
+result["json_restored"] = offcfg.json is json
+print(json.dumps(result))
+"""
+
+
+def test_the_fix_names_the_split_inside_atoms_namespace_document(atom_src):
+    """ATOM's namespace at ffdf3bb5d is one for a TP 2 and a PP 2 replica (and for two
+    layer partitions); the fix, inside the hashed document, tells all three apart and
+    leaves a PP 1 server's namespace, so its stored keys, as they were."""
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join((str(Path(__file__).resolve().parents[2]), atom_src))
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", _NAMESPACES], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    base, fix = got["base"], got["fix"]
+    assert base["tp2"] == base["pp2"] == base["pp2_1_3"], base
+    assert len({fix["tp2"], fix["pp2"], fix["pp2_1_3"]}) == 3, fix
+    assert (fix["tp2"], fix["tp1"]) == (base["tp2"], base["tp1"]), (base, fix)
+    assert got["json_restored"], got

@@ -176,21 +176,55 @@ def _hbm_hit_before_picture(side: Any) -> None:
     bm.can_allocate = can_allocate
 
 
-# -- shared_tier_tp_pp: the page namespace tells a PP replica from a TP one ------------
-def _namespace_with_pp_size(role: str) -> None:
+# -- shared_tier_tp_pp: the namespace document names the pipeline split ------------------
+class _NamespaceDocument:
+    """Stands in for ``json`` in ATOM's offload config module while one namespace is
+    built: the page-namespace document it serialises, and so hashes, gets ``extra``."""
+
+    def __init__(self, real: Any, extra: dict[str, Any]) -> None:
+        self._real, self._extra = real, extra
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+    def dumps(self, obj: Any, *args: Any, **kwargs: Any) -> str:
+        if isinstance(obj, dict) and obj.get("schema") == "atom-page-namespace":
+            obj = {**obj, **self._extra}
+        return str(self._real.dumps(obj, *args, **kwargs))
+
+
+def _namespace_with_pp_split(role: str) -> None:
     from atom.kv_transfer.offload import config as offcfg
+    from atom.models.utils import get_pp_indices
 
     inner = offcfg.build_page_namespace
     if getattr(inner, "kvfault_fix", False):
         return
 
     def namespace(config: Any, cfg: Any, world_size: int, **kwargs: Any) -> str:
-        # The namespace's world size is PP x TP: worker i of a TP 2 replica (both
-        # layers, half the heads) and of a PP 2 one (half the layers, every head) hold
-        # other bytes under one chunk key unless the split itself is named.
         pp = int(getattr(config, "pipeline_parallel_size", 1) or 1)
-        name = inner(config, cfg, world_size, **kwargs)
-        return name if pp == 1 else f"{name}-pp{pp}"
+        if pp == 1:
+            # World size is TP here: the document, and every stored key, stay as they are.
+            return inner(config, cfg, world_size, **kwargs)
+        # Worker i of a TP 2 replica (every layer, its share of the KV heads) and of a
+        # PP 2 one (its stage's layers, every head) hold other bytes under one world
+        # size. The document names the split: real TP, the pipeline size and each
+        # stage's [start, end) layers as ATOM's models cut them (so a
+        # VLLM_PP_LAYER_PARTITION that moves a layer is another namespace). The whole
+        # partition, not this rank's range: every stage and the scheduler, whose
+        # lookups stage 0 answers, keep one namespace per replica, as now.
+        layers = int(config.hf_config.num_hidden_layers)
+        split = {
+            "tp_size": int(world_size) // pp,
+            "pp_size": pp,
+            "pp_layer_partition": [list(get_pp_indices(layers, r, pp)) for r in range(pp)],
+        }
+        real = offcfg.json
+        offcfg.json = _NamespaceDocument(real, split)
+        try:
+            return inner(config, cfg, world_size, **kwargs)
+        finally:
+            offcfg.json = real
 
     namespace.kvfault_fix = True  # type: ignore[attr-defined]
     offcfg.build_page_namespace = namespace
@@ -246,9 +280,12 @@ FIXES: dict[str, AtomFix] = {
         AtomFix(
             "shared_tier_tp_pp",
             "atom/kv_transfer/offload/config.py: build_page_namespace",
-            "the page namespace names the pipeline size when it is over 1, so a PP "
-            "replica's worker ids do not share keys with a TP replica's of one world size",
-            before_build=_namespace_with_pp_size,
+            "at pipeline size over 1 the hashed page-namespace document carries the "
+            "split: tp_size is real TP, with pp_size and each stage's [start, end) "
+            "layers (ATOM's get_pp_indices), so a PP replica's worker ids do not share "
+            "keys with a TP replica's of one world size, nor with another layer "
+            "partition's; at PP 1 the document is unchanged",
+            before_build=_namespace_with_pp_split,
         ),
     )
 }
