@@ -1,9 +1,12 @@
 """The atom tier's picture rows (docs/atom/tier.md, "multimodal") judge ATOM, not the
 fake forward: bugs planted by hand in a scratch clone of ATOM's scheduler (one line
 each) fail the rows that pass on the checkout as it is, and the two leads at ATOM's
-main (``two_images_partial``, ``picture_handoff``) fail ``correctness`` there and pass
-with their candidate fixes (``--atom-fix``); the third (``picture_resend``) answers
-right with its fix and gives up a reuse.
+main (``two_images_partial``, ``picture_handoff``) fail ``correctness`` there (ATOM's
+merge raises, the server stops); ``two_images_partial`` passes with its candidate fix
+(``--atom-fix``), ``picture_handoff`` answers right with its fix and gives up the
+tier's part (efficiency), and its fix leaves ``two_images_partial`` a crash, never a
+wrong answer; the third (``picture_resend``) answers right with its fix and gives up
+a reuse.
 
 - A batch that never takes a request's picture (``ScheduledBatch`` drops
   ``multimodal_data``): ATOM's runner embeds the placeholder ids as they are, and the
@@ -67,8 +70,28 @@ def test_the_checkout_as_it_is(atom_src):
     assert "correctness: 1 requests never answered, e.g. again" in found["picture_handoff"]
 
 
-def test_the_leads_pass_with_their_fixes(atom_src):
-    assert _violations(atom_src, LEADS, fixes=LEADS) == {n: [] for n in LEADS}
+def test_the_lmcache_lead_passes_with_its_fix(atom_src):
+    fixed = _violations(atom_src, ["two_images_partial"], fixes=["two_images_partial"])
+    assert fixed == {"two_images_partial": []}
+
+
+def test_the_handoff_fix_answers_right_and_never_hides_a_wrong_picture(atom_src):
+    """Declining the unaligned handoff for a request with a picture: ``picture_handoff``
+    answers right and recomputes the tier's part (efficiency; with ``reload_twice``'s
+    fix, whose leaked pin this declined lookup also leaves, nothing else). On
+    ``two_images_partial`` (no handoff there) it changes nothing: the restored chunk
+    holds the other picture's KV and ATOM's merge still raises, a stop, never an answer
+    computed on the wrong picture (what a fix that withholds the picture from the
+    batch gave: "output of cat differs from its cold run")."""
+    found = _violations(atom_src, LEADS, fixes=["picture_handoff"])
+    assert [v.split(":")[0] for v in found["picture_handoff"]] == ["efficiency", "resources"]
+    assert "again claims 0 tokens of a 256-token tier hit" in found["picture_handoff"][0]
+    assert found["two_images_partial"] == [
+        "correctness: restored pages differ from recompute",
+        "correctness: 1 requests never answered, e.g. cat",
+    ]
+    both = _violations(atom_src, ["picture_handoff"], fixes=["picture_handoff", "reload_twice"])
+    assert [v.split(":")[0] for v in both["picture_handoff"]] == ["efficiency"], both
 
 
 def test_a_resent_picture_stops_the_server_and_its_fix_gives_up_the_reuse(atom_src):

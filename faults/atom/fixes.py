@@ -124,38 +124,23 @@ def _hit_before_picture(side: Any) -> None:
     client.lookup = lookup_before_picture
 
 
-# -- picture_handoff: a batch takes a picture only with its placeholders -----------------
-def _picture_with_its_placeholders(role: str) -> None:
-    if role != "scheduler":
-        return
-    from atom.model_engine import scheduler as sched
-
-    from kvfault.faults.atom.pictures import PICTURE_TOKEN
-
-    cls = sched.ScheduledBatch
-    inner = cls.__init__
-    if getattr(inner, "kvfault_fix", False):
+# -- picture_handoff: no unaligned handoff for a request carrying a picture -------------
+def _no_handoff_for_pictures(side: Any) -> None:
+    impl = side.impl
+    handoff = getattr(impl, "_maybe_start_unaligned_handoff", None)
+    if handoff is None:
         return
 
-    def init(self: Any, seqs: Any, num_scheduled_tokens: Any, *args: Any, **kwargs: Any) -> None:
-        # ATOM hands a request's picture to the first batch that schedules it; the
-        # unaligned handoff's first forward computes no placeholder. Hold the picture
-        # back from a batch that computes none of its placeholders.
-        starts = kwargs.get("num_cached_tokens") or [s.num_cached_tokens for s in seqs.values()]
-        held = []
-        for seq, start, n in zip(seqs.values(), starts, num_scheduled_tokens, strict=False):
-            ids = seq.token_ids[int(start) : int(start) + int(n)]
-            if getattr(seq, "multimodal_data", None) is not None and PICTURE_TOKEN not in ids:
-                held.append((seq, seq.multimodal_data))
-                seq.multimodal_data = None
-        try:
-            inner(self, seqs, num_scheduled_tokens, *args, **kwargs)
-        finally:
-            for seq, data in held:
-                seq.multimodal_data = data
+    def maybe_handoff(seq: Any, *args: Any, **kwargs: Any) -> bool:
+        # The handoff computes up to the chunk boundary, then loads the rest: it splits
+        # the prefill, and ATOM's runner merges a picture only over one forward that
+        # computes all its placeholders. Declined, the request computes its prompt
+        # after the HBM hit in one piece (the tier's part is recomputed).
+        if getattr(seq, "multimodal_data", None):
+            return False
+        return bool(handoff(seq, *args, **kwargs))
 
-    init.kvfault_fix = True  # type: ignore[attr-defined]
-    cls.__init__ = init
+    impl._maybe_start_unaligned_handoff = maybe_handoff
 
 
 # -- picture_resend: a multimodal prompt's HBM hit ends before its picture --------------
@@ -257,11 +242,10 @@ FIXES: dict[str, AtomFix] = {
         ),
         AtomFix(
             "picture_handoff",
-            "atom/model_engine/scheduler.py: ScheduledBatch.__init__, where a batch "
-            "takes each request's multimodal_data",
-            "a batch takes a request's picture only if it computes some of its "
-            "placeholders (the unaligned handoff's first forward computes none)",
-            before_build=_picture_with_its_placeholders,
+            "atom/kv_transfer/offload/_offload_common.py: _maybe_start_unaligned_handoff",
+            "a request carrying multimodal_data takes no unaligned handoff: its prefill "
+            "after the HBM hit is not split (the tier's part is recomputed)",
+            scheduler=_no_handoff_for_pictures,
         ),
         AtomFix(
             "picture_resend",
