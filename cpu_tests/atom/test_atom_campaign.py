@@ -32,8 +32,8 @@ FINDINGS = {
 # lost_hit_reply (reviewed: low severity) is shared with lmcache: its synchronous
 # lookup client reports a timed-out lookup as 0 after the worker pinned, with no
 # cancel, and ATOM unpins only the hits it acts on (finding 1's root).
-# two_images_partial, picture_handoff and picture_resend (pending hostile review,
-# docs/atom/tier.md, "multimodal"): ATOM's HBM and lmcache keys are token ids, and a
+# two_images_partial, picture_handoff and picture_resend (hostilely reviewed: leads
+# with caveats, docs/atom/tier.md, "Pictures"): ATOM's HBM and lmcache keys are token ids, and a
 # prefill its unaligned handoff splits hands the picture to a forward without its
 # placeholders; ATOM's merge raises and the server stops.
 # shared_tier_tp_pp (pending review): a TP 2 and a PP 2 server of one model file other
