@@ -223,6 +223,15 @@ def test_a_target_on_a_tier_without_plans_is_built_by_its_catalog() -> None:
     assert memory.plan(0) is not None
 
 
+def test_full_changes_nothing_on_a_tier_without_a_long_matrix() -> None:
+    from kvfault.faults.campaign.select import long_matrix
+
+    for tier in ("memory", "lmcache"):
+        assert long_matrix(tier) == []
+        ids = [t.id for t in select_targets(tier=tier)]
+        assert ids and ids == [t.id for t in select_targets(tier=tier, full=True)]
+
+
 @pytest.mark.parametrize(
     ("tier", "options", "says"),
     [
