@@ -27,6 +27,7 @@ FINDINGS = {
     "hung_retrieve": "liveness",
     "reload_twice": "resources",
     "resend_at_defaults": "resources",
+    "shared_tier_tp_pp": "correctness",
 }
 # row -> the property its FAIL names at ffdf3bb5d: leads, not findings of their own.
 # lost_hit_reply (reviewed: low severity) is shared with lmcache: its synchronous
@@ -36,14 +37,11 @@ FINDINGS = {
 # with caveats, docs/atom/tier.md, "Pictures"): ATOM's HBM and lmcache keys are token ids, and a
 # prefill its unaligned handoff splits hands the picture to a forward without its
 # placeholders; ATOM's merge raises and the server stops.
-# shared_tier_tp_pp (pending review): a TP 2 and a PP 2 server of one model file other
-# bytes under one lmcache key per worker id (ATOM's namespace holds PP x TP only).
 LEADS = {
     "lost_hit_reply": "resources",
     "two_images_partial": "correctness",
     "picture_handoff": "correctness",
     "picture_resend": "correctness",
-    "shared_tier_tp_pp": "correctness",
 }
 # row -> the property its FAIL names with lmcache 0.5.6: lmcache's own code (its local
 # disk backend never checks a read's length, so a file cut short behind its back loads as
