@@ -99,7 +99,7 @@ def _campaign(
         ],
         capture_output=True,
         text=True,
-        timeout=1800,  # the long matrix too: about 5 minutes on 2 quiet cores
+        timeout=1800,  # every row: 297 s on the shared 2-core machine at load 7 to 5
         env=env,
     )
     reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
