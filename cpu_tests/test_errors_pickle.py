@@ -42,6 +42,9 @@ NOT_KVFAULT_ERRORS = {
     "kvfault.faults.campaign.pool._Unwind": "a pool worker's SIGTERM (SystemExit): never leaves it",
     "kvfault.faults.pytest_plugin.NotExercised": "a warning (UserWarning) in a user's pytest run",
     "kvfault.faults.vllm.engine.EngineDied": "vLLM's scheduler raised: the run's story records it",
+    "kvfault.faults.atom.pictures.MergeRaised": (
+        "ATOM's multimodal merge raised in a server's forward: the server records its death"
+    ),
 }
 
 
@@ -120,6 +123,14 @@ EXAMPLES: dict[str, tuple[Any, ...]] = {
     "kvfault.faults.atom.host.ServerHung": (
         "atom-A",
         {"hung": "get_finished not answered within 11s", "hung_stack": "worker.py:1"},
+    ),
+    "kvfault.faults.atom.host.ServerDied": (
+        "atom-A",
+        {"died": "the model runner's forward raised ValueError", "error": "ValueError"},
+    ),
+    "kvfault.faults.atom.pictures.MergeRaised": (
+        "ValueError",
+        "Kimi-K3 got 32 image embeddings for 0 placeholder tokens",
     ),
     "kvfault.faults.atom.scheduler.WorkerHung": ("get_finished", 11.0, ["worker.py:1 in run"]),
 }

@@ -26,6 +26,8 @@ from __future__ import annotations
 import hashlib
 from typing import Any, Callable
 
+from kvfault.reference.errors import RebuiltWhenUnpickled
+
 # The placeholder id every token of a picture carries (as a processor expands an
 # image's ``<|media_pad|>``), outside the ids ``AtomRun.prompt`` draws (3 to 29999).
 PICTURE_TOKEN = 31999
@@ -90,16 +92,20 @@ def multimodal_data(prompt: tuple[int, ...], picture: bytes) -> dict[str, Any]:
     }
 
 
-class MergeRaised(Exception):
-    """ATOM's merge raised ``error`` (the exception it raised is the cause): the
-    model runner's forward fails there. Only ATOM's own call is wrapped, so a fault of
-    the tier's code is never taken for ATOM's."""
+class MergeRaised(RebuiltWhenUnpickled, Exception):
+    """ATOM's merge raised an ``error`` (the exception's name) with ``message`` (its
+    first line): the model runner's forward fails there. Only ATOM's own call is
+    wrapped, so a fault of the tier's code is never taken for ATOM's."""
 
-    def __init__(self, error: BaseException):
-        text = str(error).splitlines()
-        super().__init__(f"{type(error).__name__}: {text[0] if text else ''}")
-        self.error = type(error).__name__
-        self.message = text[0] if text else ""
+    def __init__(self, error: str, message: str):
+        super().__init__(f"{error}: {message}")
+        self.error, self.message = error, message
+
+    @classmethod
+    def of(cls, raised: BaseException) -> MergeRaised:
+        """The one ATOM's merge raised, named and cut to its first line."""
+        text = str(raised).splitlines()
+        return cls(type(raised).__name__, text[0] if text else "")
 
 
 class RunnerMerge:
@@ -135,7 +141,7 @@ class RunnerMerge:
         try:
             merged = self._merge(input_ids, text, vision_embeds)
         except Exception as e:  # noqa: BLE001  whatever ATOM's merge raises
-            raise MergeRaised(e) from e
+            raise MergeRaised.of(e) from e
         out, values_flat, at = [], merged.view(-1).tolist(), 0
         for ids in inputs:
             out.append(values_flat[at : at + len(ids)])
