@@ -161,7 +161,11 @@ def dsv4_prefix_reuse(run: AtomRun) -> None:
     the first gave back), the first again once the tier holds its chunks (ATOM loads
     the PAGE units of 512 tokens and the SLOT checkpoint at 512, then computes the
     rest from that state), then the first with a 100-token suffix."""
-    a = run.server("A", **HYBRID)
+    _dsv4_prefix_story(run, HYBRID)
+
+
+def _dsv4_prefix_story(run: AtomRun, config: dict[str, Any]) -> None:
+    a = run.server("A", **config)
     p = run.prompt(600)
     run.serve(a, AtomRequest("first", p))
     run.stored(a, p)
@@ -190,14 +194,7 @@ def dsv4_lookup_reply_lost(run: AtomRun) -> None:
     """``dsv4_prefix_reuse`` on a server whose lmcache lookup client waits
     ``LOST_SOCKET_TIMEOUT_MS`` for a reply: a fault may lose the reply to the lookup
     that finds the prompt (``again``), which lmcache pinned before replying."""
-    a = run.server("A", **{**HYBRID, "lookup_timeout_ms": LOST_SOCKET_TIMEOUT_MS})
-    p = run.prompt(600)
-    run.serve(a, AtomRequest("first", p))
-    run.stored(a, p)
-    run.serve(a, AtomRequest("between", run.prompt(600)))
-    run.serve(a, AtomRequest("again", p))
-    run.serve(a, AtomRequest("longer", p + run.prompt(100)))
-    run.end(a)
+    _dsv4_prefix_story(run, {**HYBRID, "lookup_timeout_ms": LOST_SOCKET_TIMEOUT_MS})
 
 
 def dsv4_reuse_once(run: AtomRun) -> None:
