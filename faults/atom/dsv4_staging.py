@@ -18,7 +18,7 @@ from __future__ import annotations
 import ctypes
 import operator
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 TILE_BYTES = 1024  # the kernels' tile: kept because ATOM's codec may read the name
 
@@ -139,9 +139,7 @@ def gather_region_items(
     stream: Any = None,
 ) -> None:
     """The gather, after the launch checks ATOM's launcher makes."""
-    ids = [operator.index(i) for i in item_ids]
-    _checked(plan, ids, dst, buffer_offset)
-    _gather_region_items_unchecked(plan, ids, dst, buffer_offset=buffer_offset)
+    _launch(_gather_region_items_unchecked, plan, item_ids, dst, buffer_offset)
 
 
 def scatter_region_items(
@@ -153,9 +151,19 @@ def scatter_region_items(
     stream: Any = None,
 ) -> None:
     """The scatter, after the launch checks ATOM's launcher makes."""
+    _launch(_scatter_region_items_unchecked, plan, item_ids, src, buffer_offset)
+
+
+def _launch(
+    move: Callable[..., None],
+    plan: HostRegionPlan,
+    item_ids: Sequence[int],
+    buffer: Any,
+    offset: int,
+) -> None:
     ids = [operator.index(i) for i in item_ids]
-    _checked(plan, ids, src, buffer_offset)
-    _scatter_region_items_unchecked(plan, ids, src, buffer_offset=buffer_offset)
+    _checked(plan, ids, buffer, offset)
+    move(plan, ids, buffer, buffer_offset=offset)
 
 
 KERNEL_MODULE = "atom.kv_transfer.offload.hybrid.dsv4.triton_page_slot"
