@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from fresh_python import run_snippet
@@ -53,6 +54,17 @@ def test_no_deadline_runs_every_item():
     assert all(r.ok for r in results)
 
 
+def _fan_out_in_a_process(
+    tmp_path: Path, module: str, source: str, code: str
+) -> subprocess.CompletedProcess[str]:
+    """Runs ``code`` in a Python process of its own, where the task module ``module``
+    (written from ``source`` into ``tmp_path``) is importable by the workers."""
+    (tmp_path / f"{module}.py").write_text(source)
+    path = os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p)
+    return subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": path},
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+
+
 _NOTES = """
 import os, threading
 from kvfault.faults.fanout import note
@@ -75,7 +87,6 @@ def test_a_tasks_notes_arrive_before_its_result_and_outlive_its_worker(tmp_path)
     from kvfault.faults.fanout import note
 
     note("nowhere")  # no item runs here: nothing to send, nothing raised
-    (tmp_path / "notes_task.py").write_text(_NOTES)
     code = (
         "from kvfault.faults.fanout import WorkItem, fan_out\n"
         "seen = []\n"
@@ -85,9 +96,7 @@ def test_a_tasks_notes_arrive_before_its_result_and_outlive_its_worker(tmp_path)
         "for s in seen:\n"
         "    print(s)\n"
     )
-    path = os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p)
-    done = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": path},
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    done = _fan_out_in_a_process(tmp_path, "notes_task", _NOTES, code)
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
     for item, ok in (("ok", True), ("dies", False)):
@@ -124,7 +133,6 @@ def test_a_workers_stop_swallowed_in_a_weakref_callback_still_stops_it(tmp_path)
     "Exception ignored in ..." on the command's stderr). Now it is sent again and ends
     the session as Ctrl-C does, with nothing said. In a process of its own: local
     workers start with the sys.path their controller had when it imported xdist."""
-    (tmp_path / "stop_in_callback.py").write_text(_STOP_IN_CALLBACK)
     code = (
         "from kvfault.faults.fanout import WorkItem, fan_out\n"
         "try:\n"
@@ -132,9 +140,7 @@ def test_a_workers_stop_swallowed_in_a_weakref_callback_still_stops_it(tmp_path)
         "except KeyboardInterrupt:\n"
         "    print('stopped')\n"
     )
-    path = os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p)
-    done = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": path},
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    done = _fan_out_in_a_process(tmp_path, "stop_in_callback", _STOP_IN_CALLBACK, code)
     assert (done.stdout, done.stderr) == ("stopped\n", ""), done.stdout + done.stderr
 
 
