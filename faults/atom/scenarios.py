@@ -108,7 +108,7 @@ def prefix_reuse(run: AtomRun) -> None:
     200-token prompt, another prompt (its work lands in the blocks the first gave
     back), the first again once the tier holds it (loads its 3 chunks), then the
     first with a 40-token suffix."""
-    _prefix_reuse(run)
+    _prefix_reuse(run, {"prefix_caching": False})
 
 
 def tp_prefix_reuse(run: AtomRun) -> None:
@@ -116,7 +116,7 @@ def tp_prefix_reuse(run: AtomRun) -> None:
     stores and loads its own shard of the KV heads, only rank 0's lmcache engine
     answers the scheduler's lookups (ATOM's ``lookup_server_worker_ids=[0]``), and a
     load is done when ATOM's aggregator has both ranks' completions."""
-    _prefix_reuse(run, tp_size=2)
+    _prefix_reuse(run, {"prefix_caching": False, "tp_size": 2})
 
 
 def pp_prefix_reuse(run: AtomRun) -> None:
@@ -125,19 +125,21 @@ def pp_prefix_reuse(run: AtomRun) -> None:
     in its own lmcache engine (worker ids 0 and 1), stage 0's engine alone answers the
     head's lookups, and a load is done when ATOM's ``PPKVAggregator`` has both stages'
     completions."""
-    _prefix_reuse(run, pp_size=2, tp_size=1)
+    _prefix_reuse(run, {"prefix_caching": False, "pp_size": 2, "tp_size": 1})
 
 
-def _prefix_reuse(run: AtomRun, **spec: Any) -> None:
-    a = run.server("A", prefix_caching=False, **spec)
-    p = run.prompt(200)
+def _prefix_reuse(run: AtomRun, spec: dict[str, Any], prompt: int = 200, suffix: int = 40) -> None:
+    """The ``prefix_reuse`` story on a server of ``spec``: a ``prompt``-token prompt
+    stored, another, the first again, then the first with a ``suffix``-token suffix."""
+    a = run.server("A", **spec)
+    p = run.prompt(prompt)
     run.serve(a, AtomRequest("first", p))
     run.stored(a, p)  # "again" is to find it in the tier, however fast it comes
     # Between the store and its reuse: a load that wrote nothing must not find the
     # first prompt's own pages still in the blocks it gets back.
-    run.serve(a, AtomRequest("between", run.prompt(200)))
+    run.serve(a, AtomRequest("between", run.prompt(prompt)))
     run.serve(a, AtomRequest("again", p))
-    run.serve(a, AtomRequest("longer", p + run.prompt(40)))
+    run.serve(a, AtomRequest("longer", p + run.prompt(suffix)))
     run.end(a)
 
 
@@ -161,18 +163,7 @@ def dsv4_prefix_reuse(run: AtomRun) -> None:
     the first gave back), the first again once the tier holds its chunks (ATOM loads
     the PAGE units of 512 tokens and the SLOT checkpoint at 512, then computes the
     rest from that state), then the first with a 100-token suffix."""
-    _dsv4_prefix_story(run, HYBRID)
-
-
-def _dsv4_prefix_story(run: AtomRun, config: dict[str, Any]) -> None:
-    a = run.server("A", **config)
-    p = run.prompt(600)
-    run.serve(a, AtomRequest("first", p))
-    run.stored(a, p)
-    run.serve(a, AtomRequest("between", run.prompt(600)))
-    run.serve(a, AtomRequest("again", p))
-    run.serve(a, AtomRequest("longer", p + run.prompt(100)))
-    run.end(a)
+    _prefix_reuse(run, HYBRID, 600, 100)
 
 
 def dsv4_concurrent_loads(run: AtomRun) -> None:
@@ -194,7 +185,7 @@ def dsv4_lookup_reply_lost(run: AtomRun) -> None:
     """``dsv4_prefix_reuse`` on a server whose lmcache lookup client waits
     ``LOST_SOCKET_TIMEOUT_MS`` for a reply: a fault may lose the reply to the lookup
     that finds the prompt (``again``), which lmcache pinned before replying."""
-    _dsv4_prefix_story(run, {**HYBRID, "lookup_timeout_ms": LOST_SOCKET_TIMEOUT_MS})
+    _prefix_reuse(run, {**HYBRID, "lookup_timeout_ms": LOST_SOCKET_TIMEOUT_MS}, 600, 100)
 
 
 def dsv4_reuse_once(run: AtomRun) -> None:
@@ -267,14 +258,7 @@ def lookup_after_socket_loss(run: AtomRun) -> None:
     ``longer`` find the prompt in the tier only if a lookup reaches it: otherwise each
     waits the timeout, is told 0, and ATOM recomputes; every request must still be
     answered right."""
-    a = run.server("A", prefix_caching=False, lookup_timeout_ms=LOST_SOCKET_TIMEOUT_MS)
-    p = run.prompt(200)
-    run.serve(a, AtomRequest("first", p))
-    run.stored(a, p)
-    run.serve(a, AtomRequest("between", run.prompt(200)))
-    run.serve(a, AtomRequest("again", p))
-    run.serve(a, AtomRequest("longer", p + run.prompt(40)))
-    run.end(a)
+    _prefix_reuse(run, {"prefix_caching": False, "lookup_timeout_ms": LOST_SOCKET_TIMEOUT_MS})
 
 
 def reuse_once(run: AtomRun) -> None:
