@@ -9,6 +9,7 @@ dense copy's order) fails ``dsv4_lost_hit_reply``."""
 
 from __future__ import annotations
 
+import pytest
 from atom_planted import planted
 
 from kvfault.faults.atom import catalog
@@ -91,22 +92,30 @@ def test_a_slot_not_restored_fails_dsv4_prefix_reuse(atom_src, tmp_path):
     assert not any("restored pages differ" in v for v in found), found
 
 
-def test_page_units_not_restored_fail_dsv4_prefix_reuse(atom_src, tmp_path):
-    src = planted(atom_src, tmp_path / "atom", PAGE_NOT_RESTORED, file=CODEC)
-    found = _violations(src, "dsv4_prefix_reuse")
-    assert "correctness: restored pages differ from recompute" in found, found
-
-
-def test_a_failed_load_reported_done_fails_dsv4_retrieve_failure(atom_src, tmp_path):
-    src = planted(atom_src, tmp_path / "atom", FAILED_LOAD_DONE, file=CONNECTOR)
-    found = _violations(src, "dsv4_retrieve_failure")
-    assert "correctness: restored pages differ from recompute" in found, found
-
-
-def test_a_sidecar_crc_not_checked_fails_dsv4_corrupt_slot(atom_src, tmp_path):
-    src = planted(atom_src, tmp_path / "atom", CRC_NOT_CHECKED, file=CODEC)
-    found = _violations(src, "dsv4_corrupt_slot")
-    assert "correctness: output of again differs from its cold run" in found, found
+@pytest.mark.parametrize(
+    ("edit", "file", "row", "violation"),
+    [
+        pytest.param(
+            PAGE_NOT_RESTORED, CODEC, "dsv4_prefix_reuse",
+            "correctness: restored pages differ from recompute",
+            id="page_units_not_restored_fail_dsv4_prefix_reuse",
+        ),
+        pytest.param(
+            FAILED_LOAD_DONE, CONNECTOR, "dsv4_retrieve_failure",
+            "correctness: restored pages differ from recompute",
+            id="a_failed_load_reported_done_fails_dsv4_retrieve_failure",
+        ),
+        pytest.param(
+            CRC_NOT_CHECKED, CODEC, "dsv4_corrupt_slot",
+            "correctness: output of again differs from its cold run",
+            id="a_sidecar_crc_not_checked_fails_dsv4_corrupt_slot",
+        ),
+    ],
+)  # fmt: skip
+def test_a_planted_bug_fails_its_row(atom_src, tmp_path, edit, file, row, violation):
+    src = planted(atom_src, tmp_path / "atom", edit, file=file)
+    found = _violations(src, row)
+    assert violation in found, found
 
 
 def test_a_page_hit_without_its_slot_fails_dsv4_slot_put_refused(atom_src, tmp_path):
