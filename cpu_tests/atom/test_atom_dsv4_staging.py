@@ -57,6 +57,20 @@ def _buffer(nbytes: int, seed: int) -> torch.Tensor:
     )
 
 
+def _copy_both(atom_kernels, op: str, reverse: bool, ids, offset: int, theirs, ours) -> None:
+    """``op`` ("gather" or "scatter") of the items ``ids`` at ``offset`` of the buffer, by
+    ATOM's kernel on ``theirs`` and by the twin on ``ours``, each a (memory, buffer)."""
+    memory, buffer = theirs
+    plan = atom_kernels.build_region_plan(
+        _regions(memory), item_count=ITEMS, device="cuda", reverse=reverse
+    )
+    launch = getattr(atom_kernels, f"_{op}_region_items_unchecked")
+    launch(plan, ids, buffer, buffer_offset=offset, stream=None)
+    memory, buffer = ours
+    twin = dsv4_staging.build_region_plan(_regions(memory), item_count=ITEMS, reverse=reverse)
+    getattr(dsv4_staging, f"{op}_region_items")(twin, ids, buffer, buffer_offset=offset)
+
+
 @pytest.mark.parametrize("reverse", [False, True], ids=["page", "slot"])
 def test_gather_copies_the_bytes_atoms_kernel_copies(atom_kernels, reverse):
     ids, offset = (3, 0, 4), 7
@@ -66,14 +80,7 @@ def test_gather_copies_the_bytes_atoms_kernel_copies(atom_kernels, reverse):
     theirs = _buffer(offset + len(ids) * per_item + 5, 2)
     ours = theirs.clone()
     untouched = theirs.clone()
-    plan = atom_kernels.build_region_plan(
-        _regions(memory), item_count=ITEMS, device="cuda", reverse=reverse
-    )
-    atom_kernels._gather_region_items_unchecked(
-        plan, ids, theirs, buffer_offset=offset, stream=None
-    )
-    twin = dsv4_staging.build_region_plan(_regions(memory), item_count=ITEMS, reverse=reverse)
-    dsv4_staging.gather_region_items(twin, ids, ours, buffer_offset=offset)
+    _copy_both(atom_kernels, "gather", reverse, ids, offset, (memory, theirs), (memory, ours))
     assert not torch.equal(theirs, untouched)  # ATOM's kernel ran and copied
     assert torch.equal(ours, theirs)
     assert torch.equal(memory, before)  # a gather writes only the buffer
@@ -84,14 +91,7 @@ def test_scatter_writes_the_bytes_atoms_kernel_writes(atom_kernels, reverse):
     ids, offset = (1, 4), 3
     source = _buffer(offset + len(ids) * sum(UNITS), 3)
     theirs, ours = _memory(4), _memory(4)
-    plan = atom_kernels.build_region_plan(
-        _regions(theirs), item_count=ITEMS, device="cuda", reverse=reverse
-    )
-    atom_kernels._scatter_region_items_unchecked(
-        plan, ids, source, buffer_offset=offset, stream=None
-    )
-    twin = dsv4_staging.build_region_plan(_regions(ours), item_count=ITEMS, reverse=reverse)
-    dsv4_staging.scatter_region_items(twin, ids, source, buffer_offset=offset)
+    _copy_both(atom_kernels, "scatter", reverse, ids, offset, (theirs, source), (ours, source))
     assert not torch.equal(theirs, _memory(4))
     assert torch.equal(ours, theirs)
 
