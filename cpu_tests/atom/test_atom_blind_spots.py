@@ -56,6 +56,11 @@ def _violations(src: str, rows: list[str | catalog.AtomRow]) -> dict[str, list[s
     return out
 
 
+def _props(found: list[str]) -> set[str]:
+    """The properties named by ``found``, violations as ``_violations`` gives them."""
+    return {v.split(":", 1)[0] for v in found}
+
+
 def test_loads_reported_failed_fail_load_failures(atom_src, tmp_path):
     found = _violations(planted(atom_src, tmp_path / "atom", REPORTS_FAILED), ["prefix_reuse"])
     failed = [v for v in found["prefix_reuse"] if v.startswith("load_failures:")]

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from atom_planted import planted
 
-from cpu_tests.atom.test_atom_blind_spots import _violations
+from cpu_tests.atom.test_atom_blind_spots import _props, _violations
 
 COMMON = "atom/kv_transfer/offload/_offload_common.py"
 PP_AGGREGATOR = "atom/kv_transfer/disaggregation/pp_kv_aggregator.py"
@@ -62,10 +62,6 @@ ROWS = [
     "pp2_stage1_late_load",
     "shared_tier_pp_reuse",
 ]
-
-
-def _props(found: list[str]) -> set[str]:
-    return {v.split(":", 1)[0] for v in found}
 
 
 def test_the_checkout_as_it_is_passes_the_pp_rows(atom_src):

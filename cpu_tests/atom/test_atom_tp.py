@@ -33,7 +33,7 @@ from pathlib import Path
 
 from atom_planted import planted
 
-from cpu_tests.atom.test_atom_blind_spots import _violations
+from cpu_tests.atom.test_atom_blind_spots import _props, _violations
 
 AGGREGATOR = "atom/kv_transfer/disaggregation/aggregator.py"
 CONNECTOR = "atom/kv_transfer/offload/dense/connector.py"
@@ -67,10 +67,6 @@ ROWS = [
 ]
 # The rows whose one-rank fault an aggregator of rank 0's answers alone gets wrong.
 ONE_RANK = ROWS[1:5]
-
-
-def _props(found: list[str]) -> set[str]:
-    return {v.split(":", 1)[0] for v in found}
 
 
 def test_the_checkout_as_it_is_passes_the_tp_rows(atom_src):
