@@ -29,6 +29,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from atom_planted import planted
 
 from cpu_tests.atom.test_atom_blind_spots import _props, _violations
@@ -68,9 +69,26 @@ def test_the_checkout_as_it_is_passes_the_pp_rows(atom_src):
     assert _violations(atom_src, ROWS) == {r: [] for r in ROWS}
 
 
-def test_worker_ids_without_the_stage_fail_shared_tier_pp_reuse(atom_src, tmp_path: Path):
-    src = planted(atom_src, tmp_path / "atom", *NO_STAGE_IN_WORKER_ID, file=COMMON)
-    found = _violations(src, ["shared_tier_pp_reuse"])["shared_tier_pp_reuse"]
+@pytest.mark.parametrize(
+    ("edits", "file", "row"),
+    [
+        pytest.param(
+            NO_STAGE_IN_WORKER_ID, COMMON, "shared_tier_pp_reuse",
+            id="worker_ids_without_the_stage_fail_shared_tier_pp_reuse",
+        ),
+        pytest.param(
+            FAILED_COUNTS_AS_LOADED, PP_AGGREGATOR, "pp2_stage1_retrieve_failure",
+            id="an_aggregator_that_counts_a_failed_stage_as_loaded_fails",
+        ),
+        pytest.param(
+            FIRST_STAGE_DONE, PP_AGGREGATOR, "pp2_stage1_late_load",
+            id="an_aggregator_done_on_the_first_stage_fails_the_late_load",
+        ),
+    ],
+)  # fmt: skip
+def test_a_planted_bug_fails_its_row_on_correctness(atom_src, tmp_path: Path, edits, file, row):
+    src = planted(atom_src, tmp_path / "atom", *edits, file=file)
+    found = _violations(src, [row])[row]
     assert "correctness" in _props(found), found
 
 
@@ -79,18 +97,6 @@ def test_a_stage_that_stores_nothing_fails_pp2_prefix_reuse(atom_src, tmp_path: 
     found = _violations(src, ["pp2_prefix_reuse"])["pp2_prefix_reuse"]
     assert "load_failures" in _props(found), found
     assert any("lmcache returned 0 of" in v for v in found), found
-
-
-def test_an_aggregator_that_counts_a_failed_stage_as_loaded_fails(atom_src, tmp_path: Path):
-    src = planted(atom_src, tmp_path / "atom", *FAILED_COUNTS_AS_LOADED, file=PP_AGGREGATOR)
-    found = _violations(src, ["pp2_stage1_retrieve_failure"])["pp2_stage1_retrieve_failure"]
-    assert "correctness" in _props(found), found
-
-
-def test_an_aggregator_done_on_the_first_stage_fails_the_late_load(atom_src, tmp_path: Path):
-    src = planted(atom_src, tmp_path / "atom", *FIRST_STAGE_DONE, file=PP_AGGREGATOR)
-    found = _violations(src, ["pp2_stage1_late_load"])["pp2_stage1_late_load"]
-    assert "correctness" in _props(found), found
 
 
 def _run(atom_src: str, *args: str) -> subprocess.CompletedProcess:
