@@ -644,14 +644,7 @@ def shared_tier_reuse(run: AtomRun) -> None:
     tier (its file-system connector on one directory): A stores a 200-token prompt;
     once B's lmcache finds it there, B gets the same prompt and loads A's chunks from
     the remote tier (B's own CPU pool is empty); then B gets it once more."""
-    a = run.server("A", prefix_caching=False, shared_tier=True)
-    b = run.server("B", prefix_caching=False, shared_tier=True, machine="m2")
-    p = run.prompt(200)
-    run.serve(a, AtomRequest("A-first", p))
-    run.stored(b, p)
-    run.serve(b, AtomRequest("B-same", p))
-    run.serve(b, AtomRequest("B-again", p))
-    run.end(a, b)
+    _shared_tier_reuse(run)
 
 
 def shared_tier_pp_reuse(run: AtomRun) -> None:
@@ -659,8 +652,12 @@ def shared_tier_pp_reuse(run: AtomRun) -> None:
     store their layers in the remote tier under worker ids 0 and 1; once B's lmcache
     finds the prompt there (both stages' engines), B gets it and each of B's stages
     loads its own layers, not the other stage's; then B gets it once more."""
-    a = run.server("A", prefix_caching=False, shared_tier=True, pp_size=2, tp_size=1)
-    b = run.server("B", prefix_caching=False, shared_tier=True, pp_size=2, tp_size=1, machine="m2")
+    _shared_tier_reuse(run, pp_size=2, tp_size=1)
+
+
+def _shared_tier_reuse(run: AtomRun, **spec: Any) -> None:
+    a = run.server("A", prefix_caching=False, shared_tier=True, **spec)
+    b = run.server("B", prefix_caching=False, shared_tier=True, machine="m2", **spec)
     p = run.prompt(200)
     run.serve(a, AtomRequest("A-first", p))
     run.stored(b, p)
