@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -19,18 +20,21 @@ def _probe(atom_src: str, body: str) -> dict:
     code = (
         textwrap.dedent(
             """
-        import json, sys, tempfile
+        import json, os, sys
         from kvfault.faults.atom import boundary
-        boundary.install_all(tempfile.mkdtemp())
+        boundary.install_all(os.environ["KVFAULT_PROBE_SOCKET_DIR"])
         """
         )
         + textwrap.dedent(body)
         + "\nprint(json.dumps(result))\n"
     )
     env = dict(os.environ, PYTHONPATH=os.pathsep.join((str(ROOT), atom_src)))
-    out = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
-    )
+    # The probe's socket directory goes with it (a bare mkdtemp there was left in /tmp).
+    with tempfile.TemporaryDirectory(prefix="kvfault-probe-") as sockets:
+        env["KVFAULT_PROBE_SOCKET_DIR"] = sockets
+        out = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+        )
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 

@@ -17,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -25,10 +26,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 _PROBE = """
-import json, sys, tempfile
+import json, os, sys
 from types import SimpleNamespace
 from kvfault.faults.atom import boundary
-boundary.install_all(tempfile.mkdtemp())
+boundary.install_all(os.environ["KVFAULT_PROBE_SOCKET_DIR"])
 import torch
 from atom.model_engine.scheduler import Scheduler
 from atom.model_engine.sequence import Sequence
@@ -119,10 +120,13 @@ print(json.dumps(result))
 
 def _probe(atom_src: str, state: str, shape: str) -> dict:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join((str(ROOT), atom_src)))
-    out = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(_PROBE), state, shape],
-        env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    # The probe's socket directory goes with it (a bare mkdtemp there was left in /tmp).
+    with tempfile.TemporaryDirectory(prefix="kvfault-probe-") as sockets:
+        env["KVFAULT_PROBE_SOCKET_DIR"] = sockets
+        out = subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(_PROBE), state, shape],
+            env=env, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
