@@ -1,6 +1,6 @@
-"""The atom tier at pipeline parallelism 2: one worker process per stage, each ATOM's
-connector worker half over its stage's layer (ATOM's split of the model's two) with its
-own lmcache engine under worker id ``stage x TP + TP rank``; stage 0's engine alone
+"""The atom tier at pipeline parallelism 2, and at PP 2 x TP 2: one worker process per
+stage (per TP rank of a stage), each ATOM's connector worker half over its stage's
+layers (ATOM's split of the model's) with its own lmcache engine under worker id ``stage x TP + TP rank``; stage 0's engine alone
 answers lookups; the head engine core is ATOM's ``PPEngineCoreProc`` (its head step,
 its ``PPKVAggregator`` over the stages' completions), each downstream stage ATOM's
 ``_downstream_busy_loop``.
@@ -19,7 +19,18 @@ each) fails it while the checkout as it is passes it.
   is used before its layer landed (``pp2_stage1_late_load``: ``correctness``).
 - ``PPKVAggregator`` counts a stage's failed load as loaded: the request uses stage 0's
   layer and stage 1's poisoned blocks (``pp2_stage1_retrieve_failure``:
-  ``correctness``)."""
+  ``correctness``).
+- ``PPKVAggregator`` calls a save done on the first stage's report: the blocks are freed
+  while stage 1's slow store has not read them, stage 1 stores the sentinel and the
+  load restores it (``pp2_stage1_late_save``: ``correctness``).
+- ATOM's ``load_failed`` keeps its save floor: after stage 1's failed store the
+  recompute is never saved again, and the third request's load fails on stage 1 again
+  (``pp2_stage1_store_failure``: ``load_failures``).
+- At PP 2 x TP 2 (the rows' wider model: 4 KV heads, 4 layers): worker ids that add the
+  stage to the TP rank (right at PP 2 x TP 1 and at PP 1: the PP-only and TP-only rows
+  pass it) file two workers' other bytes under one key in a shared tier
+  (``shared_tier_pp2_tp2_reuse``: ``correctness``); worker 3 reporting its saves done
+  without storing fails ``pp2_tp2_prefix_reuse`` (``load_failures``)."""
 
 from __future__ import annotations
 
@@ -57,11 +68,38 @@ FAILED_COUNTS_AS_LOADED = (
     ("            self._failed_loading.setdefault(rid, set()).add(pp_rank)",
      "            self._loading.setdefault(rid, set()).add(pp_rank)"),
 )  # fmt: skip
+# A save done on the first stage's report: stage 0's finished save frees the blocks
+# while stage 1's slow store has not read them.
+FIRST_STAGE_SAVED = (
+    ("            rid for rid, stages in self._saving.items() if len(stages) >= self._pp_size",
+     "            rid for rid, stages in self._saving.items() if len(stages) >= 1"),
+)  # fmt: skip
+# ATOM's load_failed keeps the save floor (as in test_atom_tp): the recompute after
+# stage 1's failed load does not save the claimed chunks again.
+KEEPS_SAVE_FLOOR = (("            entry[1] = self._chunk_floor(floor)\n", "            pass\n"),)
+# Worker ids that add the stage instead of stacking it over the TP ranks: right at PP 2
+# x TP 1 and at PP 1 (every PP-only and TP-only row passes it); at PP 2 x TP 2 stage 0's
+# rank 1 and stage 1's rank 0 are both worker 1 and file other bytes under one key.
+STAGE_ADDED_TO_TP_RANK = (
+    ("    return pp_rank * tp.world_size + tp.rank_in_group, pp_size * tp.world_size",
+     "    return pp_rank + tp.rank_in_group, pp_size * tp.world_size"),
+)  # fmt: skip
+# Worker 3 (stage 1's TP rank 1 at PP 2 x TP 2) reports its saves done without storing.
+WORKER3_STORES_NOTHING = (
+    (
+        "        self._engine.store(",
+        "        (self._engine.store if self._rank != 3 else (lambda *a, **k: None))(",
+    ),
+)
 ROWS = [
     "pp2_prefix_reuse",
     "pp2_stage1_retrieve_failure",
     "pp2_stage1_late_load",
+    "pp2_stage1_store_failure",
+    "pp2_stage1_late_save",
     "shared_tier_pp_reuse",
+    "pp2_tp2_prefix_reuse",
+    "shared_tier_pp2_tp2_reuse",
 ]
 
 
@@ -84,6 +122,14 @@ def test_the_checkout_as_it_is_passes_the_pp_rows(atom_src):
             FIRST_STAGE_DONE, PP_AGGREGATOR, "pp2_stage1_late_load",
             id="an_aggregator_done_on_the_first_stage_fails_the_late_load",
         ),
+        pytest.param(
+            FIRST_STAGE_SAVED, PP_AGGREGATOR, "pp2_stage1_late_save",
+            id="an_aggregator_saved_on_the_first_stage_fails_the_late_save",
+        ),
+        pytest.param(
+            STAGE_ADDED_TO_TP_RANK, COMMON, "shared_tier_pp2_tp2_reuse",
+            id="worker_ids_that_add_the_stage_fail_shared_tier_pp2_tp2_reuse",
+        ),
     ],
 )  # fmt: skip
 def test_a_planted_bug_fails_its_row_on_correctness(atom_src, tmp_path: Path, edits, file, row):
@@ -95,6 +141,33 @@ def test_a_planted_bug_fails_its_row_on_correctness(atom_src, tmp_path: Path, ed
 def test_a_stage_that_stores_nothing_fails_pp2_prefix_reuse(atom_src, tmp_path: Path):
     src = planted(atom_src, tmp_path / "atom", *STAGE1_STORES_NOTHING, file=CONNECTOR)
     found = _violations(src, ["pp2_prefix_reuse"])["pp2_prefix_reuse"]
+    assert "load_failures" in _props(found), found
+    assert any("lmcache returned 0 of" in v for v in found), found
+
+
+def test_worker_ids_that_add_the_stage_pass_every_pp_or_tp_only_row(atom_src, tmp_path: Path):
+    """Stage plus TP rank is the right worker id at PP 2 x TP 1 and at PP 1: only a PP x
+    TP row can see it (``shared_tier_pp2_tp2_reuse``, above)."""
+    src = planted(atom_src, tmp_path / "atom", *STAGE_ADDED_TO_TP_RANK, file=COMMON)
+    rows = ["shared_tier_pp_reuse", "shared_tier_tp_sizes"]
+    assert _violations(src, rows) == {r: [] for r in rows}
+
+
+def test_a_store_failure_never_saved_again_fails_pp2_stage1(atom_src, tmp_path: Path):
+    """Stage 1's store failed, so its load of the prompt fails (explained by the fault);
+    an ATOM that keeps its save floor then never stores the recompute, and the third
+    request's load fails on stage 1 again: unexplained."""
+    src = planted(atom_src, tmp_path / "atom", *KEEPS_SAVE_FLOOR)
+    found = _violations(src, ["pp2_stage1_store_failure"])["pp2_stage1_store_failure"]
+    assert any(
+        v.startswith("load_failures:") and "after an earlier load of them had failed" in v
+        for v in found
+    ), found
+
+
+def test_a_worker_3_that_stores_nothing_fails_pp2_tp2_prefix_reuse(atom_src, tmp_path: Path):
+    src = planted(atom_src, tmp_path / "atom", *WORKER3_STORES_NOTHING, file=CONNECTOR)
+    found = _violations(src, ["pp2_tp2_prefix_reuse"])["pp2_tp2_prefix_reuse"]
     assert "load_failures" in _props(found), found
     assert any("lmcache returned 0 of" in v for v in found), found
 

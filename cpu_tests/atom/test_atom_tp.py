@@ -1,7 +1,8 @@
-"""The atom tier at tensor parallelism 2: two worker processes, each ATOM's connector
-worker half over its own shard of the KV heads and its own lmcache engine; rank 0's
-alone serves lookups; every completion goes through ATOM's ``KVOutputAggregator``
-over both ranks.
+"""The atom tier at tensor parallelism 2 and 4: two (four) worker processes, each
+ATOM's connector worker half over its own shard of the KV heads and its own lmcache
+engine; rank 0's alone serves lookups; every completion goes through ATOM's
+``KVOutputAggregator`` over every rank. The TP 4 rows run a wider model (4 KV heads, 4
+layers), so each rank holds a head of its own.
 
 Each TP row earns its place: a bug planted by hand in a scratch clone of ATOM (one or
 two lines each) fails it while the checkout as it is passes it.
@@ -21,6 +22,10 @@ two lines each) fails it while the checkout as it is passes it.
   passes; an aggregator of rank 0's answers alone uses the half-loaded KV there too,
   and an ATOM whose ``load_failed`` keeps its save floor never stores the recompute,
   so the third request's load fails on rank 1 again (``load_failures``).
+- At TP 4: an aggregator whose quorum is two (right at TP 2: every TP 2 row passes
+  it) delivers rank 3's late failed load as done; so does one that reads three of four
+  ranks (``tp4_rank3_retrieve_failure``: ``correctness``). Rank 3 reporting its saves
+  done without storing fails ``tp4_prefix_reuse`` (``load_failures``).
 - ATOM's page namespace without its TP size: ``shared_tier_tp_sizes``'s two servers
   look their prompt up under one lookup key (``keys``; lmcache's own key still tells
   them apart by world size, so no data crosses). With lmcache's key also given one
@@ -57,6 +62,24 @@ NO_TP_IN_NAMESPACE = (
     ('"tp_size": _strict_integer("PAGE TP size", world_size, minimum=1),', '"tp_size": 1,'),
 )
 ONE_WORLD_SIZE_KEY = (("        world_size=world_size,\n", "        world_size=2,\n"),)
+# At TP 4 (the rows' wider model): an aggregator that completes an operation once two
+# ranks reported (a quorum fixed at a TP 2 deployment's) is the one at TP 2; one that
+# reads three of four ranks (the last one's reports dropped, a quorum of three).
+QUORUM_OF_TWO = (
+    ("            if len(reports) < self._world_size:", "            if len(reports) < 2:"),
+)
+THREE_OF_FOUR = (
+    ("        for worker_idx, output in enumerate(worker_outputs):",
+     "        for worker_idx, output in enumerate(worker_outputs[:-1]):"),
+    ("            if len(reports) < self._world_size:",
+     "            if len(reports) < self._world_size - 1:"),
+)  # fmt: skip
+RANK3_STORES_NOTHING = (
+    (
+        "        self._engine.store(",
+        "        (self._engine.store if self._rank != 3 else (lambda *a, **k: None))(",
+    ),
+)
 ROWS = [
     "tp2_prefix_reuse",
     "tp2_rank1_retrieve_failure",
@@ -64,6 +87,8 @@ ROWS = [
     "tp2_rank1_late_save",
     "tp2_rank1_store_failure",
     "shared_tier_tp_sizes",
+    "tp4_prefix_reuse",
+    "tp4_rank3_retrieve_failure",
 ]
 # The rows whose one-rank fault an aggregator of rank 0's answers alone gets wrong.
 ONE_RANK = ROWS[1:5]
@@ -117,3 +142,26 @@ def test_a_failed_load_never_saved_again_fails_tp2_rank1_store_failure(atom_src,
         v.startswith("load_failures:") and "after an earlier load of them had failed" in v
         for v in found
     ), found
+
+
+def test_an_aggregator_with_a_quorum_of_two_fails_only_at_tp_4(atom_src, tmp_path: Path):
+    """A quorum of two is the right one at TP 2, so no TP 2 row can see it; at TP 4 it
+    delivers rank 3's late failed load as done once ranks 0 to 2 loaded, and the
+    request computes over rank 3's poisoned blocks."""
+    src = planted(atom_src, tmp_path / "atom", *QUORUM_OF_TWO, file=AGGREGATOR)
+    found = _violations(src, ["tp4_rank3_retrieve_failure", "tp2_rank1_retrieve_failure"])
+    assert "correctness" in _props(found["tp4_rank3_retrieve_failure"]), found
+    assert found["tp2_rank1_retrieve_failure"] == [], found
+
+
+def test_an_aggregator_of_three_of_four_ranks_fails_tp4_rank3(atom_src, tmp_path: Path):
+    src = planted(atom_src, tmp_path / "atom", *THREE_OF_FOUR, file=AGGREGATOR)
+    found = _violations(src, ["tp4_rank3_retrieve_failure"])["tp4_rank3_retrieve_failure"]
+    assert "correctness" in _props(found), found
+
+
+def test_a_rank_3_that_stores_nothing_fails_tp4_prefix_reuse(atom_src, tmp_path: Path):
+    src = planted(atom_src, tmp_path / "atom", *RANK3_STORES_NOTHING, file=CONNECTOR)
+    found = _violations(src, ["tp4_prefix_reuse"])["tp4_prefix_reuse"]
+    assert "load_failures" in _props(found), found
+    assert any("lmcache returned 0 of" in v for v in found), found

@@ -329,6 +329,13 @@ ROWS: dict[str, AtomRow] = {
             "stages loads the layers A's same stage stored",
         ),
         _scenario(
+            "shared_tier_pp2_tp2_reuse",
+            s.shared_tier_pp_tp_reuse,
+            _MANY,
+            "two PP 2 x TP 2 servers (4 KV heads, 4 layers) on two machines share a remote "
+            "lmcache tier: each of B's four workers loads the shard A's same worker stored",
+        ),
+        _scenario(
             "shared_tier_reuse",
             s.shared_tier_reuse,
             _MANY,
@@ -355,6 +362,21 @@ ROWS: dict[str, AtomRow] = {
             _ONE,
             "prefix_reuse at TP 2: both ranks store and load their shards, rank 0 alone "
             "answers lookups",
+        ),
+        _scenario(
+            "tp4_prefix_reuse",
+            s.tp4_prefix_reuse,
+            _ONE,
+            "prefix_reuse at TP 4 (a model of 4 KV heads and 4 layers): four ranks store and "
+            "load their shards, rank 0 alone answers lookups, ATOM's aggregator over four",
+        ),
+        _scenario(
+            "pp2_tp2_prefix_reuse",
+            s.pp_tp_prefix_reuse,
+            _ONE,
+            "prefix_reuse at PP 2 x TP 2 (a model of 4 KV heads and 4 layers): four workers, "
+            "worker 0 alone answers lookups, ATOM's aggregator over each stage's two ranks, "
+            "then its PPKVAggregator over the stages",
         ),
         _scenario(
             "pp2_prefix_reuse",
@@ -491,6 +513,33 @@ ROWS: dict[str, AtomRow] = {
             FaultSpec(slow_retrieve_s=1.0, rank=1),
             "slow_retrieve",
             story=s.pp_reuse_once,
+        ),
+        _rank_fault(
+            "pp2_stage1_store_failure",
+            "at PP 2, stage 1's first lmcache store raises while stage 0 stores its layer: "
+            "the save is reported finished, stage 0's engine answers the lookup, stage 1's "
+            "retrieve misses, and the request recomputes right",
+            FaultSpec(fail_store=1, rank=1),
+            "store_failure",
+            story=s.pp_recompute_then_reuse,
+        ),
+        _rank_fault(
+            "pp2_stage1_late_save",
+            "at PP 2, stage 1's lmcache store waits 1 s before it reads the blocks, so stage "
+            "1 reports its save finished after stage 0: the blocks must stay until both "
+            "stages read them",
+            FaultSpec(slow_save_s=1.0, rank=1),
+            "slow_save",
+            story=s.pp_store_then_reuse,
+        ),
+        _rank_fault(
+            "tp4_rank3_retrieve_failure",
+            "at TP 4, rank 3's first lmcache retrieve raises 1 s late, after ranks 0 to 2 "
+            "loaded their shards: ATOM's aggregator over four must report the load failed "
+            "and the request recompute, never use the three-quarters-loaded KV",
+            FaultSpec(fail_retrieve=1, slow_retrieve_s=1.0, rank=3),
+            "retrieve_failure",
+            story=s.tp4_reuse_once,
         ),
         _fault(
             "lookup_socket_removed",
@@ -720,6 +769,13 @@ LONG_MATRIX: dict[str, str] = {
     "tp2_rank1_store_failure": "tp2_rank1_retrieve_failure",
     "pp2_stage1_late_load": "pp2_prefix_reuse",
     "pp2_stage1_retrieve_failure": "pp2_prefix_reuse",
+    "pp2_stage1_store_failure": "pp2_prefix_reuse",
+    "pp2_stage1_late_save": "pp2_prefix_reuse",
+    # TP 4 and PP 2 x TP 2 (a wider model): the same paths over more workers
+    "tp4_prefix_reuse": "tp2_prefix_reuse",
+    "tp4_rank3_retrieve_failure": "tp2_rank1_retrieve_failure",
+    "pp2_tp2_prefix_reuse": "pp2_prefix_reuse",
+    "shared_tier_pp2_tp2_reuse": "pp2_prefix_reuse",
     # the hybrid connector: its reuse row; its faults are the dense rows' faults
     "dsv4_retrieve_failure": "dsv4_prefix_reuse",
     "dsv4_store_failure": "dsv4_prefix_reuse",

@@ -32,7 +32,7 @@ ATOM_DEFAULTS: dict[str, tuple[object, str]] = {
 }
 # What every row runs unless its line says otherwise (the TP and PP sizes), and what no
 # row varies yet (docs/atom/tier.md's coverage table).
-FIXED = "dense connector, TP 1 (one worker rank), PP 1"
+FIXED = "dense connector, TP 1 (one worker rank), PP 1, a model of 2 layers and 2 KV heads"
 
 
 def _shown(value: object) -> str:
@@ -43,8 +43,8 @@ def _shown(value: object) -> str:
 
 def differences(spec: ServerSpec, base: ServerSpec | None = None) -> list[str]:
     """``spec``'s settings that differ from ``base`` (default: ATOM's defaults), as
-    ``name VALUE (ATOM: DEFAULT)``; the KV layout (head size), DP rank, machine and
-    hash seeds where set."""
+    ``name VALUE (ATOM: DEFAULT)``; the KV layout (head size, KV heads and layers), DP
+    rank, machine and hash seeds where set."""
     out = []
     if spec.layout != ServerSpec.layout:
         # ATOM's DSV4 block is 256 tokens: the block size below is the model's.
@@ -62,6 +62,8 @@ def differences(spec: ServerSpec, base: ServerSpec | None = None) -> list[str]:
         out.append(f"port {spec.port}")
     if spec.head_dim != ServerSpec.head_dim:
         out.append(f"head dim {spec.head_dim}")
+    if (spec.kv_heads, spec.layers) != (ServerSpec.kv_heads, ServerSpec.layers):
+        out.append(f"{spec.kv_heads} KV heads, {spec.layers} layers")
     if spec.dp_rank:
         out.append(f"DP rank {spec.dp_rank}")
     if spec.machine:

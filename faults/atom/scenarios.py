@@ -128,6 +128,29 @@ def pp_prefix_reuse(run: AtomRun) -> None:
     _prefix_reuse(run, {"prefix_caching": False, "pp_size": 2, "tp_size": 1})
 
 
+# A wider dense model than the tier's (2 layers, 2 KV heads): enough KV heads for four
+# TP ranks and layers for two stages of two TP ranks each, every worker holding more
+# than one head or layer (ATOM splits both evenly).
+WIDE = {"kv_heads": 4, "layers": 4}
+
+
+def tp4_prefix_reuse(run: AtomRun) -> None:
+    """``prefix_reuse`` on a server of four tensor-parallel ranks (the wider model: one
+    KV head of four each): each rank's worker stores and loads its own shard, only rank
+    0's lmcache engine answers the scheduler's lookups, and a load is done when ATOM's
+    aggregator has all four ranks' completions."""
+    _prefix_reuse(run, {"prefix_caching": False, "tp_size": 4, "pp_size": 1, **WIDE})
+
+
+def pp_tp_prefix_reuse(run: AtomRun) -> None:
+    """``prefix_reuse`` on a server of two pipeline stages of two tensor-parallel ranks
+    each (the wider model: each worker holds two layers of four and two KV heads of
+    four), lmcache worker ids ``stage x 2 + TP rank`` of a world of 4: worker 0's engine
+    alone answers the head's lookups, each stage's completions go through ATOM's
+    aggregator over its two ranks, then ATOM's ``PPKVAggregator`` over the stages."""
+    _prefix_reuse(run, {"prefix_caching": False, "pp_size": 2, "tp_size": 2, **WIDE})
+
+
 def _prefix_reuse(run: AtomRun, spec: dict[str, Any], prompt: int = 200, suffix: int = 40) -> None:
     """The ``prefix_reuse`` story on a server of ``spec``: a ``prompt``-token prompt
     stored, another, the first again, then the first with a ``suffix``-token suffix."""
@@ -293,6 +316,18 @@ def pp_reuse_once(run: AtomRun) -> None:
     run.end(a)
 
 
+def tp4_reuse_once(run: AtomRun) -> None:
+    """``reuse_once`` on a server of four tensor-parallel ranks (the wider model; a
+    fault may hit one rank's worker only): the load of the resent prompt is one load per
+    rank, done when ATOM's aggregator has all four ranks' completions, failed when any
+    failed."""
+    a = run.server("A", prefix_caching=False, tp_size=4, pp_size=1, **WIDE)
+    p = run.prompt(200)
+    run.serve(a, AtomRequest("first", p))
+    run.serve(a, AtomRequest("again", p))
+    run.end(a)
+
+
 def tp_store_then_reuse(run: AtomRun) -> None:
     """A server of two tensor-parallel ranks without an HBM prefix cache: a 200-token
     prompt, right after its answer another prompt (the blocks the first gave back are
@@ -300,7 +335,18 @@ def tp_store_then_reuse(run: AtomRun) -> None:
     prompt (at most ``SAVE_SETTLE_S``), the first again from lmcache. A request's blocks
     may be freed only when both ranks' saves have read them (a fault may slow one
     rank's store)."""
-    a = run.server("A", prefix_caching=False, tp_size=2)
+    _store_then_reuse(run, tp_size=2)
+
+
+def pp_store_then_reuse(run: AtomRun) -> None:
+    """``tp_store_then_reuse`` on a server of two pipeline stages (TP 1): a request's
+    blocks may be freed only when both stages' saves have read their layers (a fault
+    may slow one stage's store)."""
+    _store_then_reuse(run, pp_size=2, tp_size=1)
+
+
+def _store_then_reuse(run: AtomRun, **spec: Any) -> None:
+    a = run.server("A", prefix_caching=False, **spec)
     p = run.prompt(200)
     run.serve(a, AtomRequest("first", p))
     run.serve(a, AtomRequest("between", run.prompt(200)))
@@ -325,6 +371,13 @@ def tp_recompute_then_reuse(run: AtomRun) -> None:
     hit one rank's worker only): the prompt is stored only where both ranks' engines
     hold their shards, and a load is done only when both ranks loaded theirs."""
     _recompute_then_reuse(run, tp_size=2)
+
+
+def pp_recompute_then_reuse(run: AtomRun) -> None:
+    """``recompute_then_reuse`` on a server of two pipeline stages (TP 1; a fault may
+    hit one stage's worker only): the prompt is stored only where both stages' engines
+    hold their layers, and a load is done only when both stages loaded theirs."""
+    _recompute_then_reuse(run, pp_size=2, tp_size=1)
 
 
 def _recompute_then_reuse(run: AtomRun, **spec: Any) -> None:
@@ -653,6 +706,16 @@ def shared_tier_pp_reuse(run: AtomRun) -> None:
     finds the prompt there (both stages' engines), B gets it and each of B's stages
     loads its own layers, not the other stage's; then B gets it once more."""
     _shared_tier_reuse(run, pp_size=2, tp_size=1)
+
+
+def shared_tier_pp_tp_reuse(run: AtomRun) -> None:
+    """``shared_tier_pp_reuse`` with two servers of two pipeline stages of two TP ranks
+    each (the wider model: each worker holds two layers and two KV heads of four): A's
+    four workers store their shards in the remote tier under worker ids 0 to 3; once
+    B's lmcache finds the prompt there (every worker's engine), B gets it and each of
+    B's workers loads its own stage's layers and its own heads; then B gets it once
+    more."""
+    _shared_tier_reuse(run, pp_size=2, tp_size=2, **WIDE)
 
 
 def _shared_tier_reuse(run: AtomRun, **spec: Any) -> None:

@@ -12,17 +12,18 @@ from kvfault.faults.atom.spec import ServerSpec
 
 def atom_config(spec: ServerSpec, pp_rank: int = 0) -> SimpleNamespace:
     """The fields of ATOM's ``Config`` that its scheduler, block manager and offload
-    connector read, for a small dense model (2 layers, 2 KV heads of ``spec.head_dim``),
+    connector read, for a small dense model (``spec.layers`` layers, ``spec.kv_heads`` KV
+    heads of ``spec.head_dim``: 2 and 2 unless the row widens it),
     or with ``spec.layout`` "hybrid" a small DeepSeek-V4 model (``_as_hybrid``),
     as pipeline stage ``pp_rank`` of ``spec.pp_size`` reads them."""
     hf = SimpleNamespace(
         architectures=["LlamaForCausalLM"],
         sliding_window=None,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
+        num_hidden_layers=spec.layers,
+        num_attention_heads=spec.kv_heads,
+        num_key_value_heads=spec.kv_heads,
         head_dim=spec.head_dim,
-        hidden_size=2 * spec.head_dim,
+        hidden_size=spec.kv_heads * spec.head_dim,
         model_type="llama",
     )
     config = SimpleNamespace(

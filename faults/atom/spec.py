@@ -132,9 +132,14 @@ class ServerSpec:
     # a directory of the host's), as servers of one model share a cache server.
     shared_tier: bool = False
     # The KV layout: head size and ATOM's KV cache dtype ("bf16", or "fp8": one byte
-    # per value), 2 layers and 2 KV heads otherwise.
+    # per value).
     head_dim: int = 8
     kv_cache_dtype: str = "bf16"
+    # The dense model's KV heads (split across TP ranks) and layers (split across
+    # pipeline stages): 2 and 2 for most rows; a row of more TP ranks or stages than
+    # that splits evenly takes a wider model (4 and 4: TP 4, PP 2 x TP 2).
+    kv_heads: int = 2
+    layers: int = 2
     # A server on another machine ("" = the host's): its own socket directory, so it
     # shares only what a network would give it (the shared tier).
     machine: str = ""
@@ -142,7 +147,7 @@ class ServerSpec:
     # (its default with one pipeline stage); off, each forward returns its own.
     deferred_output: bool = False
     # Tensor parallelism: one worker process per rank, each holding its shard of the
-    # KV heads (2 heads split evenly), its own lmcache engine and connector; rank 0's
+    # KV heads (``kv_heads`` split evenly), its own lmcache engine and connector; rank 0's
     # alone serves lookups (ATOM's lookup_server_worker_ids=[0]).
     tp_size: int = 1
     # The model and ATOM's connector family for it: "dense" (the small dense model,
@@ -150,7 +155,7 @@ class ServerSpec:
     # PAGE/SLOT connector; its blocks and chunks are 256 tokens, one TP rank).
     layout: str = "dense"
     # Pipeline parallelism: this many stages, each with ``tp_size`` worker processes
-    # holding the stage's layers (ATOM's split of the model's 2 layers), the head's
+    # holding the stage's layers (ATOM's split of the model's ``layers``), the head's
     # scheduler driving them as ATOM's PP head engine core does; worker ``w`` is stage
     # ``w // tp_size``, TP rank ``w % tp_size`` (lmcache's worker id, as ATOM numbers it).
     pp_size: int = 1

@@ -144,17 +144,17 @@ class WorkerProcess:
 
         from kvfault.faults.atom import boundary
 
-        # This rank's shard of the 2 KV heads (ATOM splits KV heads across TP ranks).
+        # This rank's shard of the KV heads (ATOM splits KV heads across TP ranks).
         shape = (
             self.spec.num_blocks,
             self.spec.block_size,
-            max(1, 2 // self.spec.tp_size),
+            max(1, self.spec.kv_heads // self.spec.tp_size),
             self.spec.head_dim,
         )
         # The KV tensors in the dtype ATOM's table gives the server's KV cache dtype.
         dtype = boundary.kv_dtype(self.spec.kv_cache_dtype)
-        # The stage's layers of the model's 2, split as ATOM's model builder splits them.
-        first, end = stage_layers(2, self.stage, self.spec.pp_size)
+        # The stage's layers of the model's, split as ATOM's model builder splits them.
+        first, end = stage_layers(self.spec.layers, self.stage, self.spec.pp_size)
         layers = {
             f"layers.{i}": SimpleNamespace(
                 k_cache=torch.zeros(shape, dtype=dtype),
