@@ -37,8 +37,12 @@ FINDINGS = {
 # with caveats, docs/atom/tier.md, "Pictures"): ATOM's HBM and lmcache keys are token ids, and a
 # prefill its unaligned handoff splits hands the picture to a forward without its
 # placeholders; ATOM's merge raises and the server stops.
+# dsv4_hung_retrieve: hung_retrieve's fault on the hybrid connector, which runs its
+# loads on the same one-thread pool (_offload_common.py); reported to the lead with its
+# recorded path, not a finding of its own.
 LEADS = {
     "lost_hit_reply": "resources",
+    "dsv4_hung_retrieve": "liveness",
     "two_images_partial": "correctness",
     "picture_handoff": "correctness",
     "picture_resend": "correctness",

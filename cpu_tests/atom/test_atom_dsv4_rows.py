@@ -9,15 +9,19 @@ dense copy's order) fails ``dsv4_lost_hit_reply``."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from atom_planted import planted
 
 from kvfault.faults.atom import catalog
 from kvfault.faults.atom.executor import atom_executor
+from kvfault.faults.atom.scenarios import LOST_SOCKET_TIMEOUT_MS
 from kvfault.faults.campaign import Case, CaseRunner
 from kvfault.faults.campaign.execute import run_case
 from kvfault.faults.campaign.kinds import scenario_target
 from kvfault.faults.verdicts import Verdict
+from kvfault.reference.trace import Ev
 
 CONNECTOR = "atom/kv_transfer/offload/hybrid/dsv4/connector.py"
 CODEC = "atom/kv_transfer/offload/hybrid/dsv4/codec.py"
@@ -54,6 +58,21 @@ UNPIN_ONLY_HITS = (
         "        hit = int(hit)\n        self._lookup_in_step.append(sid)  # planted\n"
         "        if hit == num_prompt:",
     ),
+)
+LOAD_ALWAYS_DONE = (
+    "            self._complete_load(req, succeeded=loaded)\n",
+    "            self._complete_load(req, succeeded=True)  # planted\n",
+)
+LOAD_DONE_AT_SUBMIT = (
+    "                    self._do_load_req,\n                    req,\n"
+    "                    reservation,\n                )\n",
+    "                    self._do_load_req,\n                    req,\n"
+    "                    reservation,\n                )\n"
+    "                self._complete_load(req, succeeded=True)  # planted\n",
+)
+SIDECAR_CPU_ONLY = (
+    "                cache_key, search_range=self._retrieve_locations, pin=False\n",
+    '                cache_key, search_range=["LocalCPUBackend"], pin=False  # planted\n',
 )
 PAGE_NOT_RESTORED = (
     "        self.scatter(device_buf, self.page_plan(flattened), stream=stream)\n",
@@ -110,12 +129,44 @@ def test_a_slot_not_restored_fails_dsv4_prefix_reuse(atom_src, tmp_path):
             "correctness: output of again differs from its cold run",
             id="a_sidecar_crc_not_checked_fails_dsv4_corrupt_slot",
         ),
+        pytest.param(
+            LOAD_ALWAYS_DONE, CONNECTOR, "dsv4_evict_after_lookup",
+            "correctness: restored pages differ from recompute",
+            id="a_load_of_evicted_chunks_reported_done_fails_dsv4_evict_after_lookup",
+        ),
+        pytest.param(
+            LOAD_ALWAYS_DONE, CONNECTOR, "dsv4_disk_removed",
+            "correctness: restored pages differ from recompute",
+            id="a_load_from_a_removed_disk_reported_done_fails_dsv4_disk_removed",
+        ),
+        pytest.param(
+            LOAD_DONE_AT_SUBMIT, CONNECTOR, "dsv4_slow_retrieve",
+            "correctness: restored pages differ from recompute",
+            id="a_load_reported_done_when_submitted_fails_dsv4_slow_retrieve",
+        ),
     ],
 )  # fmt: skip
 def test_a_planted_bug_fails_its_row(atom_src, tmp_path, edit, file, row, violation):
     src = planted(atom_src, tmp_path / "atom", edit, file=file)
     found = _violations(src, row)
     assert violation in found, found
+
+
+def test_a_sidecar_looked_for_in_the_cpu_pool_only_fails_dsv4_disk_spill(atom_src, tmp_path):
+    # The SLOT sidecar, like the PAGE units, is on lmcache's local disk by the time
+    # the prompt comes again: an ATOM that looks for it in the CPU pool alone fails
+    # the load of data the tier holds and recomputes.
+    src = planted(atom_src, tmp_path / "atom", SIDECAR_CPU_ONLY, file=CODEC)
+    found = _violations(src, "dsv4_disk_spill")
+    assert any(v.startswith("load_failures:") for v in found), found
+
+
+def test_a_page_hit_without_its_slot_fails_dsv4_shared_tier_reuse(atom_src, tmp_path):
+    # B's scheduler never committed A's sidecars: an ATOM that takes B's PAGE hit
+    # without one parks B's request for a SLOT load that never comes.
+    src = planted(atom_src, tmp_path / "atom", PAGE_HIT_WITHOUT_SLOT, file=CONNECTOR)
+    found = _violations(src, "dsv4_shared_tier_reuse")
+    assert any(v.startswith(("correctness:", "liveness:")) for v in found), found
 
 
 def test_a_page_hit_without_its_slot_fails_dsv4_slot_put_refused(atom_src, tmp_path):
@@ -129,3 +180,92 @@ def test_a_lookup_unpinned_only_on_a_hit_fails_dsv4_lost_hit_reply(atom_src, tmp
     src = planted(atom_src, tmp_path / "atom", *UNPIN_ONLY_HITS, file=CONNECTOR)
     found = _violations(src, "dsv4_lost_hit_reply")
     assert any(v.startswith("resources:") and "lookup_pins=1" in v for v in found), found
+
+
+NEW_ROWS = (
+    "dsv4_slow_retrieve",
+    "dsv4_lookup_socket_stolen",
+    "dsv4_lookup_socket_removed",
+    "dsv4_disk_spill",
+    "dsv4_disk_removed",
+    "dsv4_shared_tier_reuse",
+    "dsv4_evict_after_lookup",
+    "evict_after_lookup",  # the dense row, on the same eviction
+)
+
+
+@pytest.fixture(scope="module")
+def new_rows(atom_src: str) -> dict[str, object]:
+    """The hybrid twins of the dense rows' stories and faults, each run once at the
+    checkout."""
+    out = {}
+    with atom_executor(atom_src) as executor:
+        for name in NEW_ROWS:
+            row = catalog.ROWS[name]
+            faults = [row.factory(0)] if row.kind == "fault" else []
+            res = run_case(row.scenario, 0, injectors=lambda f=faults: f, executor=executor)
+            out[name] = (res, faults[0].fired if faults else None)
+    return out
+
+
+def _by_req(res, kind: Ev) -> dict[str, dict]:
+    return {(e.op.req_id if e.op else e.req_id): e.data for e in res.run.trace.of(kind)}
+
+
+@pytest.mark.parametrize("name", NEW_ROWS)
+def test_the_new_hybrid_rows_pass_at_the_checkout(new_rows, name):
+    res, fired = new_rows[name]
+    assert [f"{v.prop}: {v.message}" for v in res.violations] == []
+    assert fired in (None, 1), fired
+
+
+@pytest.mark.parametrize("name", ["dsv4_lookup_socket_stolen", "dsv4_lookup_socket_removed"])
+def test_a_lost_socket_costs_the_hybrid_scheduler_a_timeout_per_lookup(new_rows, name):
+    lookups = _by_req(new_rows[name][0], Ev.LOOKUP)
+    for req in ("between", "again", "longer"):
+        assert lookups[req]["kv_hit"] == 0, lookups[req]
+        assert lookups[req]["unanswered_s"] >= 0.9 * LOST_SOCKET_TIMEOUT_MS / 1000, lookups[req]
+
+
+def test_the_hybrid_disk_rows_read_the_disk(new_rows):
+    spill = _by_req(new_rows["dsv4_disk_spill"][0], Ev.RETRIEVE_TERMINAL)["again"]
+    assert (spill["ok"], spill["retrieved"], spill["asked"]) == (True, 512, 512)
+    # The CPU pool no longer holds the prompt: with the disk gone lmcache returns none.
+    gone = _by_req(new_rows["dsv4_disk_removed"][0], Ev.RETRIEVE_TERMINAL)["again"]
+    assert (gone["ok"], gone["retrieved"]) == (False, 0), gone
+
+
+@pytest.mark.parametrize(
+    ("name", "hit"), [("dsv4_evict_after_lookup", 512), ("evict_after_lookup", 192)]
+)
+def test_the_eviction_removes_what_the_lookup_found(new_rows, name, hit):
+    # lmcache's clear, which the rows used before, skips pinned chunks: the dense row's
+    # load then still retrieved 192 of 192, and the fault evicted nothing it looked at.
+    res = new_rows[name][0]
+    fault = next(e.data for e in res.run.trace.of(Ev.FAULT))
+    assert fault["hit"] == hit and fault["removed"] > 0, fault
+    end = _by_req(res, Ev.RETRIEVE_TERMINAL)["again"]
+    assert (end["ok"], end["retrieved"]) == (False, 0), end
+
+
+def test_b_recomputes_then_loads_from_the_shared_tier(new_rows):
+    # ATOM's version 1 commits SLOT sidecars per scheduler session: B's first lookup
+    # finds A's PAGE units and claims none; B's second loads at the boundary B committed.
+    res = new_rows["dsv4_shared_tier_reuse"][0]
+    lookups = _by_req(res, Ev.LOOKUP)
+    assert (lookups["B-same"]["kv_hit"], lookups["B-same"]["claim"]) == (512, 0)
+    assert lookups["B-again"]["claim"] == 512
+    cached = {e.req_id: e.data["cached"] for e in res.run.trace.of(Ev.OUTPUT)}
+    assert cached == {"A-first": 0, "B-same": 0, "B-again": 512}
+
+
+def test_a_lookup_timeout_past_the_run_limit_fails_dsv4_lookup_socket_removed(atom_src):
+    # The row judges the stall: with lmcache's client waiting 30 s per lookup, the
+    # server neither finishes nor stops within the run's limit.
+    row = dataclasses.replace(
+        catalog.ROWS["dsv4_lookup_socket_removed"], spec_changes=(("lookup_timeout_ms", 30000),)
+    )
+    faults = [row.factory(0)]
+    with atom_executor(atom_src) as executor:
+        res = run_case(row.scenario, 0, injectors=lambda: faults, executor=executor)
+    assert any(v.prop == "liveness" for v in res.violations), res.violations

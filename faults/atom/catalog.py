@@ -160,11 +160,20 @@ def _rank_fault(
 
 
 def _hybrid_fault(
-    name: str, story: s.Story, description: str, faults: FaultSpec, fires: str
+    name: str,
+    story: s.Story,
+    description: str,
+    faults: FaultSpec,
+    fires: str,
+    props: tuple[str, ...] = _ONE,
+    schedules: int = 1,
 ) -> AtomRow:
     """A dense fault row's fault on a DeepSeek-V4 server's story (ATOM's hybrid
     connector); it fires under the worker injector's own name."""
-    return AtomRow("fault", name, description, story, _ONE, faults=faults, fires=(fires,))
+    return AtomRow(
+        "fault", name, description, story, props, faults=faults, fires=(fires,),
+        schedules=schedules,
+    )  # fmt: skip
 
 
 ROWS: dict[str, AtomRow] = {
@@ -651,7 +660,7 @@ ROWS: dict[str, AtomRow] = {
             "evict_after_lookup",
             s.reuse_once,
             _ONE,
-            "lmcache forgets what hit right after the first lookup with a hit",
+            "lmcache removes every key it holds right after the first lookup with a hit",
             FaultSpec(evict_after_lookup=1),
         ),
         _hybrid_fault(
@@ -738,6 +747,78 @@ ROWS: dict[str, AtomRow] = {
             FaultSpec(duplicate_finished=("load", 1)),
             "duplicate_completion",
         ),
+        _hybrid_fault(
+            "dsv4_slow_retrieve",
+            s.dsv4_load_beside_decode,
+            "slow_retrieve on a DeepSeek-V4 model (deferred output): every lmcache PAGE "
+            "retrieve waits 0.3 s, so a decoding request's forwards run while the resent "
+            "prompt is parked for its PAGE and SLOT load",
+            FaultSpec(slow_retrieve_s=0.3),
+            "slow_retrieve",
+            schedules=2,
+        ),
+        _hybrid_fault(
+            "dsv4_hung_retrieve",
+            s.dsv4_two_loads_behind_one,
+            "hung_retrieve on a DeepSeek-V4 model: lmcache's first PAGE retrieve never "
+            "answers and the client aborts its request: the other request's load waits "
+            "behind it on ATOM's one load thread",
+            FaultSpec(hang_retrieve=1, abort_loading=1),
+            "hung_retrieve",
+        ),
+        _hybrid_fault(
+            "dsv4_lookup_socket_stolen",
+            s.dsv4_lookup_reply_lost,
+            "lookup_socket_stolen on a DeepSeek-V4 model: a socket that never answers is "
+            "bound at the lookup path and one lookup reply is lost; each later lookup "
+            "waits its timeout, answers 0, and ATOM recomputes",
+            FaultSpec(steal_lookup_socket=2, drop_lookup_reply=2),
+            "lookup_socket_stolen",
+            _UNREACHABLE,
+        ),
+        _hybrid_fault(
+            "dsv4_lookup_socket_removed",
+            s.dsv4_lookup_reply_lost,
+            "lookup_socket_removed on a DeepSeek-V4 model: the lookup socket's path is "
+            "removed and one lookup reply is lost; each later lookup waits its timeout, "
+            "answers 0, and ATOM recomputes",
+            FaultSpec(remove_lookup_socket=2, drop_lookup_reply=2),
+            "lookup_socket_removed",
+            _UNREACHABLE,
+        ),
+        _scenario(
+            "dsv4_disk_spill",
+            s.dsv4_disk_spill,
+            _ONE,
+            "disk_spill on a DeepSeek-V4 model: a prompt's PAGE units and SLOT sidecar "
+            "pushed out of lmcache's CPU pool onto its local disk, then loaded from it",
+        ),
+        replace(
+            _files_fault(
+                "dsv4_disk_removed",
+                "removed",
+                s.dsv4_disk_spill,
+                _ONE,
+                "disk_removed on a DeepSeek-V4 model: lmcache's local disk directory is "
+                "removed right before the PAGE retrieve of the prompt only the disk holds",
+            ),
+            fires=("disk_removed",),
+        ),
+        _scenario(
+            "dsv4_shared_tier_reuse",
+            s.dsv4_shared_tier_reuse,
+            _MANY,
+            "shared_tier_reuse with two DeepSeek-V4 servers of one spec: B recomputes "
+            "(ATOM's SLOT commits are per scheduler session), then loads from the tier",
+        ),
+        _hybrid_fault(
+            "dsv4_evict_after_lookup",
+            s.dsv4_reuse_once,
+            "evict_after_lookup on a DeepSeek-V4 model: right after the lookup that hit, "
+            "lmcache removes every key it holds (PAGE units and SLOT sidecars)",
+            FaultSpec(evict_after_lookup=1),
+            "evict_after_lookup",
+        ),
     )
 }
 
@@ -787,6 +868,15 @@ LONG_MATRIX: dict[str, str] = {
     "dsv4_lost_hit_reply": "dsv4_prefix_reuse",
     "dsv4_copy_out_failure": "dsv4_prefix_reuse",
     "dsv4_pin_timeout_during_load": "dsv4_prefix_reuse",
+    "dsv4_slow_retrieve": "dsv4_prefix_reuse",
+    "dsv4_lookup_socket_stolen": "dsv4_prefix_reuse",
+    "dsv4_lookup_socket_removed": "dsv4_prefix_reuse",
+    "dsv4_disk_spill": "dsv4_prefix_reuse",
+    "dsv4_disk_removed": "dsv4_prefix_reuse",
+    "dsv4_shared_tier_reuse": "dsv4_prefix_reuse",
+    "dsv4_evict_after_lookup": "dsv4_prefix_reuse",
+    # dsv4_hung_retrieve FAILs at ATOM's main (the hybrid copy of hung_retrieve's
+    # path: one load thread), so it runs by default.
 }
 
 _NO_MULTIMODAL = (

@@ -207,8 +207,41 @@ def dsv4_concurrent_loads(run: AtomRun) -> None:
 def dsv4_lookup_reply_lost(run: AtomRun) -> None:
     """``dsv4_prefix_reuse`` on a server whose lmcache lookup client waits
     ``LOST_SOCKET_TIMEOUT_MS`` for a reply: a fault may lose the reply to the lookup
-    that finds the prompt (``again``), which lmcache pinned before replying."""
+    that finds the prompt (``again``), which lmcache pinned before replying, or take the
+    lookup socket's path away at the second lookup (``between``, a miss) and lose that
+    reply (``lookup_after_socket_loss`` on the hybrid server)."""
     _prefix_reuse(run, {**HYBRID, "lookup_timeout_ms": LOST_SOCKET_TIMEOUT_MS}, 600, 100)
+
+
+def dsv4_load_beside_decode(run: AtomRun) -> None:
+    """``unaligned_handoff``'s timing on a DeepSeek-V4 server whose runner defers its
+    output: a 600-token prompt stored, another prompt, then the first again together
+    with a 20-token prompt answered with 100 tokens. The resent prompt is parked for
+    its load of PAGE units and the SLOT while the decoding request's forwards run (a
+    slowed retrieve keeps it parked); its first output after the load must be the cold
+    run's. (The hybrid connector takes no HBM part: the rows run with ATOM's prefix
+    cache off, and ATOM's version 1 skips a stateful load above a nonzero HBM floor.)"""
+    a = run.server("A", **{**HYBRID, "deferred_output": True})
+    p = run.prompt(600)
+    run.serve(a, AtomRequest("first", p))
+    run.stored(a, p)
+    run.serve(a, AtomRequest("between", run.prompt(600)))
+    run.serve(a, AtomRequest("busy", run.prompt(20), max_tokens=100), AtomRequest("again", p))
+    run.end(a)
+
+
+def dsv4_two_loads_behind_one(run: AtomRun) -> None:
+    """``two_loads_behind_one`` on a DeepSeek-V4 server: two 600-token prompts stored,
+    then both again at once: two loads of PAGE units and a SLOT, which ATOM's DSV4
+    worker runs one after another on its load thread (a fault may hang the first and
+    abort its request)."""
+    a = run.server("A", **HYBRID)
+    p, q = run.prompt(600), run.prompt(600)
+    run.serve(a, AtomRequest("first", p))
+    run.serve(a, AtomRequest("second", q))
+    run.stored(a, q)
+    run.serve(a, AtomRequest("again", p), AtomRequest("again2", q))
+    run.end(a)
 
 
 def dsv4_reuse_once(run: AtomRun) -> None:
@@ -609,6 +642,27 @@ def _spill(run: AtomRun, disk_size_gib: float) -> None:
     run.end(a)
 
 
+# The hybrid server's spill: a CPU pool for about two of its 600-token prompts (each
+# 2 PAGE chunks of 16.5 KiB and SLOT sidecars of 92 KiB), a disk for all of them.
+DSV4_SPILL_CPU_GIB = 0.0004
+
+
+def dsv4_disk_spill(run: AtomRun) -> None:
+    """``disk_spill`` on a DeepSeek-V4 server: a 600-token prompt, five others that push
+    its PAGE units and SLOT sidecar out of lmcache's CPU pool onto its local disk, then
+    the first prompt again, its PAGE units and SLOT read back from the disk."""
+    a = run.server(
+        "A", **HYBRID, cpu_cache_gib=DSV4_SPILL_CPU_GIB, local_disk=True,
+        disk_size_gib=SPILL_DISK_GIB,
+    )  # fmt: skip
+    first = run.prompt(600)
+    run.serve(a, AtomRequest("first", first))
+    for i in range(SPILL_OTHERS):
+        run.serve(a, AtomRequest(f"other{i}", run.prompt(600)))
+    run.serve(a, AtomRequest("again", first))
+    run.end(a)
+
+
 def disk_spill(run: AtomRun) -> None:
     """One server without an HBM prefix cache, with lmcache's local disk behind a CPU
     pool too small for the story: a 200-token prompt, five others that push its chunks
@@ -718,10 +772,21 @@ def shared_tier_pp_tp_reuse(run: AtomRun) -> None:
     _shared_tier_reuse(run, pp_size=2, tp_size=2, **WIDE)
 
 
-def _shared_tier_reuse(run: AtomRun, **spec: Any) -> None:
-    a = run.server("A", prefix_caching=False, shared_tier=True, **spec)
-    b = run.server("B", prefix_caching=False, shared_tier=True, machine="m2", **spec)
-    p = run.prompt(200)
+def dsv4_shared_tier_reuse(run: AtomRun) -> None:
+    """``shared_tier_reuse`` with two DeepSeek-V4 servers of one spec: A stores a
+    600-token prompt's PAGE units and SLOT sidecars in the remote tier; once B's
+    lmcache finds its PAGE units there, B gets the prompt, then gets it once more.
+    ATOM's hybrid hit needs a SLOT sidecar committed in the scheduler's own session
+    (version 1, ``hybrid/dsv4/connector.py:1922-1936``), so B's first request
+    recomputes; its second loads what the tier holds at the boundary B committed."""
+    _shared_tier_reuse(run, prompt=600, **HYBRID)
+
+
+def _shared_tier_reuse(run: AtomRun, prompt: int = 200, **spec: Any) -> None:
+    spec = {"prefix_caching": False, "shared_tier": True, **spec}
+    a = run.server("A", **spec)
+    b = run.server("B", machine="m2", **spec)
+    p = run.prompt(prompt)
     run.serve(a, AtomRequest("A-first", p))
     run.stored(b, p)
     run.serve(b, AtomRequest("B-same", p))

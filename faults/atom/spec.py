@@ -18,8 +18,10 @@ class FaultSpec:
     - ``slow_first_forward_s``: the worker's first forward takes this long.
     - ``duplicate_finished``: the worker reports the n-th completion in two polls.
     - ``fail_retrieve`` / ``fail_store``: lmcache's n-th retrieve / store raises.
-    - ``evict_after_lookup``: right after the n-th lookup answered a hit, the worker's
-      lmcache engine forgets the chunks that hit (before the load can read them).
+    - ``evict_after_lookup``: right after the n-th lookup of the scheduler's that
+      answered a hit, the worker's lmcache storage manager removes every key it holds
+      (``batched_remove``, forced: the lookup's pins go too), before the load can read
+      them.
     - ``drop_lookup_reply``: the worker's lookup server drops its n-th reply (the
       scheduler's client times out and must reconnect).
     - ``corrupt_load``: after lmcache's n-th retrieve, the first block it restored holds

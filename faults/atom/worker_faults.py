@@ -360,12 +360,15 @@ class WorkerFaults:
     def _evict_after(self, engine: Any, n: int) -> None:
         # The eviction waits for the worker's next call from the scheduler (the step
         # that dispatches the load): inside the lookup it would stall the lookup server.
+        # Only the scheduler's lookups count (lmcache's lookup server asks with
+        # ``pin=True``): ATOM's DSV4 worker also looks its own saves up, unpinned, to
+        # see them published (``_page_boundary_visible``).
         inner = engine.lookup
         count = [0]
 
         def wrapped(*args: Any, **kwargs: Any) -> Any:
             hit = inner(*args, **kwargs)
-            if hit:
+            if hit and kwargs.get("pin"):
                 count[0] += 1
                 if count[0] == n:
                     self.evict_pending = (engine, int(hit))
@@ -421,12 +424,22 @@ class WorkerFaults:
         setattr(store, "borrow", borrowed)  # noqa: B010  wraps ATOM's method
 
     def before_call(self) -> None:
-        """Run an eviction armed by a lookup (``evict_after_lookup``)."""
+        """Run an eviction armed by a lookup (``evict_after_lookup``): every key
+        lmcache's storage backends hold is removed through its storage manager's
+        ``batched_remove`` (a forced remove, which also drops the pins the lookup just
+        took). Not lmcache's ``clear``: it skips pinned chunks, so it never evicted the
+        chunks the lookup had pinned, and its token count raises ``IndexError`` on the
+        raw-byte chunks ATOM's DSV4 connector stores."""
         pending, self.evict_pending = self.evict_pending, None
         if pending is not None:
             engine, hit = pending
-            engine.clear()
-            self.log.record("fault", injector="evict_after_lookup", hit=hit)
+            manager = engine.storage_manager
+            keys: dict[Any, None] = {}
+            for backend in list(manager.storage_backends.values()):
+                for key in getattr(backend, "get_keys", list)():
+                    keys[key] = None
+            removed = manager.batched_remove(list(keys))
+            self.log.record("fault", injector="evict_after_lookup", hit=hit, removed=removed)
 
     def _drop_reply(self, server: Any, n: int) -> None:
         transport = server.transport
