@@ -1,8 +1,10 @@
 """The atom campaign against the checkout in ``KVFAULT_ATOM_SRC``, once, through the
-CLI, with ``--full`` (every row, the long matrix too): its table is printed; every row must PASS except the findings
-(docs/atom/findings.md) and the leads, which at ATOM's main ffdf3bb5d must
-FAIL with the property named here. On another checkout a finding may also PASS (fixed
-there), never fail otherwise; healthy rows must PASS everywhere."""
+CLI, with ``--full`` (every row, the long matrix too): its table is printed; each row
+must give the verdict ``kvfault.faults.atom.at_main`` declares for it at ATOM's main
+(PASS, or FAIL with the property named there: the findings of docs/atom/findings.md
+and the reviewed leads). On another checkout a finding or an ATOM lead may also PASS
+(fixed there), never fail otherwise; every other row gives its declared verdict
+everywhere."""
 
 from __future__ import annotations
 
@@ -15,43 +17,8 @@ import tempfile
 
 import pytest
 
-from kvfault.faults.atom.catalog import LONG_MATRIX, ROWS
-
-# row -> the property its FAIL names at ffdf3bb5d (docs/atom/findings.md).
-# unfull_chunk_aligned is finding 2 with LMCACHE_SAVE_UNFULL_CHUNK=True (the setting
-# does not change ATOM's path), not a lead of its own.
-FINDINGS = {
-    "chunk_aligned": "efficiency",
-    "unfull_chunk_aligned": "efficiency",
-    "two_servers": "identity",
-    "hung_retrieve": "liveness",
-    "reload_twice": "resources",
-    "resend_at_defaults": "resources",
-    "shared_tier_tp_pp": "correctness",
-}
-# row -> the property its FAIL names at ffdf3bb5d: leads, not findings of their own.
-# lost_hit_reply (reviewed: low severity) is shared with lmcache: its synchronous
-# lookup client reports a timed-out lookup as 0 after the worker pinned, with no
-# cancel, and ATOM unpins only the hits it acts on (finding 1's root).
-# two_images_partial, picture_handoff and picture_resend (hostilely reviewed: leads
-# with caveats, docs/atom/tier.md, "Pictures"): ATOM's HBM and lmcache keys are token ids, and a
-# prefill its unaligned handoff splits hands the picture to a forward without its
-# placeholders; ATOM's merge raises and the server stops.
-# dsv4_hung_retrieve: hung_retrieve's fault on the hybrid connector, which runs its
-# loads on the same one-thread pool (_offload_common.py); reported to the lead with its
-# recorded path, not a finding of its own.
-LEADS = {
-    "lost_hit_reply": "resources",
-    "dsv4_hung_retrieve": "liveness",
-    "two_images_partial": "correctness",
-    "picture_handoff": "correctness",
-    "picture_resend": "correctness",
-}
-# row -> the property its FAIL names with lmcache 0.5.6: lmcache's own code (its local
-# disk backend never checks a read's length, so a file cut short behind its back loads as
-# a whole chunk): a reviewed lmcache hardening lead, not an ATOM finding.
-LMCACHE_LEADS = {"disk_truncated": "correctness"}
-BUNDLED_HEAD = "ffdf3bb5d"
+from kvfault.faults.atom.at_main import FAILING, PINNED, disagreement
+from kvfault.faults.atom.catalog import ROWS
 
 
 def _head(src: str) -> str:
@@ -134,34 +101,15 @@ def _rows(text: str) -> dict[str, tuple[str, str]]:
     return rows
 
 
-def test_every_finding_and_lead_runs_by_default_and_no_class_stands_on_one():
-    # The default set's rule (docs/atom/tier.md): every row that FAILs at ATOM's main
-    # runs without --full, and the default row that runs a class for the long matrix's
-    # rows PASSes there (one that already fails would show no new break of its class).
-    failing = set(FINDINGS | LEADS | LMCACHE_LEADS)
-    assert not failing & set(LONG_MATRIX)
-    assert not failing & set(LONG_MATRIX.values())
-
-
 def test_every_row_ran_and_gave_a_verdict(table):
     assert sorted(table) == sorted(ROWS)
 
 
-@pytest.mark.parametrize("name", [n for n in ROWS if n not in FINDINGS | LEADS | LMCACHE_LEADS])
-def test_healthy_rows_pass(table, name):
-    verdict, detail = table[name]
-    assert verdict == "PASS", detail
+@pytest.mark.parametrize("name", [n for n in ROWS if n not in FAILING])
+def test_rows_declared_to_pass_pass(table, name, atom_src):
+    assert disagreement(name, *table[name], pinned=_head(atom_src).startswith(PINNED)) is None
 
 
-@pytest.mark.parametrize("name", sorted(FINDINGS | LEADS))
-def test_findings_fail_with_their_property(table, name, atom_src):
-    verdict, detail = table[name]
-    if verdict == "PASS" and not _head(atom_src).startswith(BUNDLED_HEAD):
-        return  # fixed in this checkout
-    assert verdict == "FAIL" and detail.startswith((FINDINGS | LEADS)[name] + ":"), detail
-
-
-@pytest.mark.parametrize("name", sorted(LMCACHE_LEADS))
-def test_lmcache_leads_fail_with_their_property(table, name):
-    verdict, detail = table[name]
-    assert verdict == "FAIL" and detail.startswith(LMCACHE_LEADS[name] + ":"), detail
+@pytest.mark.parametrize("name", sorted(FAILING))
+def test_rows_declared_to_fail_fail_with_their_property(table, name, atom_src):
+    assert disagreement(name, *table[name], pinned=_head(atom_src).startswith(PINNED)) is None

@@ -98,6 +98,7 @@ def set_of(name: str) -> str:
 def list_command(args: Any) -> int:
     """What runs with ``--tier atom``: its scenarios and faults, the properties each is
     judged by, and why the rest of kvfault's catalog does not apply."""
+    from kvfault.faults.atom.at_main import at_main
     from kvfault.faults.atom.row_config import configuration, tier_settings
     from kvfault.faults.tiers.listing import print_not_here, print_properties, shows_all
 
@@ -105,7 +106,10 @@ def list_command(args: Any) -> int:
 
     def runs(r: AtomRow) -> str:
         schedules = f"; {r.schedules} schedules a case" if r.schedules > 1 else ""
-        return f"      runs: {configuration(r)}{schedules}\n      set: {set_of(r.name)}"
+        return (
+            f"      runs: {configuration(r)}{schedules}\n      set: {set_of(r.name)}\n"
+            f"      at ATOM's main: {at_main(r.name).line()}"
+        )
 
     if show_all or args.scenarios or args.faults:
         print(f"every row runs, unless its own line says otherwise: {tier_settings()}")
