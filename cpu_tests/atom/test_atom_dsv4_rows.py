@@ -5,7 +5,10 @@ units not restored) fails it on ``correctness``; a load that failed reported don
 fails ``dsv4_retrieve_failure``; a SLOT sidecar read without checking its CRC fails
 ``dsv4_corrupt_slot``; a PAGE hit taken without its SLOT fails
 ``dsv4_slot_put_refused``; a lookup put on the step's unpin list only once it hit (the
-dense copy's order) fails ``dsv4_lost_hit_reply``."""
+dense copy's order) fails ``dsv4_lost_hit_reply``. With ATOM's HBM prefix cache on,
+``dsv4_hbm_partial`` resumes a request from a paged state checkpoint in HBM and
+computes the rest; the checkpoint's restore dropped, or the connector's guard against
+a tier load above a stateful HBM floor removed, fails it on ``correctness``."""
 
 from __future__ import annotations
 
@@ -74,6 +77,17 @@ SIDECAR_CPU_ONLY = (
     "                cache_key, search_range=self._retrieve_locations, pin=False\n",
     '                cache_key, search_range=["LocalCPUBackend"], pin=False  # planted\n',
 )
+CHECKPOINT = "atom/model_engine/page_unit_checkpoint.py"
+CHECKPOINT_RESTORES_DROPPED = (
+    "        return tuple(stores), self.store.take_restore_ops()\n",
+    "        self.store.take_restore_ops()  # planted: the restores are dropped\n"
+    "        return tuple(stores), ()\n",
+)
+FLOOR_GUARD_REMOVED = (
+    '        if bool(getattr(seq, "has_per_req_cache", False)) and hbm > 0:\n'
+    '            return False, "stateful_nonzero_hbm_floor", hbm, lmc, need, chunk\n',
+    "",
+)
 PAGE_NOT_RESTORED = (
     "        self.scatter(device_buf, self.page_plan(flattened), stream=stream)\n",
     "        return  # planted: PAGE units are not restored\n",
@@ -103,6 +117,21 @@ def test_dsv4_prefix_reuse_loads_page_and_slot_and_passes(atom_src):
     assert cached == {"first": 0, "between": 0, "again": 512, "longer": 512}
 
 
+def test_dsv4_hbm_partial_resumes_from_an_hbm_checkpoint_and_passes(atom_src):
+    with atom_executor(atom_src) as executor:
+        out = CaseRunner(keep_runs="all", executor=executor).run(
+            Case(scenario_target("dsv4_hbm_partial", "atom"), 0)
+        )
+    assert out.verdict == Verdict.PASS, out.signature
+    events = out.fixed_result.run.trace.events
+    again = [e.data for e in events if e.kind.value == "lookup" and e.req_id == "again"]
+    # HBM resumes at 256 (a checkpoint there), lmcache holds 512: ATOM loads nothing.
+    assert [(d["hbm_hit"], d["kv_hit"], d["claim"]) for d in again] == [(256, 512, 0)]
+    assert not any(e.kind.value == "dispatch" for e in events)
+    cached = {e.req_id: e.data["cached"] for e in events if e.kind.value == "output"}
+    assert cached == {"first": 0, "short": 0, "other": 0, "again": 256}
+
+
 def test_a_slot_not_restored_fails_dsv4_prefix_reuse(atom_src, tmp_path):
     src = planted(atom_src, tmp_path / "atom", SLOT_NOT_RESTORED, file=CONNECTOR)
     found = _violations(src, "dsv4_prefix_reuse")
@@ -123,6 +152,18 @@ def test_a_slot_not_restored_fails_dsv4_prefix_reuse(atom_src, tmp_path):
             FAILED_LOAD_DONE, CONNECTOR, "dsv4_retrieve_failure",
             "correctness: restored pages differ from recompute",
             id="a_failed_load_reported_done_fails_dsv4_retrieve_failure",
+        ),
+        pytest.param(
+            CHECKPOINT_RESTORES_DROPPED, CHECKPOINT, "dsv4_hbm_partial",
+            "correctness: output of again differs from its cold run",
+            id="a_checkpoint_restore_dropped_fails_dsv4_hbm_partial",
+        ),
+        pytest.param(
+            # The tier load of [256, 512) and its SLOT at 512 land first; the HBM
+            # checkpoint's restore (the state at 256) runs at the next forward over it.
+            FLOOR_GUARD_REMOVED, CONNECTOR, "dsv4_hbm_partial",
+            "correctness: output of again differs from its cold run",
+            id="a_tier_load_above_a_stateful_hbm_floor_fails_dsv4_hbm_partial",
         ),
         pytest.param(
             CRC_NOT_CHECKED, CODEC, "dsv4_corrupt_slot",

@@ -1,4 +1,5 @@
-"""A CPU interpreter of the few Triton language calls ATOM's DSV4 region kernels make,
+"""A CPU interpreter of the few Triton language calls ATOM's DSV4 region kernels and its
+paged state-checkpoint copy kernel make,
 so a test can run ATOM's own kernel source (from the checkout) on host memory and
 compare its bytes with the tier's CPU twin.
 
@@ -57,7 +58,12 @@ class Value:
             if isinstance(other, Pointer):
                 return other + self
             a, b = (_raw(other), self.t) if swap else (self.t, _raw(other))
-            return Value(getattr(torch.as_tensor(a), name)(torch.as_tensor(b)))
+            a, b = torch.as_tensor(a), torch.as_tensor(b)
+            if a.dtype != b.dtype and not (a.is_floating_point() or b.is_floating_point()):
+                # Triton widens mixed integers to the wider type; torch would keep a
+                # 0-dim operand's wider type out of it (int64 + int32 lanes -> int32).
+                a, b = a.to(torch.int64), b.to(torch.int64)
+            return Value(getattr(a, name)(b))
 
         return op
 
@@ -68,6 +74,8 @@ class Value:
     __mul__ = _op("__mul__")
     __rmul__ = _op("__mul__", swap=True)
     __lt__ = _op("__lt__")
+    __floordiv__ = _op("__floordiv__")
+    __mod__ = _op("__mod__")
 
 
 class Language(types.ModuleType):

@@ -50,6 +50,14 @@ _MANY = (
 _UNREACHABLE = tuple(p for p in _ONE if p != Prop.EFFICIENCY)
 
 
+# A DeepSeek-V4 request resumable from HBM below its tier hit: ATOM's DSV4 connector
+# declines the tier load above a nonzero HBM floor for a request with state, by design
+# (``hybrid/dsv4/connector.py:2137-2140``, "version 1", a correctness guard in its
+# offload README), and computes the rest. Efficiency's loadable rule counts lmcache's
+# PAGE units as a hit to load, so the recompute is that design's cost, not a miss.
+_STATEFUL_HBM_FLOOR = tuple(p for p in _ONE if p != Prop.EFFICIENCY)
+
+
 @dataclass(frozen=True)
 class AtomRow:
     """One row of the atom campaign."""
@@ -188,6 +196,14 @@ ROWS: dict[str, AtomRow] = {
             _ONE,
             "prefix_reuse on a DeepSeek-V4 model, ATOM's hybrid connector: PAGE units and "
             "the SLOT checkpoint stored, then loaded",
+        ),
+        _scenario(
+            "dsv4_hbm_partial",
+            s.dsv4_hbm_partial,
+            _STATEFUL_HBM_FLOOR,
+            "a DeepSeek-V4 prompt resumable from ATOM's HBM prefix cache at 256 (a paged "
+            "state checkpoint), lmcache holding 512: the state restored from HBM, the "
+            "rest computed",
         ),
         _scenario(
             "concurrent_loads",
@@ -877,6 +893,7 @@ LONG_MATRIX: dict[str, str] = {
     "dsv4_evict_after_lookup": "dsv4_prefix_reuse",
     # dsv4_hung_retrieve FAILs at ATOM's main (the hybrid copy of hung_retrieve's
     # path: one load thread), so it runs by default.
+    "dsv4_hbm_partial": "dsv4_prefix_reuse",  # ATOM's HBM prefix cache on: paged checkpoints
 }
 
 _NO_MULTIMODAL = (

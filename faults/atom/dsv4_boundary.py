@@ -13,6 +13,9 @@ ATOM's DSV4 modules are imported. Each stands where ATOM meets the GPU:
   Triton staging, the twin, because the device it was given is ``cuda``) the codec is
   told its device is ``HostGpu``: ATOM allocates its SLOT staging there and checks
   buffers against it, and the buffers live in host memory;
+- the paged state-checkpoint copy kernel (``launch_copy_descriptor``, which ATOM's DSV4
+  attention module calls to store a request's SLOT into PAGE units and restore it):
+  ``dsv4_state_copy``'s CPU twin, under the name that module calls;
 - pinned host memory: ATOM's ``CpuGpuBuffer`` pins by default, and a CPU torch has no
   pinned allocator; the tier's buffers are host memory on both sides;
 - aiter's and Triton's GPU ops, as names only: ATOM's DSV4 attention module (whose
@@ -166,7 +169,10 @@ def install() -> None:
     HostGpuCodec.__name__ = HostGpuCodec.__qualname__ = codec_class.__name__
     setattr(connector, "DSV4PageSlotCodec", HostGpuCodec)  # noqa: B010  ATOM builds it by this name
     with gpu_names():
-        importlib.import_module(ATTENTION_MODULE)
+        attention = importlib.import_module(ATTENTION_MODULE)
+    from kvfault.faults.atom import dsv4_state_copy
+
+    setattr(attention, "launch_copy_descriptor", dsv4_state_copy.copy_descriptor)  # noqa: B010
 
 
 def place_on_host(worker_connector: Any) -> None:

@@ -92,6 +92,14 @@ class Dsv4Pools:
         if self.transfer is None:
             raise RuntimeError("ATOM's DSV4 builder described no transfer regions")
 
+    def state_probes(self) -> list[tuple[int, int]]:
+        """Per SLOT region (one per KV plane, in ATOM's order), the offsets in a
+        request's slot of the first and the last 8 bytes ATOM's state checkpoint
+        image holds (its builder's ``_checkpoint_slot_ranges``): what a DSV4 resumer
+        reads of the slot."""
+        ranges = self.builder._checkpoint_slot_ranges()
+        return [(r[0][0], r[-1][0] + r[-1][1] - 8) for r in ranges]
+
     @property
     def num_slots(self) -> int:
         return int(self.transfer.num_slots)

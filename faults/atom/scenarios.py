@@ -189,6 +189,33 @@ def dsv4_prefix_reuse(run: AtomRun) -> None:
     _prefix_reuse(run, HYBRID, 600, 100)
 
 
+# ``HYBRID`` with ATOM's HBM prefix cache on (its default): its block manager keeps a
+# request's state at each 256-token rung as a checkpoint image in PAGE units of the KV
+# pool (``block_manager.py:118-126``), so an HBM hit resumes from one.
+HYBRID_HBM = {**HYBRID, "prefix_caching": True}
+
+
+def dsv4_hbm_partial(run: AtomRun) -> None:
+    """A DeepSeek-V4 server with ATOM's HBM prefix cache on and a pool of 8 PAGE units
+    (KV blocks and state checkpoint images share it): a 600-token prompt (stored in
+    lmcache: PAGE units of 512 tokens and the SLOT sidecar at 512), its first 300
+    tokens (an HBM hit of nothing: ATOM keeps no checkpoint at 256 for the first
+    prompt; this one's prefill leaves one there), another 600-token prompt that
+    evicts the first's checkpoint at 512, then the first prompt again: HBM can resume
+    it at 256 (its first block and that checkpoint), lmcache holds 512. ATOM's DSV4
+    connector declines a tier load above a nonzero HBM floor for a request with
+    state (``stateful_nonzero_hbm_floor``): it restores the state from the
+    checkpoint in HBM and computes the rest."""
+    a = run.server("A", **{**HYBRID_HBM, "num_blocks": 8})
+    p = run.prompt(600)
+    run.serve(a, AtomRequest("first", p))
+    run.stored(a, p)
+    run.serve(a, AtomRequest("short", p[:300]))
+    run.serve(a, AtomRequest("other", run.prompt(600)))
+    run.serve(a, AtomRequest("again", p))
+    run.end(a)
+
+
 def dsv4_concurrent_loads(run: AtomRun) -> None:
     """``concurrent_loads`` on a DeepSeek-V4 server: a 600-token prompt stored, another
     prompt, then four requests at once that extend the first: four loads of PAGE

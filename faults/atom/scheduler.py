@@ -573,7 +573,12 @@ class SchedulerProcess:
         from atom.model_engine.scheduler import ScheduledBatchOutput
 
         items = self._forward_items(batch)
-        tokens = tp_tokens(self.link.each("forward", items, self.names))
+        # The state moves ATOM's block manager gave this batch (a DSV4 request's SLOT
+        # checkpointed into PAGE units, or restored from them): the worker runs them
+        # before its forward, as ATOM's metadata builder does in ``build``.
+        ops = getattr(batch, "state_maintenance_ops", None)
+        ops = None if ops is None or ops.empty else ops
+        tokens = tp_tokens(self.link.each("forward", items, self.names, ops))
         if self.pure_middle_chunk is not None and self.pure_middle_chunk(batch):
             # As ATOM's ModelRunner.forward: the KV is written, nothing is sampled, and
             # a deferred runner still holds what the last sampling forward sampled.
@@ -791,8 +796,9 @@ class SchedulerProcess:
         bm = self.scheduler.block_manager
         pool = getattr(bm, "kv", None)
         stats: dict[str, Any] = getattr(self.connector, "get_statistics", lambda: {})() or {}
+        used = int(getattr(pool, "num_used", 0) or 0) if pool is not None else 0
         held: dict[str, Any] = dict(  # data of the record: never its op or req_id
-            hbm_blocks=int(getattr(pool, "num_used", 0) or 0) if pool is not None else 0,
+            hbm_blocks=used - _checkpoint_units(bm),
             loads=int(stats.get("loads_pending", 0)),
             saves=int(stats.get("saves_pending", 0)),
             deferred=len(getattr(self.scheduler, "deferred_free_blocks", {}) or {}),
@@ -815,6 +821,16 @@ class SchedulerProcess:
         if unowned is not None:
             held["unowned_chunks"] = unowned
         self.log.record("quiescent", engine=self.spec.name, **held)
+
+
+def _checkpoint_units(bm: Any) -> int:
+    """PAGE units of the pool that hold ATOM's own state checkpoints (a DSV4 model
+    with the HBM prefix cache on: ``PageUnitCheckpointStore``), ready and read by no
+    restore: the prefix cache's content, as a freed block's hashed pages are, held by
+    no request. A checkpoint still copying or pinned at quiescence counts as held."""
+    coordinator = getattr(bm, "paged_state_checkpoints", None)
+    records = getattr(getattr(coordinator, "store", None), "records", None) or {}
+    return sum(len(r.unit_ids) for r in records.values() if r.state == "READY" and not r.pin_count)
 
 
 def _total(per_rank: list[int | None]) -> int | None:

@@ -186,7 +186,7 @@ class WorkerProcess:
         self.pools = Dsv4Pools(
             self.config, num_blocks=self.spec.num_blocks, num_slots=self.spec.max_num_seqs
         )
-        self.kv = Dsv4Kv(self.pools.transfer)
+        self.kv = Dsv4Kv(self.pools.transfer, self.pools.state_probes())
         self.connector = _create_connector(self.config, "worker")
         self.connector.register_kv_caches({}, self.pools.transfer, self.pools.num_blocks)
         dsv4_boundary.place_on_host(self.connector)
@@ -282,11 +282,19 @@ class WorkerProcess:
                 )
         self.connector.start_load_kv(meta)
 
-    def forward(self, items: list[tuple], names: dict[int, str]) -> list[int]:
+    def forward(
+        self, items: list[tuple], names: dict[int, str], state_ops: Any = None
+    ) -> list[int]:
         """Compute each scheduled range into the KV blocks and sample one token each:
         ``items`` are ``(seq_id, req, start, end, blocks, k, group)``; ``k`` is the
         index of the token to sample (the prompt's ``k``-th output), -1 for a middle
-        chunk; ``group`` the request's state group (hybrid models; -1 for none)."""
+        chunk; ``group`` the request's state group (hybrid models; -1 for none).
+        ``state_ops``: the batch's state moves (ATOM's ``StateMaintenanceOps``), run
+        first, as ATOM's DSV4 metadata builder runs them before the forward."""
+        if state_ops is not None:
+            from kvfault.faults.atom.dsv4_state_copy import run_state_ops
+
+            run_state_ops(self.pools.builder, state_ops)
         delay = self.faults.forward_delay(self.forwards)
         tokens = []
         num = sum(item[3] - item[2] for item in items)
