@@ -418,16 +418,24 @@ class WorkerProcess:
         return self.faults.finished(out, names)
 
     def close(self) -> None:
+        """What the worker holds, let go on its way out: the process exits (``os._exit``)
+        as soon as this returns, which closes the lookup socket with it."""
         self.faults.close()  # a hung retrieve gives up: the process exits next
         if self.socket:
             self.log.record("unbind", server=self.spec.name, path=self._socket_name())
-        for obj in (getattr(self.impl, "_lookup_server", None), self.engine):
-            close = getattr(obj, "close", None)
-            if close is not None:
-                try:
-                    close()
-                except Exception:  # best effort: the process exits next
-                    pass
+        server = getattr(self.impl, "_lookup_server", None)
+        if server is not None:
+            # lmcache's LMCacheLookupServer.close joins a thread that notices only at its
+            # socket's 1 s receive timeout, a second of every server's close spent
+            # waiting; its socket may not be closed from another thread meanwhile. Stop
+            # its loop and let the exit close the socket.
+            server.running = False
+        close = getattr(self.engine, "close", None)
+        if close is not None:
+            try:
+                close()
+            except Exception:  # best effort: the process exits next
+                pass
 
 
 class _Jitter:
