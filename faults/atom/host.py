@@ -111,6 +111,12 @@ class Server:
         args = (tokens, want, limit_s, backend)
         return bool(self._call("wait_stored", *args, timeout_s=limit_s + 60.0))
 
+    def settle(self, limit_s: float) -> bool:
+        """Wait (at most ``limit_s``) until no save or load of ATOM's is left in this
+        server's workers, stepping nothing; whether none was. A worker that cannot
+        count them (an ATOM without its KV threads) waits the whole ``limit_s``."""
+        return bool(self._call("settle", limit_s, timeout_s=limit_s + 60.0))
+
     def shut_down(self) -> None:
         """ATOM's engine shutdown (its loop's exit path), then the quiescent record."""
         self._call("shut_down")

@@ -183,6 +183,8 @@ def scheduler_main(
                 value = None
             elif cmd == "wait_stored":
                 value = side.wait_stored(*cmd_args)
+            elif cmd == "settle":
+                value = side.settle(*cmd_args)
             elif cmd == "shut_down":
                 side.shut_down()
                 value = None

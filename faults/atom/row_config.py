@@ -104,6 +104,9 @@ class _DryServer:
     ) -> bool:
         return True
 
+    def settle(self, limit_s: float) -> bool:
+        return True
+
     def shut_down(self) -> None:
         pass
 
@@ -133,12 +136,8 @@ def servers(row: Any) -> list[ServerSpec]:
     setting changes applied, from its story told to a host that starts nothing."""
     from kvfault.faults.atom.scenarios import AtomRun
 
-    class _DryRun(AtomRun):
-        def idle(self, seconds: float) -> None:
-            pass
-
     host = _DryHost()
-    run = _DryRun(
+    run = AtomRun(
         host,  # type: ignore[arg-type]  # a host that starts nothing
         0,
         faults=row.faults,

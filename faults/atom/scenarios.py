@@ -9,7 +9,6 @@ blocks and 64-token lmcache chunks.
 from __future__ import annotations
 
 import random
-import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
@@ -73,10 +72,12 @@ class AtomRun:
         if not server.run(RUN_LIMIT_S, until_answered):
             self.hung = True
 
-    def idle(self, seconds: float) -> None:
-        """The host sends nothing for ``seconds`` (what a slowed tier finishes
-        meanwhile lands in it; an ATOM that stops polling when idle reports none of it)."""
-        time.sleep(seconds)
+    def settle(self, server: Server) -> None:
+        """The host sends nothing until no save or load of ATOM's is left in
+        ``server``'s workers (queued on ATOM's KV threads or running), at most
+        ``SAVE_SETTLE_S``: what a slowed tier finishes meanwhile lands in it, and
+        nothing steps, so an ATOM that stops polling when idle reports none of it."""
+        server.settle(SAVE_SETTLE_S)
 
     def stored(self, server: Server, prompt: Sequence[int], shared_tier: bool = False) -> None:
         """Wait, at most ``SAVE_SETTLE_S``, until the tier holds ``prompt``'s whole
@@ -319,11 +320,11 @@ def _dsv4_recompute_then_reuse(run: AtomRun) -> None:
 
 def dsv4_reuse_after_abort(run: AtomRun) -> None:
     """``reuse_after_abort`` on a DeepSeek-V4 server: ``dsv4_reuse_once`` (its
-    resent request is the one a fault may abort while it loads), then, after
-    ``SAVE_SETTLE_S`` idle, the prompt a third time."""
+    resent request is the one a fault may abort while it loads), then, once the
+    server has settled (``AtomRun.settle``), the prompt a third time."""
     a, p = _dsv4_reuse_once(run)
     run.end(a)
-    run.idle(SAVE_SETTLE_S)
+    run.settle(a)
     run.serve(a, AtomRequest("third", p))
     run.end(a)
 
@@ -451,16 +452,16 @@ def _recompute_then_reuse(run: AtomRun, **spec: Any) -> None:
 
 
 def reuse_after_abort(run: AtomRun) -> None:
-    """``reuse_once`` (its second request is the one a fault may abort), then, after
-    ``SAVE_SETTLE_S`` idle (an ATOM that stops stepping when idle reports nothing
-    meanwhile), the prompt a third time: the engine steps again, and what the abort
-    left must be released by then."""
+    """``reuse_once`` (its second request is the one a fault may abort), then, once
+    the load it left has ended and nothing stepped meanwhile (``AtomRun.settle``: an
+    ATOM that stops stepping when idle reports nothing of it), the prompt a third
+    time: the engine steps again, and what the abort left must be released by then."""
     a = run.server("A", prefix_caching=False)
     p = run.prompt(200)
     run.serve(a, AtomRequest("first", p))
     run.serve(a, AtomRequest("again", p))
     run.end(a)
-    run.idle(SAVE_SETTLE_S)
+    run.settle(a)
     run.serve(a, AtomRequest("third", p))
     run.end(a)
 
@@ -629,8 +630,8 @@ def decode_pressure(run: AtomRun) -> None:
     )
     run.end(a)
     # ATOM before 5d771f7 stops stepping while saves are still copying (it reports
-    # them with the next request): let a save slowed by the tier land in it first.
-    run.idle(SAVE_SETTLE_S)
+    # them with the next request): let the saves slowed by the tier land in it first.
+    run.settle(a)
     run.serve(a, AtomRequest("again", q))
     run.end(a)
 

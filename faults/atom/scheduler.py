@@ -752,6 +752,23 @@ class SchedulerProcess:
                 return False
             time.sleep(0.005)
 
+    def settle(self, limit_s: float) -> bool:
+        """Wait until no save or load of ATOM's is left in any rank's worker (queued on
+        its KV threads or running), at most ``limit_s``; whether none was. Steps
+        nothing: what ATOM reports meanwhile is unchanged. A worker that cannot count
+        them waits the whole ``limit_s``, as a host that sends nothing for that long."""
+        deadline = time.monotonic() + limit_s
+        while True:
+            pending = self.link.each("kv_work_pending")
+            if None in pending:
+                time.sleep(max(0.0, deadline - time.monotonic()))
+                return False
+            if not any(pending):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.005)
+
     def _client_abort(self) -> None:
         """An abort armed by ``FaultSpec.abort_loading``, through ATOM's own handler of a
         client's ``abort_request`` (between steps, as ATOM's busy loop runs utility

@@ -122,6 +122,7 @@ class WorkerProcess:
         for method in ("store", "retrieve"):
             self._observe_keys(method)
         self.jitter = _Jitter(spec.schedule)
+        self.kv_work = _KvWork(self.impl)
         if spec.schedule and self.engine is not None:
             for method in ("store", "retrieve"):
                 self.jitter.wrap(self.engine, method)
@@ -374,6 +375,11 @@ class WorkerProcess:
         where = [backend] if backend else None
         return int(self._peek(tokens=list(tokens), search_range=where, pin=False))
 
+    def kv_work_pending(self) -> int | None:
+        """ATOM's saves and loads handed to this worker's KV threads and not yet done,
+        or None when this ATOM has no such threads to count."""
+        return self.kv_work.pending if self.kv_work.counted else None
+
     def resident_prefix(self, req: Any, blocks: list[int]) -> int:
         """Tokens of ``req``'s prompt, in whole blocks from its start, whose pages (as a
         cold run computes them) some block of ``blocks`` holds: the prefix HBM still has
@@ -436,6 +442,44 @@ class WorkerProcess:
                 close()
             except Exception:  # best effort: the process exits next
                 pass
+
+
+class _KvWork:
+    """ATOM's saves and loads handed to its worker's KV threads (the connector's
+    ``_save_executor`` and ``_load_executor``) and not yet done, counted through the
+    executors' ``submit``, so a task queued behind another counts too. Counting only:
+    each task runs as ATOM submitted it."""
+
+    def __init__(self, impl: Any):
+        import threading
+
+        self._lock = threading.Lock()
+        self.pending = 0
+        executors = [getattr(impl, n, None) for n in ("_save_executor", "_load_executor")]
+        self.counted = all(e is not None for e in executors)
+        if self.counted:
+            for executor in executors:
+                self._count(executor)
+
+    def _count(self, executor: Any) -> None:
+        inner = executor.submit
+
+        def submit(*args: Any, **kwargs: Any) -> Any:
+            with self._lock:
+                self.pending += 1
+            try:
+                future = inner(*args, **kwargs)
+            except BaseException:
+                self._done(None)
+                raise
+            future.add_done_callback(self._done)
+            return future
+
+        executor.submit = submit
+
+    def _done(self, _future: Any) -> None:
+        with self._lock:
+            self.pending -= 1
 
 
 class _Jitter:
