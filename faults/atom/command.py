@@ -32,6 +32,9 @@ def refused(selection: Selection) -> str | None:
     if tp_of(selection.options.get("atom_tp")) == 0:
         value = selection.options.get("atom_tp")
         return f"--atom-tp takes 1 or 2 (the tier's model has 2 KV heads), not {value!r}"
+    if pp_of(selection.options.get("atom_pp")) == 0:
+        value = selection.options.get("atom_pp")
+        return f"--atom-pp takes 1 or 2 (the tier's model has 2 layers), not {value!r}"
     judged = selection.options.get("property")
     if not judged:
         return None
@@ -67,6 +70,14 @@ def schedules_of(value: object) -> int | None:
 def tp_of(value: object) -> int | None:
     """``--atom-tp``'s value as a TP size (None: not given; 0: not 1 or 2, which
     ``refused`` answers in one line): the tier's model has 2 KV heads to split."""
+    if value is None:
+        return None
+    return {"1": 1, "2": 2}.get(str(value).strip(), 0)
+
+
+def pp_of(value: object) -> int | None:
+    """``--atom-pp``'s value as a count of pipeline stages (None: not given; 0: not 1 or
+    2, which ``refused`` answers in one line): the tier's model has 2 layers to split."""
     if value is None:
         return None
     return {"1": 1, "2": 2}.get(str(value).strip(), 0)

@@ -9,7 +9,7 @@ import contextlib
 from collections.abc import Iterator, Sequence
 
 from kvfault.faults.atom.catalog import SCENARIOS, AtomRow, ServerFault
-from kvfault.faults.atom.command import schedules_of, tp_of
+from kvfault.faults.atom.command import pp_of, schedules_of, tp_of
 from kvfault.faults.atom.host import AtomHost, ServerDied, ServerHung, ServerRefused, ZygotePool
 from kvfault.faults.atom.runs import result_of
 from kvfault.faults.atom.scenarios import AtomRun
@@ -45,9 +45,11 @@ class AtomExecutor(Executor):
         record_path: str | None = None,
         schedules: int | None = None,
         tp_size: int = 1,
+        pp_size: int = 1,
     ):
         self.pool = pool
         self.tp_size = tp_size  # every server's TP size where its story sets none
+        self.pp_size = pp_size  # and its pipeline stages
         self.schedules = schedules  # every row's schedules (None: each row's own)
         self.judged_by = tuple(judged_by) if judged_by else None
         self.fixes = tuple(fixes)
@@ -90,6 +92,7 @@ class AtomExecutor(Executor):
             record_path=bool(self.record_path),
             schedule=schedule,
             tp_size=self.tp_size,
+            pp_size=self.pp_size,
         )
         expect = row.expect if row is not None else SCENARIOS[scenario].expect
         refused = None
@@ -173,6 +176,7 @@ def atom_executor(
     atom_record_path: str | None = None,
     atom_schedules: str | None = None,
     atom_tp: str | None = None,
+    atom_pp: str | None = None,
 ) -> Iterator[AtomExecutor]:
     """The tier's opener: an ``AtomExecutor`` on the checkout at ``atom_src`` (default:
     ``$KVFAULT_ATOM_SRC``; ``AtomSourceMissing`` in one line without one), judged by
@@ -180,7 +184,8 @@ def atom_executor(
     ``atom_fix`` (``kvfault.faults.atom.fixes``); with ``atom_record_path``, each run's
     executed ATOM lines are written there (``write_path``); with ``atom_schedules``,
     every row tells its story on that many thread schedules per case; with ``atom_tp``,
-    every server whose story sets no TP size runs that many worker ranks. One warm interpreter is started on entry, so an ATOM
+    every server whose story sets no TP size runs that many worker ranks; with ``atom_pp``,
+    every server whose story sets no pipeline size runs that many stages. One warm interpreter is started on entry, so an ATOM
     that does not import is one line (``ZygoteError``) before any case; every warm
     process is stopped on exit."""
     source = AtomSource.find(atom_src)
@@ -189,7 +194,7 @@ def atom_executor(
         pool.get(0)
         yield AtomExecutor(
             pool, property, tuple(atom_fix or ()), atom_record_path,
-            schedules_of(atom_schedules) or None, tp_of(atom_tp) or 1,
+            schedules_of(atom_schedules) or None, tp_of(atom_tp) or 1, pp_of(atom_pp) or 1,
         )  # fmt: skip
     finally:
         pool.close()

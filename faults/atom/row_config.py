@@ -131,9 +131,10 @@ class _DryHost:
         pass
 
 
-def servers(row: Any) -> list[ServerSpec]:
+def servers(row: Any, tp_size: int = 1, pp_size: int = 1) -> list[ServerSpec]:
     """The servers ``row`` (``kvfault.faults.atom.catalog.AtomRow``) starts, with its fault's
-    setting changes applied, from its story told to a host that starts nothing."""
+    setting changes applied, from its story told to a host that starts nothing (with
+    ``--atom-tp tp_size --atom-pp pp_size``)."""
     from kvfault.faults.atom.scenarios import AtomRun
 
     host = _DryHost()
@@ -144,6 +145,8 @@ def servers(row: Any) -> list[ServerSpec]:
         faulted=row.faulted,
         spec_changes=dict(row.spec_changes),
         injector=None,
+        tp_size=tp_size,
+        pp_size=pp_size,
     )
     row.story(run)
     return host.specs

@@ -42,8 +42,10 @@ class AtomRun:
     # Which of its row's schedules this run is: 0 is the plain one; another draws its
     # own prompts and has every server's worker jitter its threads (``ServerSpec``).
     schedule: int = 0
-    # Every server's tensor-parallel size where the story sets none (``--atom-tp``).
+    # Every server's tensor-parallel size and pipeline stages where the story sets
+    # none (``--atom-tp``, ``--atom-pp``).
     tp_size: int = 1
+    pp_size: int = 1
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed if not self.schedule else f"{self.seed}/{self.schedule}")
@@ -56,7 +58,7 @@ class AtomRun:
         return bytes(self.rng.randrange(256) for _ in range(16))
 
     def server(self, name: str, **spec: Any) -> Server:
-        spec = {"tp_size": self.tp_size, **spec}
+        spec = {"tp_size": self.tp_size, "pp_size": self.pp_size, **spec}
         s = ServerSpec(
             name, fixes=self.fixes, record_path=self.record_path, schedule=self.schedule, **spec
         )
@@ -168,11 +170,13 @@ def _prefix_reuse(run: AtomRun, spec: dict[str, Any], prompt: int = 200, suffix:
 
 
 # A hybrid (DeepSeek-V4) server: ATOM's hybrid PAGE/SLOT connector, 256-token blocks
-# and chunks (ATOM's DSV4 block), 24 blocks and 4 state slots, one TP rank whatever
-# ``--atom-tp`` says (the tier runs the hybrid connector at TP 1 only).
+# and chunks (ATOM's DSV4 block), 24 blocks and 4 state slots, one TP rank and one
+# stage whatever ``--atom-tp`` and ``--atom-pp`` say (the tier runs the hybrid
+# connector at TP 1 only; ATOM's DSV4 connector refuses PP > 1).
 HYBRID = {
     "layout": "hybrid",
     "tp_size": 1,
+    "pp_size": 1,
     "block_size": 256,
     "chunk_size": 256,
     "num_blocks": 24,
@@ -528,7 +532,9 @@ def _partial_handoff(
 ) -> None:
     """``hbm_partial``'s story; the resent prompt goes with what ``alongside`` draws
     (after the first two prompts, so a seed's prompts do not move)."""
-    a = run.server("A", num_blocks=30, deferred_output=deferred)
+    # ATOM's runner defers output with one pipeline stage only.
+    pp = {"pp_size": 1} if deferred else {}
+    a = run.server("A", num_blocks=30, deferred_output=deferred, **pp)
     p = run.prompt(300)
     run.serve(a, AtomRequest("first", p))
     run.serve(a, AtomRequest("other", run.prompt(300)))
@@ -657,8 +663,10 @@ def _spill(run: AtomRun, disk_size_gib: float) -> None:
     a = run.server(
         "A",
         prefix_caching=False,
-        # A rank's chunk at TP N is 1/N of the bytes: the same count of chunks.
-        cpu_cache_gib=SPILL_CPU_GIB / run.tp_size,
+        # A rank's chunk at TP N is 1/N of the bytes: the same count of chunks. So is a
+        # stage's at PP N, but ATOM gives each stage N times its layers' share of the
+        # budget (``scale_cpu_size_for_pp``: the whole budget, at an even split).
+        cpu_cache_gib=SPILL_CPU_GIB / (run.tp_size * run.pp_size),
         local_disk=True,
         disk_size_gib=disk_size_gib,
     )
@@ -765,7 +773,7 @@ def shared_tier_tp_pp(run: AtomRun) -> None:
     A stores a 200-token prompt; once the remote tier holds it B gets the same prompt
     and must not find A's chunks: ATOM's page namespace carries the replica's world
     size (PP x TP, 2 for both) and lmcache's key worker ids 0 and 1 for both."""
-    a = run.server("A", prefix_caching=False, shared_tier=True, tp_size=2)
+    a = run.server("A", prefix_caching=False, shared_tier=True, tp_size=2, pp_size=1)
     b = run.server("B", prefix_caching=False, shared_tier=True, tp_size=1, pp_size=2, machine="m2")
     p = run.prompt(200)
     run.serve(a, AtomRequest("A-first", p))

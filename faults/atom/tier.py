@@ -66,6 +66,14 @@ TIER = Tier(
             elsewhere="--atom-tp is for --tier atom",
         ),
         TierOption(
+            "--atom-pp",
+            "run every server with N pipeline stages, 1 or 2 (default 1), except where a "
+            "row's story sets its own (the pp2_ rows run 2; the dsv4_ and deferred-output "
+            "rows 1)",
+            metavar="N",
+            elsewhere="--atom-pp is for --tier atom",
+        ),
+        TierOption(
             "--property",
             "judge only this property (repeatable): a proof of one fix at a commit that "
             "carries other bugs (kvfault list --properties)",

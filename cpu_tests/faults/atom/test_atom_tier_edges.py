@@ -108,6 +108,7 @@ def test_run_without_checkout_is_one_line_exit_2(monkeypatch, capsys):
         (["--scenario", "two_images_hbm"], "the fake forward folded the picture"),
         (["--atom-tp", "3"], "--atom-tp takes 1 or 2"),
         (["--atom-tp", "two"], "--atom-tp takes 1 or 2"),
+        (["--atom-pp", "4"], "--atom-pp takes 1 or 2"),
     ],
 )
 def test_run_refuses_what_the_tier_does_not_take(flags, words, tmp_path, capsys):
@@ -209,6 +210,26 @@ def test_atom_tp_sets_every_server_a_story_leaves_unset():
     run.server("A")
     run.server("B", tp_size=1)  # a story's own TP size wins
     assert [s.tp_size for s in specs] == [2, 1]
+
+
+def test_atom_pp_sets_every_server_a_story_leaves_unset():
+    from kvfault.faults.atom.row_config import servers
+    from kvfault.faults.atom.scenarios import AtomRun
+
+    specs: list = []
+    host = type("Host", (), {"start": lambda self, spec: specs.append(spec)})()
+    run = AtomRun(host, 0, pp_size=2)  # type: ignore[arg-type]  # records specs only
+    run.server("A")
+    run.server("B", pp_size=1)  # a story's own pipeline size wins
+    assert [s.pp_size for s in specs] == [2, 1]
+    # Rows whose story pins one stage: ATOM's DSV4 connector refuses PP > 1, and its
+    # runner defers output with one stage only.
+    for name in ("dsv4_prefix_reuse", "hbm_partial_deferred", "slow_retrieve", "tp4_prefix_reuse"):
+        assert [s.pp_size for s in servers(catalog.ROWS[name], pp_size=2)] == [1], name
+    # The finding's TP server stays TP 2 x PP 1 (one world size with the PP server's).
+    tp_pp = servers(catalog.ROWS["shared_tier_tp_pp"], pp_size=2)
+    assert [(s.tp_size, s.pp_size) for s in tp_pp] == [(2, 1), (1, 2)]
+    assert [s.pp_size for s in servers(catalog.ROWS["prefix_reuse"], pp_size=2)] == [2]
 
 
 def test_a_rows_servers_come_from_its_own_story():
