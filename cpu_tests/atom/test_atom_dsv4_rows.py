@@ -8,7 +8,9 @@ fails ``dsv4_retrieve_failure``; a SLOT sidecar read without checking its CRC fa
 dense copy's order) fails ``dsv4_lost_hit_reply``. With ATOM's HBM prefix cache on,
 ``dsv4_hbm_partial`` resumes a request from a paged state checkpoint in HBM and
 computes the rest; the checkpoint's restore dropped, or the connector's guard against
-a tier load above a stateful HBM floor removed, fails it on ``correctness``."""
+a tier load above a stateful HBM floor removed, fails it on ``correctness``. A region
+map that describes the NoPE plane alone (the bf16 layout's one plane) fails
+``dsv4_fp8_prefix_reuse`` (two planes) and not ``dsv4_prefix_reuse``."""
 
 from __future__ import annotations
 
@@ -87,6 +89,14 @@ FLOOR_GUARD_REMOVED = (
     '        if bool(getattr(seq, "has_per_req_cache", False)) and hbm > 0:\n'
     '            return False, "stateful_nonzero_hbm_floor", hbm, lmc, need, chunk\n',
     "",
+)
+ATTENTION = "atom/model_ops/attentions/deepseek_v4_attn.py"
+NOPE_PLANE_ONLY = (
+    "                strict=True,\n            )\n        )\n"
+    "        for plane, row_bytes, role in planes:\n            block_regions.append(",
+    "                strict=True,\n            )\n        )\n"
+    "        planes = planes[:1]  # planted: the region map knows the NoPE plane only\n"
+    "        for plane, row_bytes, role in planes:\n            block_regions.append(",
 )
 PAGE_NOT_RESTORED = (
     "        self.scatter(device_buf, self.page_plan(flattened), stream=stream)\n",
@@ -310,3 +320,12 @@ def test_a_lookup_timeout_past_the_run_limit_fails_dsv4_lookup_socket_removed(at
     with atom_executor(atom_src) as executor:
         res = run_case(row.scenario, 0, injectors=lambda: faults, executor=executor)
     assert any(v.prop == "liveness" for v in res.violations), res.violations
+
+
+def test_a_region_map_of_the_nope_plane_alone_fails_only_the_fp8_row(atom_src, tmp_path):
+    src = planted(atom_src, tmp_path / "atom", NOPE_PLANE_ONLY, file=ATTENTION)
+    found = _violations(src, "dsv4_fp8_prefix_reuse")
+    assert "correctness: restored pages differ from recompute" in found, found
+    assert "correctness: output of again differs from its cold run" in found, found
+    # bf16 has one KV plane: the same ATOM passes there.
+    assert _violations(src, "dsv4_prefix_reuse") == []

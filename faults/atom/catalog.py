@@ -198,6 +198,13 @@ ROWS: dict[str, AtomRow] = {
             "the SLOT checkpoint stored, then loaded",
         ),
         _scenario(
+            "dsv4_fp8_prefix_reuse",
+            s.dsv4_fp8_prefix_reuse,
+            _ONE,
+            "dsv4_prefix_reuse with an fp8 KV cache: two KV planes (fp8 NoPE, bf16 RoPE), "
+            "each with its PAGE and SLOT regions",
+        ),
+        _scenario(
             "dsv4_hbm_partial",
             s.dsv4_hbm_partial,
             _STATEFUL_HBM_FLOOR,
@@ -894,6 +901,7 @@ LONG_MATRIX: dict[str, str] = {
     # dsv4_hung_retrieve FAILs at ATOM's main (the hybrid copy of hung_retrieve's
     # path: one load thread), so it runs by default.
     "dsv4_hbm_partial": "dsv4_prefix_reuse",  # ATOM's HBM prefix cache on: paged checkpoints
+    "dsv4_fp8_prefix_reuse": "dsv4_prefix_reuse",  # fp8 KV: a second KV plane
 }
 
 _NO_MULTIMODAL = (

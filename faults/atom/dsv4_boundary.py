@@ -16,6 +16,10 @@ ATOM's DSV4 modules are imported. Each stands where ATOM meets the GPU:
 - the paged state-checkpoint copy kernel (``launch_copy_descriptor``, which ATOM's DSV4
   attention module calls to store a request's SLOT into PAGE units and restore it):
   ``dsv4_state_copy``'s CPU twin, under the name that module calls;
+- the chip aiter reports (``get_gfx``, as ATOM's DSV4 attention module calls it):
+  ``gfx950``, one of the two on which ATOM runs an fp8 DSV4 KV cache (its "2buff"
+  layout; elsewhere it falls back to bf16, ``deepseek_v4_attn.py:464-476``). Only an
+  fp8 server asks; the kernels of that path (aiter's op4/op5) are never run here;
 - pinned host memory: ATOM's ``CpuGpuBuffer`` pins by default, and a CPU torch has no
   pinned allocator; the tier's buffers are host memory on both sides;
 - aiter's and Triton's GPU ops, as names only: ATOM's DSV4 attention module (whose
@@ -39,6 +43,7 @@ KERNEL_MODULE = "atom.kv_transfer.offload.hybrid.dsv4.triton_page_slot"
 CONNECTOR_MODULE = "atom.kv_transfer.offload.hybrid.dsv4.connector"
 ATTENTION_MODULE = "atom.model_ops.attentions.deepseek_v4_attn"
 _NAME_ROOTS = ("aiter", "triton")
+GFX = "gfx950"  # the chip ``get_gfx`` answers: ATOM's fp8 DSV4 KV runs on it
 
 
 class _GpuOrHostType(str):
@@ -173,6 +178,7 @@ def install() -> None:
     from kvfault.faults.atom import dsv4_state_copy
 
     setattr(attention, "launch_copy_descriptor", dsv4_state_copy.copy_descriptor)  # noqa: B010
+    setattr(attention, "get_gfx", lambda: GFX)  # noqa: B010
 
 
 def place_on_host(worker_connector: Any) -> None:

@@ -1,16 +1,20 @@
-"""``KvPages`` over ATOM's DSV4 PAGE and SLOT regions, for the tier's fake forward.
+"""``KvPages`` over ATOM's DSV4 PAGE and SLOT pools, for the tier's fake forward.
 
-A page's fingerprint fills every PAGE region's unit of its block (the compressed main
-KV plane and the CSA indexer, each ``base + block * unit``); a request's state fills
-every SLOT region's unit of the state group ATOM's block manager gave it (reverse
-indexed: ``base + total - (group + 1) * unit``). So a restore that misses or misplaces
-any region's unit of a block, or the SLOT, reads back as another page or state, and
-the answer, computed from every page and the state, changes.
+The fake forward writes where ATOM's model writes: into the pools ATOM's DSV4 metadata
+builder allocated, located by the builder's own geometry (what its paged
+state-checkpoint copy uses), not by the transfer regions it describes to the connector,
+so a region map that leaves a pool out shows as a restore that misses it. A page's
+fingerprint fills every region a PAGE id owns (each KV plane's block envelope and each
+CSA indexer layer's block: ``_page_unit_regions``, ``base + block * stride``); a
+request's state fills its state group's whole slot in every KV plane
+(``_slot_views``). So a restore that misses or misplaces any region's unit of a block,
+or the SLOT, reads back as another page or state, and the answer, computed from every
+page and the state, changes.
 
 A state is read where a DSV4 resumer reads it: inside the part of the slot ATOM's
-state checkpoints keep (``probes``: per SLOT region, the offsets of the first and the
-last 8 bytes of ATOM's checkpoint image there). A checkpoint restored from HBM writes
-only that part, as ATOM's does; lmcache's SLOT sidecar writes the whole slot."""
+state checkpoints keep (per plane, the first and the last 8 bytes of its
+``_checkpoint_slot_ranges``). A checkpoint restored from HBM writes only that part, as
+ATOM's does; lmcache's SLOT sidecar writes the whole slot."""
 
 from __future__ import annotations
 
@@ -22,50 +26,68 @@ POISON_STATE = -0x5EED_0F_DEAD
 
 
 class Dsv4Kv:
-    """PAGE blocks and SLOT groups of one DSV4 worker rank, at ATOM's regions'
-    addresses. ``groups`` maps a request to its state group (set before a forward)."""
+    """PAGE blocks and SLOT groups of one DSV4 worker rank, in the pools ``builder``
+    (ATOM's ``DeepseekV4AttentionMetadataBuilder``, its pools allocated) holds.
+    ``groups`` maps a request to its state group (set before a forward)."""
 
-    def __init__(self, transfer: Any, probes: list[tuple[int, int]]) -> None:
+    def __init__(self, builder: Any) -> None:
         from kvfault.faults.atom.dsv4_staging import _host_bytes
 
         self._bytes = _host_bytes
-        self._page = list(transfer.block_regions)
-        self._slot = list(transfer.swa_block_regions)
-        if len(probes) != len(self._slot) or any(o % 8 for p in probes for o in p):
-            raise ValueError(f"state probes {probes} do not fit ATOM's SLOT regions")
-        self._probes = probes
-        self.num_blocks = int(transfer.num_blocks)
-        self.num_slots = int(transfer.num_slots)
+        bases, strides = builder._page_unit_regions()
+        self._page = [(int(b), int(s)) for b, s in zip(bases, strides, strict=True)]
+        self._slots = [
+            [(int(v.data_ptr()), int(v.numel() * v.element_size())) for v in views]
+            for views in builder._slot_views()
+        ]
+        self._probes = [
+            (r[0][0], r[-1][0] + r[-1][1] - 8) for r in builder._checkpoint_slot_ranges()
+        ]
+        if any(o % 8 for p in self._probes for o in p):
+            raise ValueError(f"ATOM's checkpoint ranges {self._probes} are not 8-byte aligned")
+        self.num_blocks = int(builder.model_runner.num_physical_kvcache_blocks)
+        self.num_slots = len(self._slots)
         self.groups: dict[str, int] = {}
 
-    def _units(self, regions: list[Any], index: int) -> list[Any]:
+    def _view(self, address: int, nbytes: int) -> Any:
         import torch
 
-        if not 0 <= index < (self.num_blocks if regions is self._page else self.num_slots):
-            raise ValueError(f"no unit {index} in ATOM's DSV4 regions")
+        return self._bytes(address, nbytes).view(torch.int64)
 
-        return [self._bytes(r.unit_addr(index), r.unit_bytes).view(torch.int64) for r in regions]
+    def _page_units(self, block: int) -> list[Any]:
+        if not 0 <= block < self.num_blocks:
+            raise ValueError(f"no block {block} in ATOM's DSV4 pools")
+        return [self._view(base + block * stride, stride) for base, stride in self._page]
+
+    def _slot_units(self, group: int) -> list[Any]:
+        if not 0 <= group < self.num_slots:
+            raise ValueError(f"no state group {group} in ATOM's DSV4 pools")
+        return [self._view(address, nbytes) for address, nbytes in self._slots[group]]
 
     @staticmethod
-    def _value(units: list[Any]) -> int:
-        values = {int(u[0]) for u in units} | {int(u[-1]) for u in units}
+    def _one(values: set[int]) -> int:
         return values.pop() if len(values) == 1 else hash(tuple(sorted(values)))
 
     def read(self, block: int) -> int:
-        return self._value(self._units(self._page, block))
+        units = self._page_units(block)
+        return self._one({int(u[0]) for u in units} | {int(u[-1]) for u in units})
 
     def write(self, block: int, page: int) -> None:
-        for u in self._units(self._page, block):
+        for u in self._page_units(block):
             u.fill_(page)
 
     def read_group(self, group: int) -> int:
-        values = set()
-        for unit, offsets in zip(self._units(self._slot, group), self._probes, strict=True):
-            values |= {int(unit[o // 8]) for o in offsets}
-        return values.pop() if len(values) == 1 else hash(tuple(sorted(values)))
+        units = self._slot_units(group)
+        return self._one(
+            {
+                int(u[o // 8])
+                for u, offsets in zip(units, self._probes, strict=True)
+                for o in offsets
+            }
+        )
 
     def write_group(self, group: int, state: int) -> None:
-        for u in self._units(self._slot, group):
+        for u in self._slot_units(group):
             u.fill_(state)
 
     def read_state(self, req_id: str) -> int | None:

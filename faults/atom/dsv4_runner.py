@@ -9,7 +9,9 @@ the state-checkpoint geometry (``StateRuntime``), has the builder allocate the p
 that order, with a runner stand-in holding the attributes they read, and a budget of
 exactly ``num_blocks`` blocks and ``num_slots`` slots instead of the GPU's free memory.
 It skips only ``warmup_per_req_cache`` (a Triton copy kernel's first launch). So the
-regions the connector gets are ATOM's layout, not the tier's.
+regions the connector gets are ATOM's layout, not the tier's; the fake forward
+(``dsv4_kv.Dsv4Kv``) and the state moves (``dsv4_state_copy``) reach the pools through
+``builder``, as ATOM's model does, not through those regions.
 """
 
 from __future__ import annotations
@@ -91,14 +93,6 @@ class Dsv4Pools:
         self.transfer = self.builder.get_kv_transfer_tensors()
         if self.transfer is None:
             raise RuntimeError("ATOM's DSV4 builder described no transfer regions")
-
-    def state_probes(self) -> list[tuple[int, int]]:
-        """Per SLOT region (one per KV plane, in ATOM's order), the offsets in a
-        request's slot of the first and the last 8 bytes ATOM's state checkpoint
-        image holds (its builder's ``_checkpoint_slot_ranges``): what a DSV4 resumer
-        reads of the slot."""
-        ranges = self.builder._checkpoint_slot_ranges()
-        return [(r[0][0], r[-1][0] + r[-1][1] - 8) for r in ranges]
 
     @property
     def num_slots(self) -> int:

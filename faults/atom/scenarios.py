@@ -221,6 +221,14 @@ def dsv4_hbm_partial(run: AtomRun) -> None:
     run.end(a)
 
 
+def dsv4_fp8_prefix_reuse(run: AtomRun) -> None:
+    """``dsv4_prefix_reuse`` with an fp8 KV cache (ATOM's fp8 "2buff" DSV4 layout, on
+    the gfx950 the tier's aiter answers): two KV planes (fp8 NoPE rows, bf16 RoPE rows),
+    so three PAGE regions a block and two SLOT regions a request, where bf16 has two
+    and one."""
+    _prefix_reuse(run, {**HYBRID, "kv_cache_dtype": "fp8"}, 600, 100)
+
+
 def dsv4_concurrent_loads(run: AtomRun) -> None:
     """``concurrent_loads`` on a DeepSeek-V4 server: a 600-token prompt stored, another
     prompt, then four requests at once that extend the first: four loads of PAGE

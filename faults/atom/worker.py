@@ -187,7 +187,7 @@ class WorkerProcess:
         self.pools = Dsv4Pools(
             self.config, num_blocks=self.spec.num_blocks, num_slots=self.spec.max_num_seqs
         )
-        self.kv = Dsv4Kv(self.pools.transfer, self.pools.state_probes())
+        self.kv = Dsv4Kv(self.pools.builder)
         self.connector = _create_connector(self.config, "worker")
         self.connector.register_kv_caches({}, self.pools.transfer, self.pools.num_blocks)
         dsv4_boundary.place_on_host(self.connector)
