@@ -70,7 +70,7 @@ def _campaign(
         ],
         capture_output=True,
         text=True,
-        timeout=1800,  # every row: 297 s on the shared 2-core machine at load 7 to 5
+        timeout=1800,  # every row (83): 325 s on the shared 2-core machine at load 5 to 6
         env=env,
     )
     reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")

@@ -10,7 +10,14 @@ dense copy's order) fails ``dsv4_lost_hit_reply``. With ATOM's HBM prefix cache 
 computes the rest; the checkpoint's restore dropped, or the connector's guard against
 a tier load above a stateful HBM floor removed, fails it on ``correctness``. A region
 map that describes the NoPE plane alone (the bf16 layout's one plane) fails
-``dsv4_fp8_prefix_reuse`` (two planes) and not ``dsv4_prefix_reuse``."""
+``dsv4_fp8_prefix_reuse`` (two planes) and not ``dsv4_prefix_reuse``. A load reported
+done whatever it restored fails ``dsv4_evict_after_lookup`` and ``dsv4_disk_removed``; a load reported
+done when it is submitted fails ``dsv4_slow_retrieve``; a request's blocks freed while its
+save waits fail ``dsv4_slow_save``; a sidecar looked for in the CPU
+pool only fails ``dsv4_disk_spill``; a PAGE hit taken without its SLOT fails
+``dsv4_shared_tier_reuse``; a lookup timeout past the run's limit fails
+``dsv4_lookup_socket_removed``. The eviction removes what the lookup found, on both
+connectors."""
 
 from __future__ import annotations
 
@@ -74,6 +81,11 @@ LOAD_DONE_AT_SUBMIT = (
     "                    self._do_load_req,\n                    req,\n"
     "                    reservation,\n                )\n"
     "                self._complete_load(req, succeeded=True)  # planted\n",
+)
+SAVE_DOES_NOT_HOLD_BLOCKS = (
+    "        if not self._do_save:\n            return False\n        sid = str(seq.id)\n",
+    "        if True:  # planted: a save in flight does not hold the blocks\n"
+    "            return False\n        sid = str(seq.id)\n",
 )
 SIDECAR_CPU_ONLY = (
     "                cache_key, search_range=self._retrieve_locations, pin=False\n",
@@ -195,6 +207,11 @@ def test_a_slot_not_restored_fails_dsv4_prefix_reuse(atom_src, tmp_path):
             "correctness: restored pages differ from recompute",
             id="a_load_reported_done_when_submitted_fails_dsv4_slow_retrieve",
         ),
+        pytest.param(
+            SAVE_DOES_NOT_HOLD_BLOCKS, CONNECTOR, "dsv4_slow_save",
+            "correctness: restored pages differ from recompute",
+            id="blocks_freed_while_their_save_waits_fail_dsv4_slow_save",
+        ),
     ],
 )  # fmt: skip
 def test_a_planted_bug_fails_its_row(atom_src, tmp_path, edit, file, row, violation):
@@ -235,6 +252,7 @@ def test_a_lookup_unpinned_only_on_a_hit_fails_dsv4_lost_hit_reply(atom_src, tmp
 
 NEW_ROWS = (
     "dsv4_slow_retrieve",
+    "dsv4_slow_save",
     "dsv4_lookup_socket_stolen",
     "dsv4_lookup_socket_removed",
     "dsv4_disk_spill",
@@ -267,7 +285,7 @@ def _by_req(res, kind: Ev) -> dict[str, dict]:
 def test_the_new_hybrid_rows_pass_at_the_checkout(new_rows, name):
     res, fired = new_rows[name]
     assert [f"{v.prop}: {v.message}" for v in res.violations] == []
-    assert fired in (None, 1), fired
+    assert fired is None or fired >= 1, fired  # a fault row fired
 
 
 @pytest.mark.parametrize("name", ["dsv4_lookup_socket_stolen", "dsv4_lookup_socket_removed"])

@@ -781,6 +781,16 @@ ROWS: dict[str, AtomRow] = {
             schedules=2,
         ),
         _hybrid_fault(
+            "dsv4_slow_save",
+            s.dsv4_store_then_reuse,
+            "slow_save on a DeepSeek-V4 model: every lmcache PAGE store waits 1 s before it "
+            "reads ATOM's regions while another prompt runs: the blocks must stay the "
+            "request's until its save read them",
+            FaultSpec(slow_save_s=1.0),
+            "slow_save",
+            schedules=2,
+        ),
+        _hybrid_fault(
             "dsv4_hung_retrieve",
             s.dsv4_two_loads_behind_one,
             "hung_retrieve on a DeepSeek-V4 model: lmcache's first PAGE retrieve never "
@@ -892,6 +902,7 @@ LONG_MATRIX: dict[str, str] = {
     "dsv4_copy_out_failure": "dsv4_prefix_reuse",
     "dsv4_pin_timeout_during_load": "dsv4_prefix_reuse",
     "dsv4_slow_retrieve": "dsv4_prefix_reuse",
+    "dsv4_slow_save": "dsv4_prefix_reuse",
     "dsv4_lookup_socket_stolen": "dsv4_prefix_reuse",
     "dsv4_lookup_socket_removed": "dsv4_prefix_reuse",
     "dsv4_disk_spill": "dsv4_prefix_reuse",

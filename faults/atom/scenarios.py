@@ -270,6 +270,21 @@ def dsv4_load_beside_decode(run: AtomRun) -> None:
     run.end(a)
 
 
+def dsv4_store_then_reuse(run: AtomRun) -> None:
+    """``tp_store_then_reuse``'s story on a DeepSeek-V4 server: a 600-token prompt,
+    right after its answer another prompt (its pages and state where the first's
+    were, unless the first's save still holds them), then, once the tier holds the
+    first prompt, the first again from lmcache. A request's blocks may be freed only
+    once its save has read them (a fault may slow the store)."""
+    a = run.server("A", **HYBRID)
+    p = run.prompt(600)
+    run.serve(a, AtomRequest("first", p))
+    run.serve(a, AtomRequest("between", run.prompt(600)))
+    run.stored(a, p)
+    run.serve(a, AtomRequest("again", p))
+    run.end(a)
+
+
 def dsv4_two_loads_behind_one(run: AtomRun) -> None:
     """``two_loads_behind_one`` on a DeepSeek-V4 server: two 600-token prompts stored,
     then both again at once: two loads of PAGE units and a SLOT, which ATOM's DSV4
