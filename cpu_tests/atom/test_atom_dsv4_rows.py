@@ -17,7 +17,10 @@ save waits fail ``dsv4_slow_save``; a sidecar looked for in the CPU
 pool only fails ``dsv4_disk_spill``; a PAGE hit taken without its SLOT fails
 ``dsv4_shared_tier_reuse``; a lookup timeout past the run's limit fails
 ``dsv4_lookup_socket_removed``. The eviction removes what the lookup found, on both
-connectors."""
+connectors. At TP 2 (``dsv4_tp2_prefix_reuse``) both ranks store and load their own
+PAGE units and SLOT; a rank 1 that stores no PAGE units never lets ATOM commit a
+sidecar boundary (every rank must report it), so every resend recomputes what rank 0's
+engine holds: ``efficiency``."""
 
 from __future__ import annotations
 
@@ -109,6 +112,10 @@ NOPE_PLANE_ONLY = (
     "                strict=True,\n            )\n        )\n"
     "        planes = planes[:1]  # planted: the region map knows the NoPE plane only\n"
     "        for plane, row_bytes, role in planes:\n            block_regions.append(",
+)
+RANK1_STORES_NO_PAGE = (
+    "                self._engine.store(\n",
+    "                (self._engine.store if self._rank == 0 else (lambda *a, **k: None))(\n",
 )
 PAGE_NOT_RESTORED = (
     "        self.scatter(device_buf, self.page_plan(flattened), stream=stream)\n",
@@ -347,3 +354,24 @@ def test_a_region_map_of_the_nope_plane_alone_fails_only_the_fp8_row(atom_src, t
     assert "correctness: output of again differs from its cold run" in found, found
     # bf16 has one KV plane: the same ATOM passes there.
     assert _violations(src, "dsv4_prefix_reuse") == []
+
+
+def test_dsv4_tp2_prefix_reuse_loads_on_both_ranks_and_passes(atom_src):
+    with atom_executor(atom_src) as executor:
+        out = CaseRunner(keep_runs="all", executor=executor).run(
+            Case(scenario_target("dsv4_tp2_prefix_reuse", "atom"), 0)
+        )
+    assert out.verdict == Verdict.PASS, out.signature
+    events = out.fixed_result.run.trace.events
+    loaded = sorted(
+        (e.req_id, e.data.get("rank", 0), e.data["retrieved"])
+        for e in events
+        if e.kind.value == "retrieve_terminal"
+    )
+    assert loaded == [("again", 0, 512), ("again", 1, 512), ("longer", 0, 512), ("longer", 1, 512)]
+
+
+def test_a_rank_that_stores_no_page_fails_dsv4_tp2_prefix_reuse(atom_src, tmp_path):
+    src = planted(atom_src, tmp_path / "atom", RANK1_STORES_NO_PAGE, file=CONNECTOR)
+    found = _violations(src, "dsv4_tp2_prefix_reuse")
+    assert any(v.startswith("efficiency: again claims 0 tokens") for v in found), found

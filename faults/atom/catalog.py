@@ -205,6 +205,13 @@ ROWS: dict[str, AtomRow] = {
             "each with its PAGE and SLOT regions",
         ),
         _scenario(
+            "dsv4_tp2_prefix_reuse",
+            s.dsv4_tp2_prefix_reuse,
+            _ONE,
+            "dsv4_prefix_reuse at TP 2: each rank stores and loads its own PAGE units and "
+            "SLOT sidecar, rank 0 answers the lookups",
+        ),
+        _scenario(
             "dsv4_hbm_partial",
             s.dsv4_hbm_partial,
             _STATEFUL_HBM_FLOOR,
@@ -913,6 +920,7 @@ LONG_MATRIX: dict[str, str] = {
     # path: one load thread), so it runs by default.
     "dsv4_hbm_partial": "dsv4_prefix_reuse",  # ATOM's HBM prefix cache on: paged checkpoints
     "dsv4_fp8_prefix_reuse": "dsv4_prefix_reuse",  # fp8 KV: a second KV plane
+    "dsv4_tp2_prefix_reuse": "dsv4_prefix_reuse",  # TP 2: per-rank PAGE and sidecar
 }
 
 _NO_MULTIMODAL = (

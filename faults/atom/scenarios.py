@@ -171,8 +171,8 @@ def _prefix_reuse(run: AtomRun, spec: dict[str, Any], prompt: int = 200, suffix:
 
 # A hybrid (DeepSeek-V4) server: ATOM's hybrid PAGE/SLOT connector, 256-token blocks
 # and chunks (ATOM's DSV4 block), 24 blocks and 4 state slots, one TP rank and one
-# stage whatever ``--atom-tp`` and ``--atom-pp`` say (the tier runs the hybrid
-# connector at TP 1 only; ATOM's DSV4 connector refuses PP > 1).
+# stage whatever ``--atom-tp`` and ``--atom-pp`` say (``dsv4_tp2_prefix_reuse`` sets
+# its own TP size; ATOM's DSV4 connector refuses PP > 1).
 HYBRID = {
     "layout": "hybrid",
     "tp_size": 1,
@@ -227,6 +227,16 @@ def dsv4_fp8_prefix_reuse(run: AtomRun) -> None:
     so three PAGE regions a block and two SLOT regions a request, where bf16 has two
     and one."""
     _prefix_reuse(run, {**HYBRID, "kv_cache_dtype": "fp8"}, 600, 100)
+
+
+def dsv4_tp2_prefix_reuse(run: AtomRun) -> None:
+    """``dsv4_prefix_reuse`` on a DeepSeek-V4 server of two tensor-parallel ranks: each
+    rank's worker stores its own copy of the PAGE units (DSV4's compressed KV is not
+    split across ranks) and its own SLOT sidecar in its own lmcache engine, rank 0's
+    engine alone answers the lookups, ATOM's scheduler commits a sidecar boundary only
+    once every rank reported it stored, and a load is done when ATOM's aggregator has
+    both ranks' completions."""
+    _prefix_reuse(run, {**HYBRID, "tp_size": 2}, 600, 100)
 
 
 def dsv4_concurrent_loads(run: AtomRun) -> None:

@@ -154,7 +154,8 @@ class ServerSpec:
     tp_size: int = 1
     # The model and ATOM's connector family for it: "dense" (the small dense model,
     # ATOM's dense connector) or "hybrid" (a small DeepSeek-V4 model, ATOM's hybrid
-    # PAGE/SLOT connector; its blocks and chunks are 256 tokens, one TP rank).
+    # PAGE/SLOT connector; its blocks and chunks are 256 tokens; at TP > 1 every rank
+    # holds the whole compressed KV and state, which DSV4 does not split).
     layout: str = "dense"
     # Pipeline parallelism: this many stages, each with ``tp_size`` worker processes
     # holding the stage's layers (ATOM's split of the model's ``layers``), the head's

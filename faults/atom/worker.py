@@ -178,8 +178,6 @@ class WorkerProcess:
         (``dsv4_boundary``)."""
         from kvfault.faults.atom import dsv4_boundary
 
-        if self.spec.tp_size != 1:
-            raise ValueError("the atom tier runs the hybrid connector with one TP rank")
         dsv4_boundary.install()
         from kvfault.faults.atom.dsv4_kv import Dsv4Kv
         from kvfault.faults.atom.dsv4_runner import Dsv4Pools
