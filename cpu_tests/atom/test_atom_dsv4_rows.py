@@ -8,7 +8,9 @@ fails ``dsv4_retrieve_failure``; a SLOT sidecar read without checking its CRC fa
 dense copy's order) fails ``dsv4_lost_hit_reply``. With ATOM's HBM prefix cache on,
 ``dsv4_hbm_partial`` resumes a request from a paged state checkpoint in HBM and
 computes the rest; the checkpoint's restore dropped, or the connector's guard against
-a tier load above a stateful HBM floor removed, fails it on ``correctness``. A region
+a tier load above a stateful HBM floor removed, fails it on ``correctness``; a block
+manager that resumes from HBM pages without their state checkpoint fails
+``dsv4_hbm_pressure`` on ``correctness``. A region
 map that describes the NoPE plane alone (the bf16 layout's one plane) fails
 ``dsv4_fp8_prefix_reuse`` (two planes) and not ``dsv4_prefix_reuse``. A load reported
 done whatever it restored fails ``dsv4_evict_after_lookup`` and ``dsv4_disk_removed``; a load reported
@@ -25,6 +27,7 @@ engine holds: ``efficiency``."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 from atom_planted import planted
@@ -99,6 +102,19 @@ CHECKPOINT_RESTORES_DROPPED = (
     "        return tuple(stores), self.store.take_restore_ops()\n",
     "        self.store.take_restore_ops()  # planted: the restores are dropped\n"
     "        return tuple(stores), ()\n",
+)
+BLOCK_MANAGER = "atom/model_engine/block_manager.py"
+# The gate and the attach of a paged checkpoint planted as for a model without state:
+# an HBM hit needs no checkpoint, and a request resumes from the pages alone.
+HIT_WITHOUT_CHECKPOINT = (
+    "            if assume_checkpointed or self.store.contains(block_hashes[i]):\n",
+    "            if True:  # planted: an HBM hit needs no state checkpoint\n",
+)
+ATTACH_WITHOUT_CHECKPOINT = (
+    "                self.state.release(dst)\n                raise RuntimeError(\n"
+    '                    "gated PAGE checkpoint disappeared before state attach"\n'
+    "                )\n",
+    "                pass  # planted: resume from the pages alone\n",
 )
 FLOOR_GUARD_REMOVED = (
     '        if bool(getattr(seq, "has_per_req_cache", False)) and hbm > 0:\n'
@@ -375,3 +391,15 @@ def test_a_rank_that_stores_no_page_fails_dsv4_tp2_prefix_reuse(atom_src, tmp_pa
     src = planted(atom_src, tmp_path / "atom", RANK1_STORES_NO_PAGE, file=CONNECTOR)
     found = _violations(src, "dsv4_tp2_prefix_reuse")
     assert any(v.startswith("efficiency: again claims 0 tokens") for v in found), found
+
+
+def test_a_resume_without_its_state_checkpoint_fails_dsv4_hbm_pressure(atom_src, tmp_path):
+    src = planted(atom_src, tmp_path / "atom", HIT_WITHOUT_CHECKPOINT, file=CHECKPOINT)
+    # The second file of the same clone (``planted`` clones, which would drop the first).
+    path = Path(src) / BLOCK_MANAGER
+    old, new = ATTACH_WITHOUT_CHECKPOINT
+    if path.read_text().count(old) != 1:
+        pytest.skip(f"this ATOM's {BLOCK_MANAGER} is not the form the planted bug edits")
+    path.write_text(path.read_text().replace(old, new))
+    found = _violations(src, "dsv4_hbm_pressure")
+    assert "correctness: output of again differs from its cold run" in found, found

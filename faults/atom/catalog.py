@@ -212,6 +212,13 @@ ROWS: dict[str, AtomRow] = {
             "SLOT sidecar, rank 0 answers the lookups",
         ),
         _scenario(
+            "dsv4_hbm_pressure",
+            s.dsv4_hbm_pressure,
+            _ONE,
+            "a DeepSeek-V4 prompt whose pages HBM keeps without a state checkpoint: ATOM "
+            "resumes at 0 and loads PAGE units and the SLOT from lmcache",
+        ),
+        _scenario(
             "dsv4_hbm_partial",
             s.dsv4_hbm_partial,
             _STATEFUL_HBM_FLOOR,
@@ -921,6 +928,7 @@ LONG_MATRIX: dict[str, str] = {
     "dsv4_hbm_partial": "dsv4_prefix_reuse",  # ATOM's HBM prefix cache on: paged checkpoints
     "dsv4_fp8_prefix_reuse": "dsv4_prefix_reuse",  # fp8 KV: a second KV plane
     "dsv4_tp2_prefix_reuse": "dsv4_prefix_reuse",  # TP 2: per-rank PAGE and sidecar
+    "dsv4_hbm_pressure": "dsv4_prefix_reuse",  # HBM pages kept, their checkpoint evicted
 }
 
 _NO_MULTIMODAL = (

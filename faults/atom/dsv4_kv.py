@@ -76,6 +76,15 @@ class Dsv4Kv:
         for u in self._page_units(block):
             u.fill_(page)
 
+    def image_heads(self, blocks: list[int]) -> set[int]:
+        """What the first 8 bytes of each of ``blocks`` hold in its first PAGE region:
+        where ATOM's paged state checkpoint puts the first bytes of a state image (its
+        copy plan starts the image with the first checkpointed range of the first KV
+        plane, at its first unit's first region), so a block that starts an image of a
+        state holds that state's value there."""
+        base, stride = self._page[0]
+        return {int(self._view(base + b * stride, 8)[0]) for b in blocks}
+
     def read_group(self, group: int) -> int:
         units = self._slot_units(group)
         return self._one(

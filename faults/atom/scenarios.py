@@ -221,6 +221,22 @@ def dsv4_hbm_partial(run: AtomRun) -> None:
     run.end(a)
 
 
+def dsv4_hbm_pressure(run: AtomRun) -> None:
+    """``hbm_pressure`` on a DeepSeek-V4 server with ATOM's HBM prefix cache on and a
+    pool of 8 PAGE units: a 600-token prompt (lmcache holds 512 tokens of PAGE units
+    and the SLOT sidecar at 512; HBM a checkpoint at 512 only), another that evicts
+    that checkpoint and the first's second block, then the first prompt again. HBM
+    still holds its first block's pages but no state to resume from there: ATOM's hit
+    is 0, and it loads PAGE units of 512 tokens and the SLOT from lmcache."""
+    a = run.server("A", **{**HYBRID_HBM, "num_blocks": 8})
+    p = run.prompt(600)
+    run.serve(a, AtomRequest("first", p))
+    run.stored(a, p)
+    run.serve(a, AtomRequest("other", run.prompt(600)))
+    run.serve(a, AtomRequest("again", p))
+    run.end(a)
+
+
 def dsv4_fp8_prefix_reuse(run: AtomRun) -> None:
     """``dsv4_prefix_reuse`` with an fp8 KV cache (ATOM's fp8 "2buff" DSV4 layout, on
     the gfx950 the tier's aiter answers): two KV planes (fp8 NoPE rows, bf16 RoPE rows),

@@ -438,6 +438,17 @@ class SchedulerProcess:
                 return group
 
             setattr(state, "pop", poisoned_pop)  # noqa: B010  wraps ATOM's method
+        release = getattr(getattr(bm, "kv", None), "release_units", None)
+        if release is not None:
+            # Units ATOM's paged state checkpoints give back (an image evicted or
+            # dropped) go to the free list: no longer the prefix cache's content.
+            def poisoned_release(unit_ids: Any, *args: Any, **kwargs: Any) -> Any:
+                ids = [int(u) for u in unit_ids]
+                out = release(ids, *args, **kwargs)
+                pending.extend(ids)
+                return out
+
+            bm.kv.release_units = poisoned_release
         fresh = getattr(bm, "_fresh_block", None)
         if fresh is not None:
 

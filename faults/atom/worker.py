@@ -381,14 +381,23 @@ class WorkerProcess:
     def resident_prefix(self, req: Any, blocks: list[int]) -> int:
         """Tokens of ``req``'s prompt, in whole blocks from its start, whose pages (as a
         cold run computes them) some block of ``blocks`` holds: the prefix HBM still has
-        that no live request owns. The model's own fingerprints, not ATOM's index."""
+        that no live request owns (on a hybrid model, up to a boundary whose state it
+        holds too). The model's own fingerprints, not ATOM's index."""
         have = {self.kv.read(b) for b in blocks}
         n = 0
         for page in self.model.cold_pages(req)[: req.prompt_len // self.spec.block_size]:
             if page not in have:
                 break
             n += 1
-        return n * self.spec.block_size
+        bs = self.spec.block_size
+        if self.hybrid:
+            # A DSV4 request resumes only where its state is kept too: an image of the
+            # state at that boundary in some unit of ``blocks`` (ATOM's paged state
+            # checkpoints; a unit given back is poisoned, so a stale image is none).
+            images = self.kv.image_heads(blocks)
+            while n and self.model.cold_state_at(req, n * bs) not in images:
+                n -= 1
+        return n * bs
 
     def async_proc_aggregation(self, names: dict[Any, str]) -> Any:
         self.names = dict(names)
