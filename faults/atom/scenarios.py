@@ -434,11 +434,14 @@ def tp4_reuse_once(run: AtomRun) -> None:
     """``reuse_once`` on a server of four tensor-parallel ranks (the wider model; a
     fault may hit one rank's worker only): the load of the resent prompt is one load per
     rank, done when ATOM's aggregator has all four ranks' completions, failed when any
-    failed."""
+    failed. Then the host lets the workers settle before the server is judged: a rank's
+    load a fault slowed ends (and records its fault) even where ATOM answered without
+    waiting for it."""
     a = run.server("A", prefix_caching=False, tp_size=4, pp_size=1, **WIDE)
     p = run.prompt(200)
     run.serve(a, AtomRequest("first", p))
     run.serve(a, AtomRequest("again", p))
+    run.settle(a)
     run.end(a)
 
 
