@@ -945,8 +945,8 @@ NOT_HERE: dict[str, str] = {
     "two_images, two_images_hbm (multimodal prefix sharing)": _NO_MULTIMODAL,
     "regressions": "planted regressions swap the reference stack's rules; ATOM is judged as it is "
     "(use `kvfault prove` on two ATOM commits instead)",
-    "grid, hybrid": "ATOM's dense offload connector is judged; its DSV4 PAGE+SLOT family needs "
-    "DSV4 transfer regions this tier does not build",
+    "grid, hybrid": "they run the reference stack's own state grid; ATOM's hybrid (DeepSeek-V4) "
+    "connector runs in the dsv4_ rows, on the regions ATOM's DSV4 builder allocates",
     "determinism": "real processes in real time: the same seed need not give the same trace",
     "restart_burst, lost_completion_burst and other bound/deadline stories": "ATOM's offload "
     "has no transfer deadline or load bound to judge; a retrieve that never answers is the "
