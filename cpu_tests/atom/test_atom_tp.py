@@ -22,10 +22,11 @@ two lines each) fails it while the checkout as it is passes it.
   passes; an aggregator of rank 0's answers alone uses the half-loaded KV there too,
   and an ATOM whose ``load_failed`` keeps its save floor never stores the recompute,
   so the third request's load fails on rank 1 again (``load_failures``).
-- At TP 4: an aggregator whose quorum is two (right at TP 2: every TP 2 row passes
-  it) delivers rank 3's late failed load as done; so does one that reads three of four
-  ranks (``tp4_rank3_retrieve_failure``: ``correctness``). Rank 3 reporting its saves
-  done without storing fails ``tp4_prefix_reuse`` (``load_failures``).
+- At TP 4: an aggregator whose quorum is two (the right quorum at TP 2, so no row whose
+  servers are all TP 2 can see it) delivers rank 3's late failed load as done; so does
+  one that reads three of four ranks (``tp4_rank3_retrieve_failure``: ``correctness``).
+  Rank 3 reporting its saves done without storing fails ``tp4_prefix_reuse``
+  (``load_failures``).
 - ATOM's page namespace without its TP size: ``shared_tier_tp_sizes``'s two servers
   look their prompt up under one lookup key (``keys``; lmcache's own key still tells
   them apart by world size, so no data crosses). With lmcache's key also given one
@@ -63,8 +64,8 @@ NO_TP_IN_NAMESPACE = (
 )
 ONE_WORLD_SIZE_KEY = (("        world_size=world_size,\n", "        world_size=2,\n"),)
 # At TP 4 (the rows' wider model): an aggregator that completes an operation once two
-# ranks reported (a quorum fixed at a TP 2 deployment's) is the one at TP 2; one that
-# reads three of four ranks (the last one's reports dropped, a quorum of three).
+# ranks reported (a quorum fixed at a TP 2 deployment's: the right one at TP 2); one
+# that reads three of four ranks (the last one's reports dropped, a quorum of three).
 QUORUM_OF_TWO = (
     ("            if len(reports) < self._world_size:", "            if len(reports) < 2:"),
 )
