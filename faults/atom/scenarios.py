@@ -726,6 +726,9 @@ def _spill(run: AtomRun, disk_size_gib: float) -> None:
     run.serve(a, AtomRequest("first", first))
     for i in range(SPILL_OTHERS):
         run.serve(a, AtomRequest(f"other{i}", run.prompt(200)))
+    # The others' saves done before the first comes again: a save still queued under
+    # load left the first's chunks in the CPU pool, and a missing disk did not show.
+    run.settle(a)
     run.serve(a, AtomRequest("again", first))
     run.end(a)
 
