@@ -76,8 +76,11 @@ FAILING: dict[str, AtMain] = {
     # raises and the server stops.
     "lost_hit_reply": _lead(Prop.RESOURCES),
     # dsv4_hung_retrieve: hung_retrieve's fault on the hybrid connector, which runs
-    # its loads on the same one-thread pool (_offload_common.py); reported with its
-    # recorded path, not a finding of its own.
+    # its loads on the same one-thread pool (_offload_common.py): the other load of
+    # the hung one's batch waits. A later batch's load does not: the batch holds the
+    # connector's one SLOT staging row, so later loads are refused (recomputed) and
+    # no sidecar is saved (docs/atom/tier.md). Not a finding of its own; its
+    # --atom-record-path run records nothing (the worker does not close cleanly).
     "dsv4_hung_retrieve": _lead(Prop.LIVENESS),
     "two_images_partial": _lead(Prop.CORRECTNESS),
     "picture_handoff": _lead(Prop.CORRECTNESS),
