@@ -697,7 +697,8 @@ ROWS: dict[str, AtomRow] = {
             "evict_after_lookup",
             s.reuse_once,
             _ONE,
-            "lmcache removes every key it holds right after the first lookup with a hit",
+            "right after the first lookup with a hit, every key lmcache holds is removed, forced "
+            "(lmcache's own eviction never removes a chunk a lookup pinned)",
             FaultSpec(evict_after_lookup=1),
         ),
         _hybrid_fault(
@@ -862,7 +863,7 @@ ROWS: dict[str, AtomRow] = {
             "dsv4_evict_after_lookup",
             s.dsv4_reuse_once,
             "evict_after_lookup on a DeepSeek-V4 model: right after the lookup that hit, "
-            "lmcache removes every key it holds (PAGE units and SLOT sidecars)",
+            "every key lmcache holds (PAGE units and SLOT sidecars) is removed, forced",
             FaultSpec(evict_after_lookup=1),
             "evict_after_lookup",
         ),
