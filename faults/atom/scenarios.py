@@ -302,13 +302,7 @@ def dsv4_store_then_reuse(run: AtomRun) -> None:
     were, unless the first's save still holds them), then, once the tier holds the
     first prompt, the first again from lmcache. A request's blocks may be freed only
     once its save has read them (a fault may slow the store)."""
-    a = run.server("A", **HYBRID)
-    p = run.prompt(600)
-    run.serve(a, AtomRequest("first", p))
-    run.serve(a, AtomRequest("between", run.prompt(600)))
-    run.stored(a, p)
-    run.serve(a, AtomRequest("again", p))
-    run.end(a)
+    _store_then_reuse(run, HYBRID, 600)
 
 
 def dsv4_two_loads_behind_one(run: AtomRun) -> None:
@@ -452,21 +446,23 @@ def tp_store_then_reuse(run: AtomRun) -> None:
     prompt (at most ``SAVE_SETTLE_S``), the first again from lmcache. A request's blocks
     may be freed only when both ranks' saves have read them (a fault may slow one
     rank's store)."""
-    _store_then_reuse(run, tp_size=2)
+    _store_then_reuse(run, {"prefix_caching": False, "tp_size": 2})
 
 
 def pp_store_then_reuse(run: AtomRun) -> None:
     """``tp_store_then_reuse`` on a server of two pipeline stages (TP 1): a request's
     blocks may be freed only when both stages' saves have read their layers (a fault
     may slow one stage's store)."""
-    _store_then_reuse(run, pp_size=2, tp_size=1)
+    _store_then_reuse(run, {"prefix_caching": False, "pp_size": 2, "tp_size": 1})
 
 
-def _store_then_reuse(run: AtomRun, **spec: Any) -> None:
-    a = run.server("A", prefix_caching=False, **spec)
-    p = run.prompt(200)
+def _store_then_reuse(run: AtomRun, spec: dict[str, Any], prompt: int = 200) -> None:
+    """The ``tp_store_then_reuse`` story on a server of ``spec`` with
+    ``prompt``-token prompts."""
+    a = run.server("A", **spec)
+    p = run.prompt(prompt)
     run.serve(a, AtomRequest("first", p))
-    run.serve(a, AtomRequest("between", run.prompt(200)))
+    run.serve(a, AtomRequest("between", run.prompt(prompt)))
     run.stored(a, p)
     run.serve(a, AtomRequest("again", p))
     run.end(a)
