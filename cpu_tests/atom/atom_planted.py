@@ -11,6 +11,18 @@ from pathlib import Path
 import pytest
 
 CONNECTOR = "atom/kv_transfer/offload/dense/connector.py"
+# ATOM's load_failed keeps the save floor: the recompute after a failed load does not
+# save the chunks the lookup claimed again, so the tier never holds them on the worker
+# whose load failed.
+KEEPS_SAVE_FLOOR = (("            entry[1] = self._chunk_floor(floor)\n", "            pass\n"),)
+
+
+def stores_only_where(keep: str) -> tuple[tuple[str, str]]:
+    """The dense connector edit under which a worker whose ``keep`` (an expression over
+    ``self._rank``, its lmcache worker id) is false reports its saves done without
+    storing."""
+    stored = f"(self._engine.store if {keep} else (lambda *a, **k: None))("
+    return (("        self._engine.store(", f"        {stored}"),)
 
 
 def planted(atom_src: str, dest: Path, *edits: tuple[str, str], file: str = CONNECTOR) -> str:

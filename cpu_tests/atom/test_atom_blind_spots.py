@@ -61,6 +61,25 @@ def _props(found: list[str]) -> set[str]:
     return {v.split(":", 1)[0] for v in found}
 
 
+def _assert_unstored_load_fails(src: str, row: str) -> None:
+    """``row`` on the ATOM at ``src`` (one of whose workers reports saves it never
+    stored) fails ``load_failures`` on a retrieve that returned nothing."""
+    found = _violations(src, [row])[row]
+    assert "load_failures" in _props(found), found
+    assert any("lmcache returned 0 of" in v for v in found), found
+
+
+def _assert_failed_load_fails_again(src: str, row: str) -> None:
+    """``row`` on the ATOM at ``src`` fails ``load_failures`` on a load that failed
+    after an earlier load of the same chunks had failed (the recompute was never
+    stored)."""
+    found = _violations(src, [row])[row]
+    assert any(
+        v.startswith("load_failures:") and "after an earlier load of them had failed" in v
+        for v in found
+    ), found
+
+
 def test_loads_reported_failed_fail_load_failures(atom_src, tmp_path):
     found = _violations(planted(atom_src, tmp_path / "atom", REPORTS_FAILED), ["prefix_reuse"])
     failed = [v for v in found["prefix_reuse"] if v.startswith("load_failures:")]

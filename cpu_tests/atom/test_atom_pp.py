@@ -41,9 +41,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from atom_planted import planted
+from atom_planted import KEEPS_SAVE_FLOOR, planted, stores_only_where
 
-from cpu_tests.atom.test_atom_blind_spots import _props, _violations
+from cpu_tests.atom.test_atom_blind_spots import (
+    _assert_failed_load_fails_again,
+    _assert_unstored_load_fails,
+    _props,
+    _violations,
+)
 
 COMMON = "atom/kv_transfer/offload/_offload_common.py"
 PP_AGGREGATOR = "atom/kv_transfer/disaggregation/pp_kv_aggregator.py"
@@ -52,12 +57,7 @@ NO_STAGE_IN_WORKER_ID = (
     ("    return pp_rank * tp.world_size + tp.rank_in_group, pp_size * tp.world_size",
      "    return tp.rank_in_group, pp_size * tp.world_size"),
 )  # fmt: skip
-STAGE1_STORES_NOTHING = (
-    (
-        "        self._engine.store(",
-        "        (self._engine.store if self._rank == 0 else (lambda *a, **k: None))(",
-    ),
-)
+STAGE1_STORES_NOTHING = stores_only_where("self._rank == 0")
 FIRST_STAGE_DONE = (
     ("            rid for rid, stages in self._loading.items() if len(stages) >= self._pp_size",
      "            rid for rid, stages in self._loading.items() if len(stages) >= 1"),
@@ -74,9 +74,6 @@ FIRST_STAGE_SAVED = (
     ("            rid for rid, stages in self._saving.items() if len(stages) >= self._pp_size",
      "            rid for rid, stages in self._saving.items() if len(stages) >= 1"),
 )  # fmt: skip
-# ATOM's load_failed keeps the save floor (as in test_atom_tp): the recompute after
-# stage 1's failed load does not save the claimed chunks again.
-KEEPS_SAVE_FLOOR = (("            entry[1] = self._chunk_floor(floor)\n", "            pass\n"),)
 # Worker ids that add the stage instead of stacking it over the TP ranks: right at PP 2
 # x TP 1 and at PP 1 (every PP-only and TP-only row passes it); at PP 2 x TP 2 stage 0's
 # rank 1 and stage 1's rank 0 are both worker 1 and file other bytes under one key.
@@ -85,12 +82,7 @@ STAGE_ADDED_TO_TP_RANK = (
      "    return pp_rank + tp.rank_in_group, pp_size * tp.world_size"),
 )  # fmt: skip
 # Worker 3 (stage 1's TP rank 1 at PP 2 x TP 2) reports its saves done without storing.
-WORKER3_STORES_NOTHING = (
-    (
-        "        self._engine.store(",
-        "        (self._engine.store if self._rank != 3 else (lambda *a, **k: None))(",
-    ),
-)
+WORKER3_STORES_NOTHING = stores_only_where("self._rank != 3")
 ROWS = [
     "pp2_prefix_reuse",
     "pp2_stage1_retrieve_failure",
@@ -140,9 +132,7 @@ def test_a_planted_bug_fails_its_row_on_correctness(atom_src, tmp_path: Path, ed
 
 def test_a_stage_that_stores_nothing_fails_pp2_prefix_reuse(atom_src, tmp_path: Path):
     src = planted(atom_src, tmp_path / "atom", *STAGE1_STORES_NOTHING, file=CONNECTOR)
-    found = _violations(src, ["pp2_prefix_reuse"])["pp2_prefix_reuse"]
-    assert "load_failures" in _props(found), found
-    assert any("lmcache returned 0 of" in v for v in found), found
+    _assert_unstored_load_fails(src, "pp2_prefix_reuse")
 
 
 def test_worker_ids_that_add_the_stage_pass_every_pp_or_tp_only_row(atom_src, tmp_path: Path):
@@ -158,18 +148,12 @@ def test_a_store_failure_never_saved_again_fails_pp2_stage1(atom_src, tmp_path: 
     an ATOM that keeps its save floor then never stores the recompute, and the third
     request's load fails on stage 1 again: unexplained."""
     src = planted(atom_src, tmp_path / "atom", *KEEPS_SAVE_FLOOR)
-    found = _violations(src, ["pp2_stage1_store_failure"])["pp2_stage1_store_failure"]
-    assert any(
-        v.startswith("load_failures:") and "after an earlier load of them had failed" in v
-        for v in found
-    ), found
+    _assert_failed_load_fails_again(src, "pp2_stage1_store_failure")
 
 
 def test_a_worker_3_that_stores_nothing_fails_pp2_tp2_prefix_reuse(atom_src, tmp_path: Path):
     src = planted(atom_src, tmp_path / "atom", *WORKER3_STORES_NOTHING, file=CONNECTOR)
-    found = _violations(src, ["pp2_tp2_prefix_reuse"])["pp2_tp2_prefix_reuse"]
-    assert "load_failures" in _props(found), found
-    assert any("lmcache returned 0 of" in v for v in found), found
+    _assert_unstored_load_fails(src, "pp2_tp2_prefix_reuse")
 
 
 def _run(atom_src: str, *args: str) -> subprocess.CompletedProcess:
