@@ -446,6 +446,17 @@ ROWS: dict[str, AtomRow] = {
             "the other request's load waits behind it on ATOM's one load thread",
             FaultSpec(hang_retrieve=1, abort_loading=1),
         ),
+        AtomRow(
+            "fault",
+            "hung_retrieve_later_batch",
+            "hung_retrieve with the second load in a later batch: lmcache's first "
+            "retrieve never answers and the client aborts its request; a stored prompt "
+            "sent again afterwards has its load wait behind it on ATOM's one load thread",
+            s.hung_then_later_load,
+            _ONE,
+            faults=FaultSpec(hang_retrieve=1, abort_loading=1),
+            fires=("hung_retrieve",),  # the worker injector's own name
+        ),
         _fault(
             "duplicate_completion",
             s.reuse_once,
@@ -811,6 +822,16 @@ ROWS: dict[str, AtomRow] = {
             "hung_retrieve on a DeepSeek-V4 model: lmcache's first PAGE retrieve never "
             "answers and the client aborts its request: the other request's load waits "
             "behind it on ATOM's one load thread",
+            FaultSpec(hang_retrieve=1, abort_loading=1),
+            "hung_retrieve",
+        ),
+        _hybrid_fault(
+            "dsv4_hung_retrieve_later",
+            s.dsv4_hung_then_later_loads,
+            "hung_retrieve on a DeepSeek-V4 model, then later batches: lmcache's first "
+            "PAGE retrieve never answers and the client aborts its request; a stored "
+            "prompt sent again in a later batch, and a prompt stored after the hang and "
+            "sent again",
             FaultSpec(hang_retrieve=1, abort_loading=1),
             "hung_retrieve",
         ),

@@ -319,6 +319,29 @@ def dsv4_two_loads_behind_one(run: AtomRun) -> None:
     run.end(a)
 
 
+def dsv4_hung_then_later_loads(run: AtomRun) -> None:
+    """``hung_then_later_load`` on a DeepSeek-V4 server, then a fresh prompt: two
+    600-token prompts stored, the first sent again alone (a fault may hang its load and
+    abort its request), the host waiting until no load is left (at most
+    ``SAVE_SETTLE_S``), the second again in a later batch, then a third prompt stored,
+    another prompt, and the third again: a load of PAGE units and a SLOT after the
+    first's."""
+    a = run.server("A", **HYBRID)
+    p, r = run.prompt(600), run.prompt(600)
+    run.serve(a, AtomRequest("first", p))
+    run.serve(a, AtomRequest("second", r))
+    run.stored(a, r)
+    run.serve(a, AtomRequest("again", p), until_answered=True)
+    run.settle(a)
+    run.serve(a, AtomRequest("again2", r), until_answered=True)
+    s = run.prompt(600)
+    run.serve(a, AtomRequest("third", s), until_answered=True)
+    run.stored(a, s)
+    run.serve(a, AtomRequest("between", run.prompt(600)), until_answered=True)
+    run.serve(a, AtomRequest("again3", s), until_answered=True)
+    run.end(a)
+
+
 def dsv4_reuse_once(run: AtomRun) -> None:
     """The hybrid faults' story (``reuse_once`` on a DeepSeek-V4 server): a 600-token
     prompt stored, another prompt served (its pages and state where the first's
@@ -528,6 +551,22 @@ def two_loads_behind_one(run: AtomRun) -> None:
     run.serve(a, AtomRequest("second", q))
     run.stored(a, q)
     run.serve(a, AtomRequest("again", p), AtomRequest("again2", q))
+    run.end(a)
+
+
+def hung_then_later_load(run: AtomRun) -> None:
+    """``two_loads_behind_one`` in two batches: two 200-token prompts stored, the
+    first sent again alone (a fault may hang its load and abort its request), the host
+    waiting until no load is left (at most ``SAVE_SETTLE_S``), then the second again:
+    a load dispatched in a later batch than the first's."""
+    a = run.server("A", prefix_caching=False)
+    p, q = run.prompt(200), run.prompt(200)
+    run.serve(a, AtomRequest("first", p))
+    run.serve(a, AtomRequest("second", q))
+    run.stored(a, q)
+    run.serve(a, AtomRequest("again", p), until_answered=True)
+    run.settle(a)
+    run.serve(a, AtomRequest("again2", q))
     run.end(a)
 
 
