@@ -228,12 +228,7 @@ def dsv4_hbm_pressure(run: AtomRun) -> None:
     that checkpoint and the first's second block, then the first prompt again. HBM
     still holds its first block's pages but no state to resume from there: ATOM's hit
     is 0, and it loads PAGE units of 512 tokens and the SLOT from lmcache."""
-    a = run.server("A", **{**HYBRID_HBM, "num_blocks": 8})
-    p = run.prompt(600)
-    run.serve(a, AtomRequest("first", p))
-    run.stored(a, p)
-    run.serve(a, AtomRequest("other", run.prompt(600)))
-    run.serve(a, AtomRequest("again", p))
+    a, _ = _dsv4_reuse_once(run, {**HYBRID_HBM, "num_blocks": 8}, between="other")
     run.end(a)
 
 
@@ -310,13 +305,7 @@ def dsv4_two_loads_behind_one(run: AtomRun) -> None:
     then both again at once: two loads of PAGE units and a SLOT, which ATOM's DSV4
     worker runs one after another on its load thread (a fault may hang the first and
     abort its request)."""
-    a = run.server("A", **HYBRID)
-    p, q = run.prompt(600), run.prompt(600)
-    run.serve(a, AtomRequest("first", p))
-    run.serve(a, AtomRequest("second", q))
-    run.stored(a, q)
-    run.serve(a, AtomRequest("again", p), AtomRequest("again2", q))
-    run.end(a)
+    _two_loads_behind_one(run, HYBRID, 600)
 
 
 def dsv4_hung_then_later_loads(run: AtomRun) -> None:
@@ -351,12 +340,16 @@ def dsv4_reuse_once(run: AtomRun) -> None:
     run.end(a)
 
 
-def _dsv4_reuse_once(run: AtomRun) -> tuple[Server, tuple[int, ...]]:
-    a = run.server("A", **HYBRID)
+def _dsv4_reuse_once(
+    run: AtomRun, spec: dict[str, Any] = HYBRID, between: str = "between"
+) -> tuple[Server, tuple[int, ...]]:
+    """``dsv4_reuse_once``'s requests on a server of ``spec`` (the one between the
+    store and the reuse named ``between``), its server and prompt."""
+    a = run.server("A", **spec)
     p = run.prompt(600)
     run.serve(a, AtomRequest("first", p))
     run.stored(a, p)
-    run.serve(a, AtomRequest("between", run.prompt(600)))
+    run.serve(a, AtomRequest(between, run.prompt(600)))
     run.serve(a, AtomRequest("again", p))
     return a, p
 
@@ -545,8 +538,14 @@ def two_loads_behind_one(run: AtomRun) -> None:
     """One server without an HBM prefix cache stores two 200-token prompts, then gets
     both again at once: two loads, which ATOM's worker runs one after another on its
     one load thread (a fault may hang the first and abort its request)."""
-    a = run.server("A", prefix_caching=False)
-    p, q = run.prompt(200), run.prompt(200)
+    _two_loads_behind_one(run, {"prefix_caching": False}, 200)
+
+
+def _two_loads_behind_one(run: AtomRun, spec: dict[str, Any], prompt: int) -> None:
+    """The ``two_loads_behind_one`` story on a server of ``spec`` with
+    ``prompt``-token prompts."""
+    a = run.server("A", **spec)
+    p, q = run.prompt(prompt), run.prompt(prompt)
     run.serve(a, AtomRequest("first", p))
     run.serve(a, AtomRequest("second", q))
     run.stored(a, q)
