@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
+from atom_list import listed
 
 from kvfault.faults.atom import at_main, catalog
 from kvfault.faults.atom.at_main import FAILING, FINDING, LEAD, LMCACHE_LEAD, disagreement
@@ -80,11 +81,7 @@ def test_every_row_that_fails_at_main_runs_by_default_and_no_class_stands_on_one
 def test_list_says_what_each_row_does_at_atoms_main(capsys):
     assert main(["list", "--tier", "atom"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    said = {
-        line.split()[0]: lines[i + 3].strip()
-        for i, line in enumerate(lines[:-3])
-        if line.startswith("  ") and lines[i + 3].startswith("      at ATOM's main: ")
-    }
+    said = listed(lines, 3, "at ATOM's main")
     assert sorted(said) == sorted(catalog.ROWS)
     assert said["shared_tier_tp_pp"] == "at ATOM's main: FAIL correctness at ffdf3bb5d: finding 6"
     assert said["lost_hit_reply"] == "at ATOM's main: FAIL resources at ffdf3bb5d: lead"

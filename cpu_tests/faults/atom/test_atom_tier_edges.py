@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
+from answering_link import AnsweringLink
+from atom_list import listed
 
 import kvfault.faults.atom.executor
 from kvfault.faults.atom import catalog
@@ -135,11 +137,7 @@ def test_list_shows_what_each_row_runs_against_atoms_defaults(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("every row runs, unless its own line says otherwise: ")
     assert "TP 1" in lines[0] and "lmcache chunk 64 (ATOM: 256)" in lines[0]
-    runs = {
-        line.split()[0]: lines[i + 1].strip()
-        for i, line in enumerate(lines[:-1])
-        if line.startswith("  ") and lines[i + 1].startswith("      runs: ")
-    }
+    runs = listed(lines, 1, "runs")
     assert sorted(runs) == sorted(catalog.ROWS)
     assert "lmcache chunk 256 (= ATOM's)" in runs["resend_at_defaults"]
     assert "KV dtype fp8 (ATOM: bf16)" in runs["shared_tier_kv_dtype"].split("; B: ")[1]
@@ -187,11 +185,7 @@ def test_a_run_of_every_row_says_what_full_adds_and_no_other_run_does():
 def test_list_says_which_set_each_row_is_in(capsys):
     assert main(["list", "--tier", "atom"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    sets = {
-        line.split()[0]: lines[i + 2].strip()
-        for i, line in enumerate(lines[:-2])
-        if line.startswith("  ") and lines[i + 2].startswith("      set: ")
-    }
+    sets = listed(lines, 2, "set")
     assert sorted(sets) == sorted(catalog.ROWS)
     for name, said in sets.items():
         stands_in = catalog.LONG_MATRIX.get(name)
@@ -201,27 +195,27 @@ def test_list_says_which_set_each_row_is_in(capsys):
     assert f"sets: {default} rows run by default, {len(catalog.LONG_MATRIX)} more" in lines[1]
 
 
-def test_atom_tp_sets_every_server_a_story_leaves_unset():
+def _sizes_set(size: str) -> list[int]:
+    """``size`` (``tp_size`` or ``pp_size``) of the servers a run given ``size=2``
+    starts: one the story leaves unset, then one whose story asks for 1."""
     from kvfault.faults.atom.scenarios import AtomRun
 
     specs: list = []
     host = type("Host", (), {"start": lambda self, spec: specs.append(spec)})()
-    run = AtomRun(host, 0, tp_size=2)  # type: ignore[arg-type]  # records specs only
+    run = AtomRun(host, 0, **{size: 2})  # type: ignore[arg-type]  # records specs only
     run.server("A")
-    run.server("B", tp_size=1)  # a story's own TP size wins
-    assert [s.tp_size for s in specs] == [2, 1]
+    run.server("B", **{size: 1})
+    return [getattr(s, size) for s in specs]
+
+
+def test_atom_tp_sets_every_server_a_story_leaves_unset():
+    assert _sizes_set("tp_size") == [2, 1]  # a story's own TP size wins
 
 
 def test_atom_pp_sets_every_server_a_story_leaves_unset():
     from kvfault.faults.atom.row_config import servers
-    from kvfault.faults.atom.scenarios import AtomRun
 
-    specs: list = []
-    host = type("Host", (), {"start": lambda self, spec: specs.append(spec)})()
-    run = AtomRun(host, 0, pp_size=2)  # type: ignore[arg-type]  # records specs only
-    run.server("A")
-    run.server("B", pp_size=1)  # a story's own pipeline size wins
-    assert [s.pp_size for s in specs] == [2, 1]
+    assert _sizes_set("pp_size") == [2, 1]  # a story's own pipeline size wins
     # Rows whose story pins one stage: ATOM's DSV4 connector refuses PP > 1, and its
     # runner defers output with one stage only.
     for name in ("dsv4_prefix_reuse", "hbm_partial_deferred", "slow_retrieve", "tp4_prefix_reuse"):
@@ -484,20 +478,10 @@ def test_the_lmcache_environment_is_the_spec_s_and_only_the_spec_s(tmp_path, mon
     assert sized["LMCACHE_MAX_LOCAL_DISK_SIZE"] == "0.5"
 
 
-class _Link:
+def _engine_holding(*answers: int | None) -> AnsweringLink:
     """A worker link whose lmcache engine holds ``answers`` tokens, one per call (the
     last one from then on)."""
-
-    def __init__(self, *answers: int | None):
-        self.answers, self.calls = list(answers), 0
-
-    def call(self, name: str, *args: object) -> int | None:
-        assert name == "stored_tokens"
-        self.calls += 1
-        return self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
-
-    def each(self, name: str, *args: object) -> list[int | None]:
-        return [self.call(name, *args)]
+    return AnsweringLink("stored_tokens", *answers)
 
 
 @pytest.mark.parametrize(
@@ -514,7 +498,7 @@ def test_waiting_for_a_save_to_land_is_bounded_and_says_whether_it_did(answers, 
 
     from kvfault.faults.atom.scheduler import SchedulerProcess
 
-    side = SimpleNamespace(link=_Link(*answers))
+    side = SimpleNamespace(link=_engine_holding(*answers))
     # A chunk that never lands ends the wait at its bound (0.2 s), with False.
     assert SchedulerProcess.wait_stored(side, list(range(200)), 192, 0.2) is landed  # type: ignore[arg-type]
     if calls is not None:
@@ -536,7 +520,7 @@ def test_a_tp_server_has_stored_a_prompt_when_every_rank_holds_it(ranks, landed)
 
     from kvfault.faults.atom.scheduler import SchedulerProcess, WorkerRanks
 
-    side = SimpleNamespace(link=WorkerRanks([_Link(*a) for a in ranks]))  # type: ignore[list-item]
+    side = SimpleNamespace(link=WorkerRanks([_engine_holding(*a) for a in ranks]))  # type: ignore[list-item]
     assert SchedulerProcess.wait_stored(side, list(range(200)), 192, 0.1) is landed  # type: ignore[arg-type]
 
 

@@ -11,24 +11,10 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from types import SimpleNamespace
 
 import pytest
+from answering_link import AnsweringLink
 
 from kvfault.faults.atom.scheduler import SchedulerProcess, WorkerRanks
 from kvfault.faults.atom.worker import _KvWork
-
-
-class _Link:
-    """One rank's answers to ``kv_work_pending``, the last one repeated."""
-
-    def __init__(self, *answers: int | None):
-        self.answers, self.calls = list(answers), 0
-
-    def call(self, name: str, *args: object) -> int | None:
-        assert name == "kv_work_pending"
-        self.calls += 1
-        return self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
-
-    def each(self, name: str, *args: object) -> list[int | None]:
-        return [self.call(name, *args)]
 
 
 @pytest.mark.parametrize(
@@ -43,7 +29,7 @@ class _Link:
     ],
 )
 def test_settle_waits_until_no_rank_has_kv_work_and_is_bounded(ranks, settled, calls):
-    links = [_Link(*a) for a in ranks]
+    links = [AnsweringLink("kv_work_pending", *a) for a in ranks]  # one rank each
     side = SimpleNamespace(link=WorkerRanks(links))  # type: ignore[arg-type]
     assert SchedulerProcess.settle(side, 0.2) is settled  # type: ignore[arg-type]
     if calls is not None:
