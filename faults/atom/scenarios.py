@@ -315,14 +315,7 @@ def dsv4_hung_then_later_loads(run: AtomRun) -> None:
     ``SAVE_SETTLE_S``), the second again in a later batch, then a third prompt stored,
     another prompt, and the third again: a load of PAGE units and a SLOT after the
     first's."""
-    a = run.server("A", **HYBRID)
-    p, r = run.prompt(600), run.prompt(600)
-    run.serve(a, AtomRequest("first", p))
-    run.serve(a, AtomRequest("second", r))
-    run.stored(a, r)
-    run.serve(a, AtomRequest("again", p), until_answered=True)
-    run.settle(a)
-    run.serve(a, AtomRequest("again2", r), until_answered=True)
+    a = _hung_then_later_load(run, HYBRID, 600, answered_later=True)
     s = run.prompt(600)
     run.serve(a, AtomRequest("third", s), until_answered=True)
     run.stored(a, s)
@@ -558,15 +551,25 @@ def hung_then_later_load(run: AtomRun) -> None:
     first sent again alone (a fault may hang its load and abort its request), the host
     waiting until no load is left (at most ``SAVE_SETTLE_S``), then the second again:
     a load dispatched in a later batch than the first's."""
-    a = run.server("A", prefix_caching=False)
-    p, q = run.prompt(200), run.prompt(200)
+    a = _hung_then_later_load(run, {"prefix_caching": False}, 200, answered_later=False)
+    run.end(a)
+
+
+def _hung_then_later_load(
+    run: AtomRun, spec: dict[str, Any], prompt: int, answered_later: bool
+) -> Server:
+    """The ``hung_then_later_load`` story on a server of ``spec`` with
+    ``prompt``-token prompts (the later batch served ``until_answered`` where
+    ``answered_later``); its server."""
+    a = run.server("A", **spec)
+    p, q = run.prompt(prompt), run.prompt(prompt)
     run.serve(a, AtomRequest("first", p))
     run.serve(a, AtomRequest("second", q))
     run.stored(a, q)
     run.serve(a, AtomRequest("again", p), until_answered=True)
     run.settle(a)
-    run.serve(a, AtomRequest("again2", q))
-    run.end(a)
+    run.serve(a, AtomRequest("again2", q), until_answered=answered_later)
+    return a
 
 
 def concurrent_loads(run: AtomRun) -> None:
