@@ -5,9 +5,12 @@ does not fix the row it is run against."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+
+import pytest
 
 from kvfault.faults.atom.catalog import ROWS
 from kvfault.faults.atom.fixes import FIXES
@@ -65,3 +68,22 @@ def test_review_proves_a_fix_on_one_commit_and_the_path_shows(atom_src, tmp_path
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert missing.returncode == 2 and "no recorded run of two_servers" in missing.stderr
+
+
+@pytest.mark.parametrize(
+    "row, connector",
+    [("hung_retrieve", "DenseOffload"), ("dsv4_hung_retrieve", "DSV4Offload")],
+)
+def test_a_hung_row_records_the_path_its_processes_ran(atom_src, tmp_path, row, connector):
+    # The hung load is let go at the worker's close and ATOM's load thread runs on into
+    # the pool the close frees: the worker dies without replying to its close. What it
+    # and its scheduler recorded before the close is still the run's path.
+    run = subprocess.run(
+        [sys.executable, "-m", "kvfault.faults.cli", "run", "--tier", "atom", "--atom-src", atom_src,
+         "--fault", row, "--atom-record-path", str(tmp_path)],
+        capture_output=True, text=True, timeout=600, env=dict(os.environ),
+    )  # fmt: skip
+    assert "FAIL atom:fault:" + row in run.stdout, run.stdout[-3000:] + run.stderr[-2000:]
+    ran = {fn for _f, fn, _n, _k in json.loads((tmp_path / f"{row}-seed0.json").read_text())}
+    assert f"{connector}Connector._do_load_req" in ran  # the worker's load thread
+    assert f"{connector}Scheduler.get_num_new_matched_tokens" in ran  # the scheduler's lookup

@@ -81,8 +81,7 @@ FAILING: dict[str, AtMain] = {
     # its loads on the same one-thread pool (_offload_common.py): the other load of
     # the hung one's batch waits. A later batch's load does not: the batch holds the
     # connector's one SLOT staging row, so later loads are refused (recomputed) and
-    # no sidecar is saved (docs/atom/tier.md). Not a finding of its own; its
-    # --atom-record-path run records nothing (the worker does not close cleanly).
+    # no sidecar is saved (docs/atom/tier.md). Not a finding of its own.
     "dsv4_hung_retrieve": _lead(Prop.LIVENESS),
     # dsv4_hung_retrieve_later: the same fault, then later batches. The hung load never
     # ends (liveness); the later batch's load is refused at once for want of the one

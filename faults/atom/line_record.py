@@ -54,9 +54,8 @@ class LineRecorder:
     def take(self) -> list[tuple[str, str, int, int]]:
         """What was recorded, ``(path relative to the checkout, function, line, times)``."""
         n = len(self.root)
-        return sorted(
-            (os.path.realpath(f)[n:], fn, line, k) for (f, fn, line), k in self.hits.items()
-        )
+        hits = dict(self.hits)  # one copy under the GIL: ATOM's threads may still be tracing
+        return sorted((os.path.realpath(f)[n:], fn, line, k) for (f, fn, line), k in hits.items())
 
 
 def _name(code: Any) -> str:

@@ -71,6 +71,27 @@ def _who(spec: ServerSpec, worker: int) -> str:
     return f"rank {worker}'s worker" if spec.tp_size > 1 else "the worker"
 
 
+def _close_workers(ranks: Any, recorded: bool) -> list[Any]:
+    """Close every worker of ``ranks`` (each call bounded by its link) and return the
+    ATOM lines they recorded, however each close ends. With ``recorded``, a worker's
+    lines are asked for before its close too: a close may never reply (ATOM's load
+    thread, let go by an injected hang, runs on into the pool the close frees, and the
+    worker dies), and then what it recorded up to the close is what is kept. A hung
+    worker answers nothing: the host kills it."""
+    executed: list[Any] = []
+    if ranks.hung is not None:
+        return executed
+    for link in ranks.links:
+        before: list[Any] = []
+        try:
+            if recorded:
+                before = link.call("recorded") or []
+            executed += link.call("close") or before
+        except Exception:  # noqa: BLE001  died or hung in its close: its lines so far
+            executed += before
+    return executed
+
+
 def child_main(role: str, args: dict[str, Any]) -> int:
     if role == "scheduler":
         return scheduler_main(**args)
@@ -106,6 +127,9 @@ def worker_main(
             name, call_args = conn.recv()
         except EOFError:
             return 1
+        if name == "recorded":  # before the close: what a close that never replies leaves
+            conn.send((True, recorder.take() if recorder else None, log.take()))
+            continue
         if name == "close":
             worker.close()
             conn.send((True, recorder.take() if recorder else None, log.take()))
@@ -189,9 +213,7 @@ def scheduler_main(
                 side.shut_down()
                 value = None
             elif cmd == "close":
-                executed = []
-                if side.link.hung is None:  # a hung worker answers nothing: the host kills it
-                    executed = [e for got in side.link.each("close") for e in got or ()]
+                executed = _close_workers(side.link, recorder is not None)
                 executed += recorder.take() if recorder else []
                 conn.send((True, executed, log.take()))
                 break
