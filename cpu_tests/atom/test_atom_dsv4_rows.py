@@ -32,6 +32,7 @@ from pathlib import Path
 import pytest
 from atom_planted import planted
 
+from cpu_tests.atom.test_atom_tier_files import _runs
 from kvfault.faults.atom import catalog
 from kvfault.faults.atom.executor import atom_executor
 from kvfault.faults.atom.scenarios import LOST_SOCKET_TIMEOUT_MS
@@ -149,13 +150,24 @@ def _violations(src: str, name: str) -> list[str]:
     return [f"{v.prop}: {v.message}" for v in res.violations]
 
 
-def test_dsv4_prefix_reuse_loads_page_and_slot_and_passes(atom_src):
+def _planted_violations(atom_src: str, dest: Path, row: str, *edits, file: str) -> list[str]:
+    """``row``'s violations on a clone of ``atom_src`` at ``dest`` with ``edits`` made
+    to ``file``."""
+    return _violations(planted(atom_src, dest, *edits, file=file), row)
+
+
+def _passing_events(atom_src: str, scenario: str) -> list:
+    """The trace events of ``scenario``'s run at the checkout, which must pass."""
     with atom_executor(atom_src) as executor:
         out = CaseRunner(keep_runs="all", executor=executor).run(
-            Case(scenario_target("dsv4_prefix_reuse", "atom"), 0)
+            Case(scenario_target(scenario, "atom"), 0)
         )
     assert out.verdict == Verdict.PASS, out.signature
-    events = out.fixed_result.run.trace.events
+    return out.fixed_result.run.trace.events
+
+
+def test_dsv4_prefix_reuse_loads_page_and_slot_and_passes(atom_src):
+    events = _passing_events(atom_src, "dsv4_prefix_reuse")
     kinds = [e.kind.value for e in events]
     assert kinds.count("dispatch") == 2 and kinds.count("copy_complete") == 2
     cached = {e.req_id: e.data["cached"] for e in events if e.kind.value == "output"}
@@ -163,12 +175,7 @@ def test_dsv4_prefix_reuse_loads_page_and_slot_and_passes(atom_src):
 
 
 def test_dsv4_hbm_partial_resumes_from_an_hbm_checkpoint_and_passes(atom_src):
-    with atom_executor(atom_src) as executor:
-        out = CaseRunner(keep_runs="all", executor=executor).run(
-            Case(scenario_target("dsv4_hbm_partial", "atom"), 0)
-        )
-    assert out.verdict == Verdict.PASS, out.signature
-    events = out.fixed_result.run.trace.events
+    events = _passing_events(atom_src, "dsv4_hbm_partial")
     again = [e.data for e in events if e.kind.value == "lookup" and e.req_id == "again"]
     # HBM resumes at 256 (a checkpoint there), lmcache holds 512: ATOM loads nothing.
     assert [(d["hbm_hit"], d["kv_hit"], d["claim"]) for d in again] == [(256, 512, 0)]
@@ -178,8 +185,9 @@ def test_dsv4_hbm_partial_resumes_from_an_hbm_checkpoint_and_passes(atom_src):
 
 
 def test_a_slot_not_restored_fails_dsv4_prefix_reuse(atom_src, tmp_path):
-    src = planted(atom_src, tmp_path / "atom", SLOT_NOT_RESTORED, file=CONNECTOR)
-    found = _violations(src, "dsv4_prefix_reuse")
+    found = _planted_violations(
+        atom_src, tmp_path / "atom", "dsv4_prefix_reuse", SLOT_NOT_RESTORED, file=CONNECTOR
+    )
     assert "correctness: output of again differs from its cold run" in found, found
     # The PAGE units were restored: only the answers, read from the state, are wrong.
     assert not any("restored pages differ" in v for v in found), found
@@ -238,8 +246,7 @@ def test_a_slot_not_restored_fails_dsv4_prefix_reuse(atom_src, tmp_path):
     ],
 )  # fmt: skip
 def test_a_planted_bug_fails_its_row(atom_src, tmp_path, edit, file, row, violation):
-    src = planted(atom_src, tmp_path / "atom", edit, file=file)
-    found = _violations(src, row)
+    found = _planted_violations(atom_src, tmp_path / "atom", row, edit, file=file)
     assert violation in found, found
 
 
@@ -247,29 +254,33 @@ def test_a_sidecar_looked_for_in_the_cpu_pool_only_fails_dsv4_disk_spill(atom_sr
     # The SLOT sidecar, like the PAGE units, is on lmcache's local disk by the time
     # the prompt comes again: an ATOM that looks for it in the CPU pool alone fails
     # the load of data the tier holds and recomputes.
-    src = planted(atom_src, tmp_path / "atom", SIDECAR_CPU_ONLY, file=CODEC)
-    found = _violations(src, "dsv4_disk_spill")
+    found = _planted_violations(
+        atom_src, tmp_path / "atom", "dsv4_disk_spill", SIDECAR_CPU_ONLY, file=CODEC
+    )
     assert any(v.startswith("load_failures:") for v in found), found
 
 
-def test_a_page_hit_without_its_slot_fails_dsv4_shared_tier_reuse(atom_src, tmp_path):
-    # B's scheduler never committed A's sidecars: an ATOM that takes B's PAGE hit
-    # without one parks B's request for a SLOT load that never comes.
-    src = planted(atom_src, tmp_path / "atom", PAGE_HIT_WITHOUT_SLOT, file=CONNECTOR)
-    found = _violations(src, "dsv4_shared_tier_reuse")
-    assert any(v.startswith(("correctness:", "liveness:")) for v in found), found
-
-
-def test_a_page_hit_without_its_slot_fails_dsv4_slot_put_refused(atom_src, tmp_path):
-    src = planted(atom_src, tmp_path / "atom", PAGE_HIT_WITHOUT_SLOT, file=CONNECTOR)
-    found = _violations(src, "dsv4_slot_put_refused")
-    # At ffdf3bb5d that ATOM parks the resent request for a load that never comes.
+@pytest.mark.parametrize(
+    "row",
+    [
+        # B's scheduler never committed A's sidecars: an ATOM that takes B's PAGE hit
+        # without one parks B's request for a SLOT load that never comes.
+        pytest.param("dsv4_shared_tier_reuse", id="dsv4_shared_tier_reuse"),
+        # At ffdf3bb5d that ATOM parks the resent request for a load that never comes.
+        pytest.param("dsv4_slot_put_refused", id="dsv4_slot_put_refused"),
+    ],
+)
+def test_a_page_hit_without_its_slot_fails(atom_src, tmp_path, row):
+    found = _planted_violations(
+        atom_src, tmp_path / "atom", row, PAGE_HIT_WITHOUT_SLOT, file=CONNECTOR
+    )
     assert any(v.startswith(("correctness:", "liveness:")) for v in found), found
 
 
 def test_a_lookup_unpinned_only_on_a_hit_fails_dsv4_lost_hit_reply(atom_src, tmp_path):
-    src = planted(atom_src, tmp_path / "atom", *UNPIN_ONLY_HITS, file=CONNECTOR)
-    found = _violations(src, "dsv4_lost_hit_reply")
+    found = _planted_violations(
+        atom_src, tmp_path / "atom", "dsv4_lost_hit_reply", *UNPIN_ONLY_HITS, file=CONNECTOR
+    )
     assert any(v.startswith("resources:") and "lookup_pins=1" in v for v in found), found
 
 
@@ -290,14 +301,7 @@ NEW_ROWS = (
 def new_rows(atom_src: str) -> dict[str, object]:
     """The hybrid twins of the dense rows' stories and faults, each run once at the
     checkout."""
-    out = {}
-    with atom_executor(atom_src) as executor:
-        for name in NEW_ROWS:
-            row = catalog.ROWS[name]
-            faults = [row.factory(0)] if row.kind == "fault" else []
-            res = run_case(row.scenario, 0, injectors=lambda f=faults: f, executor=executor)
-            out[name] = (res, faults[0].fired if faults else None)
-    return out
+    return _runs(atom_src, NEW_ROWS)
 
 
 def _by_req(res, kind: Ev) -> dict[str, dict]:
@@ -373,12 +377,7 @@ def test_a_region_map_of_the_nope_plane_alone_fails_only_the_fp8_row(atom_src, t
 
 
 def test_dsv4_tp2_prefix_reuse_loads_on_both_ranks_and_passes(atom_src):
-    with atom_executor(atom_src) as executor:
-        out = CaseRunner(keep_runs="all", executor=executor).run(
-            Case(scenario_target("dsv4_tp2_prefix_reuse", "atom"), 0)
-        )
-    assert out.verdict == Verdict.PASS, out.signature
-    events = out.fixed_result.run.trace.events
+    events = _passing_events(atom_src, "dsv4_tp2_prefix_reuse")
     loaded = sorted(
         (e.req_id, e.data.get("rank", 0), e.data["retrieved"])
         for e in events
@@ -388,8 +387,9 @@ def test_dsv4_tp2_prefix_reuse_loads_on_both_ranks_and_passes(atom_src):
 
 
 def test_a_rank_that_stores_no_page_fails_dsv4_tp2_prefix_reuse(atom_src, tmp_path):
-    src = planted(atom_src, tmp_path / "atom", RANK1_STORES_NO_PAGE, file=CONNECTOR)
-    found = _violations(src, "dsv4_tp2_prefix_reuse")
+    found = _planted_violations(
+        atom_src, tmp_path / "atom", "dsv4_tp2_prefix_reuse", RANK1_STORES_NO_PAGE, file=CONNECTOR
+    )
     assert any(v.startswith("efficiency: again claims 0 tokens") for v in found), found
 
 
