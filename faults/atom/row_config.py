@@ -30,6 +30,19 @@ ATOM_DEFAULTS: dict[str, tuple[object, str]] = {
     "local_disk": (False, "local disk"),
     "shared_tier": (False, "remote tier (fs://)"),
 }
+# Where ATOM's default differs for the model of a layout: for every DeepSeek-V4 model
+# ATOM's Config forces a KV block of 256 tokens (atom/config.py, its __post_init__).
+MODEL_DEFAULTS: dict[str, dict[str, object]] = {"hybrid": {"block_size": 256}}
+# ATOM's Config.state_checkpoint_interval_tokens: a DeepSeek-V4 state checkpoint (and
+# the offload's SLOT sidecar) every this many tokens.
+ATOM_CHECKPOINT_INTERVAL = 8192
+# The hybrid servers' CSA indexer against ATOM's default for it: with an offload or
+# transfer connector configured ATOM's Config picks FP8; without one FP4 (except on
+# gfx942), which ATOM's offload refuses (deepseek_v4_attn.py, get_kv_transfer_tensors).
+HYBRID_INDEXER = (
+    "indexer fp8 (= ATOM's with offload on; without it ATOM's is fp4 except on gfx942, "
+    "which its offload refuses)"
+)
 # What every row runs unless its line says otherwise (the TP and PP sizes), and what no
 # row varies yet (docs/atom/tier.md's coverage table).
 FIXED = "dense connector, TP 1 (one worker rank), PP 1, a model of 2 layers and 2 KV heads"
@@ -41,16 +54,25 @@ def _shown(value: object) -> str:
     return str(value)
 
 
+def atom_default(spec: ServerSpec, name: str) -> object:
+    """ATOM's default of ``ATOM_DEFAULTS``' setting ``name`` for ``spec``'s model."""
+    return MODEL_DEFAULTS.get(spec.layout, {}).get(name, ATOM_DEFAULTS[name][0])
+
+
 def differences(spec: ServerSpec, base: ServerSpec | None = None) -> list[str]:
     """``spec``'s settings that differ from ``base`` (default: ATOM's defaults), as
-    ``name VALUE (ATOM: DEFAULT)``; the KV layout (head size, KV heads and layers), DP
-    rank, machine and hash seeds where set."""
+    ``name VALUE (ATOM: DEFAULT)``, DEFAULT being ATOM's for ``spec``'s model; the KV
+    layout (head size, KV heads and layers), DP rank, machine and hash seeds where set."""
     out = []
-    if spec.layout != ServerSpec.layout:
-        # ATOM's DSV4 block is 256 tokens: the block size below is the model's.
-        out.append("DeepSeek-V4 model, hybrid (PAGE/SLOT) connector")
-    for name, (default, label) in ATOM_DEFAULTS.items():
-        value = getattr(spec, name)
+    if spec.layout == "hybrid":
+        out.append("DeepSeek-V4 model, hybrid (PAGE/SLOT) connector, " + HYBRID_INDEXER)
+        # the tier's hybrid config checkpoints the state every lmcache chunk
+        if spec.chunk_size != ATOM_CHECKPOINT_INTERVAL:
+            out.append(
+                f"state checkpoint every {spec.chunk_size} tokens (ATOM: {ATOM_CHECKPOINT_INTERVAL})"
+            )
+    for name, (_, label) in ATOM_DEFAULTS.items():
+        value, default = getattr(spec, name), atom_default(spec, name)
         if value != (default if base is None else getattr(base, name)):
             same = " (= ATOM's)" if value == default else f" (ATOM: {_shown(default)})"
             out.append(f"{label} {_shown(value)}{same}")

@@ -148,6 +148,21 @@ def test_list_shows_what_each_row_runs_against_atoms_defaults(capsys):
     assert "TP" not in runs["prefix_reuse"]  # TP 1 is ATOM's default: not a difference
 
 
+def test_list_compares_a_hybrid_row_with_atoms_defaults_for_deepseek_v4(capsys):
+    # ATOM forces a 256-token block for every DeepSeek-V4 model, picks the FP8 indexer
+    # when an offload connector is configured, and checkpoints every 8192 tokens.
+    assert main(["list", "--tier", "atom"]) == 0
+    runs = listed(capsys.readouterr().out.splitlines(), 1, "runs")
+    hybrid = [name for name in catalog.ROWS if name.startswith("dsv4_")]
+    assert hybrid
+    for name in hybrid:
+        line = runs[name]
+        assert "block size 256 (= ATOM's)" in line and "(ATOM: 16)" not in line, line
+        assert "indexer fp8 (= ATOM's with offload on; without it ATOM's is fp4" in line, line
+        assert "state checkpoint every 256 tokens (ATOM: 8192)" in line, line
+    assert "indexer" not in runs["prefix_reuse"] and "checkpoint" not in runs["prefix_reuse"]
+
+
 def test_each_row_of_the_long_matrix_names_a_default_row_of_its_class():
     for name, stands_in in catalog.LONG_MATRIX.items():
         assert name in catalog.ROWS, name
