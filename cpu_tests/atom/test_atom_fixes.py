@@ -75,15 +75,17 @@ def test_review_proves_a_fix_on_one_commit_and_the_path_shows(atom_src, tmp_path
     [("hung_retrieve", "DenseOffload"), ("dsv4_hung_retrieve", "DSV4Offload")],
 )
 def test_a_hung_row_records_the_path_its_processes_ran(atom_src, tmp_path, row, connector):
-    # The hung load is let go at the worker's close and ATOM's load thread runs on into
-    # the pool the close frees: the worker dies without replying to its close. What it
-    # and its scheduler recorded before the close is still the run's path.
+    # The hung load is let go at the worker's close, and the load queued behind it runs
+    # then: the worker waits for it before lmcache's close frees the pool it copies
+    # from (without that wait the worker died there and its close never replied).
     run = subprocess.run(
         [sys.executable, "-m", "kvfault.faults.cli", "run", "--tier", "atom", "--atom-src", atom_src,
          "--fault", row, "--atom-record-path", str(tmp_path)],
         capture_output=True, text=True, timeout=600, env=dict(os.environ),
     )  # fmt: skip
     assert "FAIL atom:fault:" + row in run.stdout, run.stdout[-3000:] + run.stderr[-2000:]
-    ran = {fn for _f, fn, _n, _k in json.loads((tmp_path / f"{row}-seed0.json").read_text())}
-    assert f"{connector}Connector._do_load_req" in ran  # the worker's load thread
+    record = json.loads((tmp_path / f"{row}-seed0.json").read_text())
+    ran = {fn for _f, fn, _n, _k in record}
     assert f"{connector}Scheduler.get_num_new_matched_tokens" in ran  # the scheduler's lookup
+    loads = [k for _f, fn, _n, k in record if fn == f"{connector}Connector._do_load_req"]
+    assert loads[0] == 2  # the load thread's two loads: the hung one, the one behind it

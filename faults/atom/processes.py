@@ -74,10 +74,9 @@ def _who(spec: ServerSpec, worker: int) -> str:
 def _close_workers(ranks: Any, recorded: bool) -> list[Any]:
     """Close every worker of ``ranks`` (each call bounded by its link) and return the
     ATOM lines they recorded, however each close ends. With ``recorded``, a worker's
-    lines are asked for before its close too: a close may never reply (ATOM's load
-    thread, let go by an injected hang, runs on into the pool the close frees, and the
-    worker dies), and then what it recorded up to the close is what is kept. A hung
-    worker answers nothing: the host kills it."""
+    lines are asked for before its close too: a close that never replies (the worker
+    died or hung in it) leaves what it recorded up to the close. A hung worker answers
+    nothing: the host kills it."""
     executed: list[Any] = []
     if ranks.hung is not None:
         return executed

@@ -430,10 +430,16 @@ class WorkerProcess:
         # Faults act on the way to the scheduler: a dropped completion was reported.
         return self.faults.finished(out, names)
 
-    def close(self) -> None:
+    def close(self, drain_s: float = 5.0) -> None:
         """What the worker holds, let go on its way out: the process exits (``os._exit``)
-        as soon as this returns, which closes the lookup socket with it."""
+        as soon as this returns, which closes the lookup socket with it. ATOM's KV
+        threads get at most ``drain_s`` to finish what they were handed first."""
         self.faults.close()  # a hung retrieve gives up: the process exits next
+        # A load queued behind a hung one runs once the hang gives up; lmcache's close
+        # frees the pool it copies from, so let it end first (the worker died of it).
+        deadline = time.monotonic() + drain_s
+        while self.kv_work.counted and self.kv_work.pending and time.monotonic() < deadline:
+            time.sleep(0.01)
         if self.socket:
             self.log.record("unbind", server=self.spec.name, path=self._socket_name())
         server = getattr(self.impl, "_lookup_server", None)
