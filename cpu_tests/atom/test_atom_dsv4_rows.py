@@ -18,7 +18,10 @@ done when it is submitted fails ``dsv4_slow_retrieve``; a request's blocks freed
 save waits fail ``dsv4_slow_save``; a sidecar looked for in the CPU
 pool only fails ``dsv4_disk_spill``; a PAGE hit taken without its SLOT fails
 ``dsv4_shared_tier_reuse``; a lookup timeout past the run's limit fails
-``dsv4_lookup_socket_removed``. The eviction removes what the lookup found, on both
+``dsv4_lookup_socket_removed``. An lmcache broken by hand (a ``sitecustomize``)
+whose lookup client keeps its sockets after a timeout fails ``dsv4_lost_lookup_reply``,
+and one that keys tokens with Python's seeded ``str`` hash fails
+``dsv4_hash_order_shuffle``. The eviction removes what the lookup found, on both
 connectors. At TP 2 (``dsv4_tp2_prefix_reuse``) both ranks store and load their own
 PAGE units and SLOT; a rank 1 that stores no PAGE units never lets ATOM commit a
 sidecar boundary (every rank must report it), so every resend recomputes what rank 0's
@@ -294,6 +297,8 @@ NEW_ROWS = (
     "dsv4_shared_tier_reuse",
     "dsv4_evict_after_lookup",
     "evict_after_lookup",  # the dense row, on the same eviction
+    "dsv4_lost_lookup_reply",
+    "dsv4_hash_order_shuffle",
 )
 
 
@@ -403,3 +408,35 @@ def test_a_resume_without_its_state_checkpoint_fails_dsv4_hbm_pressure(atom_src,
     path.write_text(path.read_text().replace(old, new))
     found = _violations(src, "dsv4_hbm_pressure")
     assert "correctness: output of again differs from its cold run" in found, found
+
+
+# Breaks of lmcache's own code, by hand: a ``sitecustomize`` on the tier processes'
+# path (the tier's zygote keeps the caller's PYTHONPATH) patches the class it names.
+NO_RECONNECT = (
+    "from lmcache.v1.rpc import zmq_transport as z\n"
+    "z.ZmqReqRepClientTransport._recreate_all_sockets = lambda self: None\n"
+)
+SEEDED_TOKEN_HASH = (
+    "from lmcache.v1 import token_database as t\n"
+    "t.TokenDatabase._get_vllm_hash_func = lambda self, name: (lambda x: hash(repr(x)))\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("patch", "row"),
+    [
+        # The lost reply's lookup timed out; a client that keeps its sockets reads
+        # the late replies as the later lookups' answers, and the resend misses.
+        pytest.param(NO_RECONNECT, "dsv4_lost_lookup_reply", id="no_reconnect"),
+        # Keys hashed with Python's seeded str hash: the scheduler's lookup (seed 0)
+        # and the worker's stores (seed 1) name the same tokens differently.
+        pytest.param(SEEDED_TOKEN_HASH, "dsv4_hash_order_shuffle", id="seeded_token_hash"),
+    ],
+)
+def test_an_lmcache_broken_by_hand_fails_its_hybrid_row(
+    atom_src, tmp_path, monkeypatch, patch, row
+):
+    (tmp_path / "sitecustomize.py").write_text(patch)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    found = _violations(atom_src, row)
+    assert any(v.startswith("efficiency: silent miss: again hit 0") for v in found), found

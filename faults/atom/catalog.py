@@ -881,6 +881,23 @@ ROWS: dict[str, AtomRow] = {
             "(ATOM's SLOT commits are per scheduler session), then loads from the tier",
         ),
         _hybrid_fault(
+            "dsv4_lost_lookup_reply",
+            s.dsv4_reuse_once,
+            "lost_lookup_reply on a DeepSeek-V4 model: the worker's lookup server drops its "
+            "first reply; the next lookup must hit",
+            FaultSpec(drop_lookup_reply=1),
+            "lost_lookup_reply",
+        ),
+        _fault(
+            "dsv4_hash_order_shuffle",
+            s.dsv4_reuse_once,
+            _ONE,
+            "hash_order_shuffle on a DeepSeek-V4 model: scheduler and worker run with "
+            "different PYTHONHASHSEED (0 and 1)",
+            scheduler_hash_seed=0,
+            worker_hash_seed=1,
+        ),
+        _hybrid_fault(
             "dsv4_evict_after_lookup",
             s.dsv4_reuse_once,
             "evict_after_lookup on a DeepSeek-V4 model: right after the lookup that hit, "
@@ -945,6 +962,8 @@ LONG_MATRIX: dict[str, str] = {
     "dsv4_disk_removed": "dsv4_prefix_reuse",
     "dsv4_shared_tier_reuse": "dsv4_prefix_reuse",
     "dsv4_evict_after_lookup": "dsv4_prefix_reuse",
+    "dsv4_lost_lookup_reply": "dsv4_prefix_reuse",
+    "dsv4_hash_order_shuffle": "dsv4_prefix_reuse",
     # dsv4_hung_retrieve FAILs at ATOM's main (the hybrid copy of hung_retrieve's
     # path: one load thread), so it runs by default.
     "dsv4_hbm_partial": "dsv4_prefix_reuse",  # ATOM's HBM prefix cache on: paged checkpoints
