@@ -13,7 +13,8 @@ manager that resumes from HBM pages without their state checkpoint fails
 ``dsv4_hbm_pressure`` on ``correctness``. A region
 map that describes the NoPE plane alone (the bf16 layout's one plane) fails
 ``dsv4_fp8_prefix_reuse`` (two planes) and not ``dsv4_prefix_reuse``. A load reported
-done whatever it restored fails ``dsv4_evict_after_lookup`` and ``dsv4_disk_removed``; a load reported
+done whatever it restored fails ``dsv4_evict_after_lookup``, ``dsv4_disk_removed`` and
+``dsv4_remote_tier_removed``; a load reported
 done when it is submitted fails ``dsv4_slow_retrieve``; a request's blocks freed while its
 save waits fail ``dsv4_slow_save``; a sidecar looked for in the CPU
 pool only fails ``dsv4_disk_spill``; a PAGE hit taken without its SLOT fails
@@ -237,6 +238,11 @@ def test_a_slot_not_restored_fails_dsv4_prefix_reuse(atom_src, tmp_path):
             id="a_load_from_a_removed_disk_reported_done_fails_dsv4_disk_removed",
         ),
         pytest.param(
+            LOAD_ALWAYS_DONE, CONNECTOR, "dsv4_remote_tier_removed",
+            "correctness: restored pages differ from recompute",
+            id="a_load_from_a_removed_remote_tier_reported_done_fails_dsv4_remote_tier_removed",
+        ),
+        pytest.param(
             LOAD_DONE_AT_SUBMIT, CONNECTOR, "dsv4_slow_retrieve",
             "correctness: restored pages differ from recompute",
             id="a_load_reported_done_when_submitted_fails_dsv4_slow_retrieve",
@@ -299,6 +305,7 @@ NEW_ROWS = (
     "evict_after_lookup",  # the dense row, on the same eviction
     "dsv4_lost_lookup_reply",
     "dsv4_hash_order_shuffle",
+    "dsv4_remote_tier_removed",
 )
 
 

@@ -897,6 +897,19 @@ ROWS: dict[str, AtomRow] = {
             scheduler_hash_seed=0,
             worker_hash_seed=1,
         ),
+        replace(
+            _files_fault(
+                "dsv4_remote_tier_removed",
+                "removed",
+                s.dsv4_shared_tier_spill,
+                _MANY,
+                "remote_tier_removed on DeepSeek-V4 servers: the shared remote tier's "
+                "directory is removed right before B's first retrieve (B's CPU pool no "
+                "longer holds the prompt's PAGE units and SLOT sidecar)",
+                faulted=("B",),
+            ),
+            fires=("remote_tier_removed",),
+        ),
         _hybrid_fault(
             "dsv4_evict_after_lookup",
             s.dsv4_reuse_once,
@@ -964,6 +977,7 @@ LONG_MATRIX: dict[str, str] = {
     "dsv4_evict_after_lookup": "dsv4_prefix_reuse",
     "dsv4_lost_lookup_reply": "dsv4_prefix_reuse",
     "dsv4_hash_order_shuffle": "dsv4_prefix_reuse",
+    "dsv4_remote_tier_removed": "dsv4_prefix_reuse",
     # dsv4_hung_retrieve FAILs at ATOM's main (the hybrid copy of hung_retrieve's
     # path: one load thread), so it runs by default.
     "dsv4_hbm_partial": "dsv4_prefix_reuse",  # ATOM's HBM prefix cache on: paged checkpoints

@@ -173,7 +173,7 @@ def _prefix_reuse(run: AtomRun, spec: dict[str, Any], prompt: int = 200, suffix:
 # and chunks (ATOM's DSV4 block), 24 blocks and 4 state slots, one TP rank and one
 # stage whatever ``--atom-tp`` and ``--atom-pp`` say (``dsv4_tp2_prefix_reuse`` sets
 # its own TP size; ATOM's DSV4 connector refuses PP > 1).
-HYBRID = {
+HYBRID: dict[str, Any] = {
     "layout": "hybrid",
     "tp_size": 1,
     "pp_size": 1,
@@ -910,14 +910,36 @@ def dsv4_shared_tier_reuse(run: AtomRun) -> None:
     _shared_tier_reuse(run, prompt=600, **HYBRID)
 
 
-def _shared_tier_reuse(run: AtomRun, prompt: int = 200, **spec: Any) -> None:
+def dsv4_shared_tier_spill(run: AtomRun) -> None:
+    """``dsv4_shared_tier_reuse`` with B's lmcache CPU pool the size of
+    ``dsv4_disk_spill``'s: after B's first request (which recomputes and commits its
+    own sidecar) B serves five other prompts, which push the prompt's PAGE units and
+    SLOT sidecar out of B's CPU pool; B's second request reads them from the remote
+    tier."""
+    _shared_tier_reuse(
+        run, prompt=600, others=SPILL_OTHERS, b_cpu_cache_gib=DSV4_SPILL_CPU_GIB, **HYBRID
+    )
+
+
+def _shared_tier_reuse(
+    run: AtomRun,
+    prompt: int = 200,
+    others: int = 0,
+    b_cpu_cache_gib: float | None = None,
+    **spec: Any,
+) -> None:
+    """A stores a prompt in the shared tier; B gets it, ``others`` other prompts, then
+    it again (B's CPU pool ``b_cpu_cache_gib`` GiB when given)."""
     spec = {"prefix_caching": False, "shared_tier": True, **spec}
     a = run.server("A", **spec)
-    b = run.server("B", machine="m2", **spec)
+    b_pool = {} if b_cpu_cache_gib is None else {"cpu_cache_gib": b_cpu_cache_gib}
+    b = run.server("B", machine="m2", **spec, **b_pool)
     p = run.prompt(prompt)
     run.serve(a, AtomRequest("A-first", p))
     run.stored(b, p)
     run.serve(b, AtomRequest("B-same", p))
+    for i in range(others):
+        run.serve(b, AtomRequest(f"B-other{i}", run.prompt(prompt)))
     run.serve(b, AtomRequest("B-again", p))
     run.end(a, b)
 
