@@ -1,5 +1,5 @@
 """What one retrieve that never answers does to the loads of LATER batches, at the
-checkout: on the dense connector (``hung_retrieve_later_batch``, finding 5) a stored
+checkout: on the dense connector (``hung_retrieve_later_batch``, lead 5) a stored
 prompt sent again after the hang has its load dispatched and never run (ATOM's one
 load thread); on the hybrid connector (``dsv4_hung_retrieve_later``, a lead) the hung
 batch holds ATOM's one SLOT staging row, so a later batch's load is refused at once
@@ -39,7 +39,7 @@ def test_a_later_batchs_load_waits_behind_the_hung_retrieve_on_the_dense_connect
     assert [v.prop for v in res.violations][:1] == ["liveness"]
 
 
-def test_one_hung_page_retrieve_turns_the_hybrid_tier_off_for_later_batches(atom_src):
+def test_one_hung_page_retrieve_makes_the_hybrid_connector_refuse_later_batches_loads(atom_src):
     res = _run(atom_src, "dsv4_hung_retrieve_later")
     refused = _first(res, Ev.RETRIEVE_TERMINAL, "again2")
     assert refused is not None and not refused.data["ok"], refused

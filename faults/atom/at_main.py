@@ -63,10 +63,6 @@ FAILING: dict[str, AtMain] = {
     "unfull_chunk_aligned": _finding(2, Prop.EFFICIENCY),
     # 4: two servers on one host bind one lmcache lookup socket
     "two_servers": _finding(4, Prop.IDENTITY),
-    # 5 (hardening): one retrieve that never answers blocks every later load;
-    # hung_retrieve_later_batch is its load dispatched in a later batch than the hung one
-    "hung_retrieve": _finding(5, Prop.LIVENESS),
-    "hung_retrieve_later_batch": _finding(5, Prop.LIVENESS),
     # 6: a TP server and a PP server of one model load each other's chunks
     "shared_tier_tp_pp": _finding(6, Prop.CORRECTNESS),
     # Reviewed leads. lost_hit_reply (low severity) is shared with lmcache: its
@@ -77,6 +73,11 @@ FAILING: dict[str, AtMain] = {
     # splits hands the picture to a forward without its placeholders; ATOM's merge
     # raises and the server stops.
     "lost_hit_reply": _lead(Prop.RESOURCES),
+    # Lead 5 of findings.md (hardening, no fix proven): one retrieve that never answers
+    # blocks every later load; hung_retrieve_later_batch is a load dispatched in a
+    # later batch than the hung one.
+    "hung_retrieve": _lead(Prop.LIVENESS),
+    "hung_retrieve_later_batch": _lead(Prop.LIVENESS),
     # dsv4_hung_retrieve: hung_retrieve's fault on the hybrid connector, which runs
     # its loads on the same one-thread pool (_offload_common.py): the other load of
     # the hung one's batch waits. A later batch's load does not: the batch holds the
@@ -89,7 +90,7 @@ FAILING: dict[str, AtMain] = {
     # is not loaded when resent (no sidecar committed: efficiency). A lead, for review;
     # not a finding: ATOM's offload README documents the refusal when no row is free
     # (and logs a warning for each refused load and sidecar save); what is new is only
-    # that a load that never ends holds the row, finding 5's missing bound.
+    # that a load that never ends holds the row, lead 5's missing bound.
     "dsv4_hung_retrieve_later": _lead(Prop.LIVENESS),
     "two_images_partial": _lead(Prop.CORRECTNESS),
     "picture_handoff": _lead(Prop.CORRECTNESS),
