@@ -18,7 +18,7 @@ done whatever it restored fails ``dsv4_evict_after_lookup``, ``dsv4_disk_removed
 done when it is submitted fails ``dsv4_slow_retrieve``; a request's blocks freed while its
 save waits fail ``dsv4_slow_save``; a sidecar looked for in the CPU
 pool only fails ``dsv4_disk_spill``; a PAGE hit taken without its SLOT fails
-``dsv4_shared_tier_reuse``; a lookup timeout past the run's limit fails
+``dsv4_shared_tier_reuse`` and ``dsv4_restart``; a lookup timeout past the run's limit fails
 ``dsv4_lookup_socket_removed``. An lmcache broken by hand (a ``sitecustomize``)
 whose lookup client keeps its sockets after a timeout fails ``dsv4_lost_lookup_reply``,
 and one that keys tokens with Python's seeded ``str`` hash fails
@@ -277,6 +277,9 @@ def test_a_sidecar_looked_for_in_the_cpu_pool_only_fails_dsv4_disk_spill(atom_sr
         pytest.param("dsv4_shared_tier_reuse", id="dsv4_shared_tier_reuse"),
         # At ffdf3bb5d that ATOM parks the resent request for a load that never comes.
         pytest.param("dsv4_slot_put_refused", id="dsv4_slot_put_refused"),
+        # After the restart lmcache's remote tier still holds the PAGE units, and the
+        # new scheduler session committed no sidecar: the same park.
+        pytest.param("dsv4_restart", id="dsv4_restart"),
     ],
 )
 def test_a_page_hit_without_its_slot_fails(atom_src, tmp_path, row):
@@ -306,6 +309,7 @@ NEW_ROWS = (
     "dsv4_lost_lookup_reply",
     "dsv4_hash_order_shuffle",
     "dsv4_remote_tier_removed",
+    "dsv4_restart",
 )
 
 

@@ -910,6 +910,13 @@ ROWS: dict[str, AtomRow] = {
             ),
             fires=("remote_tier_removed",),
         ),
+        _scenario(
+            "dsv4_restart",
+            s.dsv4_restart,
+            tuple(p for p in _ONE if p != Prop.EFFICIENCY),
+            "restart on a DeepSeek-V4 model whose remote tier outlives the server: its "
+            "PAGE units are found after the restart, its SLOT commit is gone",
+        ),
         _hybrid_fault(
             "dsv4_evict_after_lookup",
             s.dsv4_reuse_once,
@@ -978,6 +985,7 @@ LONG_MATRIX: dict[str, str] = {
     "dsv4_lost_lookup_reply": "dsv4_prefix_reuse",
     "dsv4_hash_order_shuffle": "dsv4_prefix_reuse",
     "dsv4_remote_tier_removed": "dsv4_prefix_reuse",
+    "dsv4_restart": "dsv4_prefix_reuse",
     # dsv4_hung_retrieve FAILs at ATOM's main (the hybrid copy of hung_retrieve's
     # path: one load thread), so it runs by default.
     "dsv4_hbm_partial": "dsv4_prefix_reuse",  # ATOM's HBM prefix cache on: paged checkpoints

@@ -970,9 +970,26 @@ def two_dp_ranks(run: AtomRun) -> None:
 def restart(run: AtomRun) -> None:
     """A server stores a prompt, restarts (its lmcache CPU pool lives in its worker and
     goes with it), and serves the prompt again; then once more from the new tier."""
-    a = run.server("A", prefix_caching=False)
-    p = run.prompt(200)
+    _restart(run, {"prefix_caching": False}, 200)
+
+
+def dsv4_restart(run: AtomRun) -> None:
+    """``restart`` on a DeepSeek-V4 server whose lmcache tier outlives it (the remote
+    ``fs://`` tier): a 600-token prompt's PAGE units and SLOT sidecar stored there, the
+    server restarted, the prompt again: lmcache finds its PAGE units, but ATOM's new
+    scheduler session committed no sidecar (version 1: commits are session-local),
+    so it recomputes; then once more."""
+    _restart(run, {**HYBRID, "shared_tier": True}, 600, stored=True)
+
+
+def _restart(run: AtomRun, spec: dict[str, Any], prompt: int, stored: bool = False) -> None:
+    """``restart``'s requests on a server of ``spec``; with ``stored``, the restart
+    waits until the tier holds the first prompt."""
+    a = run.server("A", **spec)
+    p = run.prompt(prompt)
     run.serve(a, AtomRequest("first", p))
+    if stored:
+        run.stored(a, p)
     run.end(a)
     a = run.host.restart(a)
     run.serve(a, AtomRequest("after-restart", p))
