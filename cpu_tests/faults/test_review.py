@@ -290,10 +290,13 @@ def test_a_head_that_cannot_run_is_told_without_running_the_base(kv_repo):
 
 
 def _start_review(kv_repo: Path, tmp: Path, new_session: bool = False) -> subprocess.Popen[str]:
-    """``kvfault review fixed broken`` on one fault and one scenario (a campaign long
-    enough to be stopped mid-way) in a process of its own, its temporary files in ``tmp``."""
+    """``kvfault review fixed broken`` on one fault and one scenario in a process of its
+    own, its temporary files in ``tmp``. 300 seeds make each side's campaign last seconds
+    (about 24 s on a 2-core machine, 600 runs), so a signal sent half a second after it
+    starts finds it running: with one seed it ended in well under a second, and a CI run
+    once found no campaign left to stop."""
     argv = [sys.executable, "-m", "kvfault.faults.cli", "review", "-C", str(kv_repo), "fixed", "broken",
-            "--seeds", "1", "--fault", "slow_forward", "--scenario", "loaded_restart_burst"]  # fmt: skip
+            "--seeds", "300", "--fault", "slow_forward", "--scenario", "loaded_restart_burst"]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp)}
     return subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=new_session)  # fmt: skip
