@@ -13,8 +13,10 @@ manager that resumes from HBM pages without their state checkpoint fails
 ``dsv4_hbm_pressure`` on ``correctness``. A region
 map that describes the NoPE plane alone (the bf16 layout's one plane) fails
 ``dsv4_fp8_prefix_reuse`` (two planes) and not ``dsv4_prefix_reuse``. A load reported
-done whatever it restored fails ``dsv4_evict_after_lookup``, ``dsv4_disk_removed`` and
-``dsv4_remote_tier_removed``; a load reported
+done whatever it restored fails ``dsv4_evict_after_lookup``, ``dsv4_disk_removed``,
+``dsv4_remote_tier_removed`` and ``dsv4_remote_tier_truncated``; a SLOT sidecar read
+without checking its CRC fails ``dsv4_disk_truncated`` (lmcache's local disk reads the
+cut PAGE chunks and sidecar as whole; the sidecar's CRC is what fails the load); a load reported
 done when it is submitted fails ``dsv4_slow_retrieve``; a request's blocks freed while its
 save waits fail ``dsv4_slow_save``; a sidecar looked for in the CPU
 pool only fails ``dsv4_disk_spill``; a PAGE hit taken without its SLOT fails
@@ -243,6 +245,18 @@ def test_a_slot_not_restored_fails_dsv4_prefix_reuse(atom_src, tmp_path):
             id="a_load_from_a_removed_remote_tier_reported_done_fails_dsv4_remote_tier_removed",
         ),
         pytest.param(
+            # lmcache's local disk returns the cut PAGE chunks and sidecar as whole
+            # (512 of 512); the sidecar's CRC is what fails the load.
+            CRC_NOT_CHECKED, CODEC, "dsv4_disk_truncated",
+            "correctness: output of again differs from its cold run",
+            id="a_sidecar_crc_not_checked_fails_dsv4_disk_truncated",
+        ),
+        pytest.param(
+            LOAD_ALWAYS_DONE, CONNECTOR, "dsv4_remote_tier_truncated",
+            "correctness: restored pages differ from recompute",
+            id="a_load_of_cut_remote_files_reported_done_fails_dsv4_remote_tier_truncated",
+        ),
+        pytest.param(
             LOAD_DONE_AT_SUBMIT, CONNECTOR, "dsv4_slow_retrieve",
             "correctness: restored pages differ from recompute",
             id="a_load_reported_done_when_submitted_fails_dsv4_slow_retrieve",
@@ -303,12 +317,14 @@ NEW_ROWS = (
     "dsv4_lookup_socket_removed",
     "dsv4_disk_spill",
     "dsv4_disk_removed",
+    "dsv4_disk_truncated",
     "dsv4_shared_tier_reuse",
     "dsv4_evict_after_lookup",
     "evict_after_lookup",  # the dense row, on the same eviction
     "dsv4_lost_lookup_reply",
     "dsv4_hash_order_shuffle",
     "dsv4_remote_tier_removed",
+    "dsv4_remote_tier_truncated",
     "dsv4_restart",
 )
 
@@ -345,6 +361,25 @@ def test_the_hybrid_disk_rows_read_the_disk(new_rows):
     # The CPU pool no longer holds the prompt: with the disk gone lmcache returns none.
     gone = _by_req(new_rows["dsv4_disk_removed"][0], Ev.RETRIEVE_TERMINAL)["again"]
     assert (gone["ok"], gone["retrieved"]) == (False, 0), gone
+
+
+@pytest.mark.parametrize(
+    ("name", "req", "retrieved"),
+    [
+        # lmcache's local disk reads each cut file as a whole chunk: the PAGE retrieve
+        # returns 512 of 512, and ATOM fails the load on the sidecar's CRC.
+        ("dsv4_disk_truncated", "again", 512),
+        # lmcache's fs:// connector finds the PAGE chunks short: 0 of 512, no SLOT read.
+        ("dsv4_remote_tier_truncated", "B-again", 0),
+    ],
+)
+def test_the_hybrid_truncated_rows_cut_page_chunks_and_sidecars(new_rows, name, req, retrieved):
+    res = new_rows[name][0]
+    sizes = next(e.data for e in res.run.trace.of(Ev.FAULT))["sizes"]
+    page, slot = sorted(set(sizes))  # two sizes: PAGE chunks, and the larger SLOT sidecars
+    assert sizes.count(page) == 2 * sizes.count(slot) > 0, sizes  # 2 PAGE chunks a prompt
+    end = _by_req(res, Ev.RETRIEVE_TERMINAL)[req]
+    assert (end["ok"], end["retrieved"], end["asked"]) == (False, retrieved, 512), end
 
 
 @pytest.mark.parametrize(

@@ -873,6 +873,18 @@ ROWS: dict[str, AtomRow] = {
             ),
             fires=("disk_removed",),
         ),
+        replace(
+            _files_fault(
+                "dsv4_disk_truncated",
+                "truncated",
+                s.dsv4_disk_spill,
+                _ONE,
+                "disk_truncated on a DeepSeek-V4 model: each file of lmcache's local disk "
+                "(PAGE units and SLOT sidecars) is cut to half its bytes right before the "
+                "PAGE retrieve of the prompt only the disk holds",
+            ),
+            fires=("disk_truncated",),
+        ),
         _scenario(
             "dsv4_shared_tier_reuse",
             s.dsv4_shared_tier_reuse,
@@ -909,6 +921,19 @@ ROWS: dict[str, AtomRow] = {
                 faulted=("B",),
             ),
             fires=("remote_tier_removed",),
+        ),
+        replace(
+            _files_fault(
+                "dsv4_remote_tier_truncated",
+                "truncated",
+                s.dsv4_shared_tier_spill,
+                _MANY,
+                "remote_tier_truncated on DeepSeek-V4 servers: each chunk file of the "
+                "shared remote tier (PAGE units and SLOT sidecars) is cut to half its bytes "
+                "right before B's first retrieve (B's CPU pool no longer holds them)",
+                faulted=("B",),
+            ),
+            fires=("remote_tier_truncated",),
         ),
         _scenario(
             "dsv4_restart",
@@ -980,11 +1005,13 @@ LONG_MATRIX: dict[str, str] = {
     "dsv4_lookup_socket_removed": "dsv4_prefix_reuse",
     "dsv4_disk_spill": "dsv4_prefix_reuse",
     "dsv4_disk_removed": "dsv4_prefix_reuse",
+    "dsv4_disk_truncated": "dsv4_prefix_reuse",
     "dsv4_shared_tier_reuse": "dsv4_prefix_reuse",
     "dsv4_evict_after_lookup": "dsv4_prefix_reuse",
     "dsv4_lost_lookup_reply": "dsv4_prefix_reuse",
     "dsv4_hash_order_shuffle": "dsv4_prefix_reuse",
     "dsv4_remote_tier_removed": "dsv4_prefix_reuse",
+    "dsv4_remote_tier_truncated": "dsv4_prefix_reuse",
     "dsv4_restart": "dsv4_prefix_reuse",
     # dsv4_hung_retrieve FAILs at ATOM's main (the hybrid copy of hung_retrieve's
     # path: one load thread), so it runs by default.

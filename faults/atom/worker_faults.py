@@ -121,8 +121,8 @@ class WorkerFaults:
         def wrapped(*args: Any, **kwargs: Any) -> Any:
             count[0] += 1
             if count[0] == n:
-                files = _break_dir(where, what)
-                log.record("fault", injector=name, call=n, files=files)
+                files, sizes = _break_dir(where, what)
+                log.record("fault", injector=name, call=n, files=files, sizes=sizes)
             return inner(*args, **kwargs)
 
         setattr(engine, method, wrapped)
@@ -545,17 +545,19 @@ def _silent_socket(path: str) -> tuple[Any, Any]:
     return sock, ctx
 
 
-def _break_dir(path: str, what: str) -> int:
+def _break_dir(path: str, what: str) -> tuple[int, list[int]]:
     """Remove ``path`` (``"removed"``) or cut each file in it to half its bytes
-    (``"truncated"``); how many files it held."""
+    (``"truncated"``); how many entries it held, and the size of each file among them
+    before, smallest first (which says what they were: a hybrid row's PAGE chunks and
+    SLOT sidecars differ in size)."""
     import shutil
 
     names = sorted(os.listdir(path)) if os.path.isdir(path) else []
+    files = [f for f in (os.path.join(path, name) for name in names) if os.path.isfile(f)]
+    sizes = sorted(os.path.getsize(f) for f in files)
     if what == "removed":
         shutil.rmtree(path, ignore_errors=True)
-        return len(names)
-    for name in names:
-        full = os.path.join(path, name)
-        if os.path.isfile(full):
-            os.truncate(full, os.path.getsize(full) // 2)
-    return len(names)
+        return len(names), sizes
+    for f in files:
+        os.truncate(f, os.path.getsize(f) // 2)
+    return len(names), sizes
