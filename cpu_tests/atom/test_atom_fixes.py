@@ -1,7 +1,8 @@
 """The candidate fixes of ATOM's findings (``--atom-fix``) and their proof on one commit
 (``kvfault.faults.atom.fix_proof``): every fix names a row, an unknown fix is one line and exit
 2, and a proof flips its row with the recorded path, or says NOT FIXED when the fix
-does not fix the row it is run against."""
+does not fix the row it is run against; the two_servers fix reaches the hybrid
+connector's socket path too."""
 
 from __future__ import annotations
 
@@ -12,9 +13,14 @@ import sys
 
 import pytest
 
+from kvfault.faults.atom.at_main import PINNED
 from kvfault.faults.atom.catalog import ROWS
+from kvfault.faults.atom.executor import atom_executor
 from kvfault.faults.atom.fixes import FIXES
 from kvfault.faults.atom.recorded_path import path_difference
+from kvfault.faults.campaign import Case, CaseRunner
+from kvfault.faults.campaign.kinds import scenario_target
+from kvfault.faults.verdicts import Verdict
 
 
 def test_every_fix_is_named_for_a_row_and_names_its_atom_function():
@@ -68,6 +74,47 @@ def test_review_proves_a_fix_on_one_commit_and_the_path_shows(atom_src, tmp_path
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert missing.returncode == 2 and "no recorded run of two_servers" in missing.stderr
+
+
+def _binds(atom_src: str, fixes: tuple[str, ...]) -> tuple[Verdict, str, dict[str, str]]:
+    """``dsv4_two_servers`` at seed 0 with ``fixes``: its verdict, signature and the
+    lookup socket path each server's worker bound."""
+    with atom_executor(atom_src, atom_fix=fixes) as executor:
+        out = CaseRunner(keep_runs="all", executor=executor).run(
+            Case(scenario_target("dsv4_two_servers", "atom"), 0)
+        )
+    events = out.fixed_result.run.trace.events
+    return (
+        out.verdict,
+        out.signature,
+        {e.data["server"]: e.data["path"] for e in events if e.kind.value == "bind"},
+    )
+
+
+def test_the_two_servers_fix_reaches_the_hybrid_workers_socket_path(atom_src):
+    # Finding 4 on the hybrid connector: its worker's lmcache metadata takes the engine
+    # id from ATOM's lmcache_engine_id (config.py's build_lmcache_metadata, through
+    # build_offload_engine), the function the fix wraps on ATOM's config module. With
+    # it each hybrid worker binds a path carrying its server's port; without it (at
+    # ATOM's main) both bind one path and identity fails.
+    verdict, signature, paths = _binds(atom_src, ("two_servers",))
+    assert verdict == Verdict.PASS, signature
+    assert paths == {
+        "A": "engine_atom-offload-dp0-port8000_service_lookup_lmcache_rpc_port_0",
+        "B": "engine_atom-offload-dp0-port8001_service_lookup_lmcache_rpc_port_0",
+    }
+    if not _head(atom_src).startswith(PINNED):
+        return  # another ATOM may have fixed it
+    verdict, signature, paths = _binds(atom_src, ())
+    assert verdict == Verdict.FAIL and signature.startswith("identity: B binds"), signature
+    assert set(paths.values()) == {"engine_atom-offload-dp0_service_lookup_lmcache_rpc_port_0"}
+    assert set(paths) == {"A", "B"}
+
+
+def _head(src: str) -> str:
+    return subprocess.run(
+        ["git", "-C", src, "rev-parse", "HEAD"], capture_output=True, text=True, check=False
+    ).stdout.strip()
 
 
 @pytest.mark.parametrize(

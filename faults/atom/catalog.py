@@ -396,6 +396,13 @@ ROWS: dict[str, AtomRow] = {
         ),
         _scenario("two_dp_ranks", s.two_dp_ranks, _MANY, "two DP ranks of one server on one host"),
         _scenario(
+            "dsv4_two_servers",
+            s.dsv4_two_servers,
+            _MANY,
+            "two_servers with two DeepSeek-V4 servers on one host (engine --port 8000 and "
+            "8001; DP rank 0)",
+        ),
+        _scenario(
             "restart",
             s.restart,
             # Not efficiency: the restarted worker's CPU pool is empty, as it should be.

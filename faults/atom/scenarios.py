@@ -944,12 +944,17 @@ def _shared_tier_reuse(
     run.end(a, b)
 
 
-def _two(run: AtomRun, a_spec: dict, b_spec: dict) -> None:
-    a = run.server("A", prefix_caching=False, **a_spec)
-    b = run.server("B", prefix_caching=False, **b_spec)
-    p, q = run.prompt(200), run.prompt(200)
+def _two(run: AtomRun, a_spec: dict, b_spec: dict, prompt: int = 200, stored: bool = False) -> None:
+    """A and B each get a ``prompt``-token prompt, then it again; with ``stored``, each
+    server's "again" waits until its tier holds its prompt."""
+    a = run.server("A", **{"prefix_caching": False, **a_spec})
+    b = run.server("B", **{"prefix_caching": False, **b_spec})
+    p, q = run.prompt(prompt), run.prompt(prompt)
     run.serve(a, AtomRequest("A-first", p))
     run.serve(b, AtomRequest("B-first", q))
+    if stored:
+        run.stored(a, p)
+        run.stored(b, q)
     run.serve(a, AtomRequest("A-again", p))
     run.serve(b, AtomRequest("B-again", q))
     run.end(a, b)
@@ -959,6 +964,14 @@ def two_servers(run: AtomRun) -> None:
     """Two servers on one host (engine ``--port`` 8000 and 8001, DP rank 0 each), each
     storing a prompt and serving it again; B starts after A."""
     _two(run, {"port": 8000}, {"port": 8001})
+
+
+def dsv4_two_servers(run: AtomRun) -> None:
+    """``two_servers`` with two DeepSeek-V4 servers (ATOM's hybrid connector; engine
+    ``--port`` 8000 and 8001, DP rank 0 each): each stores a 600-token prompt (PAGE
+    units and SLOT sidecar) and, once its tier holds the prompt's whole chunks, serves
+    it again."""
+    _two(run, {**HYBRID, "port": 8000}, {**HYBRID, "port": 8001}, prompt=600, stored=True)
 
 
 def two_dp_ranks(run: AtomRun) -> None:
