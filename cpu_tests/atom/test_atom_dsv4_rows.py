@@ -16,7 +16,9 @@ map that describes the NoPE plane alone (the bf16 layout's one plane) fails
 done whatever it restored fails ``dsv4_evict_after_lookup``, ``dsv4_disk_removed``,
 ``dsv4_remote_tier_removed`` and ``dsv4_remote_tier_truncated``; a SLOT sidecar read
 without checking its CRC fails ``dsv4_disk_truncated`` (lmcache's local disk reads the
-cut PAGE chunks and sidecar as whole; the sidecar's CRC is what fails the load); a load reported
+cut PAGE chunks and sidecar as whole; the sidecar's CRC is what fails the load), and
+with the PAGE chunks alone cut (``dsv4_disk_page_truncated``) the load is done with wrong
+pages unless lmcache checks what it read (an lmcache lead); a load reported
 done when it is submitted fails ``dsv4_slow_retrieve``; a request's blocks freed while its
 save waits fail ``dsv4_slow_save``; a sidecar looked for in the CPU
 pool only fails ``dsv4_disk_spill``; a PAGE hit taken without its SLOT fails
@@ -454,6 +456,43 @@ def test_a_resume_without_its_state_checkpoint_fails_dsv4_hbm_pressure(atom_src,
     path.write_text(path.read_text().replace(old, new))
     found = _violations(src, "dsv4_hbm_pressure")
     assert "correctness: output of again differs from its cold run" in found, found
+
+
+# lmcache's local disk with the length check its fs:// connector has: a chunk file
+# shorter than its chunk reads as a miss (the hardening disk_truncated's lead asks for).
+WHOLE_READS = (
+    "import os\n"
+    "from lmcache.v1.storage_backend import local_disk_backend as d\n"
+    "_read = d.LocalDiskBackend.read_file\n"
+    "def _whole(self, key, buffer, path):\n"
+    "    if os.path.getsize(path) < len(buffer):\n"
+    "        raise RuntimeError('chunk file shorter than its chunk')\n"
+    "    return _read(self, key, buffer, path)\n"
+    "d.LocalDiskBackend.read_file = _whole\n"
+)
+
+
+@pytest.mark.parametrize(("checked", "ends"), [(False, (True, 512)), (True, (False, 0))])
+def test_page_chunks_cut_alone_load_whole_unless_lmcache_checks_the_read(
+    atom_src, tmp_path, monkeypatch, checked, ends
+):
+    # dsv4_disk_page_truncated: the two PAGE chunks of the prompt are cut, its SLOT
+    # sidecar is whole. lmcache 0.5.6 reads them as whole chunks and ATOM restores
+    # wrong pages (an lmcache lead); an lmcache that checks the read's length misses
+    # them, and ATOM recomputes.
+    if checked:
+        (tmp_path / "sitecustomize.py").write_text(WHOLE_READS)
+        monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    (res, fired) = _runs(atom_src, ("dsv4_disk_page_truncated",))["dsv4_disk_page_truncated"]
+    fault = next(e.data for e in res.run.trace.of(Ev.FAULT))
+    assert fired == 1 and fault["files"] == 2 and len(set(fault["sizes"])) == 1, fault
+    end = _by_req(res, Ev.RETRIEVE_TERMINAL)["again"]
+    assert (end["ok"], end["retrieved"]) == ends, end
+    said = [f"{v.prop}: {v.message}" for v in res.violations]
+    if checked:
+        assert said == []
+    else:
+        assert "correctness: restored pages differ from recompute" in said, said
 
 
 # Breaks of lmcache's own code, by hand: a ``sitecustomize`` on the tier processes'

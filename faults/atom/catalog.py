@@ -152,7 +152,8 @@ def _files_fault(
     description: str,
     faulted: tuple[str, ...] = (),
 ) -> AtomRow:
-    """A fault row that leaves lmcache's files ``how`` (``removed``, ``truncated``)
+    """A fault row that leaves lmcache's files ``how`` (``removed``, ``truncated``,
+    ``chunks_truncated``: ``FaultSpec.tier_files``)
     right before the first retrieve of the prompt they hold, on the servers ``faulted``
     names (empty: every one)."""
     faults = FaultSpec(tier_files=(how, "retrieve", 1))
@@ -892,6 +893,18 @@ ROWS: dict[str, AtomRow] = {
             ),
             fires=("disk_truncated",),
         ),
+        replace(
+            _files_fault(
+                "dsv4_disk_page_truncated",
+                "chunks_truncated",
+                s.dsv4_disk_spill,
+                _ONE,
+                "dsv4_disk_truncated with the PAGE chunks alone cut: each local disk file "
+                "of the chunks the PAGE retrieve asks for is cut to half its bytes right "
+                "before it; the SLOT sidecars stay whole",
+            ),
+            fires=("disk_chunks_truncated",),
+        ),
         _scenario(
             "dsv4_shared_tier_reuse",
             s.dsv4_shared_tier_reuse,
@@ -1021,7 +1034,8 @@ LONG_MATRIX: dict[str, str] = {
     "dsv4_remote_tier_truncated": "dsv4_prefix_reuse",
     "dsv4_restart": "dsv4_prefix_reuse",
     # dsv4_hung_retrieve FAILs at ATOM's main (the hybrid copy of hung_retrieve's
-    # path: one load thread), so it runs by default.
+    # path: one load thread), so it runs by default; so does dsv4_disk_page_truncated
+    # (disk_truncated's lmcache lead on the hybrid connector).
     "dsv4_hbm_partial": "dsv4_prefix_reuse",  # ATOM's HBM prefix cache on: paged checkpoints
     "dsv4_fp8_prefix_reuse": "dsv4_prefix_reuse",  # fp8 KV: a second KV plane
     "dsv4_tp2_prefix_reuse": "dsv4_prefix_reuse",  # TP 2: per-rank PAGE and sidecar

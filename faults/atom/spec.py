@@ -56,7 +56,9 @@ class FaultSpec:
       shared remote tier, else its local disk) is removed (``what`` ``"removed"``: a
       cleanup, an unmounted share) or each file in it is cut to half its bytes
       (``"truncated"``: a file shortened after lmcache wrote it, by another process or
-      the file system).
+      the file system), or, on the local disk and before a retrieve, only the files of
+      the chunks that retrieve asks for (``"chunks_truncated"``: a hybrid row's SLOT
+      sidecars stay whole).
     - ``slow_remote_write_s``: lmcache's remote tier writes each chunk this long
       after a store handed it over (a slow shared file system): the store has
       returned and ATOM has called the save done while the chunk is not there yet.

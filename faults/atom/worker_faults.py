@@ -120,7 +120,10 @@ class WorkerFaults:
 
         def wrapped(*args: Any, **kwargs: Any) -> Any:
             count[0] += 1
-            if count[0] == n:
+            if count[0] == n and what == "chunks_truncated":
+                files, sizes = _cut_files(_chunk_paths(engine, *args, **kwargs))
+                log.record("fault", injector=name, call=n, files=files, sizes=sizes)
+            elif count[0] == n:
                 files, sizes = _break_dir(where, what)
                 log.record("fault", injector=name, call=n, files=files, sizes=sizes)
             return inner(*args, **kwargs)
@@ -545,6 +548,24 @@ def _silent_socket(path: str) -> tuple[Any, Any]:
     return sock, ctx
 
 
+def _chunk_paths(engine: Any, tokens: Any, mask: Any = None, **_: Any) -> list[str]:
+    """The local disk files of the chunks an lmcache ``retrieve(tokens, mask)`` asks
+    for, named as lmcache's own local disk backend names them."""
+    disk = engine.storage_manager.storage_backends["LocalDiskBackend"]
+    chunks = engine.token_database.process_tokens(tokens=tokens, mask=mask)
+    return [disk._key_to_path(key) for _, _, key in chunks]
+
+
+def _cut_files(paths: list[str]) -> tuple[int, list[int]]:
+    """Cut each of ``paths`` that is a file to half its bytes; how many were, and the
+    size of each before, smallest first."""
+    files = [f for f in paths if os.path.isfile(f)]
+    sizes = sorted(os.path.getsize(f) for f in files)
+    for f in files:
+        os.truncate(f, os.path.getsize(f) // 2)
+    return len(files), sizes
+
+
 def _break_dir(path: str, what: str) -> tuple[int, list[int]]:
     """Remove ``path`` (``"removed"``) or cut each file in it to half its bytes
     (``"truncated"``); how many entries it held, and the size of each file among them
@@ -558,6 +579,4 @@ def _break_dir(path: str, what: str) -> tuple[int, list[int]]:
     if what == "removed":
         shutil.rmtree(path, ignore_errors=True)
         return len(names), sizes
-    for f in files:
-        os.truncate(f, os.path.getsize(f) // 2)
-    return len(names), sizes
+    return len(names), _cut_files(files)[1]
