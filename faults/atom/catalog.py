@@ -443,7 +443,8 @@ ROWS: dict[str, AtomRow] = {
             "slow_first_forward",
             s.reuse_once,
             _ONE,
-            "the worker's first forward takes 2 s",
+            "the worker's first forward takes 2 s: a save dispatched before that forward "
+            "computed its blocks would store them unwritten",
             FaultSpec(slow_first_forward_s=2.0),
         ),
         _fault(
@@ -825,6 +826,15 @@ ROWS: dict[str, AtomRow] = {
             schedules=2,
         ),
         _hybrid_fault(
+            "dsv4_slow_first_forward",
+            s.dsv4_reuse_once,
+            "slow_first_forward on a DeepSeek-V4 model: the forward of the stored prompt's "
+            "first 512 tokens takes 2 s; a PAGE save dispatched before it computed them "
+            "would store them unwritten",
+            FaultSpec(slow_first_forward_s=2.0),
+            "slow_first_forward",
+        ),
+        _hybrid_fault(
             "dsv4_hung_retrieve",
             s.dsv4_two_loads_behind_one,
             "hung_retrieve on a DeepSeek-V4 model: lmcache's first PAGE retrieve never "
@@ -1021,6 +1031,7 @@ LONG_MATRIX: dict[str, str] = {
     "dsv4_pin_timeout_during_load": "dsv4_prefix_reuse",
     "dsv4_slow_retrieve": "dsv4_prefix_reuse",
     "dsv4_slow_save": "dsv4_prefix_reuse",
+    "dsv4_slow_first_forward": "dsv4_prefix_reuse",
     "dsv4_lookup_socket_stolen": "dsv4_prefix_reuse",
     "dsv4_lookup_socket_removed": "dsv4_prefix_reuse",
     "dsv4_disk_spill": "dsv4_prefix_reuse",
