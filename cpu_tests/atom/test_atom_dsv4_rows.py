@@ -12,7 +12,10 @@ a tier load above a stateful HBM floor removed, fails it on ``correctness``; a b
 manager that resumes from HBM pages without their state checkpoint fails
 ``dsv4_hbm_pressure`` on ``correctness``. A region
 map that describes the NoPE plane alone (the bf16 layout's one plane) fails
-``dsv4_fp8_prefix_reuse`` (two planes) and not ``dsv4_prefix_reuse``. A load reported
+``dsv4_fp8_prefix_reuse`` and ``dsv4_fp8_disk_spill`` (two planes) and not
+``dsv4_prefix_reuse``. Neither ATOM's page namespace, lmcache's key nor the SLOT
+fingerprint telling bf16 from fp8 fails ``dsv4_shared_tier_kv_dtype`` on ``keys``; a
+shared-tier server whose lmcache runs without its remote tier does not start. A load reported
 done whatever it restored fails ``dsv4_evict_after_lookup``, ``dsv4_disk_removed``,
 ``dsv4_remote_tier_removed`` and ``dsv4_remote_tier_truncated``; a SLOT sidecar read
 without checking its CRC fails ``dsv4_disk_truncated`` (lmcache's local disk reads the
@@ -21,7 +24,7 @@ with the PAGE chunks alone cut (``dsv4_disk_page_truncated``) the load is done w
 pages unless lmcache checks what it read (an lmcache lead); a load reported
 done when it is submitted fails ``dsv4_slow_retrieve``; a request's blocks freed while its
 save waits fail ``dsv4_slow_save``; a sidecar looked for in the CPU
-pool only fails ``dsv4_disk_spill``; a PAGE hit taken without its SLOT fails
+pool only fails ``dsv4_disk_spill`` and ``dsv4_fp8_disk_spill``; a PAGE hit taken without its SLOT fails
 ``dsv4_shared_tier_reuse`` and ``dsv4_restart``; a lookup timeout past the run's limit fails
 ``dsv4_lookup_socket_removed``. An lmcache broken by hand (a ``sitecustomize``)
 whose lookup client keeps its sockets after a timeout fails ``dsv4_lost_lookup_reply``,
@@ -264,6 +267,13 @@ def test_a_slot_not_restored_fails_dsv4_prefix_reuse(atom_src, tmp_path):
             id="a_load_reported_done_when_submitted_fails_dsv4_slow_retrieve",
         ),
         pytest.param(
+            # The fp8 PAGE units and sidecar come back from lmcache's local disk: a
+            # region map without the RoPE plane stores and restores the NoPE plane only.
+            NOPE_PLANE_ONLY, ATTENTION, "dsv4_fp8_disk_spill",
+            "correctness: restored pages differ from recompute",
+            id="a_region_map_of_the_nope_plane_alone_fails_dsv4_fp8_disk_spill",
+        ),
+        pytest.param(
             SAVE_DOES_NOT_HOLD_BLOCKS, CONNECTOR, "dsv4_slow_save",
             "correctness: restored pages differ from recompute",
             id="blocks_freed_while_their_save_waits_fail_dsv4_slow_save",
@@ -275,13 +285,12 @@ def test_a_planted_bug_fails_its_row(atom_src, tmp_path, edit, file, row, violat
     assert violation in found, found
 
 
-def test_a_sidecar_looked_for_in_the_cpu_pool_only_fails_dsv4_disk_spill(atom_src, tmp_path):
+@pytest.mark.parametrize("row", ["dsv4_disk_spill", "dsv4_fp8_disk_spill"])
+def test_a_sidecar_looked_for_in_the_cpu_pool_only_fails_the_disk_spill(atom_src, tmp_path, row):
     # The SLOT sidecar, like the PAGE units, is on lmcache's local disk by the time
     # the prompt comes again: an ATOM that looks for it in the CPU pool alone fails
     # the load of data the tier holds and recomputes.
-    found = _planted_violations(
-        atom_src, tmp_path / "atom", "dsv4_disk_spill", SIDECAR_CPU_ONLY, file=CODEC
-    )
+    found = _planted_violations(atom_src, tmp_path / "atom", row, SIDECAR_CPU_ONLY, file=CODEC)
     assert any(v.startswith("load_failures:") for v in found), found
 
 
@@ -328,6 +337,8 @@ NEW_ROWS = (
     "dsv4_remote_tier_removed",
     "dsv4_remote_tier_truncated",
     "dsv4_restart",
+    "dsv4_fp8_disk_spill",
+    "dsv4_shared_tier_kv_dtype",
 )
 
 
@@ -406,6 +417,78 @@ def test_b_recomputes_then_loads_from_the_shared_tier(new_rows):
     assert lookups["B-again"]["claim"] == 512
     cached = {e.req_id: e.data["cached"] for e in res.run.trace.of(Ev.OUTPUT)}
     assert cached == {"A-first": 0, "B-same": 0, "B-again": 512}
+
+
+def test_the_fp8_server_finds_none_of_the_bf16_servers_page_units(new_rows):
+    # B's lmcache (its remote tier connected: the worker checks) holds none of A's
+    # chunks under B's keys: B recomputes and stores its own, then loads them.
+    res = new_rows["dsv4_shared_tier_kv_dtype"][0]
+    lookups = _by_req(res, Ev.LOOKUP)
+    assert (lookups["B-same"]["kv_hit"], lookups["B-same"]["claim"]) == (0, 0)
+    assert lookups["B-again"]["claim"] == 512
+    cached = {e.req_id: e.data["cached"] for e in res.run.trace.of(Ev.OUTPUT)}
+    assert cached == {"A-first": 0, "B-same": 0, "B-again": 512}
+
+
+def test_the_fp8_disk_spill_loads_from_the_disk(new_rows):
+    spill = _by_req(new_rows["dsv4_fp8_disk_spill"][0], Ev.RETRIEVE_TERMINAL)["again"]
+    assert (spill["ok"], spill["retrieved"], spill["asked"]) == (True, 512, 512)
+
+
+CONFIG = "atom/kv_transfer/offload/config.py"
+# Neither ATOM's page namespace nor lmcache's key (the dtype ATOM gives it) nor the
+# SLOT fingerprint tells bf16 from fp8.
+ONE_KEY_FOR_TWO_KV_DTYPES = (
+    ('"kv_cache_dtype": str(getattr(config, "kv_cache_dtype", "auto")),',
+     '"kv_cache_dtype": "auto",  # planted'),
+    ("kv_dtype = dtypes.d_dtypes[config.kv_cache_dtype]",
+     'kv_dtype = dtypes.d_dtypes["bf16"]  # planted'),
+)  # fmt: skip
+SLOT_FINGERPRINT_WITHOUT_KV_DTYPE = (
+    'kv_dtype=str(getattr(self._config, "kv_cache_dtype", "auto")),',
+    'kv_dtype="auto",  # planted',
+)
+
+
+def test_one_key_for_two_kv_dtypes_fails_dsv4_shared_tier_kv_dtype(atom_src, tmp_path):
+    src = planted(atom_src, tmp_path / "atom", *ONE_KEY_FOR_TWO_KV_DTYPES, file=CONFIG)
+    path = Path(src) / CONNECTOR  # the second file of the same clone
+    old, new = SLOT_FINGERPRINT_WITHOUT_KV_DTYPE
+    if path.read_text().count(old) != 1:
+        pytest.skip(f"this ATOM's {CONNECTOR} is not the form the planted bug edits")
+    path.write_text(path.read_text().replace(old, new))
+    row = catalog.ROWS["dsv4_shared_tier_kv_dtype"]
+    with atom_executor(src) as executor:
+        res = run_case(row.scenario, 0, injectors=lambda: [], executor=executor)
+    found = [f"{v.prop}: {v.message}" for v in res.violations]
+    # B's lmcache finds A's PAGE units under B's keys (the worker's stores too, not only
+    # the scheduler's lookups); ATOM takes no hybrid hit without a sidecar its own
+    # session committed, so B recomputes, stores its own under the same keys and loads
+    # those: the answers stay right, the keys do not.
+    assert any(v.startswith("keys: store key") for v in found), found
+    assert _by_req(res, Ev.LOOKUP)["B-same"]["kv_hit"] == 512
+
+
+# lmcache broken by hand: its remote connector cannot be built. lmcache logs a warning
+# and runs on without its remote tier.
+NO_REMOTE_CONNECTOR = (
+    "from lmcache.v1.storage_backend import remote_backend as r\n"
+    "def _refuse(*a, **k):\n"
+    "    raise AssertionError('planted: no remote connector')\n"
+    "r.CreateConnector = _refuse\n"
+)
+
+
+def test_a_shared_tier_server_without_its_remote_tier_does_not_start(
+    atom_src, tmp_path, monkeypatch
+):
+    # A shared-tier row on it would pass without a shared tier (the toy DSV4's fp8
+    # PAGE unit once made lmcache's remote connector refuse it: 14784 bytes a 256-token
+    # chunk, not a whole number a token). The tier's worker refuses to run so.
+    (tmp_path / "sitecustomize.py").write_text(NO_REMOTE_CONNECTOR)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    with pytest.raises(RuntimeError, match="lmcache's remote tier did not connect"):
+        _violations(atom_src, "dsv4_shared_tier_kv_dtype")
 
 
 def test_a_lookup_timeout_past_the_run_limit_fails_dsv4_lookup_socket_removed(atom_src):

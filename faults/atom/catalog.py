@@ -880,6 +880,13 @@ ROWS: dict[str, AtomRow] = {
             "disk_spill on a DeepSeek-V4 model: a prompt's PAGE units and SLOT sidecar "
             "pushed out of lmcache's CPU pool onto its local disk, then loaded from it",
         ),
+        _scenario(
+            "dsv4_fp8_disk_spill",
+            s.dsv4_fp8_disk_spill,
+            _ONE,
+            "dsv4_disk_spill with an fp8 KV cache: the two-plane PAGE units and SLOT "
+            "sidecar pushed onto lmcache's local disk, then loaded from it",
+        ),
         replace(
             _files_fault(
                 "dsv4_disk_removed",
@@ -921,6 +928,13 @@ ROWS: dict[str, AtomRow] = {
             _MANY,
             "shared_tier_reuse with two DeepSeek-V4 servers of one spec: B recomputes "
             "(ATOM's SLOT commits are per scheduler session), then loads from the tier",
+        ),
+        _scenario(
+            "dsv4_shared_tier_kv_dtype",
+            s.dsv4_shared_tier_kv_dtype,
+            _MANY,
+            "shared_tier_kv_dtype on two DeepSeek-V4 servers (bf16 and fp8 KV) sharing a "
+            "remote lmcache tier: B must not load A's PAGE units or SLOT sidecar",
         ),
         _hybrid_fault(
             "dsv4_lost_lookup_reply",
@@ -1049,6 +1063,8 @@ LONG_MATRIX: dict[str, str] = {
     # (disk_truncated's lmcache lead on the hybrid connector).
     "dsv4_hbm_partial": "dsv4_prefix_reuse",  # ATOM's HBM prefix cache on: paged checkpoints
     "dsv4_fp8_prefix_reuse": "dsv4_prefix_reuse",  # fp8 KV: a second KV plane
+    "dsv4_fp8_disk_spill": "dsv4_prefix_reuse",  # fp8's two planes through the disk
+    "dsv4_shared_tier_kv_dtype": "dsv4_prefix_reuse",  # bf16 and fp8 on one remote tier
     "dsv4_tp2_prefix_reuse": "dsv4_prefix_reuse",  # TP 2: per-rank PAGE and sidecar
     "dsv4_hbm_pressure": "dsv4_prefix_reuse",  # HBM pages kept, their checkpoint evicted
 }

@@ -779,8 +779,20 @@ def dsv4_disk_spill(run: AtomRun) -> None:
     """``disk_spill`` on a DeepSeek-V4 server: a 600-token prompt, five others that push
     its PAGE units and SLOT sidecar out of lmcache's CPU pool onto its local disk, then
     the first prompt again, its PAGE units and SLOT read back from the disk."""
+    _dsv4_spill(run, HYBRID)
+
+
+def dsv4_fp8_disk_spill(run: AtomRun) -> None:
+    """``dsv4_disk_spill`` with an fp8 KV cache (``dsv4_fp8_prefix_reuse``'s two-plane
+    layout): the first prompt's PAGE units (three regions a block) and SLOT sidecar
+    (two regions) pushed out of lmcache's CPU pool onto its local disk, then read back
+    from it."""
+    _dsv4_spill(run, {**HYBRID, "kv_cache_dtype": "fp8"})
+
+
+def _dsv4_spill(run: AtomRun, spec: dict[str, Any]) -> None:
     a = run.server(
-        "A", **HYBRID, cpu_cache_gib=DSV4_SPILL_CPU_GIB, local_disk=True,
+        "A", **spec, cpu_cache_gib=DSV4_SPILL_CPU_GIB, local_disk=True,
         disk_size_gib=SPILL_DISK_GIB,
     )  # fmt: skip
     first = run.prompt(600)
@@ -908,6 +920,25 @@ def dsv4_shared_tier_reuse(run: AtomRun) -> None:
     (version 1, ``hybrid/dsv4/connector.py:1922-1936``), so B's first request
     recomputes; its second loads what the tier holds at the boundary B committed."""
     _shared_tier_reuse(run, prompt=600, **HYBRID)
+
+
+def dsv4_shared_tier_kv_dtype(run: AtomRun) -> None:
+    """``shared_tier_kv_dtype`` on two DeepSeek-V4 servers: A's KV cache bf16 (one KV
+    plane), B's fp8 (two planes: other PAGE and SLOT bytes for the same tokens). A
+    stores a 600-token prompt's PAGE units and SLOT sidecar in the shared remote tier;
+    once the tier holds them B gets the prompt, then once more. B must not find A's
+    PAGE units: B's first request recomputes and commits its own sidecar, and its
+    second loads B's own bytes, not A's (B's requests carry another media seed, as
+    the dense row's: the fake model's pages do not depend on the dtype)."""
+    spec = {**HYBRID, "prefix_caching": False, "shared_tier": True}
+    a = run.server("A", **spec)
+    b = run.server("B", **spec, kv_cache_dtype="fp8", machine="m2")
+    p = run.prompt(600)
+    run.serve(a, AtomRequest("A-first", p))
+    run.stored(a, p, shared_tier=True)  # as in shared_tier_two_layouts
+    run.serve(b, AtomRequest("B-same", p, cache_seed=LAYOUT_B))
+    run.serve(b, AtomRequest("B-again", p, cache_seed=LAYOUT_B))
+    run.end(a, b)
 
 
 def dsv4_shared_tier_spill(run: AtomRun) -> None:

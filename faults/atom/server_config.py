@@ -80,7 +80,7 @@ def _as_hybrid(config: SimpleNamespace, spec: ServerSpec) -> SimpleNamespace:
         hidden_size=128,
         index_head_dim=128,
         index_topk=64,
-        qk_rope_head_dim=16,
+        qk_rope_head_dim=32,
         sliding_window=16,
     )
     config.model = "kvfault-toy-dsv4"

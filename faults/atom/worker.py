@@ -64,6 +64,22 @@ class HostKv:
         pass  # dense models only: no state slot
 
 
+def _require_remote_tier(engine: Any) -> None:
+    """Raise unless ``engine`` (lmcache's) has its remote tier connected. lmcache builds
+    the connector once, when the engine starts, and on a failure logs a warning and
+    runs on without it (its remote backend's ``contains`` then answers False and its
+    puts go nowhere): a shared-tier row on such a server would pass without a shared
+    tier. lmcache 0.5.6's remote connectors refuse a chunk that is not a whole number
+    of bytes per token (``base_connector.py``'s assert), for one."""
+    backends = getattr(getattr(engine, "storage_manager", None), "storage_backends", {})
+    remote = backends.get("RemoteBackend")
+    if remote is None or getattr(remote, "connection", None) is None:
+        raise RuntimeError(
+            "lmcache's remote tier did not connect (its log says why); "
+            f"backends: {sorted(backends)}"
+        )
+
+
 class WorkerProcess:
     """ATOM's model-runner side for TP rank ``rank``: the offload connector's worker
     half with a real lmcache engine (and lookup server, where ATOM starts one), and the
@@ -110,6 +126,8 @@ class WorkerProcess:
             self._start_dense(kernels)
         self.impl = getattr(self.connector, "_impl", self.connector)
         self.engine = getattr(self.impl, "_engine", None)
+        if spec.shared_tier:
+            _require_remote_tier(self.engine)
         # The tier's own reads of what lmcache holds use its lookup as it is, before a
         # fault wraps it (they are no lookup of ATOM's: no fault may count them).
         self._peek = getattr(self.engine, "lookup", None)
