@@ -10,7 +10,10 @@ dense copy's order) fails ``dsv4_lost_hit_reply``. With ATOM's HBM prefix cache 
 computes the rest; the checkpoint's restore dropped, or the connector's guard against
 a tier load above a stateful HBM floor removed, fails it on ``correctness``; a block
 manager that resumes from HBM pages without their state checkpoint fails
-``dsv4_hbm_pressure`` on ``correctness``. A region
+``dsv4_hbm_pressure`` on ``correctness``; in ``dsv4_checkpoint_dropped`` ATOM drops a
+checkpoint store for want of PAGE units (recorded) and the resent prompt loads from
+lmcache, and a dropped store whose boundary is still indexed (to the image another
+store kept) fails it on ``correctness``. A region
 map that describes the NoPE plane alone (the bf16 layout's one plane) fails
 ``dsv4_fp8_prefix_reuse`` and ``dsv4_fp8_disk_spill`` (two planes) and not
 ``dsv4_prefix_reuse``. Neither ATOM's page namespace, lmcache's key nor the SLOT
@@ -38,6 +41,9 @@ engine holds: ``efficiency``."""
 from __future__ import annotations
 
 import dataclasses
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -132,6 +138,16 @@ FLOOR_GUARD_REMOVED = (
     '        if bool(getattr(seq, "has_per_req_cache", False)) and hbm > 0:\n'
     '            return False, "stateful_nonzero_hbm_floor", hbm, lmc, need, chunk\n',
     "",
+)
+# A checkpoint store dropped for want of units whose boundary is indexed anyway, to the
+# image the last store kept: a dropped store still recorded as a checkpoint.
+DROPPED_STORE_INDEXED = (
+    "            if op is None:\n                self.checkpoints_dropped += 1\n"
+    "                continue\n",
+    "            if op is None:\n                self.checkpoints_dropped += 1\n"
+    "                if self.store._inflight_stores:  # planted\n"
+    "                    self.store.hash_to_checkpoint[h] = self.store._inflight_stores[-1]\n"
+    "                continue\n",
 )
 ATTENTION = "atom/model_ops/attentions/deepseek_v4_attn.py"
 NOPE_PLANE_ONLY = (
@@ -539,6 +555,39 @@ def test_a_resume_without_its_state_checkpoint_fails_dsv4_hbm_pressure(atom_src,
     path.write_text(path.read_text().replace(old, new))
     found = _violations(src, "dsv4_hbm_pressure")
     assert "correctness: output of again differs from its cold run" in found, found
+
+
+def test_dsv4_checkpoint_dropped_drops_a_store_loads_from_the_tier_and_passes(atom_src, tmp_path):
+    record = tmp_path / "record"
+    proc = subprocess.run(
+        [sys.executable, "-m", "kvfault.faults.cli", "run", "--tier", "atom", "--atom-src", atom_src,
+         "--scenario", "dsv4_checkpoint_dropped", "--atom-record-path", str(record),
+         "--no-progress", "--artifacts", str(tmp_path / "artifacts")],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    source = (Path(atom_src) / CHECKPOINT).read_text().splitlines()
+    dropped = source.index("                self.checkpoints_dropped += 1") + 1
+    ran = {
+        (line[2], line[3])
+        for line in json.loads((record / "dsv4_checkpoint_dropped-seed0.json").read_text())
+        if line[0] == CHECKPOINT
+    }
+    assert (dropped, 1) in ran, "ATOM dropped no checkpoint store"
+    events = _passing_events(atom_src, "dsv4_checkpoint_dropped")
+    hits = {
+        e.req_id: (e.data["hbm_hit"], e.data["claim"]) for e in events if e.kind.value == "lookup"
+    }
+    # Its pages at 512 are still in HBM, its state is not: lmcache's 512 tokens load.
+    assert hits["second-again"] == (0, 512), hits
+
+
+def test_a_dropped_checkpoint_store_still_indexed_fails_dsv4_checkpoint_dropped(atom_src, tmp_path):
+    found = _planted_violations(
+        atom_src, tmp_path / "atom", "dsv4_checkpoint_dropped", DROPPED_STORE_INDEXED,
+        file=CHECKPOINT,
+    )  # fmt: skip
+    assert "correctness: output of second-again differs from its cold run" in found, found
 
 
 # lmcache's local disk with the length check its fs:// connector has: a chunk file

@@ -220,6 +220,13 @@ ROWS: dict[str, AtomRow] = {
             "resumes at 0 and loads PAGE units and the SLOT from lmcache",
         ),
         _scenario(
+            "dsv4_checkpoint_dropped",
+            s.dsv4_checkpoint_dropped,
+            _ONE,
+            "a DeepSeek-V4 state checkpoint ATOM's block manager drops for want of PAGE "
+            "units: the resent prompt must not resume from HBM there; it loads from lmcache",
+        ),
+        _scenario(
             "dsv4_hbm_partial",
             s.dsv4_hbm_partial,
             _STATEFUL_HBM_FLOOR,
@@ -1067,6 +1074,7 @@ LONG_MATRIX: dict[str, str] = {
     "dsv4_shared_tier_kv_dtype": "dsv4_prefix_reuse",  # bf16 and fp8 on one remote tier
     "dsv4_tp2_prefix_reuse": "dsv4_prefix_reuse",  # TP 2: per-rank PAGE and sidecar
     "dsv4_hbm_pressure": "dsv4_prefix_reuse",  # HBM pages kept, their checkpoint evicted
+    "dsv4_checkpoint_dropped": "dsv4_prefix_reuse",  # HBM pages kept, their checkpoint dropped
 }
 
 _NO_MULTIMODAL = (

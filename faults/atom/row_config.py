@@ -27,6 +27,7 @@ ATOM_DEFAULTS: dict[str, tuple[object, str]] = {
     "cpu_cache_gib": (5.0, "CPU pool GiB"),
     "lookup_timeout_ms": (3000, "lookup timeout ms"),
     "save_unfull_chunk": (False, "lmcache save unfull chunk"),
+    "slot_staging_rows": (1, "SLOT staging rows"),
     "local_disk": (False, "local disk"),
     "shared_tier": (False, "remote tier (fs://)"),
 }

@@ -232,6 +232,29 @@ def dsv4_hbm_pressure(run: AtomRun) -> None:
     run.end(a)
 
 
+def dsv4_checkpoint_dropped(run: AtomRun) -> None:
+    """A state checkpoint ATOM drops for want of PAGE units, on a DeepSeek-V4 server
+    with its HBM prefix cache on and a pool of 8 PAGE units (two SLOT staging rows, so
+    both prompts' sidecar saves, dispatched in one step, commit): two 600-token prompts
+    at once, prefilled together to 512 (their six blocks leave two free units, one
+    image's worth): the first's checkpoint at 512 takes them, the second's finds no free
+    unit and no image it may evict (the first's is still copying) and is dropped. Then
+    the second again, while HBM still holds its pages at 512 but no state there: ATOM
+    must not resume from HBM; it loads PAGE units of 512 tokens and the SLOT from
+    lmcache. Then the first again."""
+    a = run.server(
+        "A",
+        **{**HYBRID_HBM, "num_blocks": 8, "max_num_batched_tokens": 1200, "slot_staging_rows": 2},
+    )
+    p, q = run.prompt(600), run.prompt(600)
+    run.serve(a, AtomRequest("first", p), AtomRequest("second", q))
+    run.stored(a, p)
+    run.stored(a, q)
+    run.serve(a, AtomRequest("second-again", q))
+    run.serve(a, AtomRequest("first-again", p))
+    run.end(a)
+
+
 def dsv4_fp8_prefix_reuse(run: AtomRun) -> None:
     """``dsv4_prefix_reuse`` with an fp8 KV cache (ATOM's fp8 "2buff" DSV4 layout, on
     the gfx950 the tier's aiter answers): two KV planes (fp8 NoPE rows, bf16 RoPE rows),

@@ -103,6 +103,7 @@ def lmcache_env(spec: ServerSpec, host_dir: str) -> dict[str, str]:
         "OFFLOAD_MIN_LOAD_TOKENS": str(spec.min_load_tokens),
         "LMCACHE_LOOKUP_TIMEOUT_MS": str(spec.lookup_timeout_ms),
         "LMCACHE_SAVE_UNFULL_CHUNK": str(spec.save_unfull_chunk),
+        "OFFLOAD_SLOT_STAGING_SLOTS": str(spec.slot_staging_rows),
     }
     if spec.faults.pin_timeout_s:
         env["LMCACHE_PIN_TIMEOUT_SEC"] = str(spec.faults.pin_timeout_s)

@@ -128,6 +128,9 @@ class ServerSpec:
     # lmcache's ``save_unfull_chunk`` (``LMCACHE_SAVE_UNFULL_CHUNK``; its default off):
     # on, lmcache keys a range's partial last chunk too (lookups, stores, retrieves).
     save_unfull_chunk: bool = False
+    # The hybrid connector's SLOT staging rows (``OFFLOAD_SLOT_STAGING_SLOTS``; ATOM's
+    # default 1): a sidecar save finding none free commits no boundary.
+    slot_staging_rows: int = 1
     # lmcache's local-disk tier (a directory of the host's, gone with it) and its size;
     # a size of 0 leaves ``LMCACHE_MAX_LOCAL_DISK_SIZE`` unset (an incomplete setup).
     local_disk: bool = False
