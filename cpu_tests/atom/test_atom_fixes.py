@@ -1,13 +1,14 @@
 """The candidate fixes of ATOM's findings (``--atom-fix``) and their proof on one commit
 (``kvfault.faults.atom.fix_proof``): every fix names a row, an unknown fix is one line and exit
 2, and a proof flips its row with the recorded path, or says NOT FIXED when the fix
-does not fix the row it is run against; the two_servers fix reaches the hybrid
-connector's socket path too."""
+does not fix the row it is run against; the two_servers fix (a per-server token) reaches
+the hybrid connector's socket path too, with both servers at ATOM's default engine port."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -18,6 +19,7 @@ from kvfault.faults.atom.catalog import ROWS
 from kvfault.faults.atom.executor import atom_executor
 from kvfault.faults.atom.fixes import FIXES
 from kvfault.faults.atom.recorded_path import path_difference
+from kvfault.faults.atom.row_config import servers
 from kvfault.faults.campaign import Case, CaseRunner
 from kvfault.faults.campaign.kinds import scenario_target
 from kvfault.faults.verdicts import Verdict
@@ -76,36 +78,56 @@ def test_review_proves_a_fix_on_one_commit_and_the_path_shows(atom_src, tmp_path
     assert missing.returncode == 2 and "no recorded run of two_servers" in missing.stderr
 
 
-def _binds(atom_src: str, fixes: tuple[str, ...]) -> tuple[Verdict, str, dict[str, str]]:
-    """``dsv4_two_servers`` at seed 0 with ``fixes``: its verdict, signature and the
-    lookup socket path each server's worker bound."""
+def _binds(
+    atom_src: str, fixes: tuple[str, ...]
+) -> tuple[Verdict, str, dict[str, str], dict[str, int]]:
+    """``dsv4_two_servers`` at seed 0 with ``fixes``: its verdict, signature, the lookup
+    socket path each server's worker bound, and what each ``again`` request's lookup
+    (its scheduler's lookup client) was answered (-1: no answer, lmcache's timeout)."""
     with atom_executor(atom_src, atom_fix=fixes) as executor:
         out = CaseRunner(keep_runs="all", executor=executor).run(
             Case(scenario_target("dsv4_two_servers", "atom"), 0)
         )
     events = out.fixed_result.run.trace.events
+    hits = {
+        e.req_id: -1 if "unanswered_s" in e.data else int(e.data["kv_hit"])
+        for e in events
+        if e.kind.value == "lookup" and str(e.req_id).endswith("-again")
+    }
     return (
         out.verdict,
         out.signature,
         {e.data["server"]: e.data["path"] for e in events if e.kind.value == "bind"},
+        hits,
     )
+
+
+TOKEN_PATH = re.compile(r"engine_atom-offload-([0-9a-f]{12})-dp0_service_lookup_lmcache_rpc_port_0")
 
 
 def test_the_two_servers_fix_reaches_the_hybrid_workers_socket_path(atom_src):
     # Finding 4 on the hybrid connector: its worker's lmcache metadata takes the engine
     # id from ATOM's lmcache_engine_id (config.py's build_lmcache_metadata, through
-    # build_offload_engine), the function the fix wraps on ATOM's config module. With
-    # it each hybrid worker binds a path carrying its server's port; without it (at
-    # ATOM's main) both bind one path and identity fails.
-    verdict, signature, paths = _binds(atom_src, ("two_servers",))
+    # build_offload_engine), the function the fix wraps on ATOM's config module. Both
+    # servers leave the engine --port at ATOM's default, as its recipes do, so the port
+    # cannot tell them apart.
+    assert [(s.name, s.port) for s in servers(ROWS["dsv4_two_servers"])] == [
+        ("A", 8006),
+        ("B", 8006),
+    ]
+    assert [(s.name, s.port) for s in servers(ROWS["two_servers"])] == [("A", 8006), ("B", 8006)]
+    # With the fix each hybrid worker binds a path carrying its own server's token, and
+    # each server's scheduler-side lookup reaches a server holding its prompt (which
+    # only its own lmcache holds): scheduler and workers of one server read one token.
+    verdict, signature, paths, hits = _binds(atom_src, ("two_servers",))
     assert verdict == Verdict.PASS, signature
-    assert paths == {
-        "A": "engine_atom-offload-dp0-port8000_service_lookup_lmcache_rpc_port_0",
-        "B": "engine_atom-offload-dp0-port8001_service_lookup_lmcache_rpc_port_0",
-    }
+    tokens = {name: TOKEN_PATH.fullmatch(path) for name, path in paths.items()}
+    assert set(tokens) == {"A", "B"} and all(tokens.values()), paths
+    assert tokens["A"].group(1) != tokens["B"].group(1), paths  # type: ignore[union-attr]
+    assert hits == {"A-again": 512, "B-again": 512}, hits
     if not _head(atom_src).startswith(PINNED):
         return  # another ATOM may have fixed it
-    verdict, signature, paths = _binds(atom_src, ())
+    verdict, signature, paths, _ = _binds(atom_src, ())
     assert verdict == Verdict.FAIL and signature.startswith("identity: B binds"), signature
     assert set(paths.values()) == {"engine_atom-offload-dp0_service_lookup_lmcache_rpc_port_0"}
     assert set(paths) == {"A", "B"}

@@ -103,7 +103,12 @@ def test_run_writes_its_report_and_keeps_to_a_budget(atom_src, tmp_path):
     assert "prefix_reuse" in (report / "junit.xml").read_text()
 
 
-def test_two_servers_pass_when_the_engine_id_carries_the_port(atom_src, tmp_path, pytestconfig):
+def test_two_servers_pass_when_the_engine_id_carries_the_servers_token(
+    atom_src, tmp_path, pytestconfig
+):
+    # Finding 4's fix written into ATOM's source: the engine id carries the token the
+    # fixed ATOM draws once per server on its Config (the tier's Config carries it as
+    # instance_id); both servers are at the default engine --port 8006.
     scratch = tmp_path / "atom"
     subprocess.run(["git", "clone", "-q", atom_src, str(scratch)], check=True)
     config = scratch / "atom/kv_transfer/offload/config.py"
@@ -111,9 +116,7 @@ def test_two_servers_pass_when_the_engine_id_carries_the_port(atom_src, tmp_path
     old = 'return f"atom-offload-dp{dp_rank}"'
     if old not in text:
         pytest.skip("this ATOM's lmcache_engine_id is not the one-line form the patch edits")
-    config.write_text(
-        text.replace(old, "return f\"atom-offload-{getattr(config, 'port', 0)}-dp{dp_rank}\"")
-    )
+    config.write_text(text.replace(old, 'return f"atom-offload-{config.instance_id}-dp{dp_rank}"'))
     git = [
         "git",
         "-C",
@@ -123,7 +126,7 @@ def test_two_servers_pass_when_the_engine_id_carries_the_port(atom_src, tmp_path
         "-c",
         "user.email=kvfault@localhost",
     ]
-    subprocess.run([*git, "commit", "-qam", "engine id carries the port"], check=True)
+    subprocess.run([*git, "commit", "-qam", "engine id carries the server's token"], check=True)
     proc = subprocess.run(
         [
             sys.executable, "-m", "kvfault.faults.prove", "-C", str(scratch),

@@ -400,15 +400,15 @@ ROWS: dict[str, AtomRow] = {
             "two_servers",
             s.two_servers,
             _MANY,
-            "two servers on one host (engine --port 8000 and 8001; DP rank 0)",
+            "two servers on one host (engine --port 8006, ATOM's default, and DP rank 0 each)",
         ),
         _scenario("two_dp_ranks", s.two_dp_ranks, _MANY, "two DP ranks of one server on one host"),
         _scenario(
             "dsv4_two_servers",
             s.dsv4_two_servers,
             _MANY,
-            "two_servers with two DeepSeek-V4 servers on one host (engine --port 8000 and "
-            "8001; DP rank 0)",
+            "two_servers with two DeepSeek-V4 servers on one host (engine --port 8006 and "
+            "DP rank 0 each)",
         ),
         _scenario(
             "restart",

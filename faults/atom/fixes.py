@@ -38,7 +38,12 @@ class AtomFix:
 
 
 # -- two_servers: the lmcache engine id names the server, not only its DP rank ---------
-def _engine_id_with_port(role: str) -> None:
+# The fixed ATOM draws a token once per server where its main process builds the
+# ``Config`` (``Config.instance_id``); that one Config is pickled to every EngineCore and
+# ModelRunner of the server, so its scheduler's lookup client and its workers' lookup
+# servers read one token, and another server's differs. Not the engine ``--port``:
+# nothing binds it, and two servers from ATOM's recipes both leave it at 8006.
+def _engine_id_with_instance(role: str) -> None:
     from atom.kv_transfer.offload import config as offcfg
 
     inner = offcfg.lmcache_engine_id
@@ -46,9 +51,12 @@ def _engine_id_with_port(role: str) -> None:
         return
 
     def engine_id(config: Any) -> str:
-        # The server's port is what tells two servers on one host apart; DP ranks of
-        # one server share it and keep their rank in the id.
-        return f"{inner(config)}-port{int(getattr(config, 'port', 0) or 0)}"
+        token = getattr(config, "instance_id", "")
+        if not token:
+            raise RuntimeError("the two_servers fix needs Config.instance_id; this one has none")
+        # ATOM's id keeps its DP rank last: "atom-offload-<token>-dp<rank>".
+        head, _, rank = inner(config).rpartition("-")
+        return f"{head}-{token}-{rank}"
 
     engine_id.kvfault_fix = True  # type: ignore[attr-defined]
     offcfg.lmcache_engine_id = engine_id
@@ -221,8 +229,11 @@ FIXES: dict[str, AtomFix] = {
         AtomFix(
             "two_servers",
             "atom/kv_transfer/offload/config.py: lmcache_engine_id",
-            "the lmcache engine id (and so the lookup socket path) carries the server's port",
-            before_build=_engine_id_with_port,
+            "the lmcache engine id (and so the lookup socket path) carries a token drawn "
+            "once per server where its main process builds the Config "
+            "(Config.instance_id), which its scheduler and workers share: "
+            "atom-offload-<token>-dp<rank>",
+            before_build=_engine_id_with_instance,
         ),
         AtomFix(
             "chunk_aligned",

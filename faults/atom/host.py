@@ -16,6 +16,7 @@ import shutil
 import signal
 import tempfile
 import time
+import uuid
 from collections import Counter
 from dataclasses import replace
 from multiprocessing.connection import Listener
@@ -155,6 +156,7 @@ class AtomHost:
         self.pids: list[int] = []  # every server process forked, started or not
         # ATOM's lines its servers executed (ServerSpec.record_path), and how often
         self.executed: Counter[tuple[str, str, int]] = Counter()
+        self.instance_ids: dict[str, str] = {}  # server name -> its latest start's token
 
     def start(self, spec: ServerSpec, timeout_s: float = 180.0) -> Server:
         """Start ``spec``'s worker and scheduler; return when ATOM's scheduler side is
@@ -163,6 +165,7 @@ class AtomHost:
         worker_seed = spec.worker_hash_seed
         sched_seed = self.default_seed if sched_seed is None else sched_seed
         worker_seed = self.default_seed if worker_seed is None else worker_seed
+        instance_id = self._instance_id(spec)
         listen = os.path.join(self.dir, f"{spec.name}-{len(self.servers)}.sock")
         socket_dir = self.socket_dir
         if spec.machine:  # another machine's /tmp/vllm_rpc
@@ -177,6 +180,7 @@ class AtomHost:
                     "listen": listen,
                     "authkey": self.authkey,
                     "socket_dir": socket_dir,
+                    "instance_id": instance_id,
                 },
             )
         ]
@@ -195,6 +199,7 @@ class AtomHost:
                         "address": listen,
                         "authkey": self.authkey,
                         "socket_dir": socket_dir,
+                        "instance_id": instance_id,
                         "rank": rank,
                     },
                 )
@@ -211,6 +216,19 @@ class AtomHost:
             error, line = detail  # the exception's name, and its one line
             raise ServerRefused(f"{spec.name}: {line}", error=error)
         return server
+
+    def _instance_id(self, spec: ServerSpec) -> str:
+        """The token of the fixed ATOM's ``Config.instance_id`` (finding 4): a server's
+        main process draws it once as it builds the ``Config`` it pickles to all its
+        processes, so here one per start, handed to the server's scheduler and every
+        worker; a DP replica of a started server (``spec.replica_of``) shares its
+        token, as ATOM's DP ranks of one server share its ``Config``."""
+        if spec.replica_of:
+            if spec.replica_of not in self.instance_ids:
+                raise ValueError(f"{spec.name}: replica of {spec.replica_of!r}, not started")
+            return self.instance_ids[spec.replica_of]
+        self.instance_ids[spec.name] = uuid.uuid4().hex[:12]
+        return self.instance_ids[spec.name]
 
     def note_fault(self, injector: str, **evidence: Any) -> None:
         """A fault the host applied itself (a server's configuration), as an event."""

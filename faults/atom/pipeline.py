@@ -155,10 +155,12 @@ class PipelineHead(SchedulerProcess):
 
     _pp_head_step: Any  # ATOM's own, from PPEngineCoreProc
 
-    def __init__(self, spec: ServerSpec, log: EventLog, link: WorkerRanks, socket_dir: str):
+    def __init__(
+        self, spec: ServerSpec, log: EventLog, link: WorkerRanks, socket_dir: str, instance_id: str
+    ):
         if spec.deferred_output:
             raise ValueError("ATOM's runner defers no output with pipeline stages")
-        super().__init__(spec, log, link, socket_dir)
+        super().__init__(spec, log, link, socket_dir, instance_id)
         self.pp_rank, self.pp_size = 0, spec.pp_size
         self.is_head, self.is_last = True, False
         self.hub = StageHub(spec.pp_size)
@@ -244,6 +246,8 @@ def _atom_class(stand_in: type) -> type:
     return type(stand_in.__name__, (stand_in, PPEngineCoreProc), {})
 
 
-def pipeline_head(spec: ServerSpec, log: EventLog, link: WorkerRanks, socket_dir: str) -> Any:
+def pipeline_head(
+    spec: ServerSpec, log: EventLog, link: WorkerRanks, socket_dir: str, instance_id: str
+) -> Any:
     """The scheduler process's side for a server of ``spec.pp_size`` stages."""
-    return _atom_class(PipelineHead)(spec, log, link, socket_dir)
+    return _atom_class(PipelineHead)(spec, log, link, socket_dir, instance_id)

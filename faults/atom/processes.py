@@ -100,7 +100,7 @@ def child_main(role: str, args: dict[str, Any]) -> int:
 
 
 def worker_main(
-    spec: ServerSpec, address: str, authkey: bytes, socket_dir: str, rank: int = 0
+    spec: ServerSpec, address: str, authkey: bytes, socket_dir: str, instance_id: str, rank: int = 0
 ) -> int:
     import faulthandler
     import signal
@@ -116,7 +116,7 @@ def worker_main(
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=False)
     recorder = _recorder(spec)
     try:
-        worker = WorkerProcess(spec, log, socket_dir, rank)
+        worker = WorkerProcess(spec, log, socket_dir, instance_id, rank)
     except Exception as e:  # noqa: BLE001  reported to the scheduler in one line
         conn.send((False, _refusal(e), log.take()))
         return 1
@@ -142,7 +142,7 @@ def worker_main(
 
 
 def scheduler_main(
-    spec: ServerSpec, host: str, listen: str, authkey: bytes, socket_dir: str
+    spec: ServerSpec, host: str, listen: str, authkey: bytes, socket_dir: str, instance_id: str
 ) -> int:
     from kvfault.faults.atom.event_log import EventLog
     from kvfault.faults.atom.scheduler import (
@@ -179,9 +179,9 @@ def scheduler_main(
         if spec.pp_size > 1:
             from kvfault.faults.atom.pipeline import pipeline_head
 
-            side = pipeline_head(spec, log, ranks, socket_dir)
+            side = pipeline_head(spec, log, ranks, socket_dir, instance_id)
         else:
-            side = SchedulerProcess(spec, log, ranks, socket_dir)
+            side = SchedulerProcess(spec, log, ranks, socket_dir, instance_id)
     except Exception as e:  # noqa: BLE001  the host turns this into a refusal
         error, line = (e.error, f"{e} (worker)") if isinstance(e, _WorkerRefused) else _refusal(e)
         if os.environ.get("KVFAULT_ATOM_DEBUG"):

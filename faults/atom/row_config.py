@@ -89,6 +89,8 @@ def differences(spec: ServerSpec, base: ServerSpec | None = None) -> list[str]:
         out.append(f"{spec.kv_heads} KV heads, {spec.layers} layers")
     if spec.dp_rank:
         out.append(f"DP rank {spec.dp_rank}")
+    if spec.replica_of:
+        out.append(f"a DP replica of {spec.replica_of}")
     if spec.machine:
         out.append(f"on machine {spec.machine}")
     if spec.faults.rank >= 0:

@@ -1015,23 +1015,23 @@ def _two(run: AtomRun, a_spec: dict, b_spec: dict, prompt: int = 200, stored: bo
 
 
 def two_servers(run: AtomRun) -> None:
-    """Two servers on one host (engine ``--port`` 8000 and 8001, DP rank 0 each), each
-    storing a prompt and serving it again; B starts after A."""
-    _two(run, {"port": 8000}, {"port": 8001})
+    """Two servers on one host, each storing a prompt and serving it again; B starts
+    after A. Both leave the engine ``--port`` at ATOM's default 8006 and are DP rank 0,
+    as two servers started from ATOM's recipes (which set only ``--server-port``) are."""
+    _two(run, {}, {})
 
 
 def dsv4_two_servers(run: AtomRun) -> None:
     """``two_servers`` with two DeepSeek-V4 servers (ATOM's hybrid connector; engine
-    ``--port`` 8000 and 8001, DP rank 0 each): each stores a 600-token prompt (PAGE
-    units and SLOT sidecar) and, once its tier holds the prompt's whole chunks, serves
-    it again."""
-    _two(run, {**HYBRID, "port": 8000}, {**HYBRID, "port": 8001}, prompt=600, stored=True)
+    ``--port`` 8006 and DP rank 0 each): each stores a 600-token prompt (PAGE units and
+    SLOT sidecar) and, once its tier holds the prompt's whole chunks, serves it again."""
+    _two(run, HYBRID, HYBRID, prompt=600, stored=True)
 
 
 def two_dp_ranks(run: AtomRun) -> None:
-    """Two DP ranks of one server on one host (port 8000, ranks 0 and 1), each storing a
-    prompt and serving it again."""
-    _two(run, {"port": 8000, "dp_rank": 0}, {"port": 8000, "dp_rank": 1})
+    """Two DP ranks of one server on one host (port 8000, ranks 0 and 1; B is A's
+    replica), each storing a prompt and serving it again."""
+    _two(run, {"port": 8000, "dp_rank": 0}, {"port": 8000, "dp_rank": 1, "replica_of": "A"})
 
 
 def restart(run: AtomRun) -> None:

@@ -248,7 +248,9 @@ class SchedulerProcess:
     _process_engine_step_inner: Callable[[], None]
     _advance_idle_kv_transfer: Callable[[], None]
 
-    def __init__(self, spec: ServerSpec, log: EventLog, link: WorkerRanks, socket_dir: str):
+    def __init__(
+        self, spec: ServerSpec, log: EventLog, link: WorkerRanks, socket_dir: str, instance_id: str
+    ):
         from kvfault.faults.atom import boundary
 
         use_lmcache_env(spec, os.path.dirname(socket_dir))
@@ -259,7 +261,7 @@ class SchedulerProcess:
         from atom.model_engine.scheduler import Scheduler
 
         self.spec, self.log, self.link = spec, log, link
-        self.config = atom_config(spec)
+        self.config = atom_config(spec, instance_id=instance_id)
         chosen = fixes(spec.fixes)
         for fix in chosen:
             fix.before_build("scheduler")

@@ -10,12 +10,17 @@ from types import SimpleNamespace
 from kvfault.faults.atom.spec import ServerSpec
 
 
-def atom_config(spec: ServerSpec, pp_rank: int = 0) -> SimpleNamespace:
+def atom_config(spec: ServerSpec, pp_rank: int = 0, instance_id: str = "") -> SimpleNamespace:
     """The fields of ATOM's ``Config`` that its scheduler, block manager and offload
     connector read, for a small dense model (``spec.layers`` layers, ``spec.kv_heads`` KV
     heads of ``spec.head_dim``: 2 and 2 unless the row widens it),
     or with ``spec.layout`` "hybrid" a small DeepSeek-V4 model (``_as_hybrid``),
-    as pipeline stage ``pp_rank`` of ``spec.pp_size`` reads them."""
+    as pipeline stage ``pp_rank`` of ``spec.pp_size`` reads them.
+
+    ``instance_id`` is the one field that is not ATOM's: the token the fixed ATOM of
+    finding 4 (``--atom-fix two_servers``) draws once per server as its main process
+    builds the ``Config``, which every process of that server then reads from the
+    pickled ``Config``; ATOM's main has no such field and never reads it."""
     hf = SimpleNamespace(
         architectures=["LlamaForCausalLM"],
         sliding_window=None,
@@ -29,6 +34,7 @@ def atom_config(spec: ServerSpec, pp_rank: int = 0) -> SimpleNamespace:
     config = SimpleNamespace(
         model="kvfault-toy",
         port=spec.port,
+        instance_id=instance_id,
         hf_config=hf,
         kv_transfer_config={"kv_connector": "lmcache_offload", "kv_role": "offload"},
         kv_cache_block_size=spec.block_size,

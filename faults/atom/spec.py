@@ -112,6 +112,10 @@ class ServerSpec:
     name: str
     port: int = 8006
     dp_rank: int = 0
+    # The server (its name) whose DP replica this one is: one ATOM server's DP ranks
+    # share its main process's ``Config`` (and the instance token the fixed ATOM of
+    # finding 4 carries on it); "" is a server of its own.
+    replica_of: str = ""
     block_size: int = 16
     chunk_size: int = 64
     num_blocks: int = 96

@@ -90,7 +90,9 @@ class WorkerProcess:
     its faults), each with its ``rank``, and not what would count one operation twice
     (its completion reports, its forwards: the scheduler's aggregate is one report)."""
 
-    def __init__(self, spec: ServerSpec, log: EventLog, socket_dir: str, rank: int = 0):
+    def __init__(
+        self, spec: ServerSpec, log: EventLog, socket_dir: str, instance_id: str, rank: int = 0
+    ):
         from kvfault.faults.atom import boundary
 
         use_lmcache_env(spec, os.path.dirname(socket_dir))
@@ -109,7 +111,7 @@ class WorkerProcess:
         self.spec, self.log = spec, log
         self.kv: Any = None
         self.host_dir = os.path.dirname(socket_dir)
-        self.config = atom_config(spec, stage)
+        self.config = atom_config(spec, stage, instance_id)
         self.stage = stage
         self.hybrid = spec.layout == "hybrid"
         self.model = DeterministicModel(

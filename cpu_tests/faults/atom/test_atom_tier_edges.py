@@ -472,6 +472,29 @@ def test_a_refusal_to_start_is_judged_only_where_the_row_expects_one(
     assert said is not None and "ValueError: LMCACHE_LOCAL_DISK" in said, (out.stop, out.error)
 
 
+def test_each_server_start_draws_its_own_instance_token_and_a_dp_replica_shares_it():
+    # The token of finding 4's fix (the fixed ATOM's Config.instance_id): drawn once
+    # per start, as a server's main process builds its Config; one server's DP ranks
+    # share it; a restart (a new main process) draws another. Both servers at 8006.
+    from kvfault.faults.atom.host import AtomHost, ZygotePool
+    from kvfault.faults.atom.server_config import atom_config
+    from kvfault.faults.atom.spec import ServerSpec
+
+    host = AtomHost(ZygotePool("/nonexistent"))
+    try:
+        a, b = ServerSpec("A"), ServerSpec("B")
+        ta, tb = host._instance_id(a), host._instance_id(b)
+        assert len(ta) == len(tb) == 12 and ta != tb and a.port == b.port == 8006
+        assert host._instance_id(ServerSpec("B1", dp_rank=1, replica_of="B")) == tb
+        assert host._instance_id(a) not in (ta, tb)  # A restarted
+        with pytest.raises(ValueError, match="replica of 'C', not started"):
+            host._instance_id(ServerSpec("C1", dp_rank=1, replica_of="C"))
+    finally:
+        host.close()
+    assert atom_config(a, instance_id=ta).instance_id == ta
+    assert atom_config(a).instance_id == ""  # ATOM's main reads no such field
+
+
 def test_the_lmcache_environment_is_the_spec_s_and_only_the_spec_s(tmp_path, monkeypatch):
     from kvfault.faults.atom.server_config import lmcache_env, use_lmcache_env
     from kvfault.faults.atom.spec import ServerSpec
