@@ -36,7 +36,11 @@ and one that keys tokens with Python's seeded ``str`` hash fails
 connectors. At TP 2 (``dsv4_tp2_prefix_reuse``) both ranks store and load their own
 PAGE units and SLOT; a rank 1 that stores no PAGE units never lets ATOM commit a
 sidecar boundary (every rank must report it), so every resend recomputes what rank 0's
-engine holds: ``efficiency``."""
+engine holds: ``efficiency``. Rank 1's SLOT sidecar put refused
+(``dsv4_tp2_rank1_slot_put_refused``): ATOM commits no boundary and the resend
+recomputes; an aggregator that commits a sidecar boundary on rank 0's report alone
+lets the resend load what rank 1 never stored, and the load fails on rank 1:
+``load_failures``."""
 
 from __future__ import annotations
 
@@ -543,6 +547,62 @@ def test_a_rank_that_stores_no_page_fails_dsv4_tp2_prefix_reuse(atom_src, tmp_pa
         atom_src, tmp_path / "atom", "dsv4_tp2_prefix_reuse", RANK1_STORES_NO_PAGE, file=CONNECTOR
     )
     assert any(v.startswith("efficiency: again claims 0 tokens") for v in found), found
+
+
+AGGREGATOR = "atom/kv_transfer/disaggregation/aggregator.py"
+# An aggregator that takes rank 0's connector completions alone (that channel's
+# quorum one, rank 1's reports dropped): a SLOT sidecar boundary commits once rank 0
+# reports it stored. Loads and saves are still aggregated over both ranks.
+SIDECAR_COMMITTED_ON_RANK_0 = (
+    ("            for completion in output.connector_completions:\n",
+     "            for completion in (output.connector_completions if worker_idx == 0 else ()):\n"),
+    ("        self._connector_completions = _TPCompletionGroup[ConnectorCompletionKey](\n"
+     "            world_size,\n",
+     "        self._connector_completions = _TPCompletionGroup[ConnectorCompletionKey](\n"
+     "            1,\n"),
+)  # fmt: skip
+
+
+def _row_events(src: str, name: str) -> tuple[list[str], dict[str, int], list[tuple]]:
+    """``name``'s (a fault row's) violations on seed 0 at ``src``, each request's claim
+    and every rank's retrieve (request, rank, tokens retrieved, ok)."""
+    row = catalog.ROWS[name]
+    faults = [row.factory(0)]
+    with atom_executor(src) as executor:
+        res = run_case(row.scenario, 0, injectors=lambda: faults, executor=executor)
+    assert any(res.fired.get(n) for n in (row.name, *row.fires)), res.fired  # it ran
+    events = res.run.trace.events
+    claims = {e.req_id: e.data["claim"] for e in events if e.kind is Ev.LOOKUP}
+    loads = sorted(
+        (e.req_id, e.data.get("rank", 0), e.data["retrieved"], e.data["ok"])
+        for e in events
+        if e.kind is Ev.RETRIEVE_TERMINAL
+    )
+    return [f"{v.prop}: {v.message}" for v in res.violations], claims, loads
+
+
+def test_dsv4_tp2_rank1_slot_put_refused_commits_no_boundary_and_passes(atom_src):
+    found, claims, loads = _row_events(atom_src, "dsv4_tp2_rank1_slot_put_refused")
+    assert found == []
+    # Rank 0's engine holds the PAGE units and its sidecar (its lookup hits 512), but
+    # rank 1 never stored its sidecar: ATOM commits no boundary and the resend claims
+    # nothing; the recompute is stored on both ranks and the third request loads it.
+    assert claims["again"] == 0 and claims["third"] == 512, claims
+    assert loads == [("third", 0, 512, True), ("third", 1, 512, True)], loads
+
+
+def test_a_sidecar_committed_on_rank_0_alone_fails_dsv4_tp2_rank1_slot_put_refused(
+    atom_src, tmp_path
+):
+    src = planted(atom_src, tmp_path / "atom", *SIDECAR_COMMITTED_ON_RANK_0, file=AGGREGATOR)
+    found, claims, loads = _row_events(src, "dsv4_tp2_rank1_slot_put_refused")
+    # The resend takes the boundary rank 1 never stored: rank 1's PAGE units come back
+    # whole, its SLOT does not, and ATOM fails the load and recomputes.
+    assert claims["again"] == 512, claims
+    assert ("again", 1, 512, False) in loads, loads
+    assert any(v.startswith("load_failures: a load of data the tier holds failed") for v in found)
+    # With no fault on a rank, every sidecar is stored on both: the plain TP 2 row passes.
+    assert _violations(src, "dsv4_tp2_prefix_reuse") == []
 
 
 def test_a_resume_without_its_state_checkpoint_fails_dsv4_hbm_pressure(atom_src, tmp_path):

@@ -720,6 +720,17 @@ ROWS: dict[str, AtomRow] = {
             "store_failure",
             s.tp_recompute_then_reuse,
         ),
+        AtomRow(
+            "fault",
+            "dsv4_tp2_rank1_slot_put_refused",
+            "at TP 2 on a DeepSeek-V4 server, rank 1's first SLOT sidecar put is refused "
+            "while rank 0's lands (every PAGE unit stored): ATOM must not commit that "
+            "boundary, so the resend recomputes and the one after loads on both ranks",
+            s.dsv4_tp2_slot_lost_then_reuse,
+            _UNREACHABLE,
+            faults=FaultSpec(fail_slot_put=1, rank=1),
+            fires=("slot_put_refused",),
+        ),
         _fault(
             "evict_after_lookup",
             s.reuse_once,
@@ -1030,6 +1041,7 @@ LONG_MATRIX: dict[str, str] = {
     "tp2_rank1_late_load": "tp2_rank1_retrieve_failure",
     "tp2_rank1_late_save": "tp2_rank1_retrieve_failure",
     "tp2_rank1_store_failure": "tp2_rank1_retrieve_failure",
+    "dsv4_tp2_rank1_slot_put_refused": "tp2_rank1_retrieve_failure",
     "pp2_stage1_late_load": "pp2_prefix_reuse",
     "pp2_stage1_retrieve_failure": "pp2_prefix_reuse",
     "pp2_stage1_store_failure": "pp2_prefix_reuse",

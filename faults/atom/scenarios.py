@@ -385,8 +385,17 @@ def dsv4_slot_lost_then_reuse(run: AtomRun) -> None:
     _dsv4_recompute_then_reuse(run)
 
 
-def _dsv4_recompute_then_reuse(run: AtomRun) -> None:
-    a = run.server("A", **HYBRID)
+def dsv4_tp2_slot_lost_then_reuse(run: AtomRun) -> None:
+    """``dsv4_slot_lost_then_reuse`` on a DeepSeek-V4 server of two tensor-parallel
+    ranks, for a fault that loses one rank's SLOT sidecar and keeps every PAGE unit:
+    each rank stores its own PAGE units and sidecar, ATOM commits a sidecar boundary
+    only once every rank reported it stored, and a load is done only when both ranks
+    loaded theirs."""
+    _dsv4_recompute_then_reuse(run, {**HYBRID, "tp_size": 2})
+
+
+def _dsv4_recompute_then_reuse(run: AtomRun, spec: dict[str, Any] = HYBRID) -> None:
+    a = run.server("A", **spec)
     p = run.prompt(600)
     run.serve(a, AtomRequest("first", p))
     run.serve(a, AtomRequest("between", run.prompt(600)))
