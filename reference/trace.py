@@ -36,6 +36,9 @@ class Ev(str, enum.Enum):
     SAVE_DONE = "save_done"
     ANCHOR = "anchor"
     STATE_SAVE = "state_save"
+    # A request's state at a boundary that the tier took (a hybrid's SLOT sidecar): a
+    # lookup marked ``sidecars`` resumes only at such a boundary.
+    SIDECAR = "sidecar"
     BIND = "bind"
     UNBIND = "unbind"
     ARRIVE = "arrive"

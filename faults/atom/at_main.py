@@ -89,7 +89,8 @@ FAILING: dict[str, AtMain] = {
     # dsv4_hung_retrieve_later: the same fault, then later batches. The hung load never
     # ends (liveness); the later batch's load is refused at once for want of the one
     # SLOT staging row (recomputed: load_failures) and a prompt stored after the hang
-    # is not loaded when resent (no sidecar committed: efficiency). A lead, for review;
+    # is not loaded when resent (no sidecar stored, so efficiency counts nothing
+    # loadable). A lead, for review;
     # not a finding: ATOM's offload README documents the refusal when no row is free
     # (and logs a warning for each refused load and sidecar save); what is new is only
     # that a load that never ends holds the row, lead 5's missing bound.

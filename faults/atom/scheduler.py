@@ -523,6 +523,8 @@ class SchedulerProcess:
             claim=int(claim),
             kv_end=int(kv_end),
             hybrid=False,
+            # ATOM's hybrid connector resumes only where a SLOT sidecar is stored.
+            **({"sidecars": True} if self.spec.layout == "hybrid" else {}),
             **({"hbm_resident": self.resident[sid]} if sid in self.resident else {}),
             **({"unanswered_s": self.unanswered[sid]} if sid in self.unanswered else {}),
         )

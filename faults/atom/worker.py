@@ -150,6 +150,7 @@ class WorkerProcess:
 
         mine = spec.faults.rank in (-1, rank)  # a fault of one rank's only
         self.faults = WorkerFaults(spec.faults if mine else FaultSpec(), self, log)
+        self._observe_sidecars()  # outside the faults: it sees the puts they let through
         self.outputs: dict[str, tuple[int, ...]] = {}
         self.loads: dict[Any, tuple[list[int], int, int]] = {}
         self.saves: dict[Any, list[int]] = {}  # save in flight -> its token ids
@@ -229,6 +230,44 @@ class WorkerProcess:
             return ret
 
         engine.retrieve = observed
+
+    def _observe_sidecars(self) -> None:
+        """Record (``sidecar``) each SLOT sidecar ATOM's hybrid connector puts into
+        lmcache and lmcache takes (its ``DSV4CheckpointStore.put`` answers True): the
+        save it belongs to and the boundary it restores (the save's
+        ``slot_save_spec``). The lead rank's only, the engine whose holdings the save
+        reports' ``stored`` read too. ``efficiency`` counts a hybrid hit loadable only
+        at a boundary whose sidecar lmcache took, whatever ATOM's scheduler committed."""
+        impl = self.impl
+        store = getattr(impl, "_slot_store", None)
+        put, save = getattr(store, "put", None), getattr(impl, "_do_save_req", None)
+        if put is None or save is None or not self.lead:
+            return
+        import threading
+
+        saving = threading.local()  # the save a put belongs to, on its save thread
+
+        def save_req(req: Any, *args: Any, **kwargs: Any) -> Any:
+            saving.req = req
+            try:
+                return save(req, *args, **kwargs)
+            finally:
+                saving.req = None
+
+        def observed(key: Any, blob: Any, *args: Any, **kwargs: Any) -> Any:
+            ok = put(key, blob, *args, **kwargs)
+            req: Any = getattr(saving, "req", None)
+            spec = getattr(req, "slot_save_spec", None)
+            if ok and spec is not None:
+                self.log.record(
+                    "sidecar",
+                    op=self.op_for("save", req.req_id),
+                    boundary=int(spec.boundary_tokens),
+                )
+            return ok
+
+        setattr(impl, "_do_save_req", save_req)  # noqa: B010  wraps ATOM's method
+        setattr(store, "put", observed)  # noqa: B010  wraps ATOM's method
 
     def _observe_keys(self, method: str) -> None:
         """Record (``sent``) the keys lmcache's engine in this worker files each store

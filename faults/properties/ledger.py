@@ -41,16 +41,22 @@ def efficiency(run: RunResult) -> list[Violation]:
     not evicted since: a fault event's evidence names late visibility as ``delay_s`` and
     a dropped chunk as ``chunk``); a chunk is visible from the save that first put it
     there, since a store of a chunk the tier holds writes nothing; a dense claim must
-    then cover it.
+    then cover it, on the chunk grid and short of the prompt's last token. A lookup
+    marked ``sidecars`` (a hybrid that resumes only where the request's state at a
+    boundary is stored) need cover it only up to the largest such boundary whose
+    sidecar the tier holds (``sidecar`` events; ``_Sidecars``).
 
     Applies to runs whose engines share one tier."""
     chunk = run.config.geometry.chunk_size
     out: list[Violation] = []
     account = TierAccount(run)
     awaiting_load: dict[str, float] = {}  # req -> lookup time: claim beyond HBM, no load yet
-    for ev in run.trace.of(Ev.DISPATCH, Ev.LOOKUP, *TierAccount.KINDS):
+    sidecars = _Sidecars(account)
+    for ev in run.trace.of(Ev.DISPATCH, Ev.LOOKUP, Ev.SIDECAR, *TierAccount.KINDS):
         kind = ev.kind
-        if kind is Ev.DISPATCH:
+        if kind is Ev.SIDECAR:
+            sidecars.stored(ev)
+        elif kind is Ev.DISPATCH:
             assert ev.req_id is not None  # a dispatch names its load and its request
             awaiting_load.pop(ev.req_id, None)
         elif kind is Ev.LOOKUP:
@@ -75,6 +81,8 @@ def efficiency(run: RunResult) -> list[Violation]:
             elif not d["hybrid"]:
                 loadable = expected - expected % chunk
                 loadable = min(loadable, (d["prompt_len"] - 1) - (d["prompt_len"] - 1) % chunk)
+                if d.get("sidecars"):
+                    loadable = sidecars.boundary(ev.req_id, loadable, ev.t)
                 if max(d["claim"], d["hbm_hit"]) < loadable:
                     out.append(
                         Violation(
@@ -86,6 +94,8 @@ def efficiency(run: RunResult) -> list[Violation]:
                     )
         else:
             account.feed(ev)
+            if kind is Ev.FINISHED_REPORTED:
+                sidecars.reported(ev)
     for req_id, t in awaiting_load.items():
         out.append(
             Violation(
@@ -95,6 +105,52 @@ def efficiency(run: RunResult) -> list[Violation]:
             )
         )
     return out
+
+
+class _Sidecars:
+    """The state sidecars (``sidecar`` events) the tier holds, by the content of the
+    prefix each restores: one counts once it was stored and its save reported finished
+    (visible from then, as that save's chunks), never from what the stack says it
+    committed."""
+
+    def __init__(self, account: TierAccount):
+        self.account = account
+        self.by_save: dict[OperationId, list[int]] = {}  # save -> content keys it stored
+        self.reported_at: dict[OperationId, float] = {}  # save reported finished -> visible
+        self.held: dict[int, float] = {}  # content key -> visible from
+
+    def stored(self, ev: TraceEvent) -> None:
+        assert ev.op is not None and ev.req_id is not None  # a sidecar names its save
+        if ev.req_id not in self.account.run.requests:
+            return
+        chunk, b = self.account.chunk, ev.data["boundary"]
+        chain = self.account.chains.of(ev.req_id)
+        if b <= 0 or b % chunk or b // chunk > len(chain):
+            return  # no boundary on the chunk grid a hit can resume at
+        key = chain[b // chunk - 1]
+        self.by_save.setdefault(ev.op, []).append(key)
+        if ev.op in self.reported_at:
+            self._visible(key, max(self.reported_at[ev.op], ev.t))
+
+    def reported(self, ev: TraceEvent) -> None:
+        if ev.op is None or ev.data.get("outcome") != "finished":
+            return
+        at = self.account.visible_at(ev)
+        self.reported_at[ev.op] = at
+        for key in self.by_save.get(ev.op, ()):
+            self._visible(key, at)
+
+    def _visible(self, key: int, at: float) -> None:
+        self.held[key] = min(self.held.get(key, at), at)
+
+    def boundary(self, req_id: str, upto: int, t: float) -> int:
+        """The largest chunk boundary at most ``upto`` where a sidecar of the request's
+        prefix is held and visible at ``t``; 0 if none."""
+        chunk, chain = self.account.chunk, self.account.chains.of(req_id)
+        for b in range(upto - upto % chunk, 0, -chunk):
+            if self.held.get(chain[b // chunk - 1], float("inf")) <= t:
+                return b
+        return 0
 
 
 def load_failures(run: RunResult) -> list[Violation]:
