@@ -776,8 +776,8 @@ ROWS: dict[str, AtomRow] = {
             "fault",
             "dsv4_slot_put_refused",
             # lmcache holds the first request's PAGE units and no SLOT: ATOM's hybrid
-            # hit needs both, so the resent prompt recomputes, which is its promise;
-            # efficiency's account counts PAGE units held as a hit missed.
+            # hit needs both, so the resent prompt recomputes, which is its promise.
+            # Declared without efficiency while it counted PAGE units alone as loadable.
             "the first SLOT sidecar put is refused (lmcache holds the PAGE units, no SLOT): "
             "the resent prompt must not load PAGE without its SLOT (ATOM recomputes), and "
             "the one after loads what the recompute stored",
