@@ -428,23 +428,22 @@ def test_the_eviction_removes_what_the_lookup_found(new_rows, name, hit):
     assert (end["ok"], end["retrieved"]) == (False, 0), end
 
 
-def test_b_recomputes_then_loads_from_the_shared_tier(new_rows):
-    # ATOM's version 1 commits SLOT sidecars per scheduler session: B's first lookup
-    # finds A's PAGE units and claims none; B's second loads at the boundary B committed.
-    res = new_rows["dsv4_shared_tier_reuse"][0]
+@pytest.mark.parametrize(
+    "name, first_hit",
+    [
+        # ATOM's version 1 commits SLOT sidecars per scheduler session: B's first lookup
+        # finds A's PAGE units and claims none; B's second loads at the boundary B
+        # committed.
+        ("dsv4_shared_tier_reuse", 512),
+        # B's lmcache (its remote tier connected: the worker checks) holds none of A's
+        # chunks under B's keys: B recomputes and stores its own, then loads them.
+        ("dsv4_shared_tier_kv_dtype", 0),
+    ],
+)
+def test_b_recomputes_then_loads_its_own_boundary_from_the_shared_tier(new_rows, name, first_hit):
+    res = new_rows[name][0]
     lookups = _by_req(res, Ev.LOOKUP)
-    assert (lookups["B-same"]["kv_hit"], lookups["B-same"]["claim"]) == (512, 0)
-    assert lookups["B-again"]["claim"] == 512
-    cached = {e.req_id: e.data["cached"] for e in res.run.trace.of(Ev.OUTPUT)}
-    assert cached == {"A-first": 0, "B-same": 0, "B-again": 512}
-
-
-def test_the_fp8_server_finds_none_of_the_bf16_servers_page_units(new_rows):
-    # B's lmcache (its remote tier connected: the worker checks) holds none of A's
-    # chunks under B's keys: B recomputes and stores its own, then loads them.
-    res = new_rows["dsv4_shared_tier_kv_dtype"][0]
-    lookups = _by_req(res, Ev.LOOKUP)
-    assert (lookups["B-same"]["kv_hit"], lookups["B-same"]["claim"]) == (0, 0)
+    assert (lookups["B-same"]["kv_hit"], lookups["B-same"]["claim"]) == (first_hit, 0)
     assert lookups["B-again"]["claim"] == 512
     cached = {e.req_id: e.data["cached"] for e in res.run.trace.of(Ev.OUTPUT)}
     assert cached == {"A-first": 0, "B-same": 0, "B-again": 512}
