@@ -220,6 +220,20 @@ ROWS: dict[str, AtomRow] = {
             "resumes at 0 and loads PAGE units and the SLOT from lmcache",
         ),
         _scenario(
+            "resume_preempted",
+            s.resume_preempted,
+            _ONE,
+            "a request preempted while it decodes and resumed from lmcache: its answer "
+            "must be its cold run's",
+        ),
+        _scenario(
+            "dsv4_resume_preempted",
+            s.dsv4_resume_preempted,
+            _ONE,
+            "a DeepSeek-V4 request preempted while it decodes and resumed from lmcache "
+            "(512 tokens of PAGE units and the SLOT): its answer must be its cold run's",
+        ),
+        _scenario(
             "dsv4_checkpoint_dropped",
             s.dsv4_checkpoint_dropped,
             _ONE,
