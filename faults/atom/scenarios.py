@@ -255,41 +255,38 @@ def dsv4_checkpoint_dropped(run: AtomRun) -> None:
     run.end(a)
 
 
-def resume_preempted(run: AtomRun) -> None:
-    """A request preempted and resumed from the tier, on a dense server without an HBM
-    prefix cache and with a pool of 30 blocks: a 200-token prompt stored, then it again
-    and another 200-token prompt at once, each answering 200 tokens. The pool cannot
-    hold both as they decode: ATOM preempts them in turn, and its lookup finds each in
-    lmcache and resumes it with a load. Every answer must be its cold run's."""
-    a = run.server("A", prefix_caching=False, num_blocks=30)
-    p = run.prompt(200)
+def _resume_preempted(run: AtomRun, spec: dict, prompt: int, answer: int) -> None:
+    """A ``prompt``-token prompt stored, then it again and another of its length at
+    once, each answering ``answer`` tokens, on one server of ``spec`` whose pool cannot
+    hold both as they decode: ATOM preempts a request, finds it in lmcache and resumes
+    it with a load. Every answer must be its cold run's."""
+    a = run.server("A", **spec)
+    p = run.prompt(prompt)
     run.serve(a, AtomRequest("first", p))
     run.stored(a, p)
     run.serve(
         a,
-        AtomRequest("again", p, max_tokens=200),
-        AtomRequest("other", run.prompt(200), max_tokens=200),
+        AtomRequest("again", p, max_tokens=answer),
+        AtomRequest("other", run.prompt(prompt), max_tokens=answer),
     )
     run.end(a)
+
+
+def resume_preempted(run: AtomRun) -> None:
+    """A request preempted and resumed from the tier, on a dense server without an HBM
+    prefix cache and with a pool of 30 blocks: 200-token prompts answering 200 tokens
+    each; ATOM preempts them in turn and resumes each with a load of its prompt."""
+    _resume_preempted(run, {"prefix_caching": False, "num_blocks": 30}, 200, 200)
 
 
 def dsv4_resume_preempted(run: AtomRun) -> None:
     """A request preempted and resumed from the tier, on a DeepSeek-V4 server with its
-    HBM prefix cache on and a pool of 7 PAGE units: a 600-token prompt stored, then it
-    again (resumed from its HBM checkpoint) and another 600-token prompt at once, each
-    answering 300 tokens. The pool cannot hold both as they decode: ATOM preempts the
-    other prompt, which its lookup then finds in lmcache (512 tokens of PAGE units and
-    the SLOT) and resumes with a load. Its answer must be its cold run's."""
-    a = run.server("A", **{**HYBRID_HBM, "num_blocks": 7, "max_num_batched_tokens": 1200})
-    p = run.prompt(600)
-    run.serve(a, AtomRequest("first", p))
-    run.stored(a, p)
-    run.serve(
-        a,
-        AtomRequest("again", p, max_tokens=300),
-        AtomRequest("other", run.prompt(600), max_tokens=300),
+    HBM prefix cache on and a pool of 7 PAGE units: 600-token prompts answering 300
+    tokens each (the first resent resumes from its HBM checkpoint); ATOM preempts the
+    other prompt and resumes it with a load of 512 tokens of PAGE units and the SLOT."""
+    _resume_preempted(
+        run, {**HYBRID_HBM, "num_blocks": 7, "max_num_batched_tokens": 1200}, 600, 300
     )
-    run.end(a)
 
 
 def dsv4_fp8_prefix_reuse(run: AtomRun) -> None:
